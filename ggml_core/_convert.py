@@ -1,0 +1,82 @@
+"""Conversions between numpy arrays and a tensor's bytes (used by Tensor.set_data / to_numpy / numpy_view)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ggml_core._errors import TensorError
+from ggml_core._types import GGMLType
+
+if TYPE_CHECKING:
+    from ggml_core._tensor import Tensor
+
+__all__ = ["from_bytes", "np_shape", "strided_view", "to_bytes"]
+
+
+def np_shape(t: Tensor) -> tuple[int, int, int, int]:
+    """The numpy shape of a tensor: ``(ne3, ne2, ne1, ne0)``."""
+    return (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+
+
+def to_bytes(array: np.ndarray, t: Tensor) -> np.ndarray:
+    """Convert ``array`` to the bytes of a contiguous tensor ``t`` (uint8, length ``t.nbytes``)."""
+    if array.size != t.nelements:
+        raise TensorError(t, f"data has {array.size} elements (shape {array.shape}), the tensor holds {t.nelements}")
+    flat = array.reshape(np_shape(t))
+    tt = t.type
+    if tt.is_quantized or tt in (GGMLType.BF16, GGMLType.F16):
+        if not np.issubdtype(flat.dtype, np.floating):
+            raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor; pass floats")
+        from ggml_core.quants import quantize
+
+        return quantize(flat.astype(np.float32, copy=False), tt).reshape(-1)
+    dt = tt.np_dtype
+    assert dt is not None
+    if np.issubdtype(dt, np.integer) and np.issubdtype(flat.dtype, np.floating):
+        raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor without rounding; cast first")
+    return np.ascontiguousarray(flat, dtype=dt).view(np.uint8).reshape(-1)
+
+
+def from_bytes(raw: np.ndarray, t: Tensor, *, dequantize: bool = True) -> np.ndarray:
+    """Turn the bytes ``raw`` covering ``t``'s extent (``t.nbytes`` long) into a new array of ``t``'s numpy shape."""
+    view = _strided(raw, 0, t)
+    tt = t.type
+    if tt.is_quantized or tt == GGMLType.BF16:
+        if tt.is_quantized and not dequantize:
+            return np.array(view)
+        from ggml_core.quants import dequantize as deq
+
+        return deq(np.ascontiguousarray(view), tt).reshape(np_shape(t))
+    return np.array(view)
+
+
+def strided_view(host: np.ndarray, t: Tensor) -> np.ndarray:
+    """A zero-copy view of ``t`` inside the host byte array ``host`` (plain types only)."""
+    if t.type.is_quantized:
+        raise TensorError(t, "quantized tensors have no element view; use to_numpy()")
+    assert t.data_offset is not None
+    return _strided(host, t.data_offset, t)
+
+
+def _strided(raw: np.ndarray, offset: int, t: Tensor) -> np.ndarray:
+    tt = t.type
+    if offset + t.nbytes > raw.size:
+        raise TensorError(t, f"needs bytes up to {offset + t.nbytes}, its memory has {raw.size}")
+    if tt.is_quantized or tt == GGMLType.BF16:
+        # rows of bytes; BF16 rows are handed on to the converter as bytes too
+        width = t.row_size
+        shape: tuple[int, ...] = (t.ne[3], t.ne[2], t.ne[1], width)
+        strides: tuple[int, ...] = (t.nb[3], t.nb[2], t.nb[1], 1)
+        if tt == GGMLType.BF16 and t.nb[0] != 2:
+            shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0], 2)
+            strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0], 1)
+            v = np.lib.stride_tricks.as_strided(raw[offset:], shape=shape, strides=strides, writeable=False)
+            return np.ascontiguousarray(v).reshape(t.ne[3], t.ne[2], t.ne[1], t.ne[0] * 2)
+        return np.lib.stride_tricks.as_strided(raw[offset:], shape=shape, strides=strides, writeable=False)
+    dt = tt.np_dtype
+    assert dt is not None
+    return np.ndarray(
+        shape=np_shape(t), dtype=dt, buffer=raw.data, offset=offset, strides=(t.nb[3], t.nb[2], t.nb[1], t.nb[0])
+    )

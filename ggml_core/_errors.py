@@ -1,0 +1,134 @@
+"""Exception classes: one per failure kind, each carrying the culprit.
+
+Every class derives from :class:`GGMLError` and from the builtin exception a caller would naturally catch
+(``ValueError`` for bad arguments, ``MemoryError`` for allocations, ...), so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "AllocationError",
+    "ComputeError",
+    "DeviceNotFoundError",
+    "GGMLError",
+    "GGUFError",
+    "GraphError",
+    "OpError",
+    "OutOfBoundsError",
+    "PluginError",
+    "TensorError",
+    "UnsupportedOpError",
+]
+
+
+class GGMLError(Exception):
+    """Base class of every error raised by ggml-core and its plugins."""
+
+
+class OpError(GGMLError, ValueError):
+    """An op builder rejected its operands (shape, type or parameter), as ggml's ``ggml_*`` constructors would.
+
+    :param op: the op's ggml name (``"MUL_MAT"``)
+    :param operands: the offending tensors
+    """
+
+    def __init__(self, op: str, message: str, operands: Sequence[Any] = ()) -> None:
+        desc = ", ".join(_describe(t) for t in operands)
+        super().__init__(f"{op}: {message}" + (f" (operands: {desc})" if desc else ""))
+        self.op = op
+        self.operands = tuple(operands)
+
+
+class TensorError(GGMLError, ValueError):
+    """A tensor cannot be used this way: a view outside its source, data of the wrong size, no buffer bound."""
+
+    def __init__(self, tensor: Any, message: str) -> None:
+        super().__init__(f"tensor {_describe(tensor)}: {message}")
+        self.tensor = tensor
+
+
+class OutOfBoundsError(GGMLError, IndexError):
+    """A read or write would leave a buffer (or a tensor's extent inside it)."""
+
+    def __init__(self, what: str, offset: int, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what}: access of {size} bytes at offset {offset} is outside its {limit} bytes "
+            f"(would end at {offset + size})"
+        )
+        self.offset, self.size, self.limit = offset, size, limit
+
+
+class AllocationError(GGMLError, MemoryError):
+    """A device could not allocate a buffer; says which device, how much was asked and how much is free."""
+
+    def __init__(self, device: str, size: int, free: int | None = None, reason: str = "") -> None:
+        msg = f"device {device}: cannot allocate {_mib(size)}"
+        if free is not None:
+            msg += f" ({_mib(free)} free)"
+        if reason:
+            msg += f": {reason}"
+        super().__init__(msg)
+        self.device, self.size, self.free = device, size, free
+
+
+class DeviceNotFoundError(GGMLError, LookupError):
+    """No device (or registry) has this name; carries close matches for a "did you mean" hint."""
+
+    def __init__(self, name: str, known: Sequence[str], suggestions: Sequence[str] = ()) -> None:
+        msg = f"no device named {name!r}"
+        if suggestions:
+            msg += f"; did you mean {' or '.join(repr(s) for s in suggestions)}?"
+        msg += f" (available: {', '.join(known) if known else 'none'})"
+        super().__init__(msg)
+        self.name, self.known, self.suggestions = name, tuple(known), tuple(suggestions)
+
+
+class PluginError(GGMLError):
+    """A backend plugin failed to load or to answer a hook (raised only with ``GGML_STRICT_PLUGINS=1``)."""
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(f"plugin {plugin!r}: {message}")
+        self.plugin = plugin
+
+
+class UnsupportedOpError(GGMLError):
+    """No backend that was asked supports a graph node."""
+
+    def __init__(self, node: Any, devices: Sequence[str]) -> None:
+        super().__init__(
+            f"node {_describe(node)}: op {getattr(node, 'op_desc', '?')} is supported by none of the devices asked "
+            f"({', '.join(devices) or 'none'}); add a device that supports it (the CPU supports every op)"
+        )
+        self.node, self.devices = node, tuple(devices)
+
+
+class GraphError(GGMLError, ValueError):
+    """A graph is malformed or over its size limit."""
+
+
+class ComputeError(GGMLError, RuntimeError):
+    """A backend failed while computing a node; names the node, its op and the backend."""
+
+    def __init__(self, node: Any, backend: str, message: str) -> None:
+        super().__init__(f"{backend}: computing {_describe(node)} failed: {message}")
+        self.node, self.backend = node, backend
+
+
+class GGUFError(GGMLError, ValueError):
+    """A GGUF file is malformed or unsupported; names the file and the field."""
+
+    def __init__(self, path: str, field: str, message: str) -> None:
+        super().__init__(f"{path}: {field}: {message}")
+        self.path, self.field = path, field
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _describe(t: Any) -> str:
+    describe = getattr(t, "describe", None)
+    return describe() if callable(describe) else repr(t)

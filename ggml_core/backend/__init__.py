@@ -1,0 +1,38 @@
+"""The backend model and plugin surface: interfaces to subclass, hooks to implement, the registry that finds them."""
+
+from ggml_core.backend.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
+from ggml_core.backend.interfaces import (
+    API_VERSION,
+    Backend,
+    BackendReg,
+    Buffer,
+    BufferType,
+    BufferUsage,
+    Device,
+    DeviceCaps,
+    DeviceProps,
+    DeviceType,
+    Event,
+)
+from ggml_core.backend.registry import PluginInfo, Registry, get_registry, reset_registry
+
+__all__ = [
+    "API_VERSION",
+    "ENTRY_POINT_GROUP",
+    "Backend",
+    "BackendReg",
+    "Buffer",
+    "BufferType",
+    "BufferUsage",
+    "Device",
+    "DeviceCaps",
+    "DeviceProps",
+    "DeviceType",
+    "Event",
+    "PluginInfo",
+    "Registry",
+    "get_registry",
+    "hookimpl",
+    "hookspec",
+    "reset_registry",
+]

@@ -1,0 +1,48 @@
+"""The plugin author's whole API: four pluggy hooks in the entry-point group ``ggml.backends``.
+
+A plugin is a module (named by its entry point) with ``@hookimpl`` functions. Only ``ggml_api_version`` and
+``ggml_register_backends`` are required. Hooks receive a ``register`` callback rather than returning lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ggml_core.backend.interfaces import BackendReg, BufferType, Device
+
+__all__ = ["ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec"]
+
+PROJECT_NAME = "ggml"
+ENTRY_POINT_GROUP = "ggml.backends"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def ggml_api_version() -> int:  # type: ignore[empty-body]
+    """Return the ggml-core plugin API version this plugin was written for (``ggml_core.API_VERSION``)."""
+
+
+@hookspec
+def ggml_score() -> int:  # type: ignore[empty-body]
+    """Optional: how well this plugin fits this machine; 0 means it cannot run here and is skipped."""
+
+
+@hookspec
+def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+    """Register each backend registry (device family) this plugin provides: ``register(reg)``."""
+
+
+@hookspec
+def ggml_register_devices(reg: BackendReg, register: Callable[[Device], None]) -> None:
+    """Optional: add devices to any registry, yours or another plugin's (e.g. remote endpoints)."""
+
+
+@hookspec
+def ggml_register_buffer_types(device: Device, register: Callable[[BufferType], None]) -> None:
+    """Optional: offer extra buffer types for any device (pinned host memory, repacked weights...)."""

@@ -1,0 +1,563 @@
+"""The ggml backend object model: BackendReg → Device → BufferType → Buffer → tensor, plus Backend and Event.
+
+A plugin subclasses these. Each class has a few *required* hooks (``_alloc``, ``_write``, ``_read``,
+``graph_compute_async``, ...) that raise ``NotImplementedError("need …")`` until implemented, and optional ones
+with working defaults. Public methods do the argument and bounds checking once, here, so that no plugin can be
+asked to read or write outside a buffer.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from abc import ABC
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from ggml_core._errors import AllocationError, OutOfBoundsError, TensorError
+
+if TYPE_CHECKING:
+    from ggml_core._graph import Graph
+    from ggml_core._tensor import Tensor
+
+__all__ = [
+    "API_VERSION",
+    "Backend",
+    "BackendReg",
+    "Buffer",
+    "BufferType",
+    "BufferUsage",
+    "Device",
+    "DeviceCaps",
+    "DeviceProps",
+    "DeviceType",
+    "Event",
+]
+
+#: the plugin API version of this ggml-core; a plugin declaring another one is not loaded
+API_VERSION: Final = 1
+
+#: ggml's SIZE_MAX stand-in for "no limit"
+_NO_LIMIT: Final = 2**63 - 1
+
+
+class DeviceType(enum.IntEnum):
+    """``enum ggml_backend_dev_type``."""
+
+    CPU = 0  #: the host CPU
+    GPU = 1  #: a device with its own memory
+    IGPU = 2  #: a device using host memory
+    ACCEL = 3  #: an accelerator used together with the CPU (BLAS, AMX)
+
+
+class BufferUsage(enum.IntEnum):
+    """``enum ggml_backend_buffer_usage``: what a buffer holds; WEIGHTS steers the scheduler's placement."""
+
+    ANY = 0
+    WEIGHTS = 1
+    COMPUTE = 2
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """``ggml_backend_dev_caps``."""
+
+    #: the backend runs copies and graphs asynchronously (``async`` in ggml)
+    asynchronous: bool = False
+    #: the device offers a pinned host buffer type for faster uploads
+    host_buffer: bool = False
+    #: the device can wrap existing host memory (mmap'd weights) without copying
+    buffer_from_host_ptr: bool = False
+    #: the device supports events for synchronisation between streams
+    events: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceProps:
+    """``ggml_backend_dev_props``: what ``ggml-core devices`` shows."""
+
+    name: str
+    description: str
+    memory_free: int
+    memory_total: int
+    type: DeviceType
+    device_id: str | None
+    caps: DeviceCaps
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ================================================================================================ buffer types
+
+
+class BufferType(ABC):
+    """A kind of memory on a device: alignment, size limits and how to allocate it.
+
+    Required hook: :meth:`_alloc`. Optional: :meth:`alloc_size` (padding), ``max_size``, ``is_host``.
+    """
+
+    def __init__(
+        self, name: str, device: Device | None, *, alignment: int = 32, max_size: int = _NO_LIMIT, is_host: bool = False
+    ) -> None:
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"buffer type {name!r}: alignment must be a power of two, got {alignment}")
+        self.name = name
+        self.device = device
+        self.alignment = alignment
+        self.max_size = max_size
+        self.is_host = is_host
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def alloc_size(self, tensor: Tensor) -> int:
+        """Bytes to reserve for ``tensor`` (at least ``tensor.nbytes``; override to add padding)."""
+        return tensor.nbytes
+
+    def alloc_buffer(self, size: int) -> Buffer:
+        """Allocate a buffer of ``size`` bytes (0 gives an empty buffer)."""
+        if size < 0:
+            raise ValueError(f"buffer type {self.name!r}: negative size {size}")
+        if size > self.max_size:
+            dev = self.device.name if self.device else self.name
+            raise AllocationError(dev, size, reason=f"over the buffer type's maximum of {self.max_size} bytes")
+        return self._alloc(size)
+
+    def _alloc(self, size: int) -> Buffer:
+        raise NotImplementedError("need _alloc")
+
+
+# ================================================================================================ buffers
+
+
+class Buffer(ABC):
+    """A block of device memory of ``size`` bytes; tensors are bound to it at byte offsets.
+
+    Required hooks: :meth:`_write` and :meth:`_read`. Optional: :meth:`_fill`, :meth:`_copy_from`,
+    :meth:`_free`, :meth:`host_array`, :meth:`init_tensor`. Every public method checks bounds first.
+    """
+
+    def __init__(self, buffer_type: BufferType, size: int) -> None:
+        self.buffer_type = buffer_type
+        self.size = size
+        self.usage = BufferUsage.ANY
+        self.freed = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.buffer_type.name!r}, {self.size} bytes, {self.usage.name})"
+
+    @property
+    def name(self) -> str:
+        """The buffer type's name."""
+        return self.buffer_type.name
+
+    @property
+    def is_host(self) -> bool:
+        """True when the memory is host memory with ggml's standard layout."""
+        return self.buffer_type.is_host
+
+    def set_usage(self, usage: BufferUsage) -> None:
+        """Declare what the buffer holds (WEIGHTS guides the scheduler)."""
+        self.usage = BufferUsage(usage)
+
+    # ---- required hooks -------------------------------------------------------------------------------------
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        raise NotImplementedError("need _write")
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        raise NotImplementedError("need _read")
+
+    # ---- optional hooks -------------------------------------------------------------------------------------
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        """Set ``size`` bytes to ``value`` (default: one write of a filled block)."""
+        self._write(offset, memoryview(bytes([value]) * size))
+
+    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
+        """Copy from another buffer directly; return False when this pair is not supported (a staged copy follows)."""
+        return False
+
+    def _free(self) -> None:
+        """Release the memory (default: nothing to do, garbage collection frees it)."""
+
+    def host_array(self) -> np.ndarray | None:
+        """The whole buffer as a writable uint8 numpy array, for host buffers; None otherwise."""
+        return None
+
+    def init_tensor(self, tensor: Tensor) -> None:
+        """Called when a tensor is bound to this buffer (ggml's ``init_tensor``; e.g. to set ``tensor.extra``)."""
+
+    # ---- public, checked --------------------------------------------------------------------------------------
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise TensorError(self.name, "buffer was freed")
+
+    def _span(self, what: str, offset: int, size: int) -> None:
+        self._check_live()
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise OutOfBoundsError(f"buffer {self.name}", offset, size, self.size)
+
+    def _tensor_span(self, t: Tensor, offset: int, size: int) -> int:
+        if t.buffer is not self or t.data_offset is None:
+            raise TensorError(t, f"is not allocated in this {self.name} buffer")
+        if offset < 0 or size < 0 or offset + size > t.nbytes:
+            raise OutOfBoundsError(f"tensor {t.describe()}", offset, size, t.nbytes)
+        start = t.data_offset + offset
+        self._span(f"tensor {t.describe()}", start, size)
+        return start
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write raw bytes at a buffer offset (bounds-checked)."""
+        mv = memoryview(data).cast("B")
+        self._span("write", offset, mv.nbytes)
+        if mv.nbytes:
+            self._write(offset, mv)
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Read raw bytes at a buffer offset (bounds-checked)."""
+        self._span("read", offset, size)
+        out = bytearray(size)
+        if size:
+            self._read(offset, memoryview(out))
+        return bytes(out)
+
+    def set_tensor(self, t: Tensor, data: memoryview, offset: int = 0) -> None:
+        """``ggml_backend_tensor_set``: write ``data`` at byte ``offset`` of tensor ``t``."""
+        mv = memoryview(data).cast("B")
+        start = self._tensor_span(t, offset, mv.nbytes)
+        if mv.nbytes:
+            self._write(start, mv)
+
+    def get_tensor(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
+        """``ggml_backend_tensor_get``: fill ``out`` from byte ``offset`` of tensor ``t``."""
+        mv = memoryview(out).cast("B")
+        start = self._tensor_span(t, offset, mv.nbytes)
+        if mv.nbytes:
+            self._read(start, mv)
+
+    def memset_tensor(self, t: Tensor, value: int, offset: int = 0, size: int | None = None) -> None:
+        """``ggml_backend_tensor_memset``: set bytes of ``t`` to ``value``."""
+        if size is None:
+            size = t.nbytes - offset
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value must be a byte, got {value}")
+        start = self._tensor_span(t, offset, size)
+        if size:
+            self._fill(start, size, value)
+
+    def cpy_tensor(self, src: Tensor, dst: Tensor) -> bool:
+        """Copy ``src`` (any buffer) into ``dst`` (this buffer) directly if this pair supports it."""
+        if src.buffer is None or src.data_offset is None:
+            raise TensorError(src, "source is not allocated")
+        n = src.nbytes
+        if n != dst.nbytes:
+            raise TensorError(dst, f"copy needs equal sizes: source has {n} bytes, destination {dst.nbytes}")
+        start = self._tensor_span(dst, 0, n)
+        src.buffer._tensor_span(src, 0, n)
+        return bool(n == 0 or self._copy_from(src.buffer, src.data_offset, start, n))
+
+    def clear(self, value: int = 0) -> None:
+        """Set every byte of the buffer to ``value``."""
+        self._span("clear", 0, self.size)
+        if self.size:
+            self._fill(0, self.size, value)
+
+    def free(self) -> None:
+        """Release the memory; later access raises."""
+        if not self.freed:
+            self._free()
+            self.freed = True
+
+    def alloc_tensor(self, t: Tensor, offset: int) -> None:
+        """``ggml_backend_tensor_alloc``: bind ``t`` at ``offset`` (checks alignment-free bounds and re-binding)."""
+        self._check_live()
+        if t.view_src is not None:
+            raise TensorError(t, "is a view; bind its source instead (views follow their source)")
+        if t.buffer is not None and t.buffer is not self:
+            raise TensorError(t, f"is already allocated in a {t.buffer.name} buffer")
+        need = self.buffer_type.alloc_size(t)
+        if offset < 0 or offset + need > self.size:
+            raise OutOfBoundsError(f"binding tensor {t.describe()}", offset, need, self.size)
+        t.buffer = self
+        t.data_offset = offset
+        self.init_tensor(t)
+
+    @staticmethod
+    def view_init(t: Tensor) -> None:
+        """``ggml_backend_view_init``: bind a view to its source's memory."""
+        src = t.view_src
+        if src is None or src.buffer is None or src.data_offset is None:
+            raise TensorError(t, "view source has no memory yet")
+        t.buffer = src.buffer
+        t.data_offset = src.data_offset + t.view_offs
+        src.buffer.init_tensor(t)
+
+
+# ================================================================================================ events
+
+
+class Event(ABC):
+    """A point in a backend's stream (``ggml_backend_event``): record it, wait on it from another stream or host."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+
+    def record(self, backend: Backend) -> None:
+        """Mark the current end of ``backend``'s stream."""
+        raise NotImplementedError("need record")
+
+    def synchronize(self) -> None:
+        """Block the host until the recorded work is done."""
+        raise NotImplementedError("need synchronize")
+
+    def wait(self, backend: Backend) -> None:
+        """Make ``backend``'s stream wait for the recorded work (default: host wait)."""
+        self.synchronize()
+
+
+# ================================================================================================ backends
+
+
+class Backend(ABC):
+    """A stream of work on one device: tensor copies and graph computes, possibly asynchronous.
+
+    Required hook: :meth:`graph_compute_async`. Asynchronous backends also override the ``*_async`` copies and
+    :meth:`synchronize`; the defaults are synchronous.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.abort_callback: Callable[[], bool] | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    @property
+    def name(self) -> str:
+        """The device's name."""
+        return self.device.name
+
+    @property
+    def default_buffer_type(self) -> BufferType:
+        """The device's buffer type."""
+        return self.device.buffer_type()
+
+    def alloc_buffer(self, size: int) -> Buffer:
+        """Allocate from the default buffer type."""
+        return self.default_buffer_type.alloc_buffer(size)
+
+    # ---- copies (synchronous defaults) --------------------------------------------------------------------
+
+    def set_tensor_async(self, t: Tensor, data: memoryview | bytes, offset: int = 0) -> None:
+        """Queue a host-to-tensor copy; ``data`` must stay unchanged until :meth:`synchronize`."""
+        _buffer_of(t).set_tensor(t, memoryview(data), offset)
+
+    def get_tensor_async(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
+        """Queue a tensor-to-host copy into ``out``; valid after :meth:`synchronize`."""
+        _buffer_of(t).get_tensor(t, out, offset)
+
+    def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
+        """Queue a copy from ``src`` (on ``src_backend``) to ``dst`` (on this backend); False if unsupported."""
+        return False
+
+    def synchronize(self) -> None:
+        """Wait for every queued operation of this stream."""
+
+    # ---- compute --------------------------------------------------------------------------------------------
+
+    def graph_compute(self, graph: Graph) -> None:
+        """Compute every node of ``graph`` and wait for it."""
+        self.graph_compute_async(graph)
+        self.synchronize()
+
+    def graph_compute_async(self, graph: Graph) -> None:
+        """Queue the computation of every node of ``graph`` (view ops are no-ops)."""
+        raise NotImplementedError("need graph_compute_async")
+
+    def graph_optimize(self, graph: Graph) -> None:
+        """Optional: reorder or fuse nodes of one split before it is allocated (``graph_optimize``)."""
+
+    # ---- events ---------------------------------------------------------------------------------------------
+
+    def event_record(self, event: Event) -> None:
+        """Record ``event`` at the current end of this stream."""
+        event.record(self)
+
+    def event_wait(self, event: Event) -> None:
+        """Make this stream wait for ``event``."""
+        event.wait(self)
+
+    # ---- device forwarding (deprecated in ggml, kept for convenience) ----------------------------------------
+
+    def supports_op(self, op: Tensor) -> bool:
+        """Forwarded to the device."""
+        return self.device.supports_op(op)
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """Forwarded to the device."""
+        return self.device.supports_buft(buft)
+
+    def offload_op(self, op: Tensor) -> bool:
+        """Forwarded to the device."""
+        return self.device.offload_op(op)
+
+    def set_n_threads(self, n_threads: int) -> None:
+        """Set the number of worker threads, where the backend has any (default: ignored)."""
+
+    def free(self) -> None:
+        """Release the stream's resources."""
+
+
+def _buffer_of(t: Tensor) -> Buffer:
+    if t.buffer is None:
+        raise TensorError(t, "has no memory; allocate it first")
+    return t.buffer
+
+
+# ================================================================================================ devices
+
+
+class Device(ABC):
+    """One device (``ggml_backend_dev``): its properties, memory, buffer types and the backends it creates.
+
+    Required hooks: :meth:`buffer_type`, :meth:`init_backend`, :meth:`supports_op`, :meth:`memory`.
+    """
+
+    #: device kind
+    type: DeviceType = DeviceType.GPU
+    #: capabilities
+    caps: DeviceCaps = DeviceCaps()
+
+    def __init__(self, name: str, description: str = "", *, device_id: str | None = None) -> None:
+        self.name = name
+        self.description = description or name
+        self.device_id = device_id
+        #: the registry that owns this device (set on registration)
+        self.reg: BackendReg | None = None
+        #: buffer types other plugins contributed to this device (``ggml_backend_dev_get_extra_bufts``)
+        self.extra_buffer_types: list[BufferType] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes."""
+        raise NotImplementedError("need memory")
+
+    def props(self) -> DeviceProps:
+        """Everything ``ggml-core devices`` shows about this device."""
+        free, total = self.memory()
+        return DeviceProps(self.name, self.description, free, total, self.type, self.device_id, self.caps)
+
+    def buffer_type(self) -> BufferType:
+        """The device's own memory."""
+        raise NotImplementedError("need buffer_type")
+
+    def host_buffer_type(self) -> BufferType | None:
+        """A pinned host buffer type for fast uploads, or None."""
+        return None
+
+    def buffer_from_host_ptr(self, memory: np.ndarray | memoryview, max_tensor_size: int) -> Buffer | None:
+        """Wrap existing host memory (e.g. an mmap'd GGUF) as a buffer without copying; None if unsupported."""
+        return None
+
+    def init_backend(self, params: str | None = None) -> Backend:
+        """A new stream on this device."""
+        raise NotImplementedError("need init_backend")
+
+    def supports_op(self, op: Tensor) -> bool:
+        """True when this device computes ``op`` (with its operands' types and layouts) correctly."""
+        raise NotImplementedError("need supports_op")
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """True when this device's backends can use memory of ``buft`` directly."""
+        return buft is self.buffer_type() or buft in self.extra_buffer_types or buft.device is self
+
+    def offload_op(self, op: Tensor) -> bool:
+        """True when it pays to run ``op`` here even though its weights live in host memory (large batches)."""
+        return False
+
+    def event_new(self) -> Event | None:
+        """A new event, or None when the device has none."""
+        return None
+
+    def all_buffer_types(self) -> list[BufferType]:
+        """The device's buffer type, its host buffer type if any, then extra buffer types."""
+        out = [self.buffer_type()]
+        host = self.host_buffer_type()
+        if host is not None:
+            out.append(host)
+        out.extend(self.extra_buffer_types)
+        return out
+
+
+# ================================================================================================ registries
+
+
+class BackendReg:
+    """A family of devices from one plugin (``ggml_backend_reg``), e.g. "CUDA" with CUDA0, CUDA1.
+
+    Subclass and override :meth:`enumerate_devices` (called once, lazily), or pass ``devices``. A registry that
+    finds no usable hardware sets :attr:`unavailable_reason` so that users see why it has no devices.
+    """
+
+    api_version: int = API_VERSION
+
+    def __init__(
+        self,
+        name: str,
+        devices: Sequence[Device] | None = None,
+        *,
+        description: str = "",
+        priority: int = 0,
+    ) -> None:
+        self.name = name
+        self.description = description
+        #: tie-breaker between registries of the same device type (higher first)
+        self.priority = priority
+        #: why this registry offers no devices (no driver, no platform...), or None
+        self.unavailable_reason: str | None = None
+        #: the plugin that registered it (set by the registry)
+        self.plugin: str | None = None
+        self._devices: list[Device] | None = list(devices) if devices is not None else None
+        for d in self._devices or ():
+            d.reg = self
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def enumerate_devices(self) -> Sequence[Device]:
+        """Find the devices (called once; may raise: the registry records the error)."""
+        raise NotImplementedError("need enumerate_devices")
+
+    @property
+    def devices(self) -> list[Device]:
+        """The devices, enumerated on first use."""
+        with self._lock:
+            if self._devices is None:
+                self._devices = list(self.enumerate_devices())
+                for d in self._devices:
+                    d.reg = self
+            return list(self._devices)
+
+    def add_device(self, device: Device) -> None:
+        """Add a device (used by the ``ggml_register_devices`` hook)."""
+        with self._lock:
+            if self._devices is None:
+                self._devices = []
+            device.reg = self
+            self._devices.append(device)
+
+    def get_proc_address(self, name: str) -> Callable[..., Any] | None:
+        """An optional extra function by name (ggml's ``get_proc_address``), e.g. ``"set_n_threads"``."""
+        fn = getattr(self, name, None)
+        return fn if callable(fn) else None
+
+    def features(self) -> dict[str, str]:
+        """Build features to show (``ggml_backend_get_features``), e.g. {"BLAS": "OpenBLAS"}."""
+        return {}

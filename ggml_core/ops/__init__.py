@@ -1,0 +1,42 @@
+"""ggml's ops: the op enums (ggml numbering) and one builder per op, grouped by family.
+
+Builders check shapes and types as ggml's ``ggml_*`` constructors do and raise :class:`ggml_core.OpError` naming
+the op and operands. The result lives in the first operand's context. Families:
+
+- :mod:`.elementwise`: binary with broadcasting, unary math, UNARY sub-ops, SCALE, CLAMP, GLU
+- :mod:`.matmul`: MUL_MAT, MUL_MAT_ID, OUT_PROD
+- :mod:`.norm`: NORM, RMS_NORM, L2_NORM, GROUP_NORM
+- :mod:`.attention`: SOFT_MAX, ROPE, FLASH_ATTN_EXT, DIAG_MASK_*
+- :mod:`.movement`: views, reshape, permute, cont, cpy, get_rows, set_rows
+"""
+
+from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, PoolOp, Prec, ScaleMode, SortOrder, TriType, UnaryOp
+from ggml_core.ops.attention import *  # noqa: F403
+from ggml_core.ops.attention import __all__ as _attention_all
+from ggml_core.ops.elementwise import *  # noqa: F403
+from ggml_core.ops.elementwise import __all__ as _elementwise_all
+from ggml_core.ops.matmul import *  # noqa: F403
+from ggml_core.ops.matmul import __all__ as _matmul_all
+from ggml_core.ops.movement import *  # noqa: F403
+from ggml_core.ops.movement import __all__ as _movement_all
+from ggml_core.ops.norm import *  # noqa: F403
+from ggml_core.ops.norm import __all__ as _norm_all
+
+__all__ = sorted(
+    [
+        "VIEW_OPS",
+        "GGMLOp",
+        "GluOp",
+        "PoolOp",
+        "Prec",
+        "ScaleMode",
+        "SortOrder",
+        "TriType",
+        "UnaryOp",
+        *_attention_all,
+        *_elementwise_all,
+        *_matmul_all,
+        *_movement_all,
+        *_norm_all,
+    ]
+)

@@ -1,0 +1,138 @@
+"""Kernel plumbing: the kernel table, numpy views of tensors in host memory, type conversions.
+
+A kernel is a *binder*: ``bind(node) -> thunk``. Binding resolves every operand to a numpy view once; the thunk
+does the arithmetic. The backend caches thunks per graph, so replaying a graph costs one call per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+from ggml_core.quants import dequantize, quantize
+
+__all__ = [
+    "FLOAT_TYPES",
+    "Binder",
+    "Thunk",
+    "arr",
+    "bind",
+    "f32",
+    "kernel",
+    "register",
+    "store",
+    "supports",
+]
+
+Thunk = Callable[[], None]
+Binder = Callable[[Tensor], Thunk]
+Supports = Callable[[Tensor], bool]
+
+FLOAT_TYPES: Final = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16})
+
+_BINDERS: dict[GGMLOp, Binder] = {}
+_SUPPORTS: dict[GGMLOp, Supports] = {}
+
+
+def register(op: GGMLOp, binder: Binder, supports: Supports) -> None:
+    """Add a kernel for ``op`` with its support predicate."""
+    _BINDERS[op] = binder
+    _SUPPORTS[op] = supports
+
+
+def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
+    """Decorator form of :func:`register` for one binder serving several ops."""
+
+    def deco(fn: Binder) -> Binder:
+        for op in ops:
+            register(op, fn, supports)
+        return fn
+
+    return deco
+
+
+def supports(node: Tensor) -> bool:
+    """True when a kernel exists for ``node``'s op and accepts its types and layouts."""
+    if node.op in (GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE):
+        return True
+    pred = _SUPPORTS.get(node.op)
+    if pred is None:
+        return False
+    try:
+        return bool(pred(node))
+    except Exception:  # a predicate must never take the host down; unknown means unsupported
+        return False
+
+
+def bind(node: Tensor) -> Thunk:
+    """The thunk computing ``node`` (raises ``NotImplementedError`` naming the op when there is no kernel)."""
+    binder = _BINDERS.get(node.op)
+    if binder is None:
+        raise NotImplementedError(f"the CPU plugin has no kernel for {node.op_desc}")
+    return binder(node)
+
+
+# ------------------------------------------------------------------------------------------------ views
+
+
+def _host(t: Tensor) -> np.ndarray:
+    buf = t.buffer
+    if buf is None or t.data_offset is None:
+        raise TensorError(t, "has no memory; allocate the graph before computing it")
+    host = buf.host_array()
+    if host is None:
+        raise TensorError(t, f"lives in {buf.name} memory, which the CPU cannot read directly")
+    return host
+
+
+def arr(t: Tensor) -> np.ndarray:
+    """A zero-copy strided view of ``t`` with numpy shape ``(ne3, ne2, ne1, ne0)``.
+
+    F32/F16/I* come back in their dtype, BF16 as uint16 bits, quantized types as rows of bytes
+    ``(ne3, ne2, ne1, row_size)``.
+    """
+    host = _host(t)
+    off = t.data_offset
+    assert off is not None
+    if t.type.is_quantized:
+        shape: tuple[int, ...] = (t.ne[3], t.ne[2], t.ne[1], t.row_size)
+        strides: tuple[int, ...] = (t.nb[3], t.nb[2], t.nb[1], 1)
+        dt = np.dtype(np.uint8)
+    else:
+        dt = t.type.np_dtype
+        assert dt is not None
+        shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+        strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
+    if t.nelements == 0:
+        return np.zeros(shape, dtype=dt)
+    return np.ndarray(shape, dtype=dt, buffer=host, offset=off, strides=strides)
+
+
+def f32(t: Tensor) -> np.ndarray:
+    """``t``'s values as float32 (a view for F32, a converted copy otherwise), numpy shape."""
+    a = arr(t)
+    tt = t.type
+    if tt == GGMLType.F32:
+        return a
+    if tt == GGMLType.BF16:
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    if tt.is_quantized:
+        return dequantize(np.ascontiguousarray(a), tt)
+    return a.astype(np.float32)
+
+
+def store(t: Tensor, values: np.ndarray) -> None:
+    """Write float values (broadcastable to t's numpy shape) into ``t`` converting to its type as ggml does."""
+    dst = arr(t)
+    tt = t.type
+    if tt in (GGMLType.F32, GGMLType.F16, GGMLType.F64) or not (tt.is_quantized or tt == GGMLType.BF16):
+        np.copyto(dst, values, casting="unsafe")
+        return
+    v = np.broadcast_to(np.asarray(values, dtype=np.float32), (t.ne[3], t.ne[2], t.ne[1], t.ne[0]))
+    np.copyto(dst, quantize(np.ascontiguousarray(v), tt).reshape(dst.shape) if tt.is_quantized else _bf16(v))
+
+
+def _bf16(v: np.ndarray) -> np.ndarray:
+    return quantize(np.ascontiguousarray(v, dtype=np.float32), GGMLType.BF16).view(np.uint16).reshape(v.shape)

@@ -1,0 +1,291 @@
+"""The CPU backend plugin: checks → buffers → backend → device → registration.
+
+Host memory is numpy: a buffer is one aligned ``uint8`` array, tensors are strided views of it. The backend
+binds every graph node to its numpy kernel once per graph (see :mod:`ggml_cpu.kernels`) and replays the bound
+thunks on later computes of the same, identically allocated graph.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+from ggml_core import (
+    API_VERSION,
+    Backend,
+    BackendReg,
+    Buffer,
+    BufferType,
+    ComputeError,
+    Device,
+    DeviceCaps,
+    DeviceType,
+    GGMLOp,
+    Graph,
+    Tensor,
+    TensorError,
+    TensorFlag,
+    hookimpl,
+)
+
+from ggml_cpu import kernels
+
+__all__ = ["CPUBackend", "CPUBuffer", "CPUBufferType", "CPUDevice", "CPUReg", "cpu_reg"]
+
+#: ggml's CPU buffers align to 32 bytes (TENSOR_ALIGNMENT); 64 keeps rows on cache lines
+ALIGNMENT: Final = 64
+
+
+# ================================================================================================ checks
+
+
+def _host_memory() -> tuple[int, int]:
+    """(available, total) bytes of RAM, from /proc/meminfo where present."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.count(":") == 1}
+        return info.get("MemAvailable", info.get("MemFree", 0)), info.get("MemTotal", 0)
+    except (OSError, ValueError, IndexError):
+        pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+        size = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+        return pages * size, pages * size
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+# ================================================================================================ buffers
+
+
+class CPUBuffer(Buffer):
+    """Host memory as one numpy ``uint8`` array (owned, or wrapping caller memory such as an mmap)."""
+
+    def __init__(self, buffer_type: BufferType, mem: np.ndarray) -> None:
+        super().__init__(buffer_type, int(mem.size))
+        self.mem = mem
+
+    def _writable(self) -> np.ndarray:
+        if not self.mem.flags.writeable:
+            raise TensorError(self.name, "this buffer wraps read-only memory (a file mapped read-only)")
+        return self.mem
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        self._writable()[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        self._writable()[offset : offset + size] = value
+
+    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
+        host = src.host_array()
+        if host is None:
+            return False
+        self._writable()[dst_offset : dst_offset + size] = host[src_offset : src_offset + size]
+        return True
+
+    def _free(self) -> None:
+        self.mem = np.zeros(0, np.uint8)
+
+    def host_array(self) -> np.ndarray:
+        """The whole buffer as a uint8 array (writable unless it wraps read-only memory)."""
+        return self.mem
+
+
+def _aligned_bytes(size: int, alignment: int) -> np.ndarray:
+    raw = np.zeros(size + alignment, dtype=np.uint8)
+    shift = (-raw.ctypes.data) % alignment
+    return raw[shift : shift + size]
+
+
+class CPUBufferType(BufferType):
+    """``CPU``: aligned host memory."""
+
+    def _alloc(self, size: int) -> Buffer:
+        try:
+            mem = _aligned_bytes(size, self.alignment)
+        except MemoryError as exc:
+            from ggml_core import AllocationError
+
+            raise AllocationError("CPU", size, _host_memory()[0], "out of host memory") from exc
+        return CPUBuffer(self, mem)
+
+
+class CPUMappedBufferType(BufferType):
+    """``CPU_Mapped``: caller-owned host memory (e.g. an mmap'd GGUF), wrapped without copying."""
+
+    def _alloc(self, size: int) -> Buffer:
+        raise NotImplementedError("CPU_Mapped buffers come from Device.buffer_from_host_ptr, not alloc_buffer")
+
+
+# ================================================================================================ backend
+
+
+class CPUBackend(Backend):
+    """Runs graphs with numpy, synchronously. Bound kernels are cached per graph and allocation."""
+
+    def __init__(self, device: CPUDevice) -> None:
+        super().__init__(device)
+        self.n_threads = os.cpu_count() or 1
+        self._plans: dict[int, tuple[tuple[object, ...], list[tuple[Tensor, Callable[[], None]]]]] = {}
+
+    def set_n_threads(self, n_threads: int) -> None:
+        """Threads for BLAS and the plugin's own kernels."""
+        if n_threads <= 0:
+            raise ValueError(f"CPU: n_threads must be positive, got {n_threads}")
+        self.n_threads = n_threads
+
+    @staticmethod
+    def _signature(graph: Graph) -> tuple[object, ...]:
+        # a plan stays valid while every node keeps its op, type, shape and memory
+        return tuple(
+            (t.id, t.op, t.ne, t.nb, id(t.buffer), t.data_offset, *(s.id if s is not None else 0 for s in t.src[:4]))
+            for t in graph.nodes
+        )
+
+    def _plan(self, graph: Graph) -> list[tuple[Tensor, Callable[[], None]]]:
+        sig = self._signature(graph)
+        cached = self._plans.get(graph.uid)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        steps = []
+        for node in graph.nodes:
+            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty:
+                continue
+            if not node.flags & TensorFlag.COMPUTE:
+                continue
+            try:
+                steps.append((node, kernels.bind(node)))
+            except NotImplementedError as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+            except TensorError as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+        if len(self._plans) > 64:
+            self._plans.clear()
+        self._plans[graph.uid] = (sig, steps)
+        return steps
+
+    def graph_compute_async(self, graph: Graph) -> None:
+        """Compute every node in order (synchronous: the work is done when this returns)."""
+        for node, thunk in self._plan(graph):
+            if self.abort_callback is not None and self.abort_callback():
+                raise ComputeError(node, self.name, "aborted by the abort callback")
+            try:
+                thunk()
+            except ComputeError:
+                raise
+            except Exception as exc:
+                raise ComputeError(node, self.name, f"{type(exc).__name__}: {exc}") from exc
+
+
+# ================================================================================================ device
+
+
+class CPUDevice(Device):
+    """The host CPU."""
+
+    type = DeviceType.CPU
+    caps = DeviceCaps(asynchronous=False, host_buffer=False, buffer_from_host_ptr=True, events=False)
+
+    def __init__(self) -> None:
+        super().__init__("CPU", _cpu_name())
+        self._buft = CPUBufferType("CPU", self, alignment=ALIGNMENT, is_host=True)
+        self._mapped = CPUMappedBufferType("CPU_Mapped", self, alignment=ALIGNMENT, is_host=True)
+
+    def memory(self) -> tuple[int, int]:
+        """Available and total RAM."""
+        return _host_memory()
+
+    def buffer_type(self) -> BufferType:
+        """Aligned host memory."""
+        return self._buft
+
+    def buffer_from_host_ptr(self, memory: np.ndarray | memoryview, max_tensor_size: int = 0) -> Buffer:
+        """Wrap host memory (an mmap, a numpy array) as a buffer without copying."""
+        arr = np.frombuffer(memory, dtype=np.uint8) if isinstance(memory, memoryview) else memory
+        if arr.dtype != np.uint8 or arr.ndim != 1:
+            arr = arr.reshape(-1).view(np.uint8)
+        return CPUBuffer(self._mapped, arr)
+
+    def init_backend(self, params: str | None = None) -> Backend:
+        """A new CPU stream; ``params`` may be ``"n_threads=N"``."""
+        backend = CPUBackend(self)
+        if params:
+            for item in params.split(","):
+                key, _, value = item.partition("=")
+                if key.strip() == "n_threads":
+                    backend.set_n_threads(int(value))
+        return backend
+
+    def supports_op(self, op: Tensor) -> bool:
+        """Every op with a numpy kernel, on host-readable operands."""
+        return kernels.supports(op)
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """Any host buffer type."""
+        return buft.is_host
+
+
+# ================================================================================================ registration
+
+
+class CPUReg(BackendReg):
+    """The ``CPU`` backend registry: one device."""
+
+    def __init__(self) -> None:
+        super().__init__("CPU", description="numpy on the host CPU", priority=0)
+
+    def enumerate_devices(self) -> list[Device]:
+        """The single CPU device."""
+        return [CPUDevice()]
+
+    def set_n_threads(self, backend: Backend, n_threads: int) -> None:
+        """ggml's ``ggml_backend_set_n_threads`` proc address."""
+        backend.set_n_threads(n_threads)
+
+    def features(self) -> dict[str, str]:
+        """numpy version and the BLAS it uses."""
+        out = {"numpy": np.__version__}
+        try:
+            cfg = np.show_config(mode="dicts")
+            blas = cfg.get("Build Dependencies", {}).get("blas", {})  # type: ignore[union-attr]
+            if blas:
+                out["BLAS"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+        except Exception:  # noqa: BLE001 - informative only
+            pass
+        return out
+
+
+_REG: CPUReg | None = None
+
+
+def cpu_reg() -> CPUReg:
+    """The process-wide CPU registry (one per process, like ggml's)."""
+    global _REG
+    if _REG is None:
+        _REG = CPUReg()
+    return _REG
+
+
+@hookimpl
+def ggml_api_version() -> int:
+    """This plugin speaks the current plugin API."""
+    return API_VERSION
+
+
+@hookimpl
+def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+    """Register the CPU registry."""
+    register(cpu_reg())
