@@ -85,9 +85,7 @@ class Context:
         t = Tensor(self, a.type, a.ne, nb=a.nb, view_src=a, view_offs=0, name=f"{a.name} (view)")
         return self._add(t)
 
-    def new_view(
-        self, a: Tensor, ne: Sequence[int], nb: Sequence[int] | None, offset: int, name: str = ""
-    ) -> Tensor:
+    def new_view(self, a: Tensor, ne: Sequence[int], nb: Sequence[int] | None, offset: int, name: str = "") -> Tensor:
         """A view of ``a`` with the given shape, strides and byte offset (bounds-checked against a's source)."""
         if nb is None:
             t = Tensor(self, a.type, ne, view_src=a, view_offs=offset, name=name)

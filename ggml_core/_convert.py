@@ -35,7 +35,7 @@ def to_bytes(array: np.ndarray, t: Tensor) -> np.ndarray:
     dt = tt.np_dtype
     assert dt is not None
     if np.issubdtype(dt, np.integer) and np.issubdtype(flat.dtype, np.floating):
-        raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor without rounding; cast first")
+        raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor without rounding; cast it")
     return np.ascontiguousarray(flat, dtype=dt).view(np.uint8).reshape(-1)
 
 

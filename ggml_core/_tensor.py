@@ -50,6 +50,7 @@ class Tensor:
 
     __slots__ = (
         "__weakref__",
+        "_name",
         "buffer",
         "ctx",
         "data_offset",
@@ -64,7 +65,6 @@ class Tensor:
         "type",
         "view_offs",
         "view_src",
-        "_name",
     )
 
     #: owning context
@@ -382,8 +382,9 @@ class Tensor:
     def set_bytes(self, data: bytes | bytearray | memoryview | np.ndarray, offset: int = 0) -> None:
         """Copy raw bytes into the tensor's memory at byte ``offset`` (``ggml_backend_tensor_set``)."""
         buf = self._require_allocated()
-        mv = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
-        buf.set_tensor(self, mv, offset)
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+        buf.set_tensor(self, memoryview(data).cast("B"), offset)
 
     def get_bytes(self, offset: int = 0, size: int | None = None) -> bytes:
         """Read raw bytes of the tensor's memory (``ggml_backend_tensor_get``)."""

@@ -8,7 +8,7 @@ from typing import Final
 
 import numpy as np
 
-__all__ = ["GGMLType", "TypeTraits", "QK_K", "type_traits", "as_type", "row_size"]
+__all__ = ["QK_K", "GGMLType", "TypeTraits", "as_type", "row_size", "type_traits"]
 
 #: elements per super-block of the K-quants
 QK_K: Final = 256
@@ -92,7 +92,8 @@ class TypeTraits:
 
 
 def _t(t: GGMLType, blck: int, size: int, dtype: str | None = None) -> TypeTraits:
-    return TypeTraits(t, t.name.lower().replace("_k", "_K"), blck, size, dtype is None, None if dtype is None else np.dtype(dtype))
+    name = t.name.lower().replace("_k", "_K")  # ggml's type names: "q4_K", "iq2_xxs"
+    return TypeTraits(t, name, blck, size, dtype is None, None if dtype is None else np.dtype(dtype))
 
 
 _TRAITS: Final[dict[GGMLType, TypeTraits]] = {

@@ -89,7 +89,7 @@ def alloc_ctx_tensors(ctx: Context | Iterable[Tensor], target: BufferType | Back
         groups[-1].append(t)
         sizes[-1] += size
     parts: list[Buffer] = []
-    for group, size in zip(groups, sizes):
+    for group, size in zip(groups, sizes, strict=True):
         buf = buft.alloc_buffer(size)
         talloc = TensorAllocator(buf)
         for t in group:

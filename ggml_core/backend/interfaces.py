@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from abc import ABC
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -92,7 +91,7 @@ class DeviceProps:
 # ================================================================================================ buffer types
 
 
-class BufferType(ABC):
+class BufferType:
     """A kind of memory on a device: alignment, size limits and how to allocate it.
 
     Required hook: :meth:`_alloc`. Optional: :meth:`alloc_size` (padding), ``max_size``, ``is_host``.
@@ -132,7 +131,7 @@ class BufferType(ABC):
 # ================================================================================================ buffers
 
 
-class Buffer(ABC):
+class Buffer:
     """A block of device memory of ``size`` bytes; tensors are bound to it at byte offsets.
 
     Required hooks: :meth:`_write` and :meth:`_read`. Optional: :meth:`_fill`, :meth:`_copy_from`,
@@ -300,7 +299,7 @@ class Buffer(ABC):
 # ================================================================================================ events
 
 
-class Event(ABC):
+class Event:
     """A point in a backend's stream (``ggml_backend_event``): record it, wait on it from another stream or host."""
 
     def __init__(self, device: Device) -> None:
@@ -322,7 +321,7 @@ class Event(ABC):
 # ================================================================================================ backends
 
 
-class Backend(ABC):
+class Backend:
     """A stream of work on one device: tensor copies and graph computes, possibly asynchronous.
 
     Required hook: :meth:`graph_compute_async`. Asynchronous backends also override the ``*_async`` copies and
@@ -421,7 +420,7 @@ def _buffer_of(t: Tensor) -> Buffer:
 # ================================================================================================ devices
 
 
-class Device(ABC):
+class Device:
     """One device (``ggml_backend_dev``): its properties, memory, buffer types and the backends it creates.
 
     Required hooks: :meth:`buffer_type`, :meth:`init_backend`, :meth:`supports_op`, :meth:`memory`.

@@ -7,6 +7,7 @@ failures are recorded on the plugin's :class:`PluginInfo` (shown by ``ggml-core 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.metadata as importlib_metadata
 import os
@@ -104,7 +105,7 @@ class Registry:
             self._loaded = True
             try:
                 eps = sorted(self._entry_points(), key=lambda ep: ep.name)
-            except Exception as exc:  # a broken metadata install must not stop the host either
+            except Exception as exc:  # noqa: BLE001 - a broken metadata install must not stop the host either
                 self._fail(PluginInfo("<entry points>"), f"cannot list entry points: {exc!r}", exc)
                 eps = []
             for ep in eps:
@@ -125,7 +126,7 @@ class Registry:
             return
         try:
             module = ep.load()
-        except BaseException as exc:  # noqa: BLE001 - SystemExit at import time must not end the host
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             self._fail(info, f"import failed: {type(exc).__name__}: {exc}", exc)
@@ -148,7 +149,7 @@ class Registry:
     def _register(self, info: PluginInfo, module: object) -> None:
         try:
             self.pm.register(module, name=info.name)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - pluggy validation errors and anything else a plugin triggers
             self._fail(info, f"invalid hook implementation: {exc}", exc)
             return
         info.hooks = [h.name for h in self.pm.get_hookcallers(module) or []]
@@ -194,7 +195,8 @@ class Registry:
                 self._drop(info, module)
                 return
         for reg in new_regs:
-            if self.selection is not None and not self._selected(reg.name, None) and not self._selected(info.name, None):
+            wanted = self._selected(reg.name, None) or self._selected(info.name, None)
+            if self.selection is not None and not wanted:
                 continue
             reg.plugin = info.name
             info.regs.append(reg)
@@ -212,10 +214,8 @@ class Registry:
         return None
 
     def _drop(self, info: PluginInfo, module: object) -> None:
-        try:
+        with contextlib.suppress(Exception):  # best effort; the plugin is already marked failed
             self.pm.unregister(module)
-        except Exception:  # noqa: BLE001 - best effort; the plugin is already marked failed
-            pass
 
     def _call_one(self, info: PluginInfo, hook: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """Call one plugin's implementation of ``hook`` in isolation; (False, None) and a record on failure."""
@@ -225,7 +225,7 @@ class Registry:
                 continue
             try:
                 return True, impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 self._fail(info, f"hook {hook} raised {type(exc).__name__}: {exc}", exc)
@@ -239,7 +239,7 @@ class Registry:
             info = self._plugins.get(impl.plugin_name)
             try:
                 impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 msg = f"hook {hook} raised {type(exc).__name__}: {exc}"
@@ -278,7 +278,7 @@ class Registry:
             info = self._plugins.get(reg.plugin or "")
             try:
                 devs = reg.devices
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 reason = f"device enumeration of {reg.name} failed: {type(exc).__name__}: {exc}"

@@ -51,44 +51,61 @@ def _device_dict(d: Device) -> dict[str, Any]:
     }
 
 
-def check_device(d: Device) -> tuple[bool, str, float]:
-    """Run softmax(x·Wᵀ + b) on ``d`` and compare with numpy; (passed, reason, seconds)."""
+def _check_graphs() -> list[tuple[str, Any]]:
+    """Check graphs from richest to simplest: (description, builder) with builder(ctx) -> (inputs, out, reference)."""
     import ggml_core as g
     from ggml_core import ops
 
-    start = time.perf_counter()
-    try:
-        rng = np.random.default_rng(0)
-        w = rng.uniform(-1, 1, (16, 32)).astype(np.float32)
-        x = rng.uniform(-1, 1, (4, 32)).astype(np.float32)
-        bias = rng.uniform(-1, 1, (16,)).astype(np.float32)
-        ctx = g.Context("check")
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1, 1, (16, 32)).astype(np.float32)
+    x = rng.uniform(-1, 1, (4, 32)).astype(np.float32)
+    bias = rng.uniform(-1, 1, (16,)).astype(np.float32)
+
+    def full(ctx: g.Context) -> tuple[list[tuple[g.Tensor, np.ndarray]], g.Tensor, np.ndarray]:
         tw = ctx.new_tensor_2d("f32", 32, 16, "w")
         tx = ctx.new_tensor_2d("f32", 32, 4, "x")
         tb = ctx.new_tensor_1d("f32", 16, "b")
         out = ops.soft_max(ops.add(ops.mul_mat(tw, tx), tb))
-        graph = g.build_graph(out)
-        unsupported = [n.op_desc for n in graph.nodes if not d.supports_op(n)]
-        if unsupported:
-            return False, f"does not support {', '.join(unsupported)}", time.perf_counter() - start
-        backend = d.init_backend()
-        buf = g.alloc_ctx_tensors(ctx, backend)
-        try:
-            tw.set_data(w)
-            tx.set_data(x)
-            tb.set_data(bias)
-            backend.graph_compute(graph)
-            got = out.to_numpy().reshape(4, 16)
-        finally:
-            buf.free()
-            backend.free()
         logits = x @ w.T + bias
         e = np.exp(logits - logits.max(axis=1, keepdims=True))
-        ref = e / e.sum(axis=1, keepdims=True)
-        err = float(np.abs(got - ref).max())
-        if not np.isfinite(got).all() or err > 1e-4:
-            return False, f"wrong result: max abs error {err:.3g}", time.perf_counter() - start
-        return True, f"max abs error {err:.1e}", time.perf_counter() - start
+        return [(tw, w), (tx, x), (tb, bias)], out, e / e.sum(axis=1, keepdims=True)
+
+    def simple(ctx: g.Context) -> tuple[list[tuple[g.Tensor, np.ndarray]], g.Tensor, np.ndarray]:
+        ta, tb = ctx.new_tensor_2d("f32", 16, 4, "a"), ctx.new_tensor_1d("f32", 16, "b")
+        out = ops.scale(ops.mul(ops.add(ta, tb), tb), 0.5)
+        a = w[:4, :16]
+        return [(ta, a), (tb, bias)], out, (a + bias) * bias * np.float32(0.5)
+
+    return [("mul_mat, add, soft_max", full), ("add, mul, scale", simple)]
+
+
+def check_device(d: Device) -> tuple[bool, str, float]:
+    """Run the richest small check graph ``d`` supports and compare with numpy; (passed, reason, seconds)."""
+    import ggml_core as g
+
+    start = time.perf_counter()
+    try:
+        for desc, build in _check_graphs():
+            ctx = g.Context("check")
+            inputs, out, ref = build(ctx)
+            graph = g.build_graph(out)
+            if not all(d.supports_op(n) for n in graph.nodes):
+                continue
+            backend = d.init_backend()
+            buf = g.alloc_ctx_tensors(ctx, backend)
+            try:
+                for t, v in inputs:
+                    t.set_data(v)
+                backend.graph_compute(graph)
+                got = out.to_numpy().reshape(ref.shape)
+            finally:
+                buf.free()
+                backend.free()
+            err = float(np.abs(got - ref).max())
+            if not np.isfinite(got).all() or err > 1e-4:
+                return False, f"wrong result for {desc}: max abs error {err:.3g}", time.perf_counter() - start
+            return True, f"{desc}: max abs error {err:.1e}", time.perf_counter() - start
+        return False, "supports none of the check graphs' ops (add, mul, scale)", time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001 - a check reports failures, it never crashes
         return False, f"{type(exc).__name__}: {exc}", time.perf_counter() - start
 
@@ -138,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"    check: {'PASS' if ok else 'FAIL'} ({reason}; {secs * 1000:.0f} ms)")
         failed = [p for p in reg.plugins if p.status == "error"]
         if failed:
-            print(f"{len(failed)} plugin(s) failed to load: {', '.join(p.name for p in failed)} (see 'ggml-core plugins')")
+            names = ", ".join(p.name for p in failed)
+            print(f"{len(failed)} plugin(s) failed to load: {names} (see 'ggml-core plugins')")
     return 1 if any(not ok for ok, _, _ in checks.values()) else 0
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Final
 
 import numpy as np
+
 from ggml_core import (
     API_VERSION,
     Backend,
@@ -30,7 +31,6 @@ from ggml_core import (
     TensorFlag,
     hookimpl,
 )
-
 from ggml_cpu import kernels
 
 __all__ = ["CPUBackend", "CPUBuffer", "CPUBufferType", "CPUDevice", "CPUReg", "cpu_reg"]
