@@ -75,7 +75,7 @@ class Graph:
                 if t.id in self._visited:
                     continue
                 self._visited.add(t.id)
-                self.use_counts[t.id] = 0
+                self.use_counts.setdefault(t.id, 0)
             # find the next operand to visit
             while i < len(t.src) and t.src[i] is None:
                 i += 1
