@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +26,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2)) or [c.strip() for c in match.group(2).split(",")]
+            close = difflib.get_close_matches(match.group(1), choices, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"choose from {', '.join(choices)}"
+            message = f"unknown {'command' if self.prog == 'ggml-core' else 'choice'} '{match.group(1)}'; {hint}"
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -38,10 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_options(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
+    """One line naming the unknown arguments, with the closest known option when there is one."""
+    known: list[str] = []
+    for action in parser._actions:  # the subcommand's own options
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            known = [o for a in action.choices[command]._actions for o in a.option_strings]
+    parts = []
+    for arg in extra:
+        close = difflib.get_close_matches(arg.split("=")[0], known, n=1) if arg.startswith("-") else []
+        parts.append(f"'{arg}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"unrecognized arguments: {', '.join(parts)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ggml-core`` script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(_unknown_options(parser, args.command, extra))
     if args.version:
         import ggml_core
 
