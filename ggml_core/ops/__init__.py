@@ -22,21 +22,20 @@ from ggml_core.ops.movement import __all__ as _movement_all
 from ggml_core.ops.norm import *  # noqa: F403
 from ggml_core.ops.norm import __all__ as _norm_all
 
-__all__ = sorted(
-    [
-        "VIEW_OPS",
-        "GGMLOp",
-        "GluOp",
-        "PoolOp",
-        "Prec",
-        "ScaleMode",
-        "SortOrder",
-        "TriType",
-        "UnaryOp",
-        *_attention_all,
-        *_elementwise_all,
-        *_matmul_all,
-        *_movement_all,
-        *_norm_all,
-    ]
-)
+__all__ = [
+    "VIEW_OPS",
+    "GGMLOp",
+    "GluOp",
+    "PoolOp",
+    "Prec",
+    "ScaleMode",
+    "SortOrder",
+    "TriType",
+    "UnaryOp",
+    *_attention_all,
+    *_elementwise_all,
+    *_matmul_all,
+    *_movement_all,
+    *_norm_all,
+]
+__all__.sort()

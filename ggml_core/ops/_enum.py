@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["GGMLOp", "GluOp", "PoolOp", "Prec", "ScaleMode", "SortOrder", "TriType", "UnaryOp", "VIEW_OPS"]
+__all__ = ["VIEW_OPS", "GGMLOp", "GluOp", "PoolOp", "Prec", "ScaleMode", "SortOrder", "TriType", "UnaryOp"]
 
 
 class GGMLOp(enum.IntEnum):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
 from ggml_core.ops._build import check, finish, new_result, same_or_dup
 from ggml_core.ops._enum import GGMLOp, Prec
 
 __all__ = [
+    "ROPE_TYPE_IMROPE",
     "ROPE_TYPE_MROPE",
     "ROPE_TYPE_NEOX",
     "ROPE_TYPE_NORMAL",
@@ -19,6 +22,8 @@ __all__ = [
     "flash_attn_ext_set_prec",
     "rope",
     "rope_ext",
+    "rope_multi",
+    "rope_set_offset",
     "soft_max",
     "soft_max_add_sinks",
     "soft_max_ext",
@@ -28,6 +33,7 @@ ROPE_TYPE_NORMAL = 0
 ROPE_TYPE_NEOX = 2
 ROPE_TYPE_MROPE = 8
 ROPE_TYPE_VISION = 24
+ROPE_TYPE_IMROPE = 40
 
 _FLOATS = (GGMLType.F32, GGMLType.F16)
 
@@ -50,7 +56,6 @@ def soft_max_ext(
     """
     op = "SOFT_MAX"
     check(a.is_contiguous, op, "input must be contiguous", a)
-    check(a.type in _FLOATS, op, f"input must be f32 or f16, got {a.type.traits.name}", a)
     if mask is not None:
         check(mask.type in _FLOATS, op, f"mask must be f32 or f16, got {mask.type.traits.name}", mask)
         check(mask.is_contiguous, op, "mask must be contiguous", mask)
@@ -113,22 +118,88 @@ def rope_ext(
     a ``[head_dim, n_head, n_tokens, ...]``; pos: i32 vector with one position per token (a.ne[2]);
     the first ``n_dims`` of each head rotate (NORMAL: adjacent pairs, NEOX: halves); ``freq_factors``
     (optional f32, ``ne[0] >= n_dims / 2``) divide each pair's frequency.
+    op_params: ``[0, n_dims, mode, 0, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast,
+    beta_slow, sections[4], n_offs]`` (floats bit-cast), as ggml.
     """
+    return _rope_impl(
+        a, pos, freq_factors, n_dims, None, mode, n_ctx_orig,
+        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow), inplace,
+    )
+
+
+def rope_multi(
+    a: Tensor,
+    pos: Tensor,
+    freq_factors: Tensor | None,
+    n_dims: int,
+    sections: tuple[int, int, int, int],
+    mode: int,
+    n_ctx_orig: int,
+    freq_base: float,
+    freq_scale: float,
+    ext_factor: float,
+    attn_factor: float,
+    beta_fast: float,
+    beta_slow: float,
+    inplace: bool = False,
+) -> Tensor:
+    """``ggml_rope_multi``: multi-section RoPE (MROPE/IMROPE/VISION) with 4 positions per token."""
+    return _rope_impl(
+        a, pos, freq_factors, n_dims, sections, mode, n_ctx_orig,
+        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow), inplace,
+    )
+
+
+def _rope_impl(
+    a: Tensor,
+    pos: Tensor,
+    freq_factors: Tensor | None,
+    n_dims: int,
+    sections: tuple[int, int, int, int] | None,
+    mode: int,
+    n_ctx_orig: int,
+    floats: tuple[float, float, float, float, float, float],
+    inplace: bool,
+) -> Tensor:
     op = "ROPE"
-    check(mode & 1 == 0, op, "mode & 1 is no longer supported by ggml", a)
-    check(mode in (ROPE_TYPE_NORMAL, ROPE_TYPE_NEOX), op, f"mode {mode} (m-rope/vision) is not supported", a)
-    check(a.type in _FLOATS, op, f"input must be f32 or f16, got {a.type.traits.name}", a)
+    check(mode & 1 == 0, op, f"mode {mode}: mode & 1 is no longer supported by ggml", a)
     check(pos.type == GGMLType.I32, op, f"positions must be i32, got {pos.type.traits.name}", pos)
     check(pos.ne[1] == 1 and pos.ne[2] == 1 and pos.ne[3] == 1, op, "positions must be a vector", pos)
-    check(a.ne[2] == pos.ne[0], op, f"a has {a.ne[2]} tokens (ne[2]) but {pos.ne[0]} positions were given", a, pos)
-    check(0 < n_dims <= a.ne[0] and n_dims % 2 == 0, op, f"n_dims={n_dims} must be even and in 1..{a.ne[0]}", a)
+    per_token = 4 if mode & ROPE_TYPE_MROPE else 1
+    check(
+        pos.ne[0] == a.ne[2] * per_token,
+        op,
+        f"a has {a.ne[2]} tokens (ne[2]) and needs {per_token} position(s) per token, got {pos.ne[0]} positions",
+        a,
+        pos,
+    )
+    # not checked by ggml's builder but asserted by its kernels: never let a kernel rotate past a row
+    check(0 < n_dims <= a.ne[0] and n_dims % 2 == 0, op, f"n_dims={n_dims} must be even and in 2..{a.ne[0]}", a)
     if freq_factors is not None:
         check(freq_factors.type == GGMLType.F32, op, "freq_factors must be f32", freq_factors)
         check(freq_factors.ne[0] >= n_dims // 2, op, f"freq_factors needs >= {n_dims // 2} values", freq_factors)
     result = same_or_dup(op, a, inplace)
     result.set_op_params_i32([0, n_dims, mode, 0, n_ctx_orig])
-    result.set_op_params_f32([freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow], start=5)
+    result.set_op_params_f32(list(floats), start=5)
+    if mode & ROPE_TYPE_MROPE and sections is not None:
+        result.op_params[11:15] = np.asarray(sections, dtype=np.int32)
     return finish(result, GGMLOp.ROPE, [a, pos, freq_factors])
+
+
+def rope_set_offset(a: Tensor, n_offs: int) -> Tensor:
+    """``ggml_rope_set_offset``: rotate channels ``[n_offs, n_offs + n_dims)`` instead of ``[0, n_dims)``."""
+    op = "ROPE"
+    check(a.op == GGMLOp.ROPE, op, "rope_set_offset applies to ROPE results", a)
+    check(n_offs >= 0 and n_offs % 2 == 0, op, f"n_offs={n_offs} must be even and >= 0", a)
+    check(a.op_param_i32(2) != ROPE_TYPE_VISION, op, "vision RoPE has no offset", a)
+    check(
+        n_offs + a.op_param_i32(1) <= a.ne[0],
+        op,
+        f"n_offs={n_offs} + n_dims={a.op_param_i32(1)} exceeds the row length ne[0]={a.ne[0]}",
+        a,
+    )
+    a.set_op_param_i32(15, n_offs)
+    return a
 
 
 # ---------------------------------------------------------------------------------------------- flash attention
@@ -145,25 +216,37 @@ def flash_attn_ext(
 ) -> Tensor:
     """``ggml_flash_attn_ext``: softmax(softcap(q·kᵀ·scale) + mask) · v in one op.
 
-    q ``[Dk, n_batch, n_head, ne3]`` (f32); k ``[Dk, n_kv, n_head_kv, ne3]``; v ``[Dv, n_kv, n_head_kv, ne3]``
-    (k and v f32 or f16, not transposed); mask ``[n_kv, >= n_batch, ...]`` f16. The result is **permuted**:
-    ``[Dv, n_head, n_batch, ne3]`` (f32).
+    q ``[Dk, n_batch, n_head, ne3]``; k ``[Dk, n_kv, n_head_kv, ne3]``; v ``[Dv, n_kv, n_head_kv, ne3]``;
+    mask ``[n_kv, >= n_batch, ...]`` f16, broadcast over heads and dim 3. The result is f32 and **permuted**:
+    ``[Dv, n_head, n_batch, ne3]``. ggml's checks (k·q must be a valid mul_mat, dims 3 agree, mask f16 and
+    contiguous) plus the ones that keep a kernel inside its operands (v has k's positions and divides the heads,
+    the mask covers every (query, position) pair).
     """
     op = "FLASH_ATTN_EXT"
-    check(q.type == GGMLType.F32, op, f"q must be f32, got {q.type.traits.name}", q)
-    check(k.type in _FLOATS and v.type in _FLOATS, op, "k and v must be f32 or f16", k, v)
-    check(k.ne[0] == q.ne[0], op, f"q and k head sizes differ: {q.ne[0]} vs {k.ne[0]}", q, k)
-    check(q.ne[2] % k.ne[2] == 0, op, f"n_head={q.ne[2]} must be a multiple of n_head_kv={k.ne[2]}", q, k)
-    check(q.ne[2] % v.ne[2] == 0, op, f"n_head={q.ne[2]} must be a multiple of v's heads {v.ne[2]}", q, v)
-    check(q.ne[3] == k.ne[3] == v.ne[3], op, "q, k and v must agree in ne[3]", q, k, v)
-    check(v.ne[1] == k.ne[1], op, f"k has {k.ne[1]} positions, v has {v.ne[1]}", k, v)
+    check(k.ne[0] == q.ne[0], op, f"q and k head sizes differ: q.ne[0]={q.ne[0]}, k.ne[0]={k.ne[0]}", q, k)
+    check(
+        q.ne[2] % k.ne[2] == 0 and q.ne[3] % k.ne[3] == 0,
+        op,
+        f"k's heads (ne[2:]={list(k.ne[2:])}) must broadcast over q's (ne[2:]={list(q.ne[2:])})",
+        q,
+        k,
+    )
+    check(q.ne[3] == k.ne[3] and q.ne[3] == v.ne[3], op, "q, k and v must agree in ne[3]", q, k, v)
+    check(q.ne[2] % v.ne[2] == 0, op, f"n_head={q.ne[2]} must be a multiple of v's heads ne[2]={v.ne[2]}", q, v)
+    check(v.ne[1] == k.ne[1], op, f"k has {k.ne[1]} positions (ne[1]), v has {v.ne[1]}", k, v)
     if mask is not None:
         check(mask.type == GGMLType.F16, op, f"mask must be f16, got {mask.type.traits.name}", mask)
         check(mask.is_contiguous, op, "mask must be contiguous", mask)
-        check(mask.ne[0] == k.ne[1], op, f"mask.ne[0]={mask.ne[0]} must equal n_kv={k.ne[1]}", mask, k)
-        check(mask.ne[1] >= q.ne[1], op, f"mask has {mask.ne[1]} rows, q has {q.ne[1]} queries", mask, q)
-        check(q.ne[2] % mask.ne[2] == 0 and q.ne[3] % mask.ne[3] == 0, op, "mask must broadcast over heads", q, mask)
-    check(max_bias == 0.0 or mask is not None, op, "ALiBi (max_bias > 0) needs a mask", q)
+        check(mask.ne[0] >= k.ne[1], op, f"mask.ne[0]={mask.ne[0]} must cover n_kv={k.ne[1]}", mask, k)
+        check(mask.ne[1] >= q.ne[1], op, f"mask has {mask.ne[1]} rows (ne[1]), q has {q.ne[1]} queries", mask, q)
+        check(
+            q.ne[2] % mask.ne[2] == 0 and q.ne[3] % mask.ne[3] == 0,
+            op,
+            f"mask (ne[2:]={list(mask.ne[2:])}) must broadcast over q's heads (ne[2:]={list(q.ne[2:])})",
+            q,
+            mask,
+        )
+    check(max_bias <= 0.0 or mask is not None, op, "ALiBi (max_bias > 0) needs a mask", q)
     result = new_result(op, q, GGMLType.F32, (v.ne[0], q.ne[2], q.ne[1], q.ne[3]))
     result.set_op_params_f32([scale, max_bias, logit_softcap])
     return finish(result, GGMLOp.FLASH_ATTN_EXT, [q, k, v, mask])
@@ -196,6 +279,7 @@ def flash_attn_ext_add_sinks(t: Tensor, sinks: Tensor | None) -> Tensor:
 
 def diag_mask_inf(a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
     """``ggml_diag_mask_inf``: -inf above the diagonal shifted by n_past (a[i, j] for i > n_past + j)."""
+    check(n_past >= 0, "DIAG_MASK_INF", f"n_past must be >= 0, got {n_past}", a)
     result = same_or_dup("DIAG_MASK_INF", a, inplace)
     result.set_op_params_i32([n_past])
     return finish(result, GGMLOp.DIAG_MASK_INF, [a])
@@ -203,6 +287,7 @@ def diag_mask_inf(a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
 
 def diag_mask_zero(a: Tensor, n_past: int, inplace: bool = False) -> Tensor:
     """``ggml_diag_mask_zero``: 0 above the diagonal shifted by n_past."""
+    check(n_past >= 0, "DIAG_MASK_ZERO", f"n_past must be >= 0, got {n_past}", a)
     result = same_or_dup("DIAG_MASK_ZERO", a, inplace)
     result.set_op_params_i32([n_past])
     return finish(result, GGMLOp.DIAG_MASK_ZERO, [a])

@@ -161,7 +161,7 @@ def unary(a: Tensor, op: UnaryOp, inplace: bool = False) -> Tensor:
     return finish(result, GGMLOp.UNARY, [a])
 
 
-def abs(a: Tensor, inplace: bool = False) -> Tensor:  # noqa: A001 - ggml's name
+def abs(a: Tensor, inplace: bool = False) -> Tensor:
     """|x|."""
     return unary(a, UnaryOp.ABS, inplace)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Final
 
 import numpy as np
+
 from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
 from ggml_core.quants import dequantize, quantize
 
@@ -62,7 +63,7 @@ def supports(node: Tensor) -> bool:
         return False
     try:
         return bool(pred(node))
-    except Exception:  # a predicate must never take the host down; unknown means unsupported
+    except Exception:  # noqa: BLE001 - a predicate must never take the host down; unknown means unsupported
         return False
 
 
