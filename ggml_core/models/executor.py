@@ -1,0 +1,144 @@
+"""Running model graphs: through the scheduler (``ggml_core.sched``) when it is available, else on the CPU alone.
+
+The :class:`Executor` is the one place that knows how graphs reach backends. With the scheduler, a graph that was
+allocated last time is computed again without re-splitting (llama.cpp's graph reuse: only the inputs change between
+decode steps). Without it, a single CPU backend runs the graph with every intermediate allocated once per graph
+shape (``alloc_ctx_tensors`` over the graph's tensors); placing layers on several devices then needs the scheduler.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from ggml_core._errors import DeviceNotFoundError
+from ggml_core._tensor import Tensor
+from ggml_core.alloc import alloc_ctx_tensors
+from ggml_core.backend.interfaces import Backend, Buffer, Device, DeviceType
+from ggml_core.models.llama import BuiltGraph
+
+__all__ = ["Executor", "scheduler_available"]
+
+
+def _scheduler_class() -> Any | None:
+    try:
+        from ggml_core.sched import Scheduler
+    except ImportError:
+        return None
+    return Scheduler
+
+
+def scheduler_available() -> bool:
+    """True when ``ggml_core.sched.Scheduler`` can be imported."""
+    return _scheduler_class() is not None
+
+
+class Executor:
+    """Backends for the devices of a placement (CPU last) and the way graphs are computed on them.
+
+    :param devices: the placement's devices in priority order; the CPU is appended when missing
+    :param n_threads: threads for the CPU backend (None: its default)
+    :param graph_size: the scheduler's node budget
+    :param use_scheduler: None: use it when available; False: never (CPU only); True: require it
+    """
+
+    def __init__(
+        self,
+        devices: list[Device],
+        *,
+        n_threads: int | None = None,
+        graph_size: int = 4096,
+        use_scheduler: bool | None = None,
+    ) -> None:
+        devs = [d for d in devices if d.type != DeviceType.CPU]
+        cpus = [d for d in devices if d.type == DeviceType.CPU]
+        if not cpus:
+            from ggml_core.backend.registry import get_registry
+
+            found = get_registry().devices_by_type(DeviceType.CPU)
+            if not found:
+                raise DeviceNotFoundError("CPU", [d.name for d in get_registry().devices()])
+            cpus = found[:1]
+        self.devices = devs + cpus[:1]
+        self.backends: list[Backend] = [d.init_backend() for d in self.devices]
+        self.cpu_backend = self.backends[-1]
+        if n_threads is not None:
+            self.cpu_backend.set_n_threads(n_threads)
+        sched_cls = _scheduler_class() if use_scheduler is not False else None
+        if use_scheduler and sched_cls is None:
+            raise RuntimeError("the scheduler (ggml_core.sched) is not available in this installation")
+        if sched_cls is None and len(self.backends) > 1:
+            names = ", ".join(d.name for d in self.devices)
+            raise RuntimeError(
+                f"running one model on several devices ({names}) needs the scheduler (ggml_core.sched), which is not "
+                "available; place every layer on the CPU (--device CPU or --n-gpu-layers 0)"
+            )
+        self.sched: Any | None = (
+            sched_cls(self.backends, None, graph_size=graph_size, parallel=False, op_offload=True)
+            if sched_cls is not None
+            else None
+        )
+        self._last: BuiltGraph | None = None
+        self._tags = itertools.count()
+
+    @property
+    def uses_scheduler(self) -> bool:
+        """True when graphs go through the scheduler."""
+        return self.sched is not None
+
+    @property
+    def n_splits(self) -> int:
+        """Splits of the last graph (1 without the scheduler)."""
+        if self.sched is None:
+            return 1
+        return int(self.sched.n_splits)
+
+    def plan(self) -> Any | None:
+        """The scheduler's plan of the last graph (None without the scheduler)."""
+        return None if self.sched is None else self.sched.plan()
+
+    def reserve(self, bg: BuiltGraph) -> None:
+        """Size the compute buffers for the worst-case graph (scheduler only)."""
+        if self.sched is not None:
+            self.sched.reserve(bg.graph)
+            self._last = None
+
+    def compute(self, bg: BuiltGraph, set_inputs: Callable[[BuiltGraph], None]) -> None:
+        """Allocate ``bg`` (unless it was the last graph), write its inputs, compute it."""
+        if self.sched is not None:
+            if self._last is not bg:
+                if hasattr(self.sched, "reset"):
+                    self.sched.reset()
+                self.sched.alloc_graph(bg.graph)
+                self._last = bg
+            set_inputs(bg)
+            self.sched.graph_compute(bg.graph)
+            return
+        if "buffer" not in bg.state:
+            bg.state["buffer"] = _alloc_graph(bg, self.cpu_backend)
+        set_inputs(bg)
+        self.cpu_backend.graph_compute(bg.graph)
+
+    def release(self, bg: BuiltGraph) -> None:
+        """Free what ``bg`` holds (its CPU buffer without the scheduler)."""
+        buf = bg.state.pop("buffer", None)
+        if isinstance(buf, Buffer):
+            buf.free()
+        if self._last is bg:
+            self._last = None
+
+    def free(self) -> None:
+        """Release the backends."""
+        for b in self.backends:
+            b.free()
+
+
+def _alloc_graph(bg: BuiltGraph, backend: Backend) -> Buffer:
+    seen: set[int] = set()
+    todo: list[Tensor] = []
+    for t in itertools.chain(bg.graph.leafs, bg.graph.nodes, bg.inputs.values()):
+        if t.id not in seen and t.buffer is None:
+            seen.add(t.id)
+            todo.append(t)
+    return alloc_ctx_tensors(todo, backend)

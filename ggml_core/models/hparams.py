@@ -1,0 +1,151 @@
+"""Hyperparameters of LLaMA-family models, read from GGUF metadata (``{arch}.*`` keys) and checked.
+
+Supported architectures: ``llama`` (GQA, NORMAL rope; with ``llama.expert_count`` > 0 the Mixtral mixture of
+experts) and ``qwen2`` (biases on Q/K/V, NEOX rope).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ggml_core._errors import GGUFError
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.ops import ROPE_TYPE_NEOX, ROPE_TYPE_NORMAL
+
+__all__ = ["SUPPORTED_ARCHS", "HParams", "read_hparams"]
+
+#: architecture → rope mode, as llama.cpp's ``llama_model_rope_type``
+SUPPORTED_ARCHS: Final[dict[str, int]] = {"llama": ROPE_TYPE_NORMAL, "qwen2": ROPE_TYPE_NEOX}
+
+#: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
+MAX_LAYERS: Final = 4096
+
+
+@dataclass(frozen=True)
+class HParams:
+    """What the graph builder needs to know about a model."""
+
+    arch: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_rot: int
+    rope_type: int
+    rope_freq_base: float
+    rope_freq_scale: float
+    rms_eps: float
+    n_expert: int = 0
+    n_expert_used: int = 0
+    qkv_bias: bool = False
+
+    @property
+    def n_embd_k_gqa(self) -> int:
+        """Width of one token's keys over all KV heads."""
+        return self.head_dim_k * self.n_head_kv
+
+    @property
+    def n_embd_v_gqa(self) -> int:
+        """Width of one token's values over all KV heads."""
+        return self.head_dim_v * self.n_head_kv
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.n_expert > 0
+
+    def describe(self) -> str:
+        """One line for the CLI."""
+        moe = f", {self.n_expert} experts ({self.n_expert_used} used)" if self.is_moe else ""
+        return (
+            f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {self.n_head} heads "
+            f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}"
+        )
+
+
+def read_hparams(f: GGUFFile) -> HParams:
+    """Read and check the hyperparameters; GGUFError naming the file and key on anything missing or absurd."""
+    arch = f.get_str("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise GGUFError(
+            f.path,
+            "metadata 'general.architecture'",
+            f"{arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})",
+        )
+    k = arch + "."
+    n_embd = f.get_int(k + "embedding_length", minimum=1)
+    n_layer = f.get_int(k + "block_count", minimum=1)
+    if n_layer > MAX_LAYERS:
+        raise GGUFError(f.path, f"metadata '{k}block_count'", f"{n_layer} layers is over the limit of {MAX_LAYERS}")
+    n_ff = f.get_int(k + "feed_forward_length", minimum=1)
+    n_head = f.get_int(k + "attention.head_count", minimum=1)
+    n_head_kv = f.get_int(k + "attention.head_count_kv", n_head, minimum=1)
+    if n_head % n_head_kv:
+        raise GGUFError(
+            f.path, f"metadata '{k}attention.head_count_kv'", f"{n_head_kv} does not divide head_count {n_head}"
+        )
+    if n_embd % n_head and not f.has(k + "attention.key_length"):
+        raise GGUFError(f.path, f"metadata '{k}attention.head_count'", f"{n_head} does not divide n_embd {n_embd}")
+    head_dim_k = f.get_int(k + "attention.key_length", n_embd // n_head, minimum=1)
+    head_dim_v = f.get_int(k + "attention.value_length", head_dim_k, minimum=1)
+    n_rot = f.get_int(k + "rope.dimension_count", head_dim_k, minimum=2)
+    if n_rot > head_dim_k or n_rot % 2:
+        raise GGUFError(
+            f.path, f"metadata '{k}rope.dimension_count'", f"{n_rot} must be even and <= head dim {head_dim_k}"
+        )
+    rms_eps = f.get_float(k + "attention.layer_norm_rms_epsilon", 1e-5)
+    if not 0.0 <= rms_eps < 1.0:
+        raise GGUFError(f.path, f"metadata '{k}attention.layer_norm_rms_epsilon'", f"{rms_eps} is not in [0, 1)")
+    freq_base = f.get_float(k + "rope.freq_base", 10000.0)
+    if freq_base <= 1.0:
+        raise GGUFError(f.path, f"metadata '{k}rope.freq_base'", f"{freq_base} must be > 1")
+    freq_scale = 1.0
+    scaling = f.get_str(k + "rope.scaling.type", "none")
+    if scaling == "linear":
+        factor = f.get_float(k + "rope.scaling.factor", 1.0)
+        if factor <= 0:
+            raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
+        freq_scale = 1.0 / factor
+    elif scaling not in ("none", ""):
+        raise GGUFError(f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear)")
+    n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
+    n_expert = f.get_int(k + "expert_count", 0, minimum=0)
+    n_expert_used = f.get_int(k + "expert_used_count", 0, minimum=0)
+    if n_expert and not 0 < n_expert_used <= n_expert:
+        raise GGUFError(f.path, f"metadata '{k}expert_used_count'", f"{n_expert_used} must be in 1..{n_expert}")
+    if n_expert and arch != "llama":
+        raise GGUFError(f.path, f"metadata '{k}expert_count'", f"mixture of experts is supported for llama, not {arch}")
+    if not f.has_tensor("token_embd.weight"):
+        raise GGUFError(f.path, "tensor 'token_embd.weight'", "is missing (every model needs its token embeddings)")
+    embd = f.tensor_info("token_embd.weight")
+    if len(embd.ne) != 2 or embd.ne[0] != n_embd:
+        raise GGUFError(f.path, "tensor 'token_embd.weight'", f"has ne={list(embd.ne)}, expected [{n_embd}, n_vocab]")
+    n_vocab = f.get_int(k + "vocab_size", embd.ne[1], minimum=1)
+    if n_vocab != embd.ne[1]:
+        raise GGUFError(f.path, f"metadata '{k}vocab_size'", f"{n_vocab} differs from token_embd's {embd.ne[1]} rows")
+    return HParams(
+        arch=arch,
+        n_vocab=n_vocab,
+        n_ctx_train=n_ctx_train,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=head_dim_k,
+        head_dim_v=head_dim_v,
+        n_rot=n_rot,
+        rope_type=SUPPORTED_ARCHS[arch],
+        rope_freq_base=freq_base,
+        rope_freq_scale=freq_scale,
+        rms_eps=rms_eps,
+        n_expert=n_expert,
+        n_expert_used=n_expert_used,
+        qkv_bias=arch == "qwen2",
+    )

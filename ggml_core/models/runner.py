@@ -1,0 +1,332 @@
+"""A loaded model and its session: prompt processing in batches, then token-by-token generation.
+
+:meth:`Model.load` opens the GGUF (checked, memory-mapped), reads the hyperparameters, plans the placement and
+checks it fits *before* allocating, then loads the weights (in place on the CPU, uploaded elsewhere), creates the KV
+cache and the executor. :meth:`Model.decode` runs one batch; graphs are cached per (n_tokens, n_kv, outputs), and
+``n_kv`` is padded to 256 cells as llama.cpp does, so every decode step of a generation reuses one graph (and the
+scheduler's allocation of it) and only rewrites the inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+import numpy as np
+
+from ggml_core.models.executor import Executor
+from ggml_core.models.gguf_file import GGUFFile, open_gguf
+from ggml_core.models.hparams import HParams, read_hparams
+from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer
+from ggml_core.models.llama import BuiltGraph, build_llama_graph, graph_size_for, kq_mask
+from ggml_core.models.placement import Placement, PlacementRequest, plan_placement
+from ggml_core.models.sampling import Sampler
+from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, weight_specs
+
+__all__ = ["KV_PAD", "GenerationResult", "Model", "ModelParams", "compute_estimate", "default_n_ctx"]
+
+#: the cache window a graph attends over is padded to a multiple of this many cells (llama.cpp uses 256)
+KV_PAD: Final = 256
+#: graphs kept allocated at once (a decode graph and a few prompt-chunk shapes)
+GRAPH_CACHE: Final = 4
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """How to load and run a model (the CLI's flags)."""
+
+    placement: PlacementRequest = field(default_factory=PlacementRequest)
+    #: KV cache cells (the context size); None: :func:`default_n_ctx`
+    n_ctx: int | None = None
+    kv_type: str = "f16"
+    flash_attn: bool = False
+    batch_size: int = 512
+    n_threads: int | None = None
+    #: show the upload progress bar and MB/s
+    progress: bool = True
+    #: None: use the scheduler when available
+    use_scheduler: bool | None = None
+    check_fit: bool = True
+
+
+def default_n_ctx(hp: HParams) -> int:
+    """The context size used when none is given: the training context, at most 4096."""
+    return min(hp.n_ctx_train, 4096)
+
+
+def compute_estimate(hp: HParams, n_batch: int, n_ctx: int) -> int:
+    """A rough size of one device's compute buffer for a batch of ``n_batch`` tokens (bytes)."""
+    n_kv = min(n_ctx, _round_up(n_ctx, KV_PAD))
+    live = 4 * hp.n_embd + 3 * hp.n_ff + hp.n_vocab + 2 * hp.n_head * n_kv
+    return 4 * n_batch * live + 4 * 2**20
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+@dataclass
+class GenerationResult:
+    """What :meth:`Model.generate` did."""
+
+    prompt_tokens: list[int]
+    tokens: list[int]
+    prompt_seconds: float
+    gen_seconds: float
+    #: float32 [n_prompt, n_vocab] when asked for
+    prompt_logits: np.ndarray | None = None
+    stopped_at_eos: bool = False
+
+    @property
+    def prompt_tokens_per_s(self) -> float:
+        """Prompt processing speed."""
+        return len(self.prompt_tokens) / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def gen_tokens_per_s(self) -> float:
+        """Generation speed (tokens decoded one at a time; the first comes from the prompt's logits)."""
+        n = max(len(self.tokens) - 1, 0)
+        return n / self.gen_seconds if self.gen_seconds > 0 and n else 0.0
+
+
+class Model:
+    """A LLaMA-family model loaded onto its devices, with one KV cache (one sequence)."""
+
+    def __init__(
+        self,
+        file: GGUFFile,
+        hp: HParams,
+        params: ModelParams,
+        specs: list[WeightSpec],
+        placement: Placement,
+        weights: ModelWeights,
+        kv: KVCache,
+        executor: Executor,
+    ) -> None:
+        self.file = file
+        self.hp = hp
+        self.params = params
+        self.specs = specs
+        self.placement = placement
+        self.weights = weights
+        self.kv = kv
+        self.executor = executor
+        self._graphs: OrderedDict[tuple[int, int, bool], BuiltGraph] = OrderedDict()
+        self._tokenizer: Any = None
+
+    # --------------------------------------------------------------------------------------------- loading
+
+    @classmethod
+    def plan(
+        cls, path: str | os.PathLike[str], params: ModelParams | None = None
+    ) -> tuple[GGUFFile, HParams, Placement]:
+        """Open the file and plan the placement (with the fit check), allocating nothing."""
+        params = params or ModelParams()
+        f = open_gguf(path)
+        hp = read_hparams(f)
+        specs = weight_specs(f, hp)
+        placement = _plan(f, hp, specs, params)
+        return f, hp, placement
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], params: ModelParams | None = None, *, stream: TextIO | None = None
+    ) -> Model:
+        """Open, check, place and load a GGUF model."""
+        params = params or ModelParams()
+        if params.batch_size <= 0:
+            raise ValueError(f"--batch-size must be positive, got {params.batch_size}")
+        f = open_gguf(path)
+        hp = read_hparams(f)
+        specs = weight_specs(f, hp)
+        placement = _plan(f, hp, specs, params)
+        weights = load_weights(f, specs, placement, progress=params.progress, stream=stream)
+        kv: KVCache | None = None
+        try:
+            n_ctx = params.n_ctx or default_n_ctx(hp)
+            kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn)
+            executor = Executor(
+                placement.devices,
+                n_threads=params.n_threads,
+                graph_size=graph_size_for(hp) * 2,
+                use_scheduler=params.use_scheduler,
+            )
+        except BaseException:
+            if kv is not None:
+                kv.free()
+            weights.free()
+            raise
+        return cls(f, hp, params, specs, placement, weights, kv, executor)
+
+    def close(self) -> None:
+        """Free graphs, KV cache, weights and backends."""
+        for bg in self._graphs.values():
+            self.executor.release(bg)
+        self._graphs.clear()
+        self.kv.free()
+        self.weights.free()
+        self.executor.free()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size."""
+        return self.hp.n_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        """KV cache cells."""
+        return self.kv.kv_size
+
+    @property
+    def tokenizer(self) -> Any:
+        """The file's tokenizer (:class:`~ggml_core.models.tokenizer.Tokenizer`), loaded on first use."""
+        if self._tokenizer is None:
+            from ggml_core.models.tokenizer import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.file)
+        return self._tokenizer
+
+    # --------------------------------------------------------------------------------------------- running
+
+    def reset(self) -> None:
+        """Forget the sequence (empty KV cache)."""
+        self.kv.clear()
+
+    def n_kv_for(self, n_cells: int) -> int:
+        """The padded cache window for ``n_cells`` used cells."""
+        return min(self.kv.kv_size, _round_up(n_cells, KV_PAD))
+
+    def graph(self, n_tokens: int, n_kv: int, all_logits: bool) -> BuiltGraph:
+        """The (cached) graph of one batch shape."""
+        key = (n_tokens, n_kv, all_logits)
+        bg = self._graphs.get(key)
+        if bg is not None:
+            self._graphs.move_to_end(key)
+            return bg
+        bg = build_llama_graph(
+            self.hp, self.weights, self.kv, n_tokens, n_kv, all_logits=all_logits, flash_attn=self.params.flash_attn
+        )
+        self._graphs[key] = bg
+        while len(self._graphs) > GRAPH_CACHE:
+            _, old = self._graphs.popitem(last=False)
+            self.executor.release(old)
+        return bg
+
+    def check_tokens(self, tokens: Sequence[int]) -> np.ndarray:
+        """Token ids as int32, each checked against the vocabulary."""
+        ids = np.asarray(list(tokens), dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= self.n_vocab)]
+        if bad.size:
+            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.n_vocab - 1}")
+        return ids.astype(np.int32)
+
+    def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Run one batch after the cached sequence; logits ``[n_tokens or 1, n_vocab]`` (float32)."""
+        ids = self.check_tokens(tokens)
+        n = int(ids.size)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        n_past = self.kv.n_past
+        if n_past + n > self.kv.kv_size:
+            raise ValueError(
+                f"the context is full: {n_past} + {n} tokens exceed the {self.kv.kv_size} cells of the KV cache "
+                "(use a larger --ctx-size)"
+            )
+        n_kv = self.n_kv_for(n_past + n)
+        bg = self.graph(n, n_kv, all_logits or n == 1)
+        pos = np.arange(n_past, n_past + n, dtype=np.int32)
+
+        def set_inputs(g: BuiltGraph) -> None:
+            g.inputs["tokens"].set_data(ids)
+            g.inputs["pos"].set_data(pos)
+            mask = kq_mask(pos, n_kv)
+            g.inputs["mask"].set_data(mask.astype(np.float16) if self.params.flash_attn else mask)
+            g.inputs["k_idxs"].set_data(pos.astype(np.int64))
+            if self.kv.v_trans:
+                g.inputs["v_idxs"].set_data(self.kv.v_indices(pos))
+
+        self.executor.compute(bg, set_inputs)
+        self.kv.n_past = n_past + n
+        return bg.logits.to_numpy().reshape(-1, self.n_vocab).astype(np.float32, copy=False)
+
+    def process_prompt(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Decode the prompt in batches of ``batch_size``; logits of every token or of the last one."""
+        ids = self.check_tokens(tokens)
+        if ids.size == 0:
+            raise ValueError("the prompt is empty")
+        bs = self.params.batch_size
+        outs = []
+        for start in range(0, ids.size, bs):
+            chunk = ids[start : start + bs]
+            last = start + bs >= ids.size
+            if all_logits or last:
+                outs.append(self.decode(chunk, all_logits=all_logits))
+            else:
+                self.decode(chunk)
+        return np.concatenate(outs, axis=0) if all_logits else outs[-1]
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        n_predict: int,
+        sampler: Sampler,
+        *,
+        prompt_logits: bool = False,
+        eos_ids: Sequence[int] = (),
+        on_token: Callable[[int], None] | None = None,
+    ) -> GenerationResult:
+        """Process ``prompt`` then sample up to ``n_predict`` tokens (stopping at an end-of-sequence id)."""
+        if n_predict < 0:
+            raise ValueError(f"--n-predict must be >= 0, got {n_predict}")
+        ids = self.check_tokens(prompt).tolist()
+        if len(ids) + max(n_predict - 1, 0) > self.kv.kv_size:
+            raise ValueError(
+                f"{len(ids)} prompt tokens + {n_predict} to generate do not fit in the {self.kv.kv_size}-cell context "
+                "(use a larger --ctx-size)"
+            )
+        t0 = time.perf_counter()
+        logits = self.process_prompt(ids, all_logits=prompt_logits)
+        t_prompt = time.perf_counter() - t0
+        result = GenerationResult(ids, [], t_prompt, 0.0, logits if prompt_logits else None)
+        last = logits[-1]
+        t1 = time.perf_counter()
+        eos = set(int(e) for e in eos_ids)
+        for i in range(n_predict):
+            tok = sampler.sample(last)
+            result.tokens.append(tok)
+            if on_token is not None:
+                on_token(tok)
+            if tok in eos:
+                result.stopped_at_eos = True
+                break
+            if i + 1 < n_predict:
+                last = self.decode([tok])[-1]
+        result.gen_seconds = time.perf_counter() - t1
+        return result
+
+
+def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
+    n_ctx = params.n_ctx or default_n_ctx(hp)
+    if n_ctx <= 0:
+        raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
+    kv_layer = kv_bytes_per_layer(hp, n_ctx, params.kv_type) if params.kv_type in ("f16", "f32") else 0
+    if params.kv_type not in ("f16", "f32"):
+        raise ValueError(f"--kv-type must be f16 or f32, got {params.kv_type!r}")
+    return plan_placement(
+        params.placement,
+        hp.n_layer,
+        slot_bytes(f, specs),
+        kv_layer,
+        compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx),
+        check_fit=params.check_fit,
+    )

@@ -1,0 +1,216 @@
+"""The weights of a LLaMA-family model: which tensors (names, shapes, layer slot), and loading them onto devices.
+
+CPU-placed weights are used in place: one ``CPU_Mapped`` buffer wraps the file's memory-mapped data section
+(``buffer_from_host_ptr``, zero-copy) and each tensor is bound at its file offset. Weights of other devices go into
+one WEIGHTS buffer per device, uploaded tensor by tensor in chunks with a progress bar and a MB/s figure at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Final, TextIO
+
+from ggml_core._context import Context
+from ggml_core._errors import GGUFError
+from ggml_core._tensor import Tensor
+from ggml_core._types import GGMLType
+from ggml_core.alloc import alloc_ctx_tensors, pad
+from ggml_core.backend.interfaces import Buffer, BufferUsage, Device
+from ggml_core.models._static_ctx import StaticContext
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.hparams import HParams
+from ggml_core.models.placement import INPUT_SLOT, Placement, maps_weights
+from ggml_core.models.progress import Progress
+
+__all__ = ["UPLOAD_CHUNK", "ModelWeights", "UploadStat", "WeightSpec", "load_weights", "slot_bytes", "weight_specs"]
+
+#: bytes per upload call when streaming weights to a device
+UPLOAD_CHUNK: Final = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """One weight the graph needs: its name in the graph, the file tensor it comes from, its slot and shape."""
+
+    name: str
+    source: str
+    slot: int
+    ne: tuple[int, ...]
+    vector: bool = False
+
+
+def _strip(ne: tuple[int, ...]) -> tuple[int, ...]:
+    out = list(ne)
+    while len(out) > 1 and out[-1] == 1:
+        out.pop()
+    return tuple(out)
+
+
+def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
+    """Every weight of the model with its expected shape; GGUFError naming the tensor when one is missing or wrong."""
+    e, nl = hp.n_embd, hp.n_layer
+    q_out, v_out = hp.n_head * hp.head_dim_k, hp.n_head * hp.head_dim_v
+    specs = [WeightSpec("token_embd.weight", "token_embd.weight", INPUT_SLOT, (e, hp.n_vocab))]
+    for il in range(nl):
+        b = f"blk.{il}."
+        layer = [
+            (b + "attn_norm.weight", (e,), True),
+            (b + "attn_q.weight", (e, q_out), False),
+            (b + "attn_k.weight", (e, hp.n_embd_k_gqa), False),
+            (b + "attn_v.weight", (e, hp.n_embd_v_gqa), False),
+            (b + "attn_output.weight", (v_out, e), False),
+            (b + "ffn_norm.weight", (e,), True),
+        ]
+        if hp.qkv_bias:
+            layer += [
+                (b + "attn_q.bias", (q_out,), True),
+                (b + "attn_k.bias", (hp.n_embd_k_gqa,), True),
+                (b + "attn_v.bias", (hp.n_embd_v_gqa,), True),
+            ]
+        if hp.is_moe:
+            x = hp.n_expert
+            layer += [
+                (b + "ffn_gate_inp.weight", (e, x), False),
+                (b + "ffn_gate_exps.weight", (e, hp.n_ff, x), False),
+                (b + "ffn_up_exps.weight", (e, hp.n_ff, x), False),
+                (b + "ffn_down_exps.weight", (hp.n_ff, e, x), False),
+            ]
+        else:
+            layer += [
+                (b + "ffn_gate.weight", (e, hp.n_ff), False),
+                (b + "ffn_up.weight", (e, hp.n_ff), False),
+                (b + "ffn_down.weight", (hp.n_ff, e), False),
+            ]
+        specs += [WeightSpec(n, n, il, ne, vec) for n, ne, vec in layer]
+    specs.append(WeightSpec("output_norm.weight", "output_norm.weight", nl, (e,), True))
+    # no output matrix: the embeddings are tied (used again as lm_head)
+    out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"
+    specs.append(WeightSpec("output.weight", out_src, nl, (e, hp.n_vocab)))
+    for s in specs:
+        info = f.tensor_info(s.source)
+        if _strip(info.ne) != _strip(s.ne):
+            raise GGUFError(f.path, f"tensor {s.source!r}", f"has ne={list(info.ne)}, expected {list(s.ne)}")
+        if s.vector and info.type != GGMLType.F32:
+            raise GGUFError(
+                f.path, f"tensor {s.source!r}", f"norm and bias vectors must be f32, is {info.type.traits.name}"
+            )
+    return specs
+
+
+def slot_bytes(f: GGUFFile, specs: list[WeightSpec], alignment: int = 64) -> dict[int, int]:
+    """Weight bytes per slot (each tensor padded to ``alignment``)."""
+    out: dict[int, int] = {}
+    for s in specs:
+        out[s.slot] = out.get(s.slot, 0) + pad(f.tensor_info(s.source).nbytes, alignment)
+    return out
+
+
+@dataclass
+class UploadStat:
+    """One device's weight upload: bytes and seconds."""
+
+    device: str
+    nbytes: int
+    seconds: float
+
+    @property
+    def mb_per_s(self) -> float:
+        """10^6 bytes per second."""
+        return self.nbytes / 1e6 / max(self.seconds, 1e-9)
+
+
+@dataclass
+class ModelWeights:
+    """The loaded weights: tensors by graph name, the buffers holding them, upload statistics."""
+
+    tensors: dict[str, Tensor]
+    buffers: list[Buffer] = field(default_factory=list)
+    uploads: list[UploadStat] = field(default_factory=list)
+    contexts: list[Context] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def get(self, name: str) -> Tensor | None:
+        """The tensor, or None."""
+        return self.tensors.get(name)
+
+    def free(self) -> None:
+        """Release every buffer (mapped buffers just drop their reference to the mmap)."""
+        for b in self.buffers:
+            b.free()
+        self.buffers.clear()
+
+
+def load_weights(
+    f: GGUFFile,
+    specs: list[WeightSpec],
+    placement: Placement,
+    *,
+    progress: bool = True,
+    stream: TextIO | None = None,
+) -> ModelWeights:
+    """Create each weight on its slot's device: in place from the mmap on the CPU, uploaded elsewhere."""
+    out = ModelWeights({})
+    by_device: dict[str, tuple[Device, list[WeightSpec]]] = {}
+    for s in specs:
+        dev = placement.device_of(s.slot)
+        by_device.setdefault(dev.name, (dev, []))[1].append(s)
+    try:
+        for dev, dspecs in by_device.values():
+            ctx = StaticContext(f"weights:{dev.name}")
+            out.contexts.append(ctx)
+            made = []
+            for s in dspecs:
+                info = f.tensor_info(s.source)
+                t = ctx.new_tensor(info.type, info.ne, name=s.name)
+                out.tensors[s.name] = t
+                made.append((t, s))
+            mapped = maps_weights(dev) and _bind_mapped(f, dev, made, out)
+            if not mapped:
+                _upload(f, dev, ctx, made, out, progress, stream)
+            ctx.freeze()
+    except BaseException:
+        out.free()
+        raise
+    return out
+
+
+def _bind_mapped(f: GGUFFile, dev: Device, made: list[tuple[Tensor, WeightSpec]], out: ModelWeights) -> bool:
+    max_size = max((t.nbytes for t, _ in made), default=0)
+    buf = dev.buffer_from_host_ptr(f.data_section, max_size)
+    if buf is None:
+        return False
+    buf.set_usage(BufferUsage.WEIGHTS)
+    for t, s in made:
+        buf.alloc_tensor(t, f.tensor_info(s.source).rel_offset)
+    out.buffers.append(buf)
+    return True
+
+
+def _upload(
+    f: GGUFFile,
+    dev: Device,
+    ctx: Context,
+    made: list[tuple[Tensor, WeightSpec]],
+    out: ModelWeights,
+    progress: bool,
+    stream: TextIO | None,
+) -> None:
+    buf = alloc_ctx_tensors(ctx, dev.buffer_type())
+    out.buffers.append(buf)
+    buf.set_usage(BufferUsage.WEIGHTS)
+    total = sum(t.nbytes for t, _ in made)
+    start = time.perf_counter()
+    with Progress(total, dev.name, enabled=progress, stream=stream if stream is not None else sys.stderr) as bar:
+        for t, s in made:
+            src = f.tensor_bytes(s.source)
+            tbuf = t.buffer
+            assert tbuf is not None
+            for off in range(0, t.nbytes, UPLOAD_CHUNK):
+                chunk = src[off : off + UPLOAD_CHUNK]
+                tbuf.set_tensor(t, memoryview(chunk), off)
+                bar.advance(chunk.nbytes)
+    out.uploads.append(UploadStat(dev.name, total, time.perf_counter() - start))
