@@ -8,6 +8,7 @@ the op and operands. The result lives in the first operand's context. Families:
 - :mod:`.norm`: NORM, RMS_NORM, L2_NORM, GROUP_NORM
 - :mod:`.attention`: SOFT_MAX, ROPE, FLASH_ATTN_EXT, DIAG_MASK_*
 - :mod:`.movement`: views, reshape, permute, cont, cpy, get_rows, set_rows
+- :mod:`.layout`: repeat, concat, pad, roll, set, acc, diag, tri, arange, fill, timestep_embedding
 """
 
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, PoolOp, Prec, ScaleMode, SortOrder, TriType, UnaryOp
@@ -15,6 +16,8 @@ from ggml_core.ops.attention import *  # noqa: F403
 from ggml_core.ops.attention import __all__ as _attention_all
 from ggml_core.ops.elementwise import *  # noqa: F403
 from ggml_core.ops.elementwise import __all__ as _elementwise_all
+from ggml_core.ops.layout import *  # noqa: F403
+from ggml_core.ops.layout import __all__ as _layout_all
 from ggml_core.ops.matmul import *  # noqa: F403
 from ggml_core.ops.matmul import __all__ as _matmul_all
 from ggml_core.ops.movement import *  # noqa: F403
@@ -34,6 +37,7 @@ __all__ = [
     "UnaryOp",
     *_attention_all,
     *_elementwise_all,
+    *_layout_all,
     *_matmul_all,
     *_movement_all,
     *_norm_all,

@@ -171,15 +171,13 @@ def cont_3d(a: Tensor, ne0: int, ne1: int, ne2: int) -> Tensor:
 
 
 def cpy(a: Tensor, b: Tensor) -> Tensor:
-    """``ggml_cpy``: copy a's values into b (converting types); the result is a view of b."""
+    """``ggml_cpy``: copy a's values into b (converting types, quantizing); the result is a view of b.
+
+    Like ggml's builder this only checks the element counts; which type pairs a device can convert is its
+    ``supports_op`` answer (the CPU converts between f32/f16/bf16, into every quantized type it can quantize,
+    from quantized types to floats, and between f32 and i32).
+    """
     check(a.nelements == b.nelements, "CPY", f"element counts differ: {a.nelements} vs {b.nelements}", a, b)
-    check(
-        not a.type.is_quantized or a.type == b.type or b.type in (GGMLType.F32, GGMLType.F16, GGMLType.BF16),
-        "CPY",
-        f"cannot copy {a.type.traits.name} into {b.type.traits.name}",
-        a,
-        b,
-    )
     result = view_of("CPY", b)
     result.name = f"{b.name} (copy of {a.name})" if b.name else f"{a.name} (copy)"
     return finish(result, GGMLOp.CPY, [a, b])

@@ -4,6 +4,7 @@ from ggml_cpu.kernels import (  # noqa: F401 - importing registers the kernels
     attention,
     elementwise,
     flash_attn,
+    layout,
     matmul,
     matmul_id,
     movement,

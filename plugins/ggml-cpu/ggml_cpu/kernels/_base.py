@@ -11,7 +11,7 @@ from typing import Final
 
 import numpy as np
 
-from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor, TensorError
 from ggml_core.quants import dequantize, quantize
 
 __all__ = [
@@ -20,11 +20,13 @@ __all__ = [
     "Thunk",
     "arr",
     "bind",
+    "check_index_range",
     "f32",
     "kernel",
     "register",
     "store",
     "supports",
+    "view_at",
 ]
 
 Thunk = Callable[[], None]
@@ -111,6 +113,17 @@ def arr(t: Tensor) -> np.ndarray:
     return np.ndarray(shape, dtype=dt, buffer=host, offset=off, strides=strides)
 
 
+def view_at(t: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> np.ndarray:
+    """A zero-copy view of ``t``'s memory (plain types) from byte ``offset`` past its data, with numpy ``shape``
+    and byte ``strides``: the sub-view SET/ACC write. numpy refuses views that would leave the host buffer; the
+    op builders check the view against the tensor's own extent.
+    """
+    host = _host(t)
+    dt = t.type.np_dtype
+    assert dt is not None and t.data_offset is not None
+    return np.ndarray(shape, dtype=dt, buffer=host, offset=t.data_offset + offset, strides=strides)
+
+
 def f32(t: Tensor) -> np.ndarray:
     """``t``'s values as float32 (a view for F32, a converted copy otherwise), numpy shape."""
     a = arr(t)
@@ -129,7 +142,8 @@ def store(t: Tensor, values: np.ndarray) -> None:
     dst = arr(t)
     tt = t.type
     if tt in (GGMLType.F32, GGMLType.F16, GGMLType.F64) or not (tt.is_quantized or tt == GGMLType.BF16):
-        np.copyto(dst, values, casting="unsafe")
+        with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow gives inf, as in ggml
+            np.copyto(dst, values, casting="unsafe")
         return
     v = np.broadcast_to(np.asarray(values, dtype=np.float32), (t.ne[3], t.ne[2], t.ne[1], t.ne[0]))
     np.copyto(dst, quantize(np.ascontiguousarray(v), tt).reshape(dst.shape) if tt.is_quantized else _bf16(v))
@@ -137,3 +151,14 @@ def store(t: Tensor, values: np.ndarray) -> None:
 
 def _bf16(v: np.ndarray) -> np.ndarray:
     return quantize(np.ascontiguousarray(v, dtype=np.float32), GGMLType.BF16).view(np.uint16).reshape(v.shape)
+
+
+def check_index_range(node: Tensor, idx: np.ndarray, limit: int, what: str) -> None:
+    """Raise :class:`ComputeError` naming ``node`` unless every index lies in ``0..limit-1``.
+
+    Index tensors (GET_ROWS, SET_ROWS, MUL_MAT_ID) are data, not shapes: they are checked on every run so that a
+    bad index is an error naming the node, never a read or write outside a tensor or numpy's negative wraparound.
+    """
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= limit):
+        bad = idx[(idx < 0) | (idx >= limit)].reshape(-1)[0]
+        raise ComputeError(node, "CPU", f"{what} index {int(bad)} is outside 0..{limit - 1}")

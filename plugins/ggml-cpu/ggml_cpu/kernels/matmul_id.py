@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor
+from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, dequantize, quantize
-from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, f32, kernel
+from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel
 from ggml_cpu.kernels.matmul import VEC_DOT_TYPE, activations_as_dot_type
 
-__all__ = ["check_index_range"]
+__all__: list[str] = []
 
 #: weight types whose dot product adds ``min · s`` with s = f16(d·Σq) of the Q8_1 activation block
 _MIN_TYPES = frozenset({GGMLType.Q4_1, GGMLType.Q5_1})
-
-
-def check_index_range(node: Tensor, idx: np.ndarray, limit: int, what: str) -> None:
-    """Raise :class:`ComputeError` naming ``node`` unless every index lies in ``0..limit-1``."""
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= limit):
-        bad = idx[(idx < 0) | (idx >= limit)].reshape(-1)[0]
-        raise ComputeError(node, "CPU", f"{what} index {int(bad)} is outside 0..{limit - 1}")
 
 
 def _f16_field(raw: np.ndarray, block_bytes: int, offset: int) -> np.ndarray:

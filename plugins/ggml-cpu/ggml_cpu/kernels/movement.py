@@ -1,134 +1,163 @@
-"""Data movement kernels: CPY/DUP/CONT (with type conversion and quantization), GET_ROWS, SET_ROWS."""
+"""Copies and row gathers: CPY/DUP/CONT (type conversion, quantization), GET_ROWS, SET_ROWS.
+
+Copies move elements in logical order (``ne[0]`` fastest), whatever the strides of source and destination.
+Conversions follow ggml: f32 → f16/bf16 round to nearest even, f32 → quantized gives the reference quantizer's
+bytes, quantized → f32 dequantizes, f32 → i32 truncates toward zero.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor
-from ggml_core.quants import dequantize
 
-from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, f32, kernel, store
+from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.quants import can_dequantize, can_quantize, dequantize, quantize
+from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel, store
 
 __all__: list[str] = []
 
 _INT_TYPES = frozenset({GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64})
 
 
+def _np_shape(t: Tensor) -> tuple[int, int, int, int]:
+    return (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+
+
+def _readable(t: GGMLType) -> bool:
+    """Values of this type can be read as float32."""
+    return t in FLOAT_TYPES or (t.is_quantized and can_dequantize(t))
+
+
+def _writable(t: GGMLType) -> bool:
+    """float32 values can be converted to this type."""
+    return t in FLOAT_TYPES or (t.is_quantized and can_quantize(t))
+
+
+# ------------------------------------------------------------------------------------------------ CPY / DUP / CONT
+
+
 def _copy_ok(node: Tensor) -> bool:
     a = node.src[0]
     assert a is not None
     if a.type == node.type:
+        # bytes move unchanged; quantized rows must stay whole blocks
+        return not a.type.is_quantized or (a.is_contiguous_rows and node.is_contiguous_rows)
+    if node.type.is_quantized and not node.is_contiguous_rows:
+        return False
+    if a.type.is_quantized and not a.is_contiguous_rows:
+        return False
+    if _readable(a.type) and _writable(node.type):
         return True
-    if a.type in FLOAT_TYPES or a.type.is_quantized:
-        return node.type in FLOAT_TYPES or (node.type.is_quantized and node.is_contiguous_rows)
-    return a.type in _INT_TYPES and node.type in _INT_TYPES | {GGMLType.F32}
+    return {a.type, node.type} == {GGMLType.F32, GGMLType.I32}
 
 
 @kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
 def _bind_copy(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    shape = (node.ne[3], node.ne[2], node.ne[1], node.ne[0])
+    shape = _np_shape(node)
 
-    if a.type == node.type and (a.type.is_quantized or a.type == GGMLType.BF16 or a.type in _INT_TYPES):
-        # same type: bytes move unchanged, in logical element (or row) order
+    if a.type == node.type and a.type.is_quantized:
+        # whole blocks: the rows' bytes in logical order, regrouped into the destination's rows
+        def run_blocks() -> None:
+            dst = arr(node)
+            dst[...] = np.ascontiguousarray(arr(a)).reshape(dst.shape)
+
+        return run_blocks
+
+    if a.type == node.type:
+
         def run_same() -> None:
-            src, dst = arr(a), arr(node)
-            if a.type.is_quantized:
-                rows = np.ascontiguousarray(src).reshape(-1)
-                dst[...] = rows.reshape(dst.shape)
-            else:
-                dst[...] = np.ascontiguousarray(src).reshape(shape)
+            arr(node)[...] = np.ascontiguousarray(arr(a)).reshape(shape)
 
         return run_same
 
-    if node.type in _INT_TYPES:
+    if node.type == GGMLType.I32:  # f32 → i32: C's truncation toward zero
 
-        def run_int() -> None:
-            arr(node)[...] = np.ascontiguousarray(arr(a)).reshape(shape)
+        def run_to_int() -> None:
+            with np.errstate(invalid="ignore"):
+                arr(node)[...] = np.trunc(np.ascontiguousarray(arr(a))).astype(np.int32).reshape(shape)
 
-        return run_int
+        return run_to_int
 
     def run() -> None:
-        store(node, np.ascontiguousarray(f32(a)).reshape(shape))
+        values = arr(a).astype(np.float32) if a.type in _INT_TYPES else f32(a)
+        store(node, np.ascontiguousarray(values).reshape(shape))
 
     return run
 
 
-def _check_indices(node: Tensor, idx: np.ndarray, limit: int, what: str) -> None:
-    if idx.size and (idx.min() < 0 or idx.max() >= limit):
-        bad = idx[(idx < 0) | (idx >= limit)][0]
-        raise ComputeError(node, "CPU", f"{what} index {int(bad)} is outside 0..{limit - 1}")
+# ------------------------------------------------------------------------------------------------ GET_ROWS
 
 
 def _get_rows_ok(node: Tensor) -> bool:
-    a = node.src[0]
-    assert a is not None
-    return (a.type in FLOAT_TYPES or a.type.is_quantized or a.type == GGMLType.I32) and node.type in (
-        GGMLType.F32,
-        GGMLType.I32,
-    )
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    if b.type != GGMLType.I32:
+        return False
+    if a.type == GGMLType.I32:
+        return node.type == GGMLType.I32
+    if a.type.is_quantized and not a.is_contiguous_rows:
+        return False
+    return _readable(a.type) and node.type in FLOAT_TYPES
 
 
 @kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
 def _bind_get_rows(node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
+    i3 = np.arange(a.ne[3])[:, None, None]
+    i2 = np.arange(a.ne[2])[None, :, None]
 
     def run() -> None:
-        av = arr(a)  # (a3, a2, a1, K or row bytes)
-        idx = arr(b)[0]  # (b2 = a3, b1 = a2, n)
-        _check_indices(node, idx, a.ne[1], "row")
-        i3 = np.arange(a.ne[3])[:, None, None]
-        i2 = np.arange(a.ne[2])[None, :, None]
-        rows = av[i3, i2, idx]  # (a3, a2, n, ...)
-        if a.type.is_quantized:
-            vals = dequantize(np.ascontiguousarray(rows), a.type)
-        elif a.type == GGMLType.I32:
+        idx = arr(b)[0]  # (b.ne[2] = a.ne[3], b.ne[1] = a.ne[2], n)
+        check_index_range(node, idx, a.ne[1], "row")
+        rows = arr(a)[i3, i2, idx]  # (a3, a2, n, ne0 or row bytes): only the picked rows are read
+        if a.type == GGMLType.I32:
             arr(node)[...] = rows
-            return
+        elif a.type.is_quantized:
+            store(node, dequantize(np.ascontiguousarray(rows), a.type))
         elif a.type == GGMLType.BF16:
-            vals = (rows.astype(np.uint32) << 16).view(np.float32)
+            store(node, (rows.astype(np.uint32) << 16).view(np.float32))
         else:
-            vals = rows.astype(np.float32)
-        store(node, vals)
+            store(node, rows.astype(np.float32))
 
     return run
 
 
+# ------------------------------------------------------------------------------------------------ SET_ROWS
+
+
 def _set_rows_ok(node: Tensor) -> bool:
-    b = node.src[0]
-    assert b is not None
-    return b.type in (GGMLType.F32, GGMLType.F16) and (node.type in FLOAT_TYPES or node.type.is_quantized)
+    b, c = node.src[0], node.src[1]
+    assert b is not None and c is not None
+    return (
+        b.type in (GGMLType.F32, GGMLType.F16)
+        and c.type in (GGMLType.I32, GGMLType.I64)
+        and _writable(node.type)
+        and (not node.type.is_quantized or node.is_contiguous_rows)
+    )
 
 
 @kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
 def _bind_set_rows(node: Tensor) -> Thunk:
-    b, c, dst = node.src[0], node.src[1], node.src[2]
-    assert b is not None and c is not None and dst is not None
+    b, c = node.src[0], node.src[1]
+    assert b is not None and c is not None
+    i3 = np.arange(node.ne[3])[:, None, None]
+    i2 = np.arange(node.ne[2])[None, :, None]
+    # b's dims 2, 3 take the index rows i % c.ne (ggml tiles the indices)
+    reps = (node.ne[3] // c.ne[2], node.ne[2] // c.ne[1], 1)
 
     def run() -> None:
-        src = f32(b)  # (ne3, ne2, nr, ne0)
-        idx = arr(c).astype(np.int64)  # (1, c2, c1, nr)
-        _check_indices(node, idx, node.ne[1], "destination row")
-        reps = (node.ne[3] // c.ne[2], node.ne[2] // c.ne[1], 1)
-        full = np.tile(idx[0], reps)  # (ne3, ne2, nr)
-        i3 = np.arange(node.ne[3])[:, None, None]
-        i2 = np.arange(node.ne[2])[None, :, None]
+        idx = np.tile(arr(c)[0].astype(np.int64), reps)  # (ne3, ne2, rows of b)
+        check_index_range(node, idx, node.ne[1], "destination row")
+        src = f32(b)
         out = arr(node)
         if node.type == GGMLType.F32:
-            out[i3, i2, full] = src
-        else:
-            tmp = np.empty((node.ne[3], node.ne[2], full.shape[-1], node.ne[0]), np.float32)
-            tmp[...] = src
-            # convert the written rows only, then scatter their bytes
-            from ggml_core.quants import quantize
-
-            if node.type == GGMLType.F16:
-                out[i3, i2, full] = tmp.astype(np.float16)
-            else:
-                conv = quantize(tmp, node.type)
-                if node.type == GGMLType.BF16:
-                    conv = conv.view(np.uint16)
-                out[i3, i2, full] = conv
+            out[i3, i2, idx] = src
+        elif node.type == GGMLType.F16:
+            out[i3, i2, idx] = src.astype(np.float16)
+        else:  # bf16 bits or quantized rows: convert only the rows written
+            conv = quantize(np.ascontiguousarray(src, dtype=np.float32), node.type)
+            out[i3, i2, idx] = conv.view(np.uint16) if node.type == GGMLType.BF16 else conv
 
     return run
