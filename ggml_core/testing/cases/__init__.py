@@ -1,0 +1,69 @@
+"""The conformance case list: every family's cases, in a fixed order, and filters over them.
+
+The list is deterministic (same order and names in every process), which lets ``-j`` workers address cases by
+index and lets every device see the same inputs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache
+
+from ggml_core.ops import GGMLOp, GluOp, UnaryOp
+from ggml_core.testing._case import Case
+from ggml_core.testing.cases import attention, copy, elementwise, layout, matmul, norm, reduce, vision
+
+__all__ = ["all_cases", "all_op_names", "select"]
+
+_FAMILIES = (elementwise, reduce, norm, matmul, copy, layout, attention, vision)
+
+
+@cache
+def _cases() -> tuple[Case, ...]:
+    out: list[Case] = []
+    for family in _FAMILIES:
+        out.extend(family.cases())
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise AssertionError(f"duplicate case names: {dup[:5]}")
+    return tuple(out)
+
+
+def all_cases(*, perf: bool = False) -> list[Case]:
+    """Every case in order; ``perf`` adds the perf-only cases (large shapes)."""
+    return [c for c in _cases() if perf or not c.perf_only]
+
+
+def all_op_names() -> list[str]:
+    """Every op name ggml knows: the 101 ``GGMLOp`` names, then every UNARY and GLU sub-op."""
+    return [op.name for op in GGMLOp] + [u.name for u in UnaryOp] + [g.name for g in GluOp]
+
+
+def _split_ops(ops: str | Iterable[str] | None) -> list[str] | None:
+    if ops is None:
+        return None
+    items = ops.split(",") if isinstance(ops, str) else list(ops)
+    return [o.strip() for o in items if o.strip()]
+
+
+def select(
+    cases: Sequence[Case] | None = None,
+    ops: str | Iterable[str] | None = None,
+    pattern: str | None = None,
+    *,
+    perf: bool = False,
+) -> list[Case]:
+    """Cases whose op is in ``ops`` (names, or full ``OP(params)`` strings as test-backend-ops' ``-o``) and whose
+    full name matches the regular expression ``pattern`` (searched, not anchored)."""
+    pool = list(cases) if cases is not None else all_cases(perf=perf)
+    wanted = _split_ops(ops)
+    if wanted is not None:
+        names = {w.upper() for w in wanted if "(" not in w}
+        full = {w for w in wanted if "(" in w}
+        pool = [c for c in pool if c.op in names or c.name in full]
+    if pattern:
+        rx = re.compile(pattern)
+        pool = [c for c in pool if rx.search(c.name)]
+    return pool
