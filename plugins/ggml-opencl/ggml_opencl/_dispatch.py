@@ -1,0 +1,212 @@
+"""Kernel dispatch: the op table, tensor arguments for kernels, launch helpers.
+
+A *binder* turns one graph node into a thunk that enqueues its kernel(s): ``bind(backend, node) -> thunk``.
+Binding resolves buffers, offsets, shapes and kernel objects once; the backend caches thunks per graph. Each op
+family lives in its own ``ops_*`` module and registers binders with :func:`kernel`, each with a support
+predicate ``supports(info, node)`` that says exactly which types and layouts its kernel handles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import numpy as np
+
+from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+
+if TYPE_CHECKING:
+    from ggml_opencl._device_info import DeviceInfo
+
+__all__ = [
+    "FLOAT_TYPES",
+    "QUANT_TYPES",
+    "Binder",
+    "Launcher",
+    "Supports",
+    "Thunk",
+    "bind",
+    "chain",
+    "enqueue",
+    "enqueue_nd",
+    "kernel",
+    "local_mem",
+    "mem_of",
+    "roundup",
+    "supports",
+    "targs",
+    "targs_view",
+]
+
+Thunk = Callable[[], None]
+
+
+class Launcher(Protocol):
+    """What a binder needs from the backend (see ``OpenCLBackend``)."""
+
+    queue: Any
+    info: DeviceInfo
+    context: Any
+    err_buf: Any
+    name: str
+
+    def kernel(self, name: str) -> Any:
+        """The ``cl.Kernel`` for ``name``."""
+
+    def scratch(self, slot: str, nbytes: int) -> Any:
+        """A temporary device buffer of at least ``nbytes``."""
+
+    def error_code(self, node: Tensor) -> int:
+        """The code kernels report for a bad index in ``node``."""
+
+
+Binder = Callable[[Launcher, Tensor], Thunk]
+Supports = Callable[["DeviceInfo", Tensor], bool]
+
+#: plain float element types every elementwise kernel reads and writes (bf16 and f16 as storage)
+FLOAT_TYPES: Final = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16})
+#: quantized types the kernels decode (``dq32`` in quants.cl)
+QUANT_TYPES: Final = frozenset(
+    {
+        GGMLType.Q4_0,
+        GGMLType.Q4_1,
+        GGMLType.Q5_0,
+        GGMLType.Q5_1,
+        GGMLType.Q8_0,
+        GGMLType.IQ4_NL,
+        GGMLType.Q2_K,
+        GGMLType.Q3_K,
+        GGMLType.Q4_K,
+        GGMLType.Q5_K,
+        GGMLType.Q6_K,
+    }
+)
+
+_BINDERS: dict[GGMLOp, Binder] = {}
+_SUPPORTS: dict[GGMLOp, Supports] = {}
+
+
+def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
+    """Register a binder for ``ops`` with its support predicate."""
+
+    def deco(fn: Binder) -> Binder:
+        for op in ops:
+            _BINDERS[op] = fn
+            _SUPPORTS[op] = supports
+        return fn
+
+    return deco
+
+
+def supports(info: DeviceInfo, node: Tensor) -> bool:
+    """True when a kernel exists for ``node`` and handles its types and layouts on this device."""
+    if node.op in (GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE):
+        return True
+    pred = _SUPPORTS.get(node.op)
+    if pred is None:
+        return False
+    try:
+        return bool(pred(info, node))
+    except Exception:  # noqa: BLE001 - a predicate never takes the host down; unknown means unsupported
+        return False
+
+
+def bind(launcher: Launcher, node: Tensor) -> Thunk:
+    """The thunk enqueueing ``node``'s kernels (``NotImplementedError`` naming the op when there is none)."""
+    binder = _BINDERS.get(node.op)
+    if binder is None:
+        raise NotImplementedError(f"the OpenCL plugin has no kernel for {node.op_desc}")
+    return binder(launcher, node)
+
+
+# ------------------------------------------------------------------------------------------------ arguments
+
+
+def _int4(v: Sequence[int]) -> np.ndarray:
+    return np.array(tuple(v), dtype=_INT4)
+
+
+def _long4(v: Sequence[int]) -> np.ndarray:
+    return np.array(tuple(v), dtype=_LONG4)
+
+
+_INT4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i4"] * 4})
+_LONG4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i8"] * 4})
+
+
+def mem_of(launcher: Launcher, t: Tensor) -> tuple[Any, int]:
+    """(``cl.Buffer``, byte offset) of ``t``; raises naming the tensor when it is not in this device's context."""
+    buf = t.buffer
+    if buf is None or t.data_offset is None:
+        raise TensorError(t, "has no memory; allocate the graph before computing it")
+    mem = getattr(buf, "cl_mem", None)
+    if mem is None or getattr(buf, "context", None) != launcher.context:
+        raise TensorError(
+            t, f"lives in {buf.name} memory, which {launcher.name}'s kernels cannot address; copy it to {launcher.name}"
+        )
+    return mem, t.data_offset
+
+
+def targs(launcher: Launcher, t: Tensor) -> list[Any]:
+    """The four kernel arguments of a ``TENSOR(x)`` parameter: buffer, byte offset, ne (int4), nb (long4)."""
+    mem, off = mem_of(launcher, t)
+    return [mem, np.uint64(off), _int4(t.ne), _long4(t.nb)]
+
+
+def targs_view(launcher: Launcher, t: Tensor, ne: Sequence[int], extra_offset: int = 0) -> list[Any]:
+    """Like :func:`targs` with another shape and an added byte offset (halves of a row, a broadcast view...)."""
+    mem, off = mem_of(launcher, t)
+    return [mem, np.uint64(off + extra_offset), _int4(ne), _long4(t.nb)]
+
+
+def roundup(n: int, m: int) -> int:
+    """``n`` rounded up to a multiple of ``m``."""
+    return (n + m - 1) // m * m
+
+
+def enqueue(launcher: Launcher, name: str, n_items: int, args: Sequence[Any], local: int | None = None) -> Thunk:
+    """A thunk launching ``name`` over ``n_items`` work-items in 1-d (kernels end with a ``long n`` guard)."""
+    k = launcher.kernel(name)
+    ls = local or launcher.info.ew_ls
+    gs = (roundup(max(n_items, 1), ls),)
+    full = [*args, np.int64(n_items)]
+    queue = launcher.queue
+
+    def run() -> None:
+        k(queue, gs, (ls,), *full)
+
+    return run
+
+
+def enqueue_nd(launcher: Launcher, name: str, gs: tuple[int, ...], ls: tuple[int, ...], args: Sequence[Any]) -> Thunk:
+    """A thunk launching ``name`` over an explicit NDRange (global sizes already multiples of ``ls``)."""
+    k = launcher.kernel(name)
+    queue = launcher.queue
+
+    def run() -> None:
+        k(queue, gs, ls, *args)
+
+    return run
+
+
+def chain(*thunks: Thunk) -> Thunk:
+    """One thunk running several in order."""
+
+    def run() -> None:
+        for t in thunks:
+            t()
+
+    return run
+
+
+def n_items(ne: Sequence[int]) -> int:
+    """Product of a shape."""
+    return math.prod(ne)
+
+
+def local_mem(nbytes: int) -> Any:
+    """A ``__local`` kernel argument of ``nbytes``."""
+    import pyopencl as cl
+
+    return cl.LocalMemory(max(nbytes, 4))

@@ -1,0 +1,257 @@
+// ggml-opencl: quantized blocks, decoded 32 values at a time, and the legacy quantizers.
+//
+// dq32(type, row, c, y) writes elements [32c, 32c + 32) of a quantized row as floats, with ggml's dequantize_row_*
+// arithmetic (float products in ggml's order, no contraction), so values match ggml bit for bit.
+// Block layouts (bytes): see ggml-common.h; K-quant super-blocks hold 256 values = 8 chunks of 32.
+
+constant float IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+inline int type_block_bytes(int t) {
+    switch (t) {
+        case T_Q4_0: return 18;
+        case T_Q4_1: return 20;
+        case T_Q5_0: return 22;
+        case T_Q5_1: return 24;
+        case T_Q8_0: return 34;
+        case T_IQ4_NL: return 18;
+        case T_Q2_K: return 84;
+        case T_Q3_K: return 110;
+        case T_Q4_K: return 144;
+        case T_Q5_K: return 176;
+        case T_Q6_K: return 210;
+        default: return 0;
+    }
+}
+
+inline int type_block_len(int t) { return t >= T_Q2_K && t <= T_Q8_K ? 256 : 32; }
+
+// get_scale_min_k4 of Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7)
+inline void scale_min_k4(int j, global const uchar* q, float* sc, float* m) {
+    if (j < 4) {
+        *sc = (float)(q[j] & 63);
+        *m = (float)(q[j + 4] & 63);
+    } else {
+        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// 6-bit signed scale j (0..15) of a Q3_K block, minus 32
+inline float q3k_scale(global const uchar* s, int j) {
+    int low = j < 8 ? (s[j] & 0xF) : (s[j - 8] >> 4);
+    int high = (s[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return (float)((low | (high << 4)) - 32);
+}
+
+void dq32(int t, global const uchar* row, int c, float* y) {
+    switch (t) {
+    case T_Q4_0: {
+        global const uchar* b = row + 18 * c;
+        const float d = rd_f16(b);
+        for (int l = 0; l < 16; ++l) {
+            y[l] = (float)((b[2 + l] & 0xF) - 8) * d;
+            y[l + 16] = (float)((b[2 + l] >> 4) - 8) * d;
+        }
+        break;
+    }
+    case T_Q4_1: {
+        global const uchar* b = row + 20 * c;
+        const float d = rd_f16(b), m = rd_f16(b + 2);
+        for (int l = 0; l < 16; ++l) {
+            y[l] = (float)(b[4 + l] & 0xF) * d + m;
+            y[l + 16] = (float)(b[4 + l] >> 4) * d + m;
+        }
+        break;
+    }
+    case T_Q5_0: {
+        global const uchar* b = row + 22 * c;
+        const float d = rd_f16(b);
+        const uint qh = rd_u32(b + 2);
+        for (int l = 0; l < 16; ++l) {
+            int lo = (b[6 + l] & 0xF) | (((qh >> l) & 1) << 4);
+            int hi = (b[6 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4);
+            y[l] = (float)(lo - 16) * d;
+            y[l + 16] = (float)(hi - 16) * d;
+        }
+        break;
+    }
+    case T_Q5_1: {
+        global const uchar* b = row + 24 * c;
+        const float d = rd_f16(b), m = rd_f16(b + 2);
+        const uint qh = rd_u32(b + 4);
+        for (int l = 0; l < 16; ++l) {
+            int lo = (b[8 + l] & 0xF) | (((qh >> l) & 1) << 4);
+            int hi = (b[8 + l] >> 4) | (((qh >> (l + 16)) & 1) << 4);
+            y[l] = (float)lo * d + m;
+            y[l + 16] = (float)hi * d + m;
+        }
+        break;
+    }
+    case T_Q8_0: {
+        global const uchar* b = row + 34 * c;
+        const float d = rd_f16(b);
+        for (int l = 0; l < 32; ++l) y[l] = (float)((char)b[2 + l]) * d;
+        break;
+    }
+    case T_IQ4_NL: {
+        global const uchar* b = row + 18 * c;
+        const float d = rd_f16(b);
+        for (int l = 0; l < 16; ++l) {
+            y[l] = d * IQ4NL_VALUES[b[2 + l] & 0xF];
+            y[l + 16] = d * IQ4NL_VALUES[b[2 + l] >> 4];
+        }
+        break;
+    }
+    case T_Q2_K: {  // scales[16] qs[64] d dmin
+        global const uchar* b = row + 84 * (c >> 3);
+        const int n = (c & 7) >> 2, j = c & 3;
+        const float d = rd_f16(b + 80), dmin = rd_f16(b + 82);
+        global const uchar* q = b + 16 + 32 * n;
+        for (int h = 0; h < 2; ++h) {
+            const uchar sc = b[n * 8 + j * 2 + h];
+            const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+            for (int l = 0; l < 16; ++l) y[16 * h + l] = dl * (float)((q[16 * h + l] >> (2 * j)) & 3) - ml;
+        }
+        break;
+    }
+    case T_Q3_K: {  // hmask[32] qs[64] scales[12] d
+        global const uchar* b = row + 110 * (c >> 3);
+        const int n = (c & 7) >> 2, j = c & 3;
+        const float d = rd_f16(b + 108);
+        global const uchar* q = b + 32 + 32 * n;
+        const uchar m = (uchar)(1 << (4 * n + j));
+        for (int h = 0; h < 2; ++h) {
+            const float dl = d * q3k_scale(b + 96, n * 8 + j * 2 + h);
+            for (int l = 0; l < 16; ++l) {
+                const int k = 16 * h + l;
+                y[k] = dl * (float)(((q[k] >> (2 * j)) & 3) - ((b[k] & m) ? 0 : 4));
+            }
+        }
+        break;
+    }
+    case T_Q4_K: {  // d dmin scales[12] qs[128]
+        global const uchar* b = row + 144 * (c >> 3);
+        const int s = c & 7, j = s >> 1, hi = s & 1;
+        float sc, mn;
+        scale_min_k4(s, b + 4, &sc, &mn);
+        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
+        global const uchar* q = b + 16 + 32 * j;
+        for (int l = 0; l < 32; ++l) y[l] = d1 * (float)(hi ? (q[l] >> 4) : (q[l] & 0xF)) - m1;
+        break;
+    }
+    case T_Q5_K: {  // d dmin scales[12] qh[32] qs[128]
+        global const uchar* b = row + 176 * (c >> 3);
+        const int s = c & 7, j = s >> 1, hi = s & 1;
+        float sc, mn;
+        scale_min_k4(s, b + 4, &sc, &mn);
+        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
+        global const uchar* q = b + 48 + 32 * j;
+        const uchar u = (uchar)(1 << s);
+        for (int l = 0; l < 32; ++l) {
+            const int v = (hi ? (q[l] >> 4) : (q[l] & 0xF)) + ((b[16 + l] & u) ? 16 : 0);
+            y[l] = d1 * (float)v - m1;
+        }
+        break;
+    }
+    case T_Q6_K: {  // ql[128] qh[64] scales[16] d
+        global const uchar* b = row + 210 * (c >> 3);
+        const int n = (c & 7) >> 2, k = c & 3;
+        const float d = rd_f16(b + 208);
+        global const uchar* ql = b + 64 * n + ((k & 1) ? 32 : 0);
+        global const uchar* qh = b + 128 + 32 * n;
+        for (int l = 0; l < 32; ++l) {
+            const int low = (k & 2) ? (ql[l] >> 4) : (ql[l] & 0xF);
+            const int q = (low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+            const float sc = (float)((char)b[192 + n * 8 + (l >> 4) + 2 * k]);
+            y[l] = d * sc * (float)q;
+        }
+        break;
+    }
+    default:
+        for (int l = 0; l < 32; ++l) y[l] = 0.0f;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------- quantizers
+// q32(type, x, dst) writes one 32-value block in ggml's quantize_row_*_ref arithmetic (byte-identical).
+
+inline void st_f16(global uchar* p, float v) {
+    ushort h;
+    vstore_half_rte(v, 0, (private half*)&h);
+    p[0] = (uchar)(h & 0xFF);
+    p[1] = (uchar)(h >> 8);
+}
+
+inline void st_u32(global uchar* p, uint v) {
+    p[0] = (uchar)v; p[1] = (uchar)(v >> 8); p[2] = (uchar)(v >> 16); p[3] = (uchar)(v >> 24);
+}
+
+// C's float -> int8_t through int (out-of-range values keep their low byte, as the reference emulation does)
+inline int to_i8(float v) { return (int)(char)(int)v; }
+
+void q32(int t, const float* x, global uchar* b) {
+    switch (t) {
+    case T_Q4_0:
+    case T_Q5_0: {
+        float amax = 0.0f, vmax = 0.0f;
+        for (int l = 0; l < 32; ++l) if (amax < fabs(x[l])) { amax = fabs(x[l]); vmax = x[l]; }
+        const float d = vmax / (t == T_Q4_0 ? -8.0f : -16.0f);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, d);
+        if (t == T_Q4_0) {
+            for (int l = 0; l < 16; ++l) {
+                const int lo = min(15, to_i8(x[l] * id + 8.5f)), hi = min(15, to_i8(x[l + 16] * id + 8.5f));
+                b[2 + l] = (uchar)((lo & 0xFF) | ((hi << 4) & 0xFF));
+            }
+        } else {
+            uint qh = 0;
+            for (int l = 0; l < 16; ++l) {
+                const int lo = min(31, to_i8(x[l] * id + 16.5f)) & 0xFF, hi = min(31, to_i8(x[l + 16] * id + 16.5f)) & 0xFF;
+                b[6 + l] = (uchar)((lo & 0x0F) | ((hi & 0x0F) << 4));
+                qh |= ((uint)((lo & 0x10) >> 4) << l) | ((uint)((hi & 0x10) >> 4) << (l + 16));
+            }
+            st_u32(b + 2, qh);
+        }
+        break;
+    }
+    case T_Q4_1:
+    case T_Q5_1: {
+        float vmin = FLT_MAX, vmax = -FLT_MAX;
+        for (int l = 0; l < 32; ++l) {
+            if (x[l] < vmin) vmin = x[l];
+            if (x[l] > vmax) vmax = x[l];
+        }
+        const float d = (vmax - vmin) / (t == T_Q4_1 ? 15.0f : 31.0f);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, d);
+        st_f16(b + 2, vmin);
+        if (t == T_Q4_1) {
+            for (int l = 0; l < 16; ++l) {
+                const int lo = min(15, to_i8((x[l] - vmin) * id + 0.5f));
+                const int hi = min(15, to_i8((x[l + 16] - vmin) * id + 0.5f));
+                b[4 + l] = (uchar)((lo & 0xFF) | ((hi << 4) & 0xFF));
+            }
+        } else {
+            uint qh = 0;
+            for (int l = 0; l < 16; ++l) {
+                const int lo = (int)((x[l] - vmin) * id + 0.5f) & 0xFF, hi = (int)((x[l + 16] - vmin) * id + 0.5f) & 0xFF;
+                b[8 + l] = (uchar)((lo & 0x0F) | ((hi & 0x0F) << 4));
+                qh |= ((uint)((lo & 0x10) >> 4) << l) | ((uint)((hi & 0x10) >> 4) << (l + 16));
+            }
+            st_u32(b + 4, qh);
+        }
+        break;
+    }
+    case T_Q8_0: {
+        float amax = 0.0f;
+        for (int l = 0; l < 32; ++l) { const float a = fabs(x[l]); amax = amax > a ? amax : a; }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        st_f16(b, d);
+        for (int l = 0; l < 32; ++l) b[2 + l] = (uchar)(char)(int)round(x[l] * id);
+        break;
+    }
+    default:
+        break;
+    }
+}

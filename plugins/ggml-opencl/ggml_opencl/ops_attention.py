@@ -1,0 +1,194 @@
+"""Attention ops (kernels in ``attention.cl``): SOFT_MAX (ext), ROPE (NORMAL/NEOX, YaRN), FLASH_ATTN_EXT, DIAG_MASK."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_opencl._device_info import DeviceInfo
+from ggml_opencl._dispatch import Launcher, Thunk, enqueue, enqueue_nd, kernel, local_mem, targs
+
+__all__ = ["alibi_params", "yarn_corr_dims"]
+
+#: largest V head size of the flash-attention kernel (its per-item accumulator, FA_DMAX in attention.cl)
+FA_DMAX = 256
+
+
+def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
+    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them."""
+    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
+    if max_bias <= 0.0:
+        return 1.0, 1.0, n_head_log2
+    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
+    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+    return float(m0), float(m1), n_head_log2
+
+
+def _opt(launcher: Launcher, t: Tensor | None, fallback: Tensor) -> list[object]:
+    """Arguments of an optional tensor: (1, its TENSOR args) or (0, a placeholder's)."""
+    return [np.int32(t is not None), *targs(launcher, t if t is not None else fallback)]
+
+
+# ---------------------------------------------------------------------------------------------- SOFT_MAX
+
+
+def _soft_max_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a, m, s = node.src[0], node.src[1], node.src[2]
+    return (
+        a is not None
+        and a.type == GGMLType.F32
+        and node.type == GGMLType.F32
+        and (m is None or m.type in (GGMLType.F32, GGMLType.F16))
+        and (s is None or s.type == GGMLType.F32)
+    )
+
+
+@kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
+def _bind_soft_max(launcher: Launcher, node: Tensor) -> Thunk:
+    a, mask, sinks = node.src[0], node.src[1], node.src[2]
+    assert a is not None
+    max_bias = node.op_param_f32(1)
+    m0, m1, n_log2 = alibi_params(a.ne[2], max_bias)
+    ls = launcher.info.row_ls
+    args = [
+        np.float32(node.op_param_f32(0)),
+        np.float32(max_bias),
+        np.float32(m0),
+        np.float32(m1),
+        np.int32(n_log2),
+        *targs(launcher, a),
+        *_opt(launcher, mask, a),
+        np.int32(mask.type if mask is not None else GGMLType.F32),
+        *_opt(launcher, sinks, a),
+        *targs(launcher, node),
+        local_mem(ls * 4),
+    ]
+    return enqueue_nd(launcher, "k_soft_max", (a.nrows * ls,), (ls,), args)
+
+
+# ---------------------------------------------------------------------------------------------- ROPE
+
+
+def yarn_corr_dims(
+    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
+) -> tuple[float, float]:
+    """ggml's ``rope_yarn_corr_dims``: the [low, high] pair range of the YaRN ramp (float32 steps)."""
+
+    def corr_dim(n_rot: float) -> float:
+        return float(
+            np.float32(n_dims)
+            * np.log(np.float32(n_ctx_orig) / (np.float32(n_rot) * np.float32(2.0 * math.pi)))
+            / (np.float32(2.0) * np.log(np.float32(freq_base)))
+        )
+
+    start = math.floor(corr_dim(beta_fast))
+    end = math.ceil(corr_dim(beta_slow))
+    return float(max(0, start)), float(min(n_dims - 1, end))
+
+
+def _rope_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a, p, f = node.src[0], node.src[1], node.src[2]
+    return (
+        a is not None
+        and p is not None
+        and a.type in (GGMLType.F32, GGMLType.F16)
+        and node.type == a.type
+        and node.ne == a.ne
+        and a.ne[0] % 2 == 0
+        and p.type == GGMLType.I32
+        and node.op_param_i32(2) in (0, 2)
+        and (f is None or f.type == GGMLType.F32)
+    )
+
+
+@kernel(GGMLOp.ROPE, supports=_rope_ok)
+def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
+    a, pos, ff = node.src[0], node.src[1], node.src[2]
+    assert a is not None and pos is not None
+    n_dims, mode, n_ctx_orig = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(4)
+    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
+    corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
+    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
+    mscale = np.float32(attn_factor)
+    if ext_factor != 0.0:
+        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
+    args = [
+        np.int32(mode == 2),
+        np.int32(n_dims),
+        np.float32(theta_scale),
+        np.float32(freq_scale),
+        np.float32(ext_factor),
+        np.float32(mscale),
+        np.float32(corr[0]),
+        np.float32(corr[1]),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, pos),
+        *_opt(launcher, ff, pos),
+        *targs(launcher, node),
+    ]
+    return enqueue(launcher, "k_rope", a.nelements // 2, args)
+
+
+# ---------------------------------------------------------------------------------------------- DIAG_MASK
+
+
+def _f32_same(info: DeviceInfo, node: Tensor) -> bool:
+    a = node.src[0]
+    return a is not None and a.type == GGMLType.F32 and node.type == GGMLType.F32 and a.ne == node.ne
+
+
+@kernel(GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO, supports=_f32_same)
+def _bind_diag_mask(launcher: Launcher, node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    value = -np.inf if node.op == GGMLOp.DIAG_MASK_INF else 0.0
+    args = [np.int32(node.op_param_i32(0)), np.float32(value), *targs(launcher, a), *targs(launcher, node)]
+    return enqueue(launcher, "k_diag_mask", node.nelements, args)
+
+
+# ---------------------------------------------------------------------------------------------- FLASH_ATTN_EXT
+
+
+def _flash_ok(info: DeviceInfo, node: Tensor) -> bool:
+    q, k, v, m = node.src[0], node.src[1], node.src[2], node.src[3]
+    s = node.src[4]
+    return (
+        q is not None
+        and k is not None
+        and v is not None
+        and q.type == GGMLType.F32
+        and k.type in (GGMLType.F32, GGMLType.F16)
+        and v.type in (GGMLType.F32, GGMLType.F16)
+        and (m is None or m.type == GGMLType.F16)
+        and (s is None or s.type == GGMLType.F32)
+        and node.type == GGMLType.F32
+        and v.ne[0] <= FA_DMAX
+    )
+
+
+@kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
+def _bind_flash(launcher: Launcher, node: Tensor) -> Thunk:
+    q, k, v, mask, sinks = node.src[0], node.src[1], node.src[2], node.src[3], node.src[4]
+    assert q is not None and k is not None and v is not None
+    scale, max_bias, softcap = (node.op_param_f32(i) for i in range(3))
+    m0, m1, n_log2 = alibi_params(q.ne[2], max_bias)
+    args = [
+        np.float32(scale),
+        np.float32(max_bias),
+        np.float32(m0),
+        np.float32(m1),
+        np.int32(n_log2),
+        np.float32(softcap),
+        *targs(launcher, q),
+        *targs(launcher, k),
+        np.int32(k.type),
+        *targs(launcher, v),
+        np.int32(v.type),
+        *_opt(launcher, mask, q),
+        *_opt(launcher, sinks, q),
+        *targs(launcher, node),
+    ]
+    return enqueue(launcher, "k_flash_attn", q.ne[1] * q.ne[2] * q.ne[3], args)
