@@ -1,21 +1,106 @@
-"""`ggml-core plan` (not implemented yet)."""
+"""``ggml-core plan [MODEL.gguf]``: the placement and the scheduler's split plan of a model, without running it.
+
+The weights are placed and their buffers allocated (no data is uploaded to accelerators), the graph of one batch is
+built and handed to the scheduler's ``reserve``; the plan is printed as text, drawn as SVG (``--svg``) or DOT
+(``--dot``), or given as JSON (``--json``: ``n_splits`` and ``splits`` with backend, nodes and inputs copied).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from ggml_core.cli.run import add_model_args, model_params, resolve_model_path
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
-    p = sub.add_parser(name, help="(not implemented yet)")
+    p = sub.add_parser(
+        name,
+        help="show a model's placement and split plan without running it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    p.add_argument("--n-tokens", type=int, help="tokens in the planned batch (default: --batch-size, at most n_ctx)")
+    p.add_argument("--svg", type=Path, help="draw the split plan as SVG into FILE")
+    p.add_argument("--dot", type=Path, help="write the split plan as Graphviz DOT into FILE")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Say that the command does not exist yet."""
-    print(f"ggml-core {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+    """Plan and report."""
+    try:
+        return _run(args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"ggml-core plan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ggml_core.models import Model
+    from ggml_core.sched import render_dot, render_svg, render_text
+
+    path, is_default = resolve_model_path(args)
+    params = model_params(args, args.ctx_size or 512, default_model=is_default)
+    with Model.load(path, params, upload=False) as model:
+        if not model.executor.uses_scheduler:
+            raise RuntimeError("the scheduler (ggml_core.sched) is not available: there is no split plan to show")
+        n_ctx = model.n_ctx
+        n_tokens = args.n_tokens or min(params.batch_size, n_ctx)
+        if not 0 < n_tokens <= n_ctx:
+            raise ValueError(f"--n-tokens must be in 1..{n_ctx} (the context size), got {n_tokens}")
+        bg = model.graph(n_tokens, model.n_kv_for(n_tokens), True)
+        model.executor.reserve(bg)
+        plan = model.executor.plan()
+        placement = model.placement
+        devices = placement.as_dict()
+        if args.svg is not None:
+            args.svg.write_text(render_svg(plan, bg.graph), encoding="utf-8")
+        if args.dot is not None:
+            args.dot.write_text(render_dot(plan, bg.graph), encoding="utf-8")
+        if args.json:
+            out = {
+                "model": str(path),
+                "default_model": is_default,
+                "hparams": model.hp.describe(),
+                "n_ctx": n_ctx,
+                "n_tokens": n_tokens,
+                "devices": devices,
+                "n_splits": plan.n_splits,
+                "n_input_copies": plan.n_copies,
+                "bytes_copied": plan.bytes_copied,
+                "buffer_sizes": dict(plan.buffer_sizes),
+                "splits": [
+                    {
+                        "index": s.index,
+                        "backend": s.backend,
+                        "n_nodes": len(s.nodes),
+                        "nodes": list(s.nodes),
+                        "inputs": [
+                            {"name": c.name, "from": c.from_backend, "to": c.to_backend, "bytes": c.nbytes}
+                            for c in s.inputs
+                        ],
+                    }
+                    for s in plan.splits
+                ],
+                "svg": str(args.svg) if args.svg else None,
+                "dot": str(args.dot) if args.dot else None,
+            }
+            print(json.dumps(out, indent=2))
+            return 0
+        print(f"{'embedded default model' if is_default else 'model'}: {path}\n  {model.hp.describe()}")
+        print(f"placement ({placement.split_mode} split), batch of {n_tokens} tokens over {n_ctx} cells:")
+        for d in devices:
+            sizes = f"{d['MB']:9.2f} MB (weights {d['weights_MB']:.2f}, KV {d['kv_MB']:.2f})"
+            print(f"  {d['name']:<10} {d['layer_range']:<28} {sizes}")
+        print(render_text(plan))
+        for what, target in (("SVG", args.svg), ("DOT", args.dot)):
+            if target is not None:
+                print(f"{what} written to {target}")
+    return 0

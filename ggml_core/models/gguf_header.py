@@ -272,7 +272,7 @@ def _walk(path: str, mm: Any, size: int) -> HeaderInfo:
     cur.pos = 4
     version = cur.u32("header.version")
     if version not in SUPPORTED_VERSIONS:
-        if version & 0xFFFF == 0 and version >> 16 in SUPPORTED_VERSIONS:
+        if int.from_bytes(version.to_bytes(4, "little"), "big") in SUPPORTED_VERSIONS:
             raise GGUFError(path, "header.version", "the file is big-endian; only little-endian GGUF is supported")
         raise GGUFError(path, "header.version", f"version {version} is not supported (supported: 2, 3)")
     n_tensors = cur.u64("header.n_tensors")

@@ -122,11 +122,11 @@ class Model:
 
     @classmethod
     def plan(
-        cls, path: str | os.PathLike[str], params: ModelParams | None = None
+        cls, path: str | os.PathLike[str] | GGUFFile, params: ModelParams | None = None
     ) -> tuple[GGUFFile, HParams, Placement]:
         """Open the file and plan the placement (with the fit check), allocating nothing."""
         params = params or ModelParams()
-        f = open_gguf(path)
+        f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
         placement = _plan(f, hp, specs, params)
@@ -134,18 +134,27 @@ class Model:
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str], params: ModelParams | None = None, *, stream: TextIO | None = None
+        cls,
+        path: str | os.PathLike[str] | GGUFFile,
+        params: ModelParams | None = None,
+        *,
+        stream: TextIO | None = None,
+        upload: bool = True,
     ) -> Model:
-        """Open, check, place and load a GGUF model."""
+        """Open, check, place and load a GGUF model; reserve the compute buffers for the largest batch.
+
+        ``upload=False`` skips copying weights to non-CPU devices (for ``ggml-core plan``: nothing runs).
+        """
         params = params or ModelParams()
         if params.batch_size <= 0:
             raise ValueError(f"--batch-size must be positive, got {params.batch_size}")
-        f = open_gguf(path)
+        f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
         placement = _plan(f, hp, specs, params)
-        weights = load_weights(f, specs, placement, progress=params.progress, stream=stream)
+        weights = load_weights(f, specs, placement, progress=params.progress, stream=stream, upload=upload)
         kv: KVCache | None = None
+        executor: Executor | None = None
         try:
             n_ctx = params.n_ctx or default_n_ctx(hp)
             kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn)
@@ -155,12 +164,34 @@ class Model:
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
             )
+            model = cls(f, hp, params, specs, placement, weights, kv, executor)
+            model.reserve()
         except BaseException:
+            if executor is not None:
+                executor.free()
             if kv is not None:
                 kv.free()
             weights.free()
             raise
-        return cls(f, hp, params, specs, placement, weights, kv, executor)
+        return model
+
+    def worst_case_graph(self) -> BuiltGraph:
+        """The graph of the largest batch over the whole cache, with every position's logits."""
+        n = min(self.params.batch_size, self.kv.kv_size)
+        return build_llama_graph(
+            self.hp,
+            self.weights,
+            self.kv,
+            n,
+            self.n_kv_for(self.kv.kv_size),
+            all_logits=True,
+            flash_attn=self.params.flash_attn,
+        )
+
+    def reserve(self) -> None:
+        """Size the compute buffers for the worst case now, so that running out of memory shows at load time."""
+        if self.executor.uses_scheduler:
+            self.executor.reserve(self.worst_case_graph())
 
     def close(self) -> None:
         """Free graphs, KV cache, weights and backends."""

@@ -151,8 +151,12 @@ def load_weights(
     *,
     progress: bool = True,
     stream: TextIO | None = None,
+    upload: bool = True,
 ) -> ModelWeights:
-    """Create each weight on its slot's device: in place from the mmap on the CPU, uploaded elsewhere."""
+    """Create each weight on its slot's device: in place from the mmap on the CPU, uploaded elsewhere.
+
+    ``upload=False`` allocates device weights without copying their data (for planning: shapes and buffers only).
+    """
     out = ModelWeights({})
     by_device: dict[str, tuple[Device, list[WeightSpec]]] = {}
     for s in specs:
@@ -170,7 +174,7 @@ def load_weights(
                 made.append((t, s))
             mapped = maps_weights(dev) and _bind_mapped(f, dev, made, out)
             if not mapped:
-                _upload(f, dev, ctx, made, out, progress, stream)
+                _upload(f, dev, ctx, made, out, progress and upload, stream, upload)
             ctx.freeze()
     except BaseException:
         out.free()
@@ -198,10 +202,13 @@ def _upload(
     out: ModelWeights,
     progress: bool,
     stream: TextIO | None,
+    upload: bool,
 ) -> None:
     buf = alloc_ctx_tensors(ctx, dev.buffer_type())
     out.buffers.append(buf)
     buf.set_usage(BufferUsage.WEIGHTS)
+    if not upload:
+        return
     total = sum(t.nbytes for t, _ in made)
     start = time.perf_counter()
     with Progress(total, dev.name, enabled=progress, stream=stream if stream is not None else sys.stderr) as bar:

@@ -1,0 +1,280 @@
+"""Text ↔ token ids from a GGUF file's own vocabulary: "llama" (SentencePiece-style) and "gpt2" (byte-level BPE).
+
+**llama** (``tokenizer.ggml.model == "llama"``): spaces become ``▁`` (one is prepended unless
+``tokenizer.ggml.add_space_prefix`` is false); the text starts as single characters, and the adjacent pair whose
+concatenation is a vocabulary token with the highest score is merged first (ties: leftmost), until no pair merges.
+A piece still not in the vocabulary is written as its UTF-8 bytes (``<0xXX>`` tokens), or ``<unk>`` without them.
+
+**gpt2** (byte-level BPE): the text is split by the pre-tokenizer's pattern, each piece's bytes are mapped to
+printable characters (GPT-2's byte-to-unicode table), and ``tokenizer.ggml.merges`` are applied lowest rank first.
+
+Python's ``re`` has no ``\\p{L}``/``\\p{N}``: letters are written ``[^\\W\\d_]`` and numbers ``\\d`` (Unicode
+decimal digits), which agrees with the Unicode classes on all but rare numeric symbols such as ``²``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Final
+
+from ggml_core._errors import GGUFError
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.gguf_header import ValueType
+
+__all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
+
+#: ``llama_token_type`` values in ``tokenizer.ggml.token_type``
+TOKEN_TYPE: Final = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}
+
+_SPACE: Final = "\u2581"
+_L: Final = r"[^\W\d_]"
+_N: Final = r"\d"
+_NOT_SLN: Final = r"[^\s\w]|_"  # not whitespace, not a letter, not a number
+
+#: pre-tokenizer patterns by ``tokenizer.ggml.pre`` (GPT-2's when absent or unknown)
+PRE_PATTERNS: Final[dict[str, str]] = {
+    "default": rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?(?:{_NOT_SLN})+|\s+(?!\S)|\s+",
+    "llama3": (
+        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}{{1,3}}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
+        r"|\s+(?!\S)|\s+"
+    ),
+    "qwen2": (
+        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
+        r"|\s+(?!\S)|\s+"
+    ),
+}
+PRE_PATTERNS["llama-bpe"] = PRE_PATTERNS["llama3"]
+PRE_PATTERNS["gpt2"] = PRE_PATTERNS["default"]
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table: printable bytes map to themselves, the others to code points from 256 up."""
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    table, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+@dataclass
+class Tokenizer:
+    """A vocabulary and the algorithm of its kind (``"llama"`` or ``"gpt2"``)."""
+
+    kind: str
+    tokens: list[str]
+    scores: list[float] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+    merges: dict[tuple[str, str], int] = field(default_factory=dict)
+    bos_id: int | None = None
+    eos_id: int | None = None
+    unk_id: int | None = None
+    add_bos: bool = False
+    add_space_prefix: bool = True
+    pre: str = "default"
+
+    def __post_init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        for i, t in enumerate(self.tokens):
+            self._ids.setdefault(t, i)
+        self._byte_ids: dict[int, int] = {}
+        if self.kind == "llama":
+            for b in range(256):
+                i = self._ids.get(f"<0x{b:02X}>")
+                if i is not None:
+                    self._byte_ids[b] = i
+        self._pattern = re.compile(PRE_PATTERNS.get(self.pre, PRE_PATTERNS["default"]))
+        self._b2u = bytes_to_unicode()
+        self._u2b = {u: b for b, u in self._b2u.items()}
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of tokens."""
+        return len(self.tokens)
+
+    # ------------------------------------------------------------------------------------------------ encode
+
+    def encode(self, text: str, *, add_bos: bool | None = None) -> list[int]:
+        """Token ids of ``text`` (with BOS first when the vocabulary asks for it, or ``add_bos``)."""
+        ids: list[int] = []
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
+            ids.append(self.bos_id)
+        if text:
+            ids += self._encode_spm(text) if self.kind == "llama" else self._encode_bpe(text)
+        return ids
+
+    def _encode_spm(self, text: str) -> list[int]:
+        if self.add_space_prefix:
+            text = " " + text
+        syms = list(text.replace(" ", _SPACE))
+        # a doubly linked list of symbols and a heap of mergeable neighbours: (-score, left position, left, right)
+        prev = list(range(-1, len(syms) - 1))
+        nxt = list(range(1, len(syms) + 1))
+        alive = [True] * len(syms)
+        heap: list[tuple[float, int, str, str]] = []
+
+        def push(i: int) -> None:
+            j = nxt[i]
+            if j < len(syms):
+                tid = self._ids.get(syms[i] + syms[j])
+                if tid is not None:
+                    score = self.scores[tid] if tid < len(self.scores) else 0.0
+                    heapq.heappush(heap, (-score, i, syms[i], syms[j]))
+
+        for i in range(len(syms) - 1):
+            push(i)
+        while heap:
+            _, i, left, right = heapq.heappop(heap)
+            j = nxt[i] if alive[i] else len(syms)
+            if j >= len(syms) or not alive[j] or syms[i] != left or syms[j] != right:
+                continue  # stale entry: one side merged since
+            syms[i] = left + right
+            alive[j] = False
+            nxt[i] = nxt[j]
+            if nxt[j] < len(syms):
+                prev[nxt[j]] = i
+            if prev[i] >= 0:
+                push(prev[i])
+            push(i)
+        out: list[int] = []
+        for i, s in enumerate(syms):
+            if not alive[i]:
+                continue
+            tid = self._ids.get(s)
+            if tid is not None:
+                out.append(tid)
+                continue
+            for b in s.encode("utf-8"):
+                bid = self._byte_ids.get(b)
+                if bid is not None:
+                    out.append(bid)
+                elif self.unk_id is not None:
+                    out.append(self.unk_id)
+                else:
+                    raise ValueError(f"cannot encode byte 0x{b:02X}: the vocabulary has neither <0x{b:02X}> nor <unk>")
+        return out
+
+    def _encode_bpe(self, text: str) -> list[int]:
+        out: list[int] = []
+        for m in self._pattern.finditer(text):
+            word = "".join(self._b2u[b] for b in m.group(0).encode("utf-8"))
+            for piece in self._bpe(word):
+                tid = self._ids.get(piece)
+                if tid is not None:
+                    out.append(tid)
+                    continue
+                for ch in piece:  # a piece the merges built but the vocabulary lacks: fall back to its characters
+                    cid = self._ids.get(ch)
+                    if cid is None:
+                        if self.unk_id is None:
+                            raise ValueError(f"cannot encode {ch!r}: not in the vocabulary and no unknown token")
+                        cid = self.unk_id
+                    out.append(cid)
+        return out
+
+    def _bpe(self, word: str) -> list[str]:
+        parts = list(word)
+        while len(parts) > 1:
+            best, best_rank = -1, None
+            for i in range(len(parts) - 1):
+                r = self.merges.get((parts[i], parts[i + 1]))
+                if r is not None and (best_rank is None or r < best_rank):
+                    best, best_rank = i, r
+            if best < 0:
+                break
+            parts[best : best + 2] = [parts[best] + parts[best + 1]]
+        return parts
+
+    # ------------------------------------------------------------------------------------------------ decode
+
+    def token_bytes(self, tid: int) -> bytes:
+        """The bytes a token stands for (control tokens: none)."""
+        if not 0 <= tid < len(self.tokens):
+            raise ValueError(f"token id {tid} is outside the vocabulary 0..{len(self.tokens) - 1}")
+        ttype = self.types[tid] if tid < len(self.types) else TOKEN_TYPE["normal"]
+        text = self.tokens[tid]
+        if ttype == TOKEN_TYPE["control"]:
+            return b""
+        if self.kind == "llama":
+            if ttype == TOKEN_TYPE["byte"] or (len(text) == 6 and text.startswith("<0x") and text.endswith(">")):
+                try:
+                    return bytes([int(text[3:5], 16)])
+                except ValueError:
+                    pass
+            return text.replace(_SPACE, " ").encode("utf-8")
+        if ttype == TOKEN_TYPE["user_defined"]:
+            return text.encode("utf-8")
+        return bytes(self._u2b[c] if c in self._u2b else ord(c) & 0xFF for c in text)
+
+    def decode(self, ids: list[int], *, strip_prefix_space: bool = True) -> str:
+        """The text of ``ids`` (invalid UTF-8 replaced); the prefix space the llama encoder adds is removed."""
+        raw = b"".join(self.token_bytes(int(i)) for i in ids)
+        text = raw.decode("utf-8", errors="replace")
+        if strip_prefix_space and self.kind == "llama" and self.add_space_prefix and text.startswith(" "):
+            text = text[1:]
+        return text
+
+
+def load_tokenizer(f: GGUFFile) -> Tokenizer:
+    """The tokenizer described by the file's ``tokenizer.ggml.*`` metadata; GGUFError when it has none usable."""
+    model = f.get_str("tokenizer.ggml.model", "")
+    if not model:
+        raise GGUFError(
+            f.path, "metadata 'tokenizer.ggml.model'", "is missing: this file has no tokenizer (use --tokens)"
+        )
+    if model not in ("llama", "gpt2"):
+        raise GGUFError(f.path, "metadata 'tokenizer.ggml.model'", f"{model!r} is not supported (llama, gpt2)")
+    tokens = f.get_strings("tokenizer.ggml.tokens")
+    n = len(tokens)
+
+    def _ids(key: str) -> int | None:
+        if not f.has(key):
+            return None
+        v = f.get_int(key)
+        if not 0 <= v < n:
+            raise GGUFError(f.path, f"metadata {key!r}", f"token id {v} is outside the vocabulary 0..{n - 1}")
+        return v
+
+    def _list(key: str, kinds: list[ValueType]) -> list:  # type: ignore[type-arg]
+        if not f.has(key):
+            return []
+        values = f.get_numbers(key, kinds).tolist()
+        if len(values) != n:
+            raise GGUFError(f.path, f"metadata {key!r}", f"has {len(values)} entries for {n} tokens")
+        return values
+
+    scores = [float(s) for s in _list(key="tokenizer.ggml.scores", kinds=[ValueType.FLOAT32, ValueType.FLOAT64])]
+    types = [int(t) for t in _list("tokenizer.ggml.token_type", [ValueType.INT32, ValueType.UINT32])]
+    merges: dict[tuple[str, str], int] = {}
+    if model == "gpt2":
+        if not f.has("tokenizer.ggml.merges"):
+            raise GGUFError(
+                f.path, "metadata 'tokenizer.ggml.merges'", "is missing (a gpt2 tokenizer needs its merges)"
+            )
+        for rank, m in enumerate(f.get_strings("tokenizer.ggml.merges")):
+            a, sep, b = m.partition(" ")
+            if not sep:
+                raise GGUFError(f.path, f"metadata 'tokenizer.ggml.merges'[{rank}]", f"{m!r} is not 'left right'")
+            merges.setdefault((a, b), rank)
+    return Tokenizer(
+        kind=model,
+        tokens=tokens,
+        scores=scores,
+        types=types,
+        merges=merges,
+        bos_id=_ids("tokenizer.ggml.bos_token_id"),
+        eos_id=_ids("tokenizer.ggml.eos_token_id"),
+        unk_id=_ids("tokenizer.ggml.unknown_token_id"),
+        add_bos=f.get_bool("tokenizer.ggml.add_bos_token", model == "llama"),
+        add_space_prefix=f.get_bool("tokenizer.ggml.add_space_prefix", model == "llama"),
+        pre=f.get_str("tokenizer.ggml.pre", "default"),
+    )

@@ -1,0 +1,125 @@
+"""One model split across CPU + OpenCL0 (PoCL here) through the scheduler gives the CPU's logits; placement flags
+follow llama.cpp; the fit check refuses a share a device cannot hold, saying how many layers would fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import TinyConfig, random_weights, reference_logits, write_model
+
+from ggml_core import AllocationError, DeviceNotFoundError, get_registry
+from ggml_core.models import Model, ModelParams, PlacementRequest, plan_placement, scheduler_available
+
+TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33]
+CFG = TinyConfig(n_layer=4)
+
+
+def _opencl_or_skip() -> None:
+    if not scheduler_available():
+        pytest.skip("the scheduler (ggml_core.sched) is not installed: no multi-device runs")
+    try:
+        get_registry().get_device("OpenCL0")
+    except DeviceNotFoundError:
+        pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
+
+
+def _logits(path: Path, req: PlacementRequest, kv_type: str, *, step: bool = False) -> tuple[np.ndarray, Model]:
+    m = Model.load(path, ModelParams(placement=req, kv_type=kv_type, n_ctx=64, progress=False))
+    with m:
+        if step:
+            return np.concatenate([m.decode([t]) for t in TOKENS]), m
+        return m.process_prompt(TOKENS, all_logits=True), m
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize(("wtype", "kv_type"), [("f32", "f32"), ("f32", "f16"), ("q8_0", "f16"), ("q4_0", "f32")])
+@pytest.mark.parametrize("step", [False, True], ids=["batch", "token-by-token"])
+def test_cpu_plus_opencl_gives_the_cpu_logits(tmp_path: Path, wtype: str, kv_type: str, step: bool) -> None:
+    _opencl_or_skip()
+    w = random_weights(CFG, 0)
+    path = write_model(tmp_path / "m.gguf", CFG, w, wtype)
+    cpu, _ = _logits(path, PlacementRequest(devices=["CPU"]), kv_type, step=step)
+    split, m = _logits(path, PlacementRequest(devices=["CPU", "OpenCL0"], tensor_split=[1, 1]), kv_type, step=step)
+    # layers really are on both devices, in more than one split
+    names = {s.name for s in m.placement.shares if s.layers}
+    assert names == {"CPU", "OpenCL0"}
+    assert m.executor.n_splits >= 2
+    assert _rel(split, cpu) < 2e-6
+    assert _rel(split, reference_logits(CFG, w, TOKENS, wtype, kv_type)) < 2e-6
+
+
+def test_everything_on_opencl_with_flash_attention(tmp_path: Path) -> None:
+    _opencl_or_skip()
+    w = random_weights(CFG, 1)
+    path = write_model(tmp_path / "m.gguf", CFG, w, "f32")
+    cpu, _ = _logits(path, PlacementRequest(devices=["CPU"]), "f16")
+    with Model.load(
+        path, ModelParams(placement=PlacementRequest(devices=["OpenCL0"]), n_ctx=64, progress=False, flash_attn=True)
+    ) as m:
+        assert m.placement.device_of(0).name == "OpenCL0"
+        got = m.process_prompt(TOKENS, all_logits=True)
+    assert float(((got - cpu) ** 2).sum() / (cpu**2).sum()) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ placement rules
+
+
+def _slots(n_layer: int, per_layer: int = 1000) -> dict[int, int]:
+    return {i: per_layer for i in range(-1, n_layer + 1)}
+
+
+def test_split_mode_layer_follows_llama_cpp() -> None:
+    """n_gpu_layers counts the output layer; the first layers stay on the CPU; shares go by --tensor-split."""
+    _opencl_or_skip()
+    req = PlacementRequest(devices=["OpenCL0", "CPU"], n_gpu_layers=4, tensor_split=[1, 1], split_mode="layer")
+    p = plan_placement(req, 6, _slots(6), 0, 0, check_fit=False)
+    # 7 slots (6 layers + output), 4 offloaded: layers 3..5 + output, shared 1:1 over OpenCL0 then CPU
+    assert [p.device_of(i).name for i in range(-1, 7)] == [
+        "CPU",
+        "CPU",
+        "CPU",
+        "CPU",
+        "OpenCL0",
+        "OpenCL0",
+        "CPU",
+        "CPU",
+    ]
+    none = plan_placement(PlacementRequest(devices=["OpenCL0"], split_mode="none"), 6, _slots(6), 0, 0, check_fit=False)
+    assert {none.device_of(i).name for i in range(7)} == {"OpenCL0"} and none.device_of(-1).name == "CPU"
+
+
+def test_default_placement_is_the_best_accelerator_or_the_cpu() -> None:
+    p = plan_placement(PlacementRequest(), 3, _slots(3), 0, 0, check_fit=False)
+    best = [d for d in get_registry().devices() if d.type.name in ("GPU", "IGPU")]
+    expect = best[0].name if best else "CPU"
+    assert {p.device_of(i).name for i in range(4)} == {expect}
+    assert p.device_of(-1).name == "CPU"
+
+
+def test_unknown_device_is_a_clear_error() -> None:
+    with pytest.raises(DeviceNotFoundError, match="no device named 'CPUU'"):
+        plan_placement(PlacementRequest(devices=["CPUU"]), 2, _slots(2), 0, 0)
+
+
+def test_fit_is_checked_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device with room for 2 of its 4 layers: the error names it, the sizes, and how many layers fit."""
+    cpu = get_registry().get_device("CPU")
+    kv_layer, compute = 10 * 2**20, 4 * 2**20
+    monkeypatch.setattr(cpu, "memory", lambda: (compute + 2 * kv_layer + 2**20, 2**34))
+    with pytest.raises(AllocationError) as err:
+        plan_placement(PlacementRequest(devices=["CPU"]), 4, _slots(4), kv_layer, compute)
+    text = str(err.value)
+    assert "device CPU" in text and "KV cache 40.0 MiB" in text and "at most 2 of its 4 layers would fit" in text
+
+
+def test_fit_error_from_model_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_model(tmp_path / "m.gguf", CFG, random_weights(CFG, 0), "f32")
+    cpu = get_registry().get_device("CPU")
+    monkeypatch.setattr(cpu, "memory", lambda: (1024, 2**34))
+    with pytest.raises(AllocationError, match="does not fit"):
+        Model.load(path, ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, progress=False))
