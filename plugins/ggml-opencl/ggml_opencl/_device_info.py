@@ -101,11 +101,15 @@ def _pow2_at_most(n: int, cap: int) -> int:
 
 def device_info(cl: Any, dev: Any, index: int, platform_index: int, platform_name: str) -> DeviceInfo:
     """Read a ``pyopencl.Device``'s properties and choose kernel shapes for it."""
-    cl_type = cl.device_type.to_string(dev.type).split()[0].upper()
-    if "GPU" in cl_type:
+    kind = int(dev.type)  # a bit field: PoCL reports "ALL | CPU"
+    if kind & cl.device_type.GPU:
         cl_type = "GPU"
-    elif "CPU" in cl_type:
+    elif kind & cl.device_type.CPU:
         cl_type = "CPU"
+    elif kind & cl.device_type.ACCELERATOR:
+        cl_type = "ACCELERATOR"
+    else:
+        cl_type = "CUSTOM"
     exts = set(dev.extensions.split())
     try:
         host_unified = bool(dev.host_unified_memory)

@@ -1,0 +1,124 @@
+"""OpenCL plugin speed, each number next to a baseline measured in the same run.
+
+Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]``
+
+Prints medians of ``--repeat`` runs (after a warm-up that builds and caches the kernels):
+
+1. SGEMM ``size``³ f32: our MUL_MAT graph (weights packed and multiplied on the device) in GFLOP/s, numpy's
+   ``b @ a.T`` in GFLOP/s, and the ratio (the target is ≥ 0.5×).
+2. Quantized MUL_MAT at the same shape and as a matrix-vector product (one activation row, 4096×4096 weights):
+   time per type and the ratio to the f32 weights' time (the target is ≤ 2×).
+3. Elementwise ADD of 16M f32 values: GB/s (bytes read + written) against numpy's ``np.add(..., out=)``.
+
+The device times include enqueueing and waiting (``graph_compute``), not host↔device copies. Numbers are noisy on a
+shared machine: compare the ratios, and rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import ggml_core as g
+from ggml_core import ops
+
+
+def _median_s(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm-up: kernel builds, first launches
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _mul_mat_runner(dev: g.Device, wtype: str, m: int, n: int, k: int, rng: np.random.Generator) -> Callable[[], None]:
+    ctx = g.Context("bench")
+    a = ctx.new_tensor_2d(wtype, k, m, "w")
+    b = ctx.new_tensor_2d("f32", k, n, "x")
+    out = ops.mul_mat(a, b)
+    graph = g.build_graph(out)
+    backend = dev.init_backend()
+    g.alloc_ctx_tensors(ctx, backend)
+    a.set_data(rng.uniform(-1, 1, (m, k)).astype(np.float32))
+    b.set_data(rng.uniform(-1, 1, (n, k)).astype(np.float32))
+    return lambda: backend.graph_compute(graph)
+
+
+def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> float:
+    """Our SGEMM vs numpy; returns our time (s)."""
+    run = _mul_mat_runner(dev, "f32", size, size, size, rng)
+    a = rng.uniform(-1, 1, (size, size)).astype(np.float32)
+    b = rng.uniform(-1, 1, (size, size)).astype(np.float32)
+    ours = _median_s(run, repeat)
+    ref = _median_s(lambda: b @ a.T, repeat)
+    flop = 2.0 * size**3
+    print(f"SGEMM {size}^3 f32: {dev.name} {flop / ours / 1e9:7.1f} GFLOP/s ({ours * 1e3:.1f} ms)   "
+          f"numpy {flop / ref / 1e9:7.1f} GFLOP/s ({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
+    return ours
+
+
+def bench_quantized(dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator) -> None:
+    """Quantized weights against f32 weights, as a matrix product and as a matrix-vector product."""
+    for label, (m, n, k) in (("matmul", (size, size, size)), ("matvec", (4096, 1, 4096))):
+        base = _median_s(_mul_mat_runner(dev, "f32", m, n, k, rng), repeat)
+        print(f"MUL_MAT {label} M={m} N={n} K={k}: f32 weights {base * 1e3:8.2f} ms")
+        for t in types:
+            tq = _median_s(_mul_mat_runner(dev, t, m, n, k, rng), repeat)
+            print(f"    {t:>6} weights {tq * 1e3:8.2f} ms   ratio to f32 {tq / base:5.2f}x")
+
+
+def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+    """ADD of 16M f32 values: bandwidth of our kernel and of numpy."""
+    n = 16 * 2**20
+    ctx = g.Context("add")
+    x = ctx.new_tensor_1d("f32", n, "x")
+    y = ctx.new_tensor_1d("f32", n, "y")
+    out = ops.add(x, y)
+    graph = g.build_graph(out)
+    backend = dev.init_backend()
+    g.alloc_ctx_tensors(ctx, backend)
+    xv = rng.uniform(-1, 1, n).astype(np.float32)
+    yv = rng.uniform(-1, 1, n).astype(np.float32)
+    x.set_data(xv)
+    y.set_data(yv)
+    ours = _median_s(lambda: backend.graph_compute(graph), repeat)
+    zv = np.empty_like(xv)
+    ref = _median_s(lambda: np.add(xv, yv, out=zv), repeat)
+    gb = 3 * 4 * n / 2**30
+    print(f"ADD 16M f32: {dev.name} {gb / ours:6.1f} GiB/s ({ours * 1e3:.1f} ms)   numpy {gb / ref:6.1f} GiB/s "
+          f"({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
+
+
+def main() -> int:
+    """Run the three benchmarks on one OpenCL device."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="OpenCL0")
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
+    p.add_argument("--only", choices=("sgemm", "quant", "add"), default=None)
+    args = p.parse_args()
+    try:
+        dev = g.get_device(args.device)
+    except g.DeviceNotFoundError as exc:
+        print(f"no OpenCL device to benchmark: {exc}")
+        return 1
+    print(f"{dev.name}: {dev.description}; numpy {np.__version__}")
+    rng = np.random.default_rng(0)
+    if args.only in (None, "sgemm"):
+        bench_sgemm(dev, args.size, args.repeat, rng)
+    if args.only in (None, "quant"):
+        bench_quantized(dev, [t.strip() for t in args.types.split(",") if t.strip()], args.size, args.repeat, rng)
+    if args.only in (None, "add"):
+        bench_add(dev, args.repeat, rng)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

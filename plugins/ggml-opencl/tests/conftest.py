@@ -1,0 +1,38 @@
+"""Fixtures of the OpenCL plugin's tests: the OpenCL devices present (tests skip, with the reason, without one)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from ocl_helpers import no_device_reason, opencl_devices
+
+import ggml_core as g
+from ggml_core import Device
+from ggml_opencl.plugin import OpenCLDevice
+
+
+@pytest.fixture(scope="session")
+def ocl() -> OpenCLDevice:
+    """The first OpenCL device (OpenCL0)."""
+    devs = opencl_devices()
+    if not devs:
+        pytest.skip(no_device_reason())
+    return devs[0]
+
+
+@pytest.fixture(scope="session")
+def cpu() -> Device:
+    """The CPU plugin's device, the reference."""
+    try:
+        return g.get_device("CPU")
+    except g.DeviceNotFoundError as exc:
+        pytest.skip(f"the CPU plugin is not installed: {exc}")
+
+
+@pytest.fixture()
+def backend(ocl: OpenCLDevice) -> Iterator[g.Backend]:
+    """A fresh backend on OpenCL0, freed afterwards."""
+    be = ocl.init_backend()
+    yield be
+    be.free()
