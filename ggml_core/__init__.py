@@ -28,7 +28,7 @@ from ggml_core._errors import (
 from ggml_core._graph import Graph, build_graph
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core._types import GGMLType, as_type, row_size, type_traits
-from ggml_core.alloc import alloc_ctx_tensors
+from ggml_core.alloc import GraphAllocator, alloc_ctx_tensors
 from ggml_core.backend import (
     API_VERSION,
     Backend,
@@ -45,6 +45,7 @@ from ggml_core.backend import (
     hookimpl,
 )
 from ggml_core.ops import GGMLOp, GluOp, UnaryOp
+from ggml_core.sched import Scheduler
 
 __all__ = [
     "API_VERSION",
@@ -68,10 +69,12 @@ __all__ = [
     "GGUFError",
     "GluOp",
     "Graph",
+    "GraphAllocator",
     "GraphError",
     "OpError",
     "OutOfBoundsError",
     "PluginError",
+    "Scheduler",
     "Tensor",
     "TensorError",
     "TensorFlag",

@@ -1,5 +1,19 @@
-"""Memory planning: static allocation of context tensors, and (later) the graph allocator."""
+"""Memory planning: static allocation of context tensors, and the graph allocator for intermediate tensors."""
 
+from ggml_core.alloc._dyn import MAX_CHUNKS, DynAllocator
+from ggml_core.alloc._gallocr import INPLACE_OPS, GraphAllocator, TensorAlloc, can_inplace, same_layout
 from ggml_core.alloc._tallocr import MultiBuffer, TensorAllocator, alloc_ctx_tensors, pad
 
-__all__ = ["MultiBuffer", "TensorAllocator", "alloc_ctx_tensors", "pad"]
+__all__ = [
+    "INPLACE_OPS",
+    "MAX_CHUNKS",
+    "DynAllocator",
+    "GraphAllocator",
+    "MultiBuffer",
+    "TensorAlloc",
+    "TensorAllocator",
+    "alloc_ctx_tensors",
+    "can_inplace",
+    "pad",
+    "same_layout",
+]

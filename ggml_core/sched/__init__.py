@@ -1,0 +1,29 @@
+"""The multi-backend scheduler (ggml's ``ggml_backend_sched``): placement, splits, input copies, execution.
+
+:class:`Scheduler` runs one graph over several backends; :meth:`Scheduler.plan` describes what it decided as data
+(:class:`SchedPlan`), which :func:`render_text`, :func:`render_dot` and :func:`render_svg` draw.
+"""
+
+from ggml_core.sched._exec import EvalCallback, tensor_copy
+from ggml_core.sched._placement import PlacementError
+from ggml_core.sched._plan import InputCopy, SchedPlan, SplitPlan
+from ggml_core.sched._scheduler import DEFAULT_SCHED_GRAPH_SIZE, MAX_BACKENDS, MAX_COPIES, Scheduler
+from ggml_core.sched._split import MAX_SPLIT_INPUTS
+from ggml_core.sched.render import render_dot, render_svg, render_text
+
+__all__ = [
+    "DEFAULT_SCHED_GRAPH_SIZE",
+    "MAX_BACKENDS",
+    "MAX_COPIES",
+    "MAX_SPLIT_INPUTS",
+    "EvalCallback",
+    "InputCopy",
+    "PlacementError",
+    "SchedPlan",
+    "Scheduler",
+    "SplitPlan",
+    "render_dot",
+    "render_svg",
+    "render_text",
+    "tensor_copy",
+]

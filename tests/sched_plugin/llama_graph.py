@@ -1,0 +1,192 @@
+"""LLaMA-shaped decoder layers as a ggml-core graph, and the same maths in numpy (the independent reference).
+
+One layer: RMS_NORM → MUL (norm weight) → MUL_MAT q/k/v → RESHAPE → ROPE (q, k) → PERMUTE → MUL_MAT (KQ) →
+SOFT_MAX ext (causal mask, scale) → PERMUTE/CONT (v) → MUL_MAT (KQV) → PERMUTE → CONT → MUL_MAT (wo) → ADD (residual) →
+RMS_NORM → MUL → MUL_MAT gate/up → GLU (SwiGLU) → MUL_MAT down → ADD (residual). Used by the scheduler and allocator
+tests and by ``benchmarks/bench_sched.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ggml_core import Backend, BufferType, BufferUsage, Context, Graph, Tensor, build_graph, ops
+from ggml_core.alloc import alloc_ctx_tensors
+
+__all__ = ["LlamaGraph", "build_llama", "reference"]
+
+EPS = 1e-5
+FREQ_BASE = 10000.0
+WEIGHT_NAMES = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
+
+
+@dataclass
+class LlamaGraph:
+    """The graph, its inputs and weights, and the shape it was built with."""
+
+    graph: Graph
+    out: Tensor
+    x: Tensor
+    pos: Tensor
+    mask: Tensor
+    #: per layer: name → tensor
+    weights: list[dict[str, Tensor]]
+    n_embd: int
+    n_head: int
+    n_ff: int
+    n_tokens: int
+    ctx: Context = field(repr=False)
+
+    def weight_tensors(self) -> list[Tensor]:
+        """Every weight, layer by layer."""
+        return [t for layer in self.weights for t in layer.values()]
+
+
+def build_llama(
+    n_layers: int = 1,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_ff: int = 128,
+    n_tokens: int = 8,
+    graph_size: int = 4096,
+) -> LlamaGraph:
+    """Describe the graph (no memory yet): weights ``blk.<l>.<name>``, inputs ``inp_embd``, ``inp_pos``, ``kq_mask``."""
+    ctx = Context("llama")
+    hd = n_embd // n_head
+    x = ctx.new_tensor("f32", [n_embd, n_tokens], "inp_embd").set_input()
+    pos = ctx.new_tensor("i32", [n_tokens], "inp_pos").set_input()
+    mask = ctx.new_tensor("f32", [n_tokens, n_tokens], "kq_mask").set_input()
+    layers: list[dict[str, Tensor]] = []
+    cur = x
+    for il in range(n_layers):
+        w = {
+            "attn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.attn_norm"),
+            "wq": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_q"),
+            "wk": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_k"),
+            "wv": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_v"),
+            "wo": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_output"),
+            "ffn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.ffn_norm"),
+            "w_gate": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_gate"),
+            "w_up": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_up"),
+            "w_down": ctx.new_tensor("f32", [n_ff, n_embd], f"blk.{il}.ffn_down"),
+        }
+        layers.append(w)
+        inp = cur
+        h = ops.mul(ops.rms_norm(inp, EPS).set_name(f"attn_norm-{il}"), w["attn_norm"]).set_name(f"attn_normed-{il}")
+        q = ops.reshape_3d(ops.mul_mat(w["wq"], h).set_name(f"q-{il}"), hd, n_head, n_tokens)
+        k = ops.reshape_3d(ops.mul_mat(w["wk"], h).set_name(f"k-{il}"), hd, n_head, n_tokens)
+        v = ops.reshape_3d(ops.mul_mat(w["wv"], h).set_name(f"v-{il}"), hd, n_head, n_tokens)
+        q = ops.rope_ext(q, pos, None, hd, 0, 0, FREQ_BASE, 1.0, 0.0, 1.0, 0.0, 0.0).set_name(f"q_rope-{il}")
+        k = ops.rope_ext(k, pos, None, hd, 0, 0, FREQ_BASE, 1.0, 0.0, 1.0, 0.0, 0.0).set_name(f"k_rope-{il}")
+        q = ops.permute(q, 0, 2, 1, 3)  # [hd, T, H]
+        k = ops.permute(k, 0, 2, 1, 3)
+        kq = ops.mul_mat(k, q).set_name(f"kq-{il}")  # [T(k), T(q), H]
+        kq = ops.soft_max_ext(kq, mask, 1.0 / float(np.sqrt(hd)), 0.0).set_name(f"kq_soft_max-{il}")
+        vt = ops.cont(ops.permute(v, 1, 2, 0, 3)).set_name(f"v_cont-{il}")  # [T, hd, H]
+        kqv = ops.mul_mat(vt, kq).set_name(f"kqv-{il}")  # [hd, T, H]
+        attn = ops.cont_2d(ops.permute(kqv, 0, 2, 1, 3), n_embd, n_tokens).set_name(f"kqv_merged-{il}")
+        attn = ops.mul_mat(w["wo"], attn).set_name(f"attn_out-{il}")
+        x1 = ops.add(attn, inp).set_name(f"ffn_inp-{il}")
+        f = ops.mul(ops.rms_norm(x1, EPS).set_name(f"ffn_norm-{il}"), w["ffn_norm"]).set_name(f"ffn_normed-{il}")
+        gate = ops.mul_mat(w["w_gate"], f).set_name(f"ffn_gate-{il}")
+        up = ops.mul_mat(w["w_up"], f).set_name(f"ffn_up-{il}")
+        act = ops.swiglu(gate, up).set_name(f"ffn_swiglu-{il}")
+        down = ops.mul_mat(w["w_down"], act).set_name(f"ffn_down-{il}")
+        cur = ops.add(down, x1).set_name(f"l_out-{il}")
+    cur.set_output()
+    graph = build_graph(cur, size=graph_size)
+    return LlamaGraph(graph, cur, x, pos, mask, layers, n_embd, n_head, n_ff, n_tokens, ctx)
+
+
+def alloc_weights(lg: LlamaGraph, where: Backend | BufferType | Callable[[int, str], Backend | BufferType]) -> None:
+    """Put the weights in WEIGHTS buffers: all on one backend, or ``where(layer, name)`` per weight."""
+    groups: dict[int, tuple[Backend | BufferType, list[Tensor]]] = {}
+    for il, layer in enumerate(lg.weights):
+        for name, t in layer.items():
+            target = where(il, name) if callable(where) and not isinstance(where, (Backend, BufferType)) else where
+            groups.setdefault(id(target), (target, []))[1].append(t)  # type: ignore[arg-type]
+    for target, tensors in groups.values():
+        alloc_ctx_tensors(tensors, target).set_usage(BufferUsage.WEIGHTS)
+
+
+def random_values(lg: LlamaGraph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Reproducible weights and inputs (numpy shape), keyed by tensor name."""
+    rng = np.random.default_rng(seed)
+    vals: dict[str, np.ndarray] = {}
+    for t in lg.weight_tensors():
+        shape = (t.ne[1], t.ne[0]) if t.ne[1] > 1 else (t.ne[0],)
+        scale = 1.0 if len(shape) == 1 else 1.0 / np.sqrt(t.ne[0])
+        base = 1.0 if len(shape) == 1 else 0.0
+        vals[t.name] = (base + scale * rng.standard_normal(shape)).astype(np.float32)
+    vals.update(input_values(lg, rng))
+    return vals
+
+
+def input_values(lg: LlamaGraph, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs: embeddings, positions 0..T-1, a causal mask (0 allowed, -inf masked)."""
+    t = lg.n_tokens
+    mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
+    return {
+        "inp_embd": rng.standard_normal((t, lg.n_embd)).astype(np.float32),
+        "inp_pos": np.arange(t, dtype=np.int32),
+        "kq_mask": mask,
+    }
+
+
+def set_weights(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
+    """Upload the weights."""
+    for t in lg.weight_tensors():
+        t.set_data(vals[t.name])
+
+
+def set_inputs(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
+    """Upload the inputs (after the graph is allocated)."""
+    lg.x.set_data(vals["inp_embd"])
+    lg.pos.set_data(vals["inp_pos"])
+    lg.mask.set_data(vals["kq_mask"])
+
+
+# ================================================================================================ numpy reference
+
+
+def _rms(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + EPS)
+
+
+def _rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """NORMAL rope on x [T, H, hd]: pairs (2i, 2i+1) rotate by pos * base^(-2i/hd)."""
+    hd = x.shape[-1]
+    theta = pos[:, None].astype(np.float64) * FREQ_BASE ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x, dtype=np.float64)
+    out[..., 0::2] = x0 * c - x1 * s
+    out[..., 1::2] = x0 * s + x1 * c
+    return out
+
+
+def reference(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> np.ndarray:
+    """The layers in float64 numpy, from the definitions; returns [T, n_embd]."""
+    x = vals["inp_embd"].astype(np.float64)
+    pos, mask = vals["inp_pos"], vals["kq_mask"].astype(np.float64)
+    t, h = lg.n_tokens, lg.n_head
+    hd = lg.n_embd // h
+    for layer in lg.weights:
+        w = {k: vals[v.name].astype(np.float64) for k, v in layer.items()}
+        a = _rms(x) * w["attn_norm"]
+        q = _rope((a @ w["wq"].T).reshape(t, h, hd), pos)
+        k = _rope((a @ w["wk"].T).reshape(t, h, hd), pos)
+        v = (a @ w["wv"].T).reshape(t, h, hd)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask[None]
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        p = scores / scores.sum(-1, keepdims=True)
+        o = np.einsum("hqk,khd->qhd", p, v).reshape(t, lg.n_embd)
+        x1 = o @ w["wo"].T + x
+        f = _rms(x1) * w["ffn_norm"]
+        g, u = f @ w["w_gate"].T, f @ w["w_up"].T
+        x = (g / (1.0 + np.exp(-g)) * u) @ w["w_down"].T + x1
+    return x
