@@ -16,6 +16,8 @@ from ggml_core.ops.attention import *  # noqa: F403
 from ggml_core.ops.attention import __all__ as _attention_all
 from ggml_core.ops.elementwise import *  # noqa: F403
 from ggml_core.ops.elementwise import __all__ as _elementwise_all
+from ggml_core.ops.glu import *  # noqa: F403
+from ggml_core.ops.glu import __all__ as _glu_all
 from ggml_core.ops.layout import *  # noqa: F403
 from ggml_core.ops.layout import __all__ as _layout_all
 from ggml_core.ops.matmul import *  # noqa: F403
@@ -24,6 +26,8 @@ from ggml_core.ops.movement import *  # noqa: F403
 from ggml_core.ops.movement import __all__ as _movement_all
 from ggml_core.ops.norm import *  # noqa: F403
 from ggml_core.ops.norm import __all__ as _norm_all
+from ggml_core.ops.unary import *  # noqa: F403
+from ggml_core.ops.unary import __all__ as _unary_all
 
 __all__ = [
     "VIEW_OPS",
@@ -37,9 +41,11 @@ __all__ = [
     "UnaryOp",
     *_attention_all,
     *_elementwise_all,
+    *_glu_all,
     *_layout_all,
     *_matmul_all,
     *_movement_all,
     *_norm_all,
+    *_unary_all,
 ]
 __all__.sort()

@@ -46,9 +46,7 @@ def soft_max(a: Tensor, inplace: bool = False) -> Tensor:
     return soft_max_ext(a, None, 1.0, 0.0, inplace)
 
 
-def soft_max_ext(
-    a: Tensor, mask: Tensor | None, scale: float, max_bias: float = 0.0, inplace: bool = False
-) -> Tensor:
+def soft_max_ext(a: Tensor, mask: Tensor | None, scale: float, max_bias: float = 0.0, inplace: bool = False) -> Tensor:
     """``ggml_soft_max_ext``: softmax(a * scale + mask [* ALiBi slope]) over each row.
 
     ``mask`` (f32 or f16, contiguous) has ``ne[0] == a.ne[0]``, at least a's rows, and broadcasts over dims 2, 3.
@@ -122,8 +120,15 @@ def rope_ext(
     beta_slow, sections[4], n_offs]`` (floats bit-cast), as ggml.
     """
     return _rope_impl(
-        a, pos, freq_factors, n_dims, None, mode, n_ctx_orig,
-        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow), inplace,
+        a,
+        pos,
+        freq_factors,
+        n_dims,
+        None,
+        mode,
+        n_ctx_orig,
+        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow),
+        inplace,
     )
 
 
@@ -145,8 +150,15 @@ def rope_multi(
 ) -> Tensor:
     """``ggml_rope_multi``: multi-section RoPE (MROPE/IMROPE/VISION) with 4 positions per token."""
     return _rope_impl(
-        a, pos, freq_factors, n_dims, sections, mode, n_ctx_orig,
-        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow), inplace,
+        a,
+        pos,
+        freq_factors,
+        n_dims,
+        sections,
+        mode,
+        n_ctx_orig,
+        (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow),
+        inplace,
     )
 
 

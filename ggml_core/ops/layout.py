@@ -149,9 +149,7 @@ def _view_extent(a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int
     return offset + (b.ne[0] - 1) * es + (b.ne[1] - 1) * nb1 + (b.ne[2] - 1) * nb2 + (b.ne[3] - 1) * nb3 + es
 
 
-def _set_like(
-    op: GGMLOp, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int, inplace: bool
-) -> Tensor:
+def _set_like(op: GGMLOp, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, offset: int, inplace: bool) -> Tensor:
     name = op.name
     check(b.nelements <= a.nelements, name, f"b has more elements ({b.nelements}) than a ({a.nelements})", a, b)
     check(0 <= offset < 1 << 30, name, f"offset must be in [0, 2^30), got {offset}", a)

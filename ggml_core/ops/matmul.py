@@ -63,9 +63,7 @@ def mul_mat_id(as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
 def out_prod(a: Tensor, b: Tensor) -> Tensor:
     """``ggml_out_prod``: for a ``[M, K]`` and b ``[N, K]`` the f32 result ``[M, N]`` = Σ_k a[:, k] ⊗ b[:, k]."""
     check(a.ne[1] == b.ne[1], "OUT_PROD", f"a.ne[1]={a.ne[1]} must equal b.ne[1]={b.ne[1]}", a, b)
-    check(
-        b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0, "OUT_PROD", "a must broadcast over b's dims 2, 3", a, b
-    )
+    check(b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0, "OUT_PROD", "a must broadcast over b's dims 2, 3", a, b)
     check(not a.is_transposed, "OUT_PROD", "a must not be transposed", a)
     result = new_result("OUT_PROD", a, GGMLType.F32, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]))
     return finish(result, GGMLOp.OUT_PROD, [a, b])

@@ -71,9 +71,7 @@ def view_3d(a: Tensor, ne0: int, ne1: int, ne2: int, nb1: int, nb2: int, offset:
     return _view(a, ne, _full_nb(a, ne, (nb1, nb2)), offset)
 
 
-def view_4d(
-    a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int, offset: int = 0
-) -> Tensor:
+def view_4d(a: Tensor, ne0: int, ne1: int, ne2: int, ne3: int, nb1: int, nb2: int, nb3: int, offset: int = 0) -> Tensor:
     """``ggml_view_4d``."""
     ne = (ne0, ne1, ne2, ne3)
     return _view(a, ne, _full_nb(a, ne, (nb1, nb2, nb3)), offset)
@@ -115,9 +113,7 @@ def _reshape(a: Tensor, ne: tuple[int, ...]) -> Tensor:
 def permute(a: Tensor, axis0: int, axis1: int, axis2: int, axis3: int) -> Tensor:
     """``ggml_permute``: source dimension i goes to result dimension ``axis_i``."""
     axes = (axis0, axis1, axis2, axis3)
-    check(
-        sorted(axes) == [0, 1, 2, 3], "PERMUTE", f"axes must be a permutation of 0..3, got {list(axes)}", a
-    )
+    check(sorted(axes) == [0, 1, 2, 3], "PERMUTE", f"axes must be a permutation of 0..3, got {list(axes)}", a)
     ne = [0] * 4
     nb = [0] * 4
     for i, ax in enumerate(axes):

@@ -14,7 +14,7 @@ import numpy as np
 
 import ggml_core as gc
 from ggml_core import Context, GGMLType, Tensor
-from ggml_core.quants import quantize
+from ggml_core.quants import dequantize, quantize
 
 __all__ = ["CpuGraph", "GgmlGraph", "gelu_tanh_f64", "rng"]
 
@@ -110,10 +110,10 @@ class GgmlGraph:
         self._inputs.append((t, raw))
         return t
 
-    def compute(self, out: Any, n_threads: int = 1) -> np.ndarray:
-        """Run the graph of ``out`` on ggml's CPU backend; ``out`` comes back as numpy (4-d).
-
-        Plain types come back in their dtype, BF16 as uint16 bits, quantized types as rows of bytes.
+    def compute(self, out: Any, n_threads: int = 1, raw: bool = False) -> np.ndarray:
+        """Run the graph of ``out`` on ggml's CPU backend; ``out`` comes back as numpy (4-d), like
+        :meth:`CpuGraph.compute`: plain types in their dtype, BF16 as float32 and quantized types dequantized, or
+        with ``raw`` BF16 as uint16 bits and quantized types as rows of bytes.
         """
         g = self.g
         graph = g.ggml_new_graph(self.ctx)
@@ -124,8 +124,8 @@ class GgmlGraph:
             g.ggml_backend_cpu_set_use_ref(backend, True)
         buf = g.ggml_backend_alloc_ctx_tensors(self.ctx, backend)
         try:
-            for t, raw in self._inputs:
-                g.ggml_backend_tensor_set(t, ctypes.c_char_p(raw), 0, len(raw))
+            for t, data in self._inputs:
+                g.ggml_backend_tensor_set(t, ctypes.c_char_p(data), 0, len(data))
             g.ggml_backend_graph_compute(backend, graph)
             o = out.contents
             ne = [int(o.ne[i]) for i in range(4)]
@@ -140,7 +140,12 @@ class GgmlGraph:
             else:
                 shape, strides = (ne[3], ne[2], ne[1], ne[0]), (nb[3], nb[2], nb[1], nb[0])
                 dtype = np.dtype(np.uint16) if out_type == GGMLType.BF16 else out_type.np_dtype
-            return np.ndarray(shape, dtype=dtype, buffer=bytes(raw_out), strides=strides).copy()
+            result = np.ndarray(shape, dtype=dtype, buffer=bytes(raw_out), strides=strides).copy()
+            if raw or not (out_type.is_quantized or out_type == GGMLType.BF16):
+                return result
+            if out_type == GGMLType.BF16:
+                return (result.astype(np.uint32) << 16).view(np.float32)
+            return dequantize(result, out_type)
         finally:
             g.ggml_backend_buffer_free(buf)
             g.ggml_backend_free(backend)

@@ -2,13 +2,15 @@
 
 from ggml_cpu.kernels import (  # noqa: F401 - importing registers the kernels
     attention,
-    elementwise,
+    binary,
     flash_attn,
+    glu,
     layout,
     matmul,
     matmul_id,
     movement,
     norm,
+    unary,
 )
 from ggml_cpu.kernels._base import bind, supports
 
