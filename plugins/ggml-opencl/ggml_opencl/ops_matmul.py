@@ -2,7 +2,8 @@
 
 Weights of any supported type are dequantized on the device (never on the host). The activations are rounded
 the way ggml's CPU rounds them before its dot products (to f16 for f16 weights, through Q8_0/Q8_1 blocks for the
-legacy quants, through Q8_K blocks for the K-quants), so results follow the CPU reference closely.
+legacy quants, through Q8_K blocks for the K-quants, to bf16 for bf16 weights), so results follow the CPU
+reference to float rounding (measured NMSE ~1e-13 against the CPU plugin; ~1e-5 with plain f32 activations).
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ MV_MAX_COLUMNS: Final = 8
 #: the most bytes of packed f32 weights per launch; larger weight matrices are packed and multiplied in row chunks
 PACK_LIMIT: Final = 256 * 2**20
 
-_R_NONE, _R_F16, _R_Q8_0, _R_Q8_K = 0, 1, 2, 3
+_R_NONE, _R_F16, _R_Q8_0, _R_Q8_K, _R_BF16 = 0, 1, 2, 3, 4
 
-#: k_pack_b rounding mode per weight type (ggml's vec_dot_type: f16, Q8_0/Q8_1, Q8_K)
+#: k_pack_b rounding mode per weight type (ggml's vec_dot_type: f16, bf16, Q8_0/Q8_1, Q8_K)
 ACTIVATION_ROUNDING: Final[dict[GGMLType, int]] = {
     GGMLType.F32: _R_NONE,
-    GGMLType.BF16: _R_NONE,
+    GGMLType.BF16: _R_BF16,
     GGMLType.F16: _R_F16,
     GGMLType.Q4_0: _R_Q8_0,
     GGMLType.Q4_1: _R_Q8_0,

@@ -180,7 +180,9 @@ def test_events_order_work_between_backends(ocl: OpenCLDevice) -> None:
     buf.free()
 
 
-def test_a_tensor_in_host_memory_is_rejected_with_its_name(ocl: OpenCLDevice, cpu: g.Device, backend: g.Backend) -> None:
+def test_a_tensor_in_host_memory_is_rejected_with_its_name(
+    ocl: OpenCLDevice, cpu: g.Device, backend: g.Backend
+) -> None:
     ctx = g.Context("host")
     x = ctx.new_tensor_1d("f32", 8, "hostx")
     y = ops.neg(x)

@@ -51,11 +51,12 @@ kernel void k_pack_a(TENSOR(a), int a_t, int m_base, int Mc, global float* at, l
     for (int l = 0; l < kn; ++l) panel[(long)(32 * c + l) * GEMM_TM] = y[l];
 }
 
-// activation rounding of ggml's dot types: 0 none, 1 f16, 2 Q8_0/Q8_1 (blocks of 32), 3 Q8_K (blocks of 256)
+// activation rounding of ggml's dot types: 0 none, 1 f16, 2 Q8_0/Q8_1 (blocks of 32), 3 Q8_K (blocks of 256), 4 bf16
 #define R_NONE 0
 #define R_F16 1
 #define R_Q8_0 2
 #define R_Q8_K 3
+#define R_BF16 4
 
 // b -> contiguous f32 rows [batch][N][K]; one work-item per block of `blk` values (32 or 256; 32 when no rounding)
 kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, long n_items) {
@@ -85,7 +86,7 @@ kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, lo
     } else {
         for (int k = k0; k < k1; ++k) {
             const float v = load_f(row + k * b_nb.s0, b_t);
-            out[k] = mode == R_F16 ? round_f16(v) : v;
+            out[k] = mode == R_F16 ? round_f16(v) : (mode == R_BF16 ? bf16_bits(to_bf16(v)) : v);
         }
     }
 }
