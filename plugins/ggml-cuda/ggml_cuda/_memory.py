@@ -1,0 +1,194 @@
+"""Memory: the device buffer type (cuMemAlloc), the pinned host buffer type, their buffers, and events.
+
+The public :class:`ggml_core.Buffer` methods check every offset and size before these hooks run, so a hook only
+ever sees ranges inside its buffer. An allocation that does not fit raises :class:`ggml_core.AllocationError`
+naming the device, the size asked and the free memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from ggml_core import AllocationError, Backend, Buffer, BufferType, Event, TensorError
+from ggml_cuda._driver import DriverCallError
+
+if TYPE_CHECKING:
+    from ggml_cuda._device import CUDADevice
+
+__all__ = ["ALIGNMENT", "CUDABuffer", "CUDABufferType", "CUDAEvent", "CUDAHostBufferType", "PinnedBuffer"]
+
+#: tensor alignment inside device buffers (ggml uses 128; 256 keeps every row start 16-byte aligned for wide loads)
+ALIGNMENT: Final = 256
+
+
+# ================================================================================================ device memory
+
+
+class CUDABuffer(Buffer):
+    """A block of device memory from cuMemAlloc; ``ptr`` is its device address."""
+
+    def __init__(self, buffer_type: CUDABufferType, handle: Any, size: int) -> None:
+        super().__init__(buffer_type, size)
+        self.device: CUDADevice = buffer_type.cuda_device
+        self.handle = handle
+        self.ptr = int(handle) if handle is not None else 0
+
+    def _driver_call(self, what: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except DriverCallError as exc:
+            raise TensorError(self.name, f"{what} failed: {exc}") from exc
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        d = self.device
+        self._driver_call("host-to-device copy", d.driver.copy_htod, d.ordinal, self.ptr + offset, data, None)
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        d = self.device
+        self._driver_call("device-to-host copy", d.driver.copy_dtoh, d.ordinal, out, self.ptr + offset, None)
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        d = self.device
+        self._driver_call("memset", d.driver.memset, d.ordinal, self.ptr + offset, value, size, None)
+
+    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
+        d = self.device
+        if isinstance(src, CUDABuffer):
+            if src.device is d:
+                self._driver_call("device-to-device copy", d.driver.copy_dtod, d.ordinal, self.ptr + dst_offset,
+                                  src.ptr + src_offset, size, None)
+            else:
+                self._driver_call("peer copy", d.driver.copy_peer, d.ordinal, self.ptr + dst_offset,
+                                  src.device.ordinal, src.ptr + src_offset, size, None)
+            return True
+        host = src.host_array()
+        if host is None:
+            return False
+        self._write(dst_offset, memoryview(host[src_offset : src_offset + size]))
+        return True
+
+    def _free(self) -> None:
+        if self.handle is not None:
+            d = self.device
+            self._driver_call("cuMemFree", d.driver.free, d.ordinal, self.handle)
+            self.handle = None
+            self.ptr = 0
+
+    def device_ptr(self, offset: int = 0) -> int:
+        """The device address of byte ``offset``."""
+        self._check_live()
+        return self.ptr + offset
+
+
+class CUDABufferType(BufferType):
+    """``CUDA<n>``: device memory of one GPU (plain cuMemAlloc, never managed memory)."""
+
+    def __init__(self, device: CUDADevice) -> None:
+        super().__init__(device.name, device, alignment=ALIGNMENT, is_host=False)
+        self.cuda_device = device
+
+    def _alloc(self, size: int) -> Buffer:
+        d = self.cuda_device
+        if size == 0:
+            return CUDABuffer(self, None, 0)
+        try:
+            handle = d.driver.alloc(d.ordinal, size)
+        except DriverCallError as exc:
+            free = _free_memory(d)
+            if exc.out_of_memory:
+                raise AllocationError(d.name, size, free, f"out of device memory ({exc})") from exc
+            raise AllocationError(d.name, size, free, str(exc)) from exc
+        return CUDABuffer(self, handle, size)
+
+
+def _free_memory(d: CUDADevice) -> int | None:
+    try:
+        return d.memory()[0]
+    except Exception:  # noqa: BLE001 - the allocation error is what matters; free memory is a detail
+        return None
+
+
+# ================================================================================================ pinned host memory
+
+
+class PinnedBuffer(Buffer):
+    """Page-locked host memory: readable by the CPU backend, and the fastest source for uploads."""
+
+    def __init__(self, buffer_type: BufferType, mem: np.ndarray) -> None:
+        super().__init__(buffer_type, int(mem.size))
+        self.mem = mem
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        self.mem[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        self.mem[offset : offset + size] = value
+
+    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
+        if isinstance(src, CUDABuffer):
+            out = memoryview(self.mem[dst_offset : dst_offset + size])
+            src._read(src_offset, out)
+            return True
+        host = src.host_array()
+        if host is None:
+            return False
+        self.mem[dst_offset : dst_offset + size] = host[src_offset : src_offset + size]
+        return True
+
+    def _free(self) -> None:
+        self.mem = np.zeros(0, np.uint8)
+
+    def host_array(self) -> np.ndarray:
+        """The whole buffer as a writable uint8 array."""
+        return self.mem
+
+
+class CUDAHostBufferType(BufferType):
+    """``CUDA_Host``: pinned (page-locked, portable) host memory for fast uploads to any CUDA device."""
+
+    def __init__(self, device: CUDADevice) -> None:
+        super().__init__("CUDA_Host", device, alignment=64, is_host=True)
+        self.cuda_device = device
+
+    def _alloc(self, size: int) -> Buffer:
+        try:
+            mem = self.cuda_device.driver.alloc_host(size)
+        except DriverCallError as exc:
+            raise AllocationError("CUDA_Host", size, None, f"cannot pin host memory ({exc})") from exc
+        return PinnedBuffer(self, mem)
+
+
+# ================================================================================================ events
+
+
+class CUDAEvent(Event):
+    """A CUDA event: recorded on a CUDA backend's stream, waited on by another stream or by the host."""
+
+    def __init__(self, device: CUDADevice) -> None:
+        super().__init__(device)
+        self.cuda_device = device
+        self.handle = device.driver.event_create(device.ordinal)
+
+    def record(self, backend: Backend) -> None:
+        """Record at the current end of ``backend``'s stream (a CUDA backend of any device)."""
+        stream = getattr(backend, "stream", None)
+        if stream is None:
+            raise TensorError(backend.name, "a CUDA event can only be recorded on a CUDA backend's stream")
+        self.cuda_device.driver.event_record(backend.device.ordinal, self.handle, stream)  # type: ignore[attr-defined]
+
+    def synchronize(self) -> None:
+        """Block the host until the recorded work is done."""
+        self.cuda_device.driver.event_synchronize(self.cuda_device.ordinal, self.handle)
+
+    def wait(self, backend: Backend) -> None:
+        """Make ``backend``'s stream wait (a CUDA backend), or block the host (any other backend)."""
+        stream = getattr(backend, "stream", None)
+        if stream is None:
+            self.synchronize()
+            return
+        self.cuda_device.driver.stream_wait_event(backend.device.ordinal, stream, self.handle)  # type: ignore[attr-defined]

@@ -1,0 +1,264 @@
+// Quantized MUL_MAT for few columns (N <= 8): activations are first quantized to ggml's dot type, then one warp
+// per weight row computes integer dot products (dp4a) block by block.
+//
+//   k_quantize_act  f32/f16 activations -> int8 quants + scales. mode 32: ggml's Q8_0/Q8_1 rounding (blocks of
+//                   32, d = amax/127 and s = d*sum(q) both rounded to f16), used for the 32-element weight types;
+//                   mode 256: ggml's Q8_K (blocks of 256, d = 1/(-127/max) in float), used for the K-quants.
+//   k_mv_q          weights x quantized activations. Each warp stages a chunk of its weight row in shared memory
+//                   with wide, coalesced loads; then each lane takes one 32-element unit (a legacy block, or one
+//                   eighth of a K-quant super-block) and all activation columns.
+#include "quants.cuh"
+
+#define MVQ_ROWS 4
+#define MVQ_MAX_COLS 8
+#define MVQ_CHUNK 1152  // bytes of weights staged per warp: 32 legacy blocks or 4 super-blocks (Q8_0: 1088)
+
+// grid: ceil(n_blocks / 8) blocks of 256 threads, one warp per activation block
+extern "C" __global__ void k_quantize_act(const char* b, char* qx, char* dx, char* sx, TDesc db, int tb, int mode,
+                                          long long n_blocks) {
+    const int lane = threadIdx.x & 31;
+    const long long blk = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const long long K = db.ne[0], qk = mode, per_row = K / qk;
+    const long long row = blk / per_row, jb = blk % per_row;
+    long long i1, i2, i3;
+    split_row(db, row, i1, i2, i3);
+    const char* src = b + i1 * db.nb[1] + i2 * db.nb[2] + i3 * db.nb[3];
+    int8_t* q = (int8_t*)qx + row * K + jb * qk;
+    if (mode == 32) {
+        const float x = load_elem(src + (jb * 32 + lane) * db.nb[0], tb);
+        const float amax = warp_max(fabsf(x));
+        const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        const int qi = (int)(int8_t)(int)roundf(__fmul_rn(x, id));
+        q[lane] = (int8_t)qi;
+        const float sum = warp_sum((float)qi);  // exact: |sum| <= 32 * 128
+        if (lane == 0) {
+            ((float*)dx)[blk] = round_to_f16(d);
+            ((float*)sx)[blk] = round_to_f16(__fmul_rn(sum, d));
+        }
+        return;
+    }
+    // mode 256: 8 values per lane; the signed value of largest magnitude, first index on ties
+    float v[8];
+    float best = 0.0f;
+    int best_i = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = lane * 8 + j;
+        v[j] = load_elem(src + (jb * 256 + i) * db.nb[0], tb);
+        if (fabsf(v[j]) > best) {
+            best = fabsf(v[j]);
+            best_i = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+        if (ob > best || (ob == best && oi < best_i)) {
+            best = ob;
+            best_i = oi;
+        }
+    }
+    float* dk = (float*)dx;
+    if (best == 0.0f) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[lane * 8 + j] = 0;
+        if (lane == 0) dk[blk] = 0.0f;
+        return;
+    }
+    const float vmax = __shfl_sync(0xffffffffu, v[best_i % 8], best_i / 8);
+    const float iscale = __fdiv_rn(-127.0f, vmax);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[lane * 8 + j] = (int8_t)min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
+    if (lane == 0) dk[blk] = __fdiv_rn(1.0f, iscale);
+}
+
+// ---- one 32-element unit of each weight type against 32 int8 activations -----------------------------------
+
+// 4 bytes from a 2-byte aligned address
+__device__ __forceinline__ int ld32(const uint8_t* p) {
+    return (int)((uint32_t)load_u16(p) | ((uint32_t)load_u16(p + 2) << 16));
+}
+
+__device__ __forceinline__ int spread_bits4(uint32_t x4) {  // bit i of x4 -> bit 4 of byte i
+    return (int)(((x4 & 1u) << 4) | ((x4 & 2u) << 11) | ((x4 & 4u) << 18) | ((x4 & 8u) << 25));
+}
+
+// sum over the unit of q_w * q_x (with ggml's offsets applied) times the scales; x: 8 ints of activations
+__device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, const int* x, float dxv, float sxv) {
+    int sumx = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) sumx = __dp4a(0x01010101, x[k], sumx);
+    switch (type) {
+        case GT_Q4_0: case GT_Q4_1: {
+            const int off = type == GT_Q4_0 ? 2 : 4;
+            int sumi = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int w = ld32(blk + off + 4 * k);
+                sumi = __dp4a(w & 0x0F0F0F0F, x[k], sumi);
+                sumi = __dp4a((w >> 4) & 0x0F0F0F0F, x[4 + k], sumi);
+            }
+            const float d = f16_bits_to_f32(load_u16(blk));
+            if (type == GT_Q4_0) return d * dxv * (float)(sumi - 8 * sumx);
+            return d * dxv * (float)sumi + f16_bits_to_f32(load_u16(blk + 2)) * sxv;
+        }
+        case GT_Q5_0: case GT_Q5_1: {
+            const bool one = type == GT_Q5_1;
+            const uint32_t qh = (uint32_t)ld32(blk + (one ? 4 : 2));
+            const uint8_t* qs = blk + (one ? 8 : 6);
+            int sumi = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int w = ld32(qs + 4 * k);
+                const int lo = (w & 0x0F0F0F0F) | spread_bits4((qh >> (4 * k)) & 0xF);
+                const int hi = ((w >> 4) & 0x0F0F0F0F) | spread_bits4((qh >> (16 + 4 * k)) & 0xF);
+                sumi = __dp4a(lo, x[k], sumi);
+                sumi = __dp4a(hi, x[4 + k], sumi);
+            }
+            const float d = f16_bits_to_f32(load_u16(blk));
+            if (!one) return d * dxv * (float)(sumi - 16 * sumx);
+            return d * dxv * (float)sumi + f16_bits_to_f32(load_u16(blk + 2)) * sxv;
+        }
+        case GT_Q8_0: {
+            int sumi = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) sumi = __dp4a(ld32(blk + 2 + 4 * k), x[k], sumi);
+            return f16_bits_to_f32(load_u16(blk)) * dxv * (float)sumi;
+        }
+        case GT_Q4_K: case GT_Q5_K: {
+            const bool five = type == GT_Q5_K;
+            const uint8_t* qs = blk + (five ? 48 : 16) + 32 * (s / 2);
+            int sumi = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                int q = (ld32(qs + 4 * k) >> (4 * (s & 1))) & 0x0F0F0F0F;
+                if (five) q |= ((ld32(blk + 16 + 4 * k) >> s) & 0x01010101) << 4;
+                sumi = __dp4a(q, x[k], sumi);
+            }
+            int sc, m;
+            kq_scale_min(s, blk + 4, sc, m);
+            const float d = f16_bits_to_f32(load_u16(blk)), dmin = f16_bits_to_f32(load_u16(blk + 2));
+            return dxv * (d * (float)sc * (float)sumi - dmin * (float)m * (float)sumx);
+        }
+        case GT_Q6_K: {
+            const int h = s / 4, g = s % 4;
+            const uint8_t* ql = blk + 64 * h + (g & 1) * 32;
+            const uint8_t* qh = blk + 128 + 32 * h;
+            int sum0 = 0, sum1 = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int q = ((ld32(ql + 4 * k) >> (4 * (g >> 1))) & 0x0F0F0F0F) |
+                              (((ld32(qh + 4 * k) >> (2 * g)) & 0x03030303) << 4);
+                const int qs = __vsub4(q, 0x20202020);  // q - 32 per byte, as signed int8
+                if (k < 4) sum0 = __dp4a(qs, x[k], sum0);
+                else sum1 = __dp4a(qs, x[k], sum1);
+            }
+            const int sc0 = (int8_t)blk[192 + 8 * h + 2 * g], sc1 = (int8_t)blk[192 + 8 * h + 2 * g + 1];
+            return dxv * f16_bits_to_f32(load_u16(blk + 208)) * (float)(sc0 * sum0 + sc1 * sum1);
+        }
+        case GT_Q2_K: {
+            const int h = s / 4, g = s % 4;
+            const uint8_t* qs = blk + 16 + 32 * h;
+            int sq0 = 0, sq1 = 0, sx0 = 0, sx1 = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int q = (ld32(qs + 4 * k) >> (2 * g)) & 0x03030303;
+                if (k < 4) {
+                    sq0 = __dp4a(q, x[k], sq0);
+                    sx0 = __dp4a(0x01010101, x[k], sx0);
+                } else {
+                    sq1 = __dp4a(q, x[k], sq1);
+                    sx1 = __dp4a(0x01010101, x[k], sx1);
+                }
+            }
+            const int sc0 = blk[8 * h + 2 * g], sc1 = blk[8 * h + 2 * g + 1];
+            const float d = f16_bits_to_f32(load_u16(blk + 80)), dmin = f16_bits_to_f32(load_u16(blk + 82));
+            return dxv * (d * (float)((sc0 & 0xF) * sq0 + (sc1 & 0xF) * sq1) -
+                          dmin * (float)((sc0 >> 4) * sx0 + (sc1 >> 4) * sx1));
+        }
+        case GT_Q3_K: {
+            const int h = s / 4, g = s % 4;
+            const uint8_t* qs = blk + 32 + 32 * h;
+            int sum0 = 0, sum1 = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int q2 = (ld32(qs + 4 * k) >> (2 * g)) & 0x03030303;
+                const int hb = (ld32(blk + 4 * k) >> (4 * h + g)) & 0x01010101;
+                const int q = __vsub4(q2, (hb ^ 0x01010101) << 2);
+                if (k < 4) sum0 = __dp4a(q, x[k], sum0);
+                else sum1 = __dp4a(q, x[k], sum1);
+            }
+            const int sc0 = q3k_scale(blk + 96, 8 * h + 2 * g), sc1 = q3k_scale(blk + 96, 8 * h + 2 * g + 1);
+            return dxv * f16_bits_to_f32(load_u16(blk + 108)) * (float)(sc0 * sum0 + sc1 * sum1);
+        }
+        default: return 0.0f;
+    }
+}
+
+// grid (ceil(M / MVQ_ROWS), b2*b3), block 32*MVQ_ROWS. qx/dx/sx from k_quantize_act over src1 (rows in src1's
+// logical order); vec: the widest power-of-two byte width (2..16) that divides every staged chunk's address.
+extern "C" __global__ void __launch_bounds__(32 * MVQ_ROWS)
+k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, TDesc da, TDesc dd, int ta, int ncols,
+       int vec) {
+    __shared__ __align__(16) uint8_t stage[MVQ_ROWS][MVQ_CHUNK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long m = (long long)blockIdx.x * MVQ_ROWS + warp;
+    if (m >= da.ne[1]) return;
+    const long long i2 = blockIdx.y % dd.ne[2], i3 = blockIdx.y / dd.ne[2];
+    const long long a2 = i2 / (dd.ne[2] / da.ne[2]), a3 = i3 / (dd.ne[3] / da.ne[3]);
+    const uint8_t* arow = (const uint8_t*)a + m * da.nb[1] + a2 * da.nb[2] + a3 * da.nb[3];
+    const long long K = da.ne[0];
+    const int kquant = qk_of(ta) == 256;
+    const int bsize = qsize_of(ta);
+    const int per_chunk = kquant ? 4 : 32;            // weight blocks per chunk
+    const int act_qk = kquant ? 256 : 32;             // activation block size
+    const long long nblocks = K / qk_of(ta);
+    const long long act_row0 = (long long)dd.ne[1] * (i2 + dd.ne[2] * i3);  // activation row of column 0
+    uint8_t* buf = stage[warp];
+    float acc[MVQ_MAX_COLS];
+#pragma unroll
+    for (int c = 0; c < MVQ_MAX_COLS; ++c) acc[c] = 0.0f;
+
+    for (long long b0 = 0; b0 < nblocks; b0 += per_chunk) {
+        const int nb = (int)min((long long)per_chunk, nblocks - b0);
+        const int bytes = nb * bsize;
+        const uint8_t* src = arow + b0 * bsize;
+        const int main_bytes = bytes - bytes % vec;
+        switch (vec) {
+            case 16: for (int i = lane * 16; i < main_bytes; i += 512) *(uint4*)(buf + i) = *(const uint4*)(src + i); break;
+            case 8: for (int i = lane * 8; i < main_bytes; i += 256) *(uint2*)(buf + i) = *(const uint2*)(src + i); break;
+            case 4: for (int i = lane * 4; i < main_bytes; i += 128) *(uint32_t*)(buf + i) = *(const uint32_t*)(src + i); break;
+            default: for (int i = lane * 2; i < main_bytes; i += 64) *(uint16_t*)(buf + i) = *(const uint16_t*)(src + i); break;
+        }
+        for (int i = main_bytes + lane; i < bytes; i += 32) buf[i] = src[i];
+        __syncwarp();
+        const int unit_blk = kquant ? lane / 8 : lane, s = kquant ? lane % 8 : 0;
+        if (unit_blk < nb) {
+            const long long jb = b0 + unit_blk;                      // weight block in the row
+            const long long e0 = jb * qk_of(ta) + (long long)s * 32;  // first element of the unit
+            const uint8_t* blk = buf + unit_blk * bsize;
+#pragma unroll
+            for (int c = 0; c < MVQ_MAX_COLS; ++c) {
+                if (c >= ncols) break;
+                const long long r = act_row0 + c;
+                const int* xq = (const int*)((const int8_t*)qx + r * K + e0);
+                int xv[8];
+#pragma unroll
+                for (int k = 0; k < 8; ++k) xv[k] = xq[k];
+                const long long ab = r * (K / act_qk) + e0 / act_qk;
+                const float dxv = ((const float*)dx)[ab];
+                const float sxv = kquant ? 0.0f : ((const float*)sx)[ab];
+                acc[c] += dot_unit(ta, blk, s, xv, dxv, sxv);
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int c = 0; c < MVQ_MAX_COLS; ++c) {
+        if (c >= ncols) break;
+        const float v = warp_sum(acc[c]);
+        if (lane == 0) *(float*)(d + m * dd.nb[0] + c * dd.nb[1] + i2 * dd.nb[2] + i3 * dd.nb[3]) = v;
+    }
+}

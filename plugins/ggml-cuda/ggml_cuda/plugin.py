@@ -1,0 +1,119 @@
+"""The CUDA backend plugin: checks → kernels/programs → buffers → backend → device → registration.
+
+Read in that order: :mod:`ggml_cuda._driver` (the only module importing pycuda, and the checks that say why
+there is no device), :mod:`ggml_cuda._compile` / :mod:`ggml_cuda._programs` (``kernels/*.cu`` built per
+architecture), :mod:`ggml_cuda._memory` (buffer types, buffers, events), :mod:`ggml_cuda._stream` (the backend),
+:mod:`ggml_cuda._device`, then the registration below.
+
+The ``CUDA`` registry is always registered. Its devices are enumerated lazily; when pycuda, the driver, a GPU or
+nvcc is missing it has none and :attr:`CUDAReg.unavailable_reason` says exactly why (``ggml-core devices``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ggml_core import API_VERSION, BackendReg, Device, hookimpl
+from ggml_cuda._compile import find_nvcc, nvcc_version
+from ggml_cuda._device import CUDADevice
+from ggml_cuda._driver import Driver, load_driver
+from ggml_cuda._programs import Compiler
+
+__all__ = ["CUDAReg", "cuda_reg"]
+
+DriverLoader = Callable[[], tuple[Driver | None, str | None]]
+
+
+class CUDAReg(BackendReg):
+    """The ``CUDA`` backend registry: one device per GPU the driver reports.
+
+    :param loader: returns (driver, None) or (None, reason); the default imports pycuda
+    :param nvcc: how to find nvcc (returns its path or None); the default searches the usual places
+    :param compiler: optional (module, arch) → image for the devices (tests)
+    """
+
+    def __init__(
+        self,
+        loader: DriverLoader = load_driver,
+        nvcc: Callable[[], str | None] = find_nvcc,
+        compiler: Compiler | None = None,
+    ) -> None:
+        super().__init__("CUDA", description="NVIDIA GPUs through pycuda", priority=100)
+        self._loader = loader
+        self._find_nvcc = nvcc
+        self._compiler = compiler
+        self.driver: Driver | None = None
+
+    @property  # type: ignore[override]
+    def unavailable_reason(self) -> str | None:
+        """Why there are no CUDA devices (None when there are some); looks for the devices on first use.
+
+        Reading it enumerates the devices, so ``ggml-core plugins`` shows the reason as ``ggml-core devices`` does.
+        """
+        if self._devices is None:
+            try:
+                self.devices  # noqa: B018 - enumerate (once) to learn the reason
+            except Exception as exc:  # noqa: BLE001 - the reason of a failed enumeration is the answer
+                return f"device enumeration failed: {type(exc).__name__}: {exc}"
+        return self._reason
+
+    @unavailable_reason.setter
+    def unavailable_reason(self, value: str | None) -> None:
+        self._reason = value
+
+    def enumerate_devices(self) -> list[Device]:
+        """CUDA0, CUDA1, ...; none (with :attr:`unavailable_reason` set) when something is missing."""
+        driver, reason = self._loader()
+        if driver is None:
+            self.unavailable_reason = reason or "the CUDA driver could not be loaded"
+            return []
+        if self._compiler is None and self._find_nvcc() is None:
+            self.unavailable_reason = (
+                "nvcc not found: the plugin compiles its kernels at run time; put the CUDA toolkit's bin folder on "
+                "PATH or set GGML_CUDA_NVCC"
+            )
+            return []
+        self.driver = driver
+        devices: list[Device] = []
+        try:
+            for ordinal in range(driver.device_count()):
+                devices.append(CUDADevice(driver, driver.device_info(ordinal), ordinal, self._compiler))
+        except Exception as exc:  # noqa: BLE001 - pycuda's errors are not builtins; report, never crash the host
+            self.unavailable_reason = f"reading the CUDA devices failed: {type(exc).__name__}: {exc}"
+            return []
+        if not devices:
+            self.unavailable_reason = "the CUDA driver reports no devices"
+        return devices
+
+    def features(self) -> dict[str, str]:
+        """The driver layer and the nvcc in use."""
+        out: dict[str, Any] = {}
+        if self.driver is not None:
+            out["driver"] = self.driver.name
+        nvcc = self._find_nvcc()
+        out["nvcc"] = f"{nvcc} ({nvcc_version(nvcc)})" if nvcc else "not found"
+        return out
+
+
+_REG: CUDAReg | None = None
+
+
+def cuda_reg() -> CUDAReg:
+    """The process-wide CUDA registry."""
+    global _REG
+    if _REG is None:
+        _REG = CUDAReg()
+    return _REG
+
+
+@hookimpl
+def ggml_api_version() -> int:
+    """This plugin speaks the current plugin API."""
+    return API_VERSION
+
+
+@hookimpl
+def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+    """Register the CUDA registry (its devices are enumerated on first use)."""
+    register(cuda_reg())
