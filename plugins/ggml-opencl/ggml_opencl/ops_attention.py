@@ -77,11 +77,12 @@ def yarn_corr_dims(
     """ggml's ``rope_yarn_corr_dims``: the [low, high] pair range of the YaRN ramp (float32 steps)."""
 
     def corr_dim(n_rot: float) -> float:
-        return float(
-            np.float32(n_dims)
-            * np.log(np.float32(n_ctx_orig) / (np.float32(n_rot) * np.float32(2.0 * math.pi)))
-            / (np.float32(2.0) * np.log(np.float32(freq_base)))
-        )
+        with np.errstate(all="ignore"):
+            return float(
+                np.float32(n_dims)
+                * np.log(np.float32(n_ctx_orig) / (np.float32(n_rot) * np.float32(2.0 * math.pi)))
+                / (np.float32(2.0) * np.log(np.float32(freq_base)))
+            )
 
     start = math.floor(corr_dim(beta_fast))
     end = math.ceil(corr_dim(beta_slow))
@@ -109,7 +110,7 @@ def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
     assert a is not None and pos is not None
     n_dims, mode, n_ctx_orig = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(4)
     freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
+    corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
     mscale = np.float32(attn_factor)
     if ext_factor != 0.0:
