@@ -19,7 +19,6 @@ EMBD, HEADS, HEADS_KV, FF, TOKENS = 256, 4, 2, 512, 6
 HEAD_DIM = EMBD // HEADS
 EPS = 1e-5
 ATTN = ("wq", "wk", "wv", "wo")
-FFN = ("w_gate", "w_up", "w_down")
 
 
 def _shapes() -> dict[str, tuple[int, int]]:
@@ -28,10 +27,16 @@ def _shapes() -> dict[str, tuple[int, int]]:
             "w_gate": (FF, EMBD), "w_up": (FF, EMBD), "w_down": (EMBD, FF)}
 
 
-def _layer(wctx: g.Context, ctx: g.Context, wtype: str) -> tuple[dict[str, g.Tensor], g.Tensor, g.Tensor, g.Tensor]:
-    w = {name: wctx.new_tensor_2d(wtype, cols, rows, name) for name, (rows, cols) in _shapes().items()}
-    w["attn_norm"] = wctx.new_tensor_1d("f32", EMBD, "attn_norm")
-    w["ffn_norm"] = wctx.new_tensor_1d("f32", EMBD, "ffn_norm")
+def _layer(
+    actx: g.Context, fctx: g.Context, ctx: g.Context, wtype: str
+) -> tuple[dict[str, g.Tensor], g.Tensor, g.Tensor, g.Tensor, g.Tensor]:
+    """The layer's graph: attention weights in ``actx``, feed-forward weights in ``fctx``, the rest in ``ctx``."""
+    w = {
+        name: (actx if name in ATTN else fctx).new_tensor_2d(wtype, cols, rows, name)
+        for name, (rows, cols) in _shapes().items()
+    }
+    w["attn_norm"] = actx.new_tensor_1d("f32", EMBD, "attn_norm")
+    w["ffn_norm"] = fctx.new_tensor_1d("f32", EMBD, "ffn_norm")
     x = ctx.new_tensor_2d("f32", EMBD, TOKENS, "x").set_input()
     pos = ctx.new_tensor_1d("i32", TOKENS, "pos").set_input()
     mask = ctx.new_tensor_2d("f32", TOKENS, TOKENS, "mask").set_input()
@@ -64,10 +69,7 @@ def _run(wtype: str, vals: dict[str, np.ndarray], devices: list[g.Device]) -> tu
     """Run the layer; with two devices the attention weights go to the first, the FFN weights to the CPU."""
     cpu = devices[-1]
     actx, fctx, ctx = g.Context("attn-w"), g.Context("ffn-w"), g.Context("layer")
-    w, x, pos, mask, out = _layer(actx, ctx, wtype)
-    for name in FFN + ("ffn_norm",):  # move the FFN weights into their own context (host memory)
-        fctx._add(w[name])
-    actx._tensors = [t for t in actx._tensors if t.name not in FFN + ("ffn_norm",)]
+    w, x, pos, mask, out = _layer(actx, fctx, ctx, wtype)
     bufs = [g.alloc_ctx_tensors(actx, devices[0].buffer_type()), g.alloc_ctx_tensors(fctx, cpu.buffer_type())]
     for b in bufs:
         b.set_usage(g.BufferUsage.WEIGHTS)
