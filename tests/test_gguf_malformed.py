@@ -23,8 +23,38 @@ PARAMS = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=16, prog
 
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    path = write_model(tmp_path_factory.mktemp("gguf") / "valid.gguf", CFG, random_weights(CFG, 0), "q8_0")
+    """A tiny q8_0 model with a small SentencePiece vocabulary (string and number arrays in its header)."""
+    from gguf import GGUFWriter
+
+    d = tmp_path_factory.mktemp("gguf")
+    w = random_weights(CFG, 0)
+    f = open_gguf(write_model(d / "plain.gguf", CFG, w, "q8_0"))
+    path = d / "valid.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    for key in f.keys:
+        if key != "general.architecture":
+            v = f.get(key)
+            (writer.add_float32 if isinstance(v, float) else writer.add_uint32)(key, v)
+    tokens = ["<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a", "ab"] + [f"<0x{i:02X}>" for i in range(24)]
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_array("tokenizer.ggml.scores", [float(i) for i in range(len(tokens))])
+    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3, 1, 1, 1, 1, 1] + [6] * 24)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    for info in f.tensors:
+        rows = int(np.prod(info.ne[1:]))
+        writer.add_tensor(info.name, f.tensor_bytes(info.name).reshape(rows, -1), raw_dtype=_gtype(info.type))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return path.read_bytes()
+
+
+def _gtype(t: object) -> object:
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType(int(t))  # type: ignore[call-overload]
 
 
 def _write(tmp_path: Path, data: bytes, name: str = "bad.gguf") -> Path:
@@ -47,7 +77,9 @@ def _kv_u32(key: str, value: int) -> bytes:
 
 
 def _tensor_info(name: str, ne: list[int], type_id: int, offset: int) -> bytes:
-    return _str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", type_id, offset)
+    return (
+        _str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", type_id, offset)
+    )
 
 
 def _expect(path: Path, field: str, message: str) -> GGUFError:
@@ -71,6 +103,7 @@ def _pad(data: bytes, align: int = 32) -> bytes:
 def test_the_valid_file_loads(tmp_path: Path, valid: bytes) -> None:
     with Model.load(_write(tmp_path, valid, "ok.gguf"), PARAMS) as m:
         assert m.decode([1, 2]).shape == (1, CFG.n_vocab)
+        assert m.tokenizer.decode(m.tokenizer.encode("ab a")) == "ab a"
 
 
 @pytest.mark.parametrize(
@@ -123,9 +156,12 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_every_truncation_of_a_valid_file(tmp_path: Path, valid: bytes) -> None:
-    """Cut the file at every length up to the end of its header and at a few points inside the data."""
+    """Cut the file at every length in its first 600 bytes, 300 more inside its header, 12 inside the data."""
     info = read_header(_write(tmp_path, valid, "full.gguf"))
-    cuts = list(range(info.data_offset)) + list(np.linspace(info.data_offset, len(valid) - 1, 12).astype(int))
+    rng = np.random.default_rng(0)
+    header = range(info.data_offset)
+    cuts = list(header[:600]) + rng.choice(header[600:], min(300, len(header) - 600), replace=False).tolist()
+    cuts += np.linspace(info.data_offset, len(valid) - 1, 12).astype(int).tolist()
     t0 = time.perf_counter()
     for n in cuts:
         p = _write(tmp_path, valid[:n], "cut.gguf")
@@ -230,6 +266,8 @@ def test_fuzzed_files_fail_cleanly_or_load(tmp_path: Path, valid: bytes, data: s
     try:
         with Model.load(p, PARAMS) as m:
             m.decode([0])
+            tok = m.tokenizer
+            tok.decode(tok.encode("ab a"))
     except GGUFError as exc:
         assert str(exc).startswith(str(p))
     except ValueError as exc:
