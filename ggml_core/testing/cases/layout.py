@@ -99,9 +99,40 @@ def _diag_mask(op: str, ne: Sequence[int], n_past: int) -> Case:
                 lambda a: ref.diag_mask(a, n_past, value), Check.exact())
 
 
+def _view(op: str, t: GGMLType, ne: Sequence[int]) -> Case:
+    """NONE (a leaf read back), VIEW, RESHAPE, PERMUTE, TRANSPOSE: no kernel runs; the result is read through the
+    view from the device's memory."""
+
+    def build(ctx: Context) -> Built:
+        a = leaf(ctx, t, ne, "a")
+        if op == "NONE":
+            return Built(a, [a])
+        if op == "VIEW":  # rows 1.. of a, every other row
+            out = builder("view_3d")(a, ne[0] // 2, ne[1] // 2, ne[2], 2 * a.nb[1], a.nb[2], a.nb[1] + t.type_size)
+        elif op == "RESHAPE":
+            out = builder("reshape_2d")(a, ne[0] * ne[1], ne[2])
+        elif op == "PERMUTE":
+            out = builder("permute")(a, 2, 0, 1, 3)
+        else:
+            out = builder("transpose")(a)
+        return Built(out, [a])
+
+    def reference(a: np.ndarray) -> np.ndarray:
+        if op == "VIEW":
+            return a[:, :, 1::2][:, :, : ne[1] // 2, 1 : 1 + ne[0] // 2]
+        if op == "PERMUTE":  # source dims 0, 1, 2 go to result dims 2, 0, 1: out[j3, j2, j1, j0] = a[j3, j1, j0, j2]
+            return a.transpose(0, 3, 1, 2)
+        if op == "TRANSPOSE":
+            return a.swapaxes(2, 3)
+        return a
+
+    return Case(op, {"type": t, "ne": list(ne)}, build, reference, Check.exact())
+
+
 def cases() -> list[Case]:
     """Every layout case."""
-    out = []
+    out = [_view(op, t, [6, 4, 3, 1]) for op in ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
+           for t in (T.F32, T.F16)]
     for ne3 in (1, 3):
         for nr in ([1, 1, 1, 1], [2, 1, 1, 1], [1, 2, 1, 1], [1, 1, 2, 1], [1, 1, 1, 2]):
             out.append(_repeat(T.F32, [10, 5, 4, ne3], nr))
