@@ -3,7 +3,10 @@
 Builders check shapes and types as ggml's ``ggml_*`` constructors do and raise :class:`ggml_core.OpError` naming
 the op and operands. The result lives in the first operand's context. Families:
 
-- :mod:`.elementwise`: binary with broadcasting, unary math, UNARY sub-ops, SCALE, CLAMP, GLU
+- :mod:`.elementwise`: binary with broadcasting, SQR/SQRT/LOG/SIN/COS, SCALE, CLAMP, LEAKY_RELU
+- :mod:`.unary`: the UNARY op and its sub-ops (ABS ... TRUNC, XIELU)
+- :mod:`.glu`: the GLU family (fused, swapped, split)
+- :mod:`.reduce`: SUM, SUM_ROWS, MEAN, CUMSUM, ARGMAX, COUNT_EQUAL, ARGSORT, TOP_K
 - :mod:`.matmul`: MUL_MAT, MUL_MAT_ID, OUT_PROD
 - :mod:`.norm`: NORM, RMS_NORM, L2_NORM, GROUP_NORM
 - :mod:`.attention`: SOFT_MAX, ROPE, FLASH_ATTN_EXT, DIAG_MASK_*
@@ -26,6 +29,8 @@ from ggml_core.ops.movement import *  # noqa: F403
 from ggml_core.ops.movement import __all__ as _movement_all
 from ggml_core.ops.norm import *  # noqa: F403
 from ggml_core.ops.norm import __all__ as _norm_all
+from ggml_core.ops.reduce import *  # noqa: F403
+from ggml_core.ops.reduce import __all__ as _reduce_all
 from ggml_core.ops.unary import *  # noqa: F403
 from ggml_core.ops.unary import __all__ as _unary_all
 
@@ -46,6 +51,7 @@ __all__ = [
     *_matmul_all,
     *_movement_all,
     *_norm_all,
+    *_reduce_all,
     *_unary_all,
 ]
 __all__.sort()

@@ -10,7 +10,6 @@ __all__ = ["group_norm", "l2_norm", "norm", "rms_norm"]
 
 
 def _eps_op(op: GGMLOp, a: Tensor, eps: float, inplace: bool) -> Tensor:
-    check(eps >= 0.0, op.name, f"eps must be >= 0, got {eps}", a)
     result = same_or_dup(op.name, a, inplace)
     result.set_op_params_f32([eps])
     return finish(result, op, [a])

@@ -10,6 +10,7 @@ from ggml_cpu.kernels import (  # noqa: F401 - importing registers the kernels
     matmul_id,
     movement,
     norm,
+    reduce,
     unary,
 )
 from ggml_cpu.kernels._base import bind, supports

@@ -1,13 +1,20 @@
-"""Normalisation kernels: RMS_NORM and NORM over rows (ggml accumulates the sums in double)."""
+"""Normalisations: NORM, RMS_NORM, L2_NORM, GROUP_NORM (f32, any strides).
+
+ggml accumulates the sums in double (``ggml_float``) and does the rest in float: ``mean = sum/n`` and
+``scale = 1/sqrtf(var + eps)`` are float32 values. GROUP_NORM puts ``ceil(C / G)`` channels (dim 2) in each group
+(the last group may be smaller or empty) and normalises over dims 0, 1 and the group's channels.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-from ggml_core import GGMLOp, GGMLType, Tensor
 
+from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_cpu.kernels._base import Thunk, f32, kernel, store
 
 __all__: list[str] = []
+
+_F32 = np.float32
 
 
 def _f32_rows(node: Tensor) -> bool:
@@ -16,18 +23,23 @@ def _f32_rows(node: Tensor) -> bool:
     return a.type == GGMLType.F32 and node.type == GGMLType.F32
 
 
+def _mean_f32(total: np.ndarray, n: int) -> np.ndarray:
+    """A double sum divided by n in double, rounded to float (C's ``const float mean = sum/n``)."""
+    return (total / n).astype(np.float32)
+
+
 @kernel(GGMLOp.RMS_NORM, supports=_f32_rows)
 def _bind_rms_norm(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    eps = np.float32(node.op_param_f32(0))
+    eps = _F32(node.op_param_f32(0))
 
     def run() -> None:
         x = f32(a)
-        # sum of float products accumulated in double, mean in float, scale = 1/sqrtf(mean + eps)
-        mean = (np.square(x).sum(axis=-1, dtype=np.float64, keepdims=True) / x.shape[-1]).astype(np.float32)
-        scale = np.float32(1.0) / np.sqrt(mean + eps)
-        store(node, x * scale)
+        # float products x*x, summed in double; scale = 1/sqrtf(mean + eps)
+        mean = _mean_f32(np.square(x).sum(axis=-1, dtype=np.float64, keepdims=True), x.shape[-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            store(node, x * (_F32(1.0) / np.sqrt(mean + eps)))
 
     return run
 
@@ -36,14 +48,56 @@ def _bind_rms_norm(node: Tensor) -> Thunk:
 def _bind_norm(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    eps = np.float32(node.op_param_f32(0))
+    eps = _F32(node.op_param_f32(0))
 
     def run() -> None:
         x = f32(a)
         n = x.shape[-1]
-        mean = (x.sum(axis=-1, dtype=np.float64, keepdims=True) / n).astype(np.float32)
+        mean = _mean_f32(x.sum(axis=-1, dtype=np.float64, keepdims=True), n)
         y = x - mean
-        var = (np.square(y).sum(axis=-1, dtype=np.float64, keepdims=True) / n).astype(np.float32)
-        store(node, y * (np.float32(1.0) / np.sqrt(var + eps)))
+        var = _mean_f32(np.square(y).sum(axis=-1, dtype=np.float64, keepdims=True), n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            store(node, y * (_F32(1.0) / np.sqrt(var + eps)))
+
+    return run
+
+
+@kernel(GGMLOp.L2_NORM, supports=_f32_rows)
+def _bind_l2_norm(node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    eps = _F32(node.op_param_f32(0))
+
+    def run() -> None:
+        x = f32(a)
+        total = np.square(x).sum(axis=-1, dtype=np.float64, keepdims=True)  # float products, double sum
+        norm = np.sqrt(total.astype(np.float32))  # sqrtf((float) sum)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            store(node, x * (_F32(1.0) / np.fmax(norm, eps)))  # 1/fmaxf(sqrtf(sum), eps)
+
+    return run
+
+
+@kernel(GGMLOp.GROUP_NORM, supports=_f32_rows)
+def _bind_group_norm(node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    n_groups = node.op_param_i32(0)
+    eps = _F32(node.op_param_f32(1))
+    n_channels = a.ne[2]
+    per_group = (n_channels + n_groups - 1) // n_groups
+
+    def run() -> None:
+        x = f32(a)  # (ne3, channels, ne1, ne0)
+        out = np.empty(x.shape, np.float32)
+        for start in range(0, n_channels, per_group):
+            block = x[:, start : start + per_group]
+            count = block.shape[1] * block.shape[2] * block.shape[3]
+            mean = _mean_f32(block.sum(axis=(1, 2, 3), dtype=np.float64, keepdims=True), count)
+            y = block - mean
+            var = _mean_f32(np.square(y).sum(axis=(1, 2, 3), dtype=np.float64, keepdims=True), count)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[:, start : start + per_group] = y * (_F32(1.0) / np.sqrt(var + eps))
+        store(node, out)
 
     return run
