@@ -20,6 +20,7 @@ __all__ = ["LlamaGraph", "build_llama", "reference"]
 
 EPS = 1e-5
 FREQ_BASE = 10000.0
+N_CTX_ORIG = 512
 WEIGHT_NAMES = ("attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w_gate", "w_up", "w_down")
 
 
@@ -79,8 +80,8 @@ def build_llama(
         q = ops.reshape_3d(ops.mul_mat(w["wq"], h).set_name(f"q-{il}"), hd, n_head, n_tokens)
         k = ops.reshape_3d(ops.mul_mat(w["wk"], h).set_name(f"k-{il}"), hd, n_head, n_tokens)
         v = ops.reshape_3d(ops.mul_mat(w["wv"], h).set_name(f"v-{il}"), hd, n_head, n_tokens)
-        q = ops.rope_ext(q, pos, None, hd, 0, 0, FREQ_BASE, 1.0, 0.0, 1.0, 0.0, 0.0).set_name(f"q_rope-{il}")
-        k = ops.rope_ext(k, pos, None, hd, 0, 0, FREQ_BASE, 1.0, 0.0, 1.0, 0.0, 0.0).set_name(f"k_rope-{il}")
+        q = ops.rope_ext(q, pos, None, hd, 0, N_CTX_ORIG, FREQ_BASE, 1.0, 0.0, 1.0, 32.0, 1.0).set_name(f"q_rope-{il}")
+        k = ops.rope_ext(k, pos, None, hd, 0, N_CTX_ORIG, FREQ_BASE, 1.0, 0.0, 1.0, 32.0, 1.0).set_name(f"k_rope-{il}")
         q = ops.permute(q, 0, 2, 1, 3)  # [hd, T, H]
         k = ops.permute(k, 0, 2, 1, 3)
         kq = ops.mul_mat(k, q).set_name(f"kq-{il}")  # [T(k), T(q), H]
