@@ -12,6 +12,8 @@ from ggml_opencl._dispatch import FLOAT_TYPES, QUANT_TYPES, Launcher, Thunk, enq
 
 __all__: list[str] = []
 
+T = GGMLType
+
 INT_TYPES: Final = frozenset({GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64})
 #: types the kernels can quantize into (ggml's reference quantizers, byte for byte)
 QUANTIZE_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0})
@@ -28,7 +30,7 @@ def _copy_ok(info: DeviceInfo, node: Tensor) -> bool:
     if a.type == node.type:
         return a.type in FLOAT_TYPES or a.type in INT_TYPES or a.type.is_quantized
     if a.type in FLOAT_TYPES:
-        return node.type in FLOAT_TYPES or node.type in QUANTIZE_TYPES
+        return node.type in FLOAT_TYPES or node.type in QUANTIZE_TYPES or (a.type, node.type) == (T.F32, T.I32)
     if a.type in QUANT_TYPES:
         return node.type in FLOAT_TYPES or node.type in QUANTIZE_TYPES
     if a.type in INT_TYPES:
@@ -50,7 +52,8 @@ def _bind_copy(launcher: Launcher, node: Tensor) -> Thunk:
         return enqueue(launcher, "k_cpy_to_q", node.nelements // 32, [*src, *dst, np.int32(node.type)])
     if a.type.is_quantized:
         return enqueue(launcher, "k_cpy_from_q", a.nelements // 32, [*src, *dst, np.int32(node.type)])
-    ints = 2 if node.type in INT_TYPES else (1 if a.type in INT_TYPES else 0)
+    # 0: float -> float, 1: int -> float, 2: int -> int, 3: float -> int (truncation toward zero, as C)
+    ints = (2 if a.type in INT_TYPES else 3) if node.type in INT_TYPES else (1 if a.type in INT_TYPES else 0)
     return enqueue(launcher, "k_cpy", node.nelements, [*src, *dst, np.int32(node.type), np.int32(ints)])
 
 

@@ -22,11 +22,17 @@
 #define T_Q6_K 14
 #define T_Q8_K 15
 #define T_IQ4_NL 20
+#define T_IQ4_XS 23
 #define T_I8 24
 #define T_I16 25
 #define T_I32 26
 #define T_I64 27
 #define T_BF16 30
+#define T_TQ1_0 34
+#define T_TQ2_0 35
+#define T_MXFP4 39
+#define T_NVFP4 40
+#define T_Q1_0 41
 
 // a tensor argument and the address of element (i0, i1, i2, i3)
 #define TENSOR(x) global uchar* x##_p, ulong x##_o, int4 x##_ne, long4 x##_nb

@@ -1,7 +1,7 @@
 // ggml-opencl: data movement: CPY/DUP/CONT with type conversion (quantizing and dequantizing), GET_ROWS, SET_ROWS.
 // Copies pair elements by their flat logical index, so source and destination may differ in shape and strides.
 
-// plain element types: float <-> float (f32/f16/bf16), int -> int, int -> f32
+// plain element types: float <-> float (f32/f16/bf16), int -> int, int -> float, f32 -> i32
 kernel void k_cpy(TENSOR(a), int a_t, TENSOR(d), int d_t, int ints, long n) {
     ITEM4(d_ne, n)
     int j0, j1, j2, j3;
@@ -10,6 +10,7 @@ kernel void k_cpy(TENSOR(a), int a_t, TENSOR(d), int d_t, int ints, long n) {
     global uchar* dst = AT(d, i0, i1, i2, i3);
     if (ints == 2) store_i(dst, d_t, load_i(src, a_t));              // int -> int
     else if (ints == 1) store_f(dst, d_t, (float)load_i(src, a_t));  // int -> float
+    else if (ints == 3) store_i(dst, d_t, (long)load_f(src, a_t));   // float -> int, truncating
     else store_f(dst, d_t, load_f(src, a_t));
 }
 

@@ -5,6 +5,8 @@
 // Block layouts (bytes): see ggml-common.h; K-quant super-blocks hold 256 values = 8 chunks of 32.
 
 constant float IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// twice the E2M1 values (the block scale carries the factor 1/2)
+constant float MXFP4_VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 inline int type_block_bytes(int t) {
     switch (t) {
@@ -19,11 +21,40 @@ inline int type_block_bytes(int t) {
         case T_Q4_K: return 144;
         case T_Q5_K: return 176;
         case T_Q6_K: return 210;
+        case T_IQ4_XS: return 136;
+        case T_TQ1_0: return 54;
+        case T_TQ2_0: return 66;
+        case T_MXFP4: return 17;
+        case T_NVFP4: return 36;
+        case T_Q1_0: return 18;
         default: return 0;
     }
 }
 
-inline int type_block_len(int t) { return t >= T_Q2_K && t <= T_Q8_K ? 256 : 32; }
+// E8M0 scale times 1/2: 2^(e - 128), subnormal below e = 2
+inline float e8m0_half(uchar e) {
+    return as_float(e < 2 ? (0x00200000u << e) : ((uint)(e - 1) << 23));
+}
+
+// unsigned E4M3 (bias 7, bit 7 ignored) times 1/2; 0x00 and 0x7f give 0
+inline float ue4m3_half(uchar x) {
+    if (x == 0 || x == 0x7f) return 0.0f;
+    const int ex = (x >> 3) & 0xF;
+    const float man = (float)(x & 7);
+    const float raw = ex == 0 ? ldexp(man, -9) : ldexp(1.0f + man / 8.0f, ex - 7);
+    return raw * 0.5f;
+}
+
+// TQ1_0: element e (0..255) of a block: base-3 digits packed five to a byte (four in qh)
+inline int tq1_digit(global const uchar* b, int e) {
+    int q, n;
+    if (e < 160) { q = b[e & 31]; n = e >> 5; }
+    else if (e < 240) { q = b[32 + ((e - 160) & 15)]; n = (e - 160) >> 4; }
+    else { q = b[48 + ((e - 240) & 3)]; n = (e - 240) >> 2; }
+    int p = 1;
+    for (int i = 0; i < n; ++i) p *= 3;
+    return (((q * p) & 0xFF) * 3) >> 8;
+}
 
 // get_scale_min_k4 of Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7)
 inline void scale_min_k4(int j, global const uchar* q, float* sc, float* m) {
@@ -165,6 +196,60 @@ void dq32(int t, global const uchar* row, int c, float* y) {
             const float sc = (float)((char)b[192 + n * 8 + (l >> 4) + 2 * k]);
             y[l] = d * sc * (float)q;
         }
+        break;
+    }
+    case T_IQ4_XS: {  // d scales_h scales_l[4] qs[128]
+        global const uchar* b = row + 136 * (c >> 3);
+        const int ib = c & 7;
+        const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((rd_u16(b + 2) >> (2 * ib)) & 3) << 4);
+        const float dl = rd_f16(b) * (float)(ls - 32);
+        global const uchar* q = b + 8 + 16 * ib;
+        for (int l = 0; l < 16; ++l) {
+            y[l] = dl * IQ4NL_VALUES[q[l] & 0xF];
+            y[l + 16] = dl * IQ4NL_VALUES[q[l] >> 4];
+        }
+        break;
+    }
+    case T_MXFP4: {  // e qs[16]
+        global const uchar* b = row + 17 * c;
+        const float d = e8m0_half(b[0]);
+        for (int l = 0; l < 16; ++l) {
+            y[l] = MXFP4_VALUES[b[1 + l] & 0xF] * d;
+            y[l + 16] = MXFP4_VALUES[b[1 + l] >> 4] * d;
+        }
+        break;
+    }
+    case T_NVFP4: {  // d[4] (ue4m3, one per 16) qs[32]; a chunk is two sub-blocks of 16
+        global const uchar* b = row + 36 * (c >> 1);
+        for (int h = 0; h < 2; ++h) {
+            const int s = 2 * (c & 1) + h;
+            const float d = ue4m3_half(b[s]);
+            global const uchar* q = b + 4 + 8 * s;
+            for (int l = 0; l < 8; ++l) {
+                y[16 * h + l] = MXFP4_VALUES[q[l] & 0xF] * d;
+                y[16 * h + 8 + l] = MXFP4_VALUES[q[l] >> 4] * d;
+            }
+        }
+        break;
+    }
+    case T_TQ1_0: {  // qs[48] qh[4] d
+        global const uchar* b = row + 54 * (c >> 3);
+        const float d = rd_f16(b + 52);
+        for (int l = 0; l < 32; ++l) y[l] = (float)(tq1_digit(b, 32 * (c & 7) + l) - 1) * d;
+        break;
+    }
+    case T_TQ2_0: {  // qs[64] d
+        global const uchar* b = row + 66 * (c >> 3);
+        const int h = (c & 7) >> 2, j = c & 3;
+        const float d = rd_f16(b + 64);
+        for (int l = 0; l < 32; ++l) y[l] = (float)(((b[32 * h + l] >> (2 * j)) & 3) - 1) * d;
+        break;
+    }
+    case T_Q1_0: {  // d qs[16]: bit set -> d, clear -> -d
+        global const uchar* b = row + 18 * (c >> 2);
+        const float d = rd_f16(b);
+        global const uchar* q = b + 2 + 4 * (c & 3);
+        for (int l = 0; l < 32; ++l) y[l] = ((q[l >> 3] >> (l & 7)) & 1) ? d : -d;
         break;
     }
     default:
