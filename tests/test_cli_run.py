@@ -91,7 +91,7 @@ def test_split_run_gives_the_cpu_logits(capsys: pytest.CaptureFixture[str], tmp_
         out[name] = (np.load(npy), info)
     assert out["split"][1]["n_splits"] >= 2
     assert {d["name"] for d in out["split"][1]["devices"] if d["layers"]} == {"CPU", "OpenCL0"}
-    assert np.abs(out["split"][0] - out["cpu"][0]).max() < 2e-6 * np.abs(out["cpu"][0]).max()
+    assert np.abs(out["split"][0] - out["cpu"][0]).max() < 1e-5 * np.abs(out["cpu"][0]).max()
     assert out["split"][1]["tokens"] == out["cpu"][1]["tokens"]
 
 
