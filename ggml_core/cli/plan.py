@@ -58,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         bg = model.graph(n_tokens, model.n_kv_for(n_tokens), True)
         model.executor.reserve(bg)
         plan = model.executor.plan()
+        assert plan is not None
         placement = model.placement
         devices = placement.as_dict()
         if args.svg is not None:

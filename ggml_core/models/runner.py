@@ -301,9 +301,9 @@ class Model:
             chunk = ids[start : start + bs]
             last = start + bs >= ids.size
             if all_logits or last:
-                outs.append(self.decode(chunk, all_logits=all_logits))
+                outs.append(self.decode(chunk.tolist(), all_logits=all_logits))
             else:
-                self.decode(chunk)
+                self.decode(chunk.tolist())
         return np.concatenate(outs, axis=0) if all_logits else outs[-1]
 
     def generate(

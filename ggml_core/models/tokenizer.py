@@ -89,9 +89,9 @@ class Tokenizer:
         self._byte_ids: dict[int, int] = {}
         if self.kind == "llama":
             for b in range(256):
-                i = self._ids.get(f"<0x{b:02X}>")
-                if i is not None:
-                    self._byte_ids[b] = i
+                bid = self._ids.get(f"<0x{b:02X}>")
+                if bid is not None:
+                    self._byte_ids[b] = bid
         self._pattern = re.compile(PRE_PATTERNS.get(self.pre, PRE_PATTERNS["default"]))
         self._b2u = bytes_to_unicode()
         self._u2b = {u: b for b, u in self._b2u.items()}
@@ -244,7 +244,7 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
             raise GGUFError(f.path, f"metadata {key!r}", f"token id {v} is outside the vocabulary 0..{n - 1}")
         return v
 
-    def _list(key: str, kinds: list[ValueType]) -> list:  # type: ignore[type-arg]
+    def _list(key: str, kinds: list[ValueType]) -> list[float | int]:
         if not f.has(key):
             return []
         values = f.get_numbers(key, kinds).tolist()

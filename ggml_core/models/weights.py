@@ -218,6 +218,6 @@ def _upload(
             assert tbuf is not None
             for off in range(0, t.nbytes, UPLOAD_CHUNK):
                 chunk = src[off : off + UPLOAD_CHUNK]
-                tbuf.set_tensor(t, memoryview(chunk), off)
+                tbuf.set_tensor(t, memoryview(chunk.data), off)
                 bar.advance(chunk.nbytes)
     out.uploads.append(UploadStat(dev.name, total, time.perf_counter() - start))
