@@ -100,6 +100,17 @@ def test_qwen2_biases_and_neox_rope(tmp_path: Path) -> None:
     assert _rel(got, llama) > 1e-2
 
 
+def test_rope_frequency_factors(tmp_path: Path) -> None:
+    """A ``rope_freqs.weight`` tensor (llama 3.1) divides each pair's frequency."""
+    cfg = TinyConfig(rope_freqs=True)
+    path, w = _model(tmp_path, cfg, "f32", seed=10)
+    with _load(path, kv_type="f32") as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+    assert _rel(got, reference_logits(cfg, w, TOKENS)) < 2e-6
+    without = {k: v for k, v in w.items() if k != "rope_freqs.weight"}
+    assert _rel(got, reference_logits(cfg.with_(rope_freqs=False), without, TOKENS)) > 1e-3
+
+
 def test_tied_output_uses_the_embeddings(tmp_path: Path) -> None:
     cfg = TinyConfig(tied_output=True)
     path, w = _model(tmp_path, cfg, "q8_0", seed=5)

@@ -65,6 +65,17 @@ def test_mixture_of_experts_split(tmp_path: Path) -> None:
     assert _rel(split, reference_logits(cfg, w, TOKENS, "q8_0", "f32")) < 1e-5
 
 
+def test_rope_factors_stay_with_their_layers(tmp_path: Path) -> None:
+    """rope_freqs.weight is copied to each layer's device (as llama.cpp does), so it does not cut splits."""
+    _opencl_or_skip()
+    cfg = CFG.with_(rope_freqs=True)
+    w = random_weights(cfg, 3)
+    path = write_model(tmp_path / "rf.gguf", cfg, w)
+    got, m = _logits(path, PlacementRequest(devices=["OpenCL0"]), "f32")
+    assert m.executor.n_splits == 2  # the embeddings on the CPU, everything else on OpenCL0
+    assert _rel(got, reference_logits(cfg, w, TOKENS)) < 1e-5
+
+
 def test_everything_on_opencl_with_flash_attention(tmp_path: Path) -> None:
     _opencl_or_skip()
     w = random_weights(CFG, 1)

@@ -38,6 +38,7 @@ class TinyConfig:
     n_expert: int = 0
     n_expert_used: int = 0
     tied_output: bool = False
+    rope_freqs: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -61,6 +62,8 @@ def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
     }
     if not cfg.tied_output:
         w["output.weight"] = mat(cfg.n_vocab, e)
+    if cfg.rope_freqs:
+        w["rope_freqs.weight"] = rng.uniform(1.0, 8.0, hd // 2).astype(np.float32)
     for il in range(cfg.n_layer):
         b = f"blk.{il}."
         w[b + "attn_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
@@ -152,10 +155,16 @@ def _rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, neox: bool) -> np.ndarray:
-    """x (tokens, heads, d): rotate pairs by pos·base^(-2i/n_rot); NORMAL pairs (2i, 2i+1), NEOX (i, i+n_rot/2)."""
+def _rope(
+    x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, neox: bool, factors: np.ndarray | None = None
+) -> np.ndarray:
+    """x (tokens, heads, d): rotate pairs by pos·base^(-2i/n_rot) (divided by factors[i] when given);
+    NORMAL pairs (2i, 2i+1), NEOX (i, i+n_rot/2)."""
     half = n_rot // 2
-    theta = pos[:, None, None].astype(np.float64) * base ** (-2.0 * np.arange(half) / n_rot)[None, None, :]
+    inv = base ** (-2.0 * np.arange(half) / n_rot)
+    if factors is not None:
+        inv = inv / factors.astype(np.float64)
+    theta = pos[:, None, None].astype(np.float64) * inv[None, None, :]
     c, s = np.cos(theta), np.sin(theta)
     out = x.copy()
     if neox:
@@ -201,8 +210,9 @@ def reference_logits(
         q, k, v = mm(b + "attn_q.weight", h), mm(b + "attn_k.weight", h), mm(b + "attn_v.weight", h)
         if cfg.arch == "qwen2":
             q, k, v = q + st[b + "attn_q.bias"][0], k + st[b + "attn_k.bias"][0], v + st[b + "attn_v.bias"][0]
-        q = _rope(q.reshape(n, cfg.n_head, hd), pos, hd, cfg.freq_base, neox)
-        k = _rope(k.reshape(n, cfg.n_head_kv, hd), pos, hd, cfg.freq_base, neox)
+        ff = w.get("rope_freqs.weight")
+        q = _rope(q.reshape(n, cfg.n_head, hd), pos, hd, cfg.freq_base, neox, ff)
+        k = _rope(k.reshape(n, cfg.n_head_kv, hd), pos, hd, cfg.freq_base, neox, ff)
         v = v.reshape(n, cfg.n_head_kv, hd)
         if kv_type == "f16":  # the cache stores f16; mul_mat rounds q to f16 to meet it
             k = k.astype(np.float32).astype(np.float16).astype(np.float64)

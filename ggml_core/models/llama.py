@@ -89,6 +89,7 @@ def build_llama_graph(
     for il in range(hp.n_layer):
         b = f"blk.{il}."
         last = il == hp.n_layer - 1
+        ff = w.get(b + "rope_freqs")
         h = ops.mul(ops.rms_norm(x, hp.rms_eps), w[b + "attn_norm.weight"]).set_name(f"attn_norm-{il}")
         q = ops.mul_mat(w[b + "attn_q.weight"], h)
         k = ops.mul_mat(w[b + "attn_k.weight"], h)
@@ -97,8 +98,8 @@ def build_llama_graph(
             q = ops.add(q, w[b + "attn_q.bias"])
             k = ops.add(k, w[b + "attn_k.bias"])
             v = ops.add(v, w[b + "attn_v.bias"])
-        q = _rope(hp, ops.reshape_3d(q, hp.head_dim_k, hp.n_head, n_tokens), pos).set_name(f"Qcur-{il}")
-        k = _rope(hp, ops.reshape_3d(k, hp.head_dim_k, hp.n_head_kv, n_tokens), pos).set_name(f"Kcur-{il}")
+        q = _rope(hp, ops.reshape_3d(q, hp.head_dim_k, hp.n_head, n_tokens), pos, ff).set_name(f"Qcur-{il}")
+        k = _rope(hp, ops.reshape_3d(k, hp.head_dim_k, hp.n_head_kv, n_tokens), pos, ff).set_name(f"Kcur-{il}")
         v.set_name(f"Vcur-{il}")
         # the writes must come before the reads of the cache: expand them into the graph first
         graph.build_forward_expand(kv.write_k(il, ops.reshape_2d(k, hp.n_embd_k_gqa, n_tokens), k_idxs))
@@ -118,9 +119,20 @@ def build_llama_graph(
     return BuiltGraph(graph, ctx, logits, n_tokens, n_kv, all_logits, inputs)
 
 
-def _rope(hp: HParams, t: Tensor, pos: Tensor) -> Tensor:
+def _rope(hp: HParams, t: Tensor, pos: Tensor, freq_factors: Tensor | None) -> Tensor:
     return ops.rope_ext(
-        t, pos, None, hp.n_rot, hp.rope_type, hp.n_ctx_train, hp.rope_freq_base, hp.rope_freq_scale, 0.0, 1.0, 32.0, 1.0
+        t,
+        pos,
+        freq_factors,
+        hp.n_rot,
+        hp.rope_type,
+        hp.n_ctx_train,
+        hp.rope_freq_base,
+        hp.rope_freq_scale,
+        0.0,
+        1.0,
+        32.0,
+        1.0,
     )
 
 

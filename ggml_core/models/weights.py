@@ -88,6 +88,11 @@ def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     # no output matrix: the embeddings are tied (used again as lm_head)
     out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"
     specs.append(WeightSpec("output.weight", out_src, nl, (e, hp.n_vocab)))
+    if f.has_tensor("rope_freqs.weight"):
+        # per-pair frequency divisors (llama 3.1 style): one copy per layer, on the layer's device, as llama.cpp does
+        # (a weight on another device would cut the layer's split in pieces)
+        for il in range(nl):
+            specs.append(WeightSpec(f"blk.{il}.rope_freqs", "rope_freqs.weight", il, (hp.n_rot // 2,), True))
     for s in specs:
         info = f.tensor_info(s.source)
         if _strip(info.ne) != _strip(s.ne):
