@@ -74,6 +74,23 @@ def test_logits_out_matches_the_numpy_reference(capsys: pytest.CaptureFixture[st
     assert info["text"] is None  # no tokenizer in this file: ids only
 
 
+@pytest.mark.parametrize("wtype", ["f16", "q8_0", "q4_0", "q4_K"])
+@pytest.mark.parametrize("kv_type", ["f16", "f32"])
+def test_weight_types_through_the_cli(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, wtype: str, kv_type: str
+) -> None:
+    cfg = TinyConfig(n_embd=256, n_ff=256, n_head=4, n_head_kv=1, n_layer=2) if wtype == "q4_K" else CFG
+    w = random_weights(cfg, 4)
+    path = write_model(tmp_path / f"{wtype}.gguf", cfg, w, wtype)
+    npy = tmp_path / "logits.npy"
+    _json(capsys, "run", str(path), "--tokens", ",".join(map(str, TOKENS)), "--device", "CPU", "--kv-type", kv_type,
+          "-n", "1", "--logits-out", str(npy), "--json")  # fmt: skip
+    got, ref = np.load(npy), reference_logits(cfg, w, TOKENS, wtype, kv_type)
+    # ggml's activation rounding is in the reference; a value on a rounding boundary may flip (see test_models_llama)
+    assert float(((got - ref) ** 2).sum() / (ref**2).sum()) < 1e-7
+    assert np.abs(got - ref).max() < 1e-3 * np.abs(ref).max()
+
+
 def test_split_run_gives_the_cpu_logits(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     if not scheduler_available():
         pytest.skip("the scheduler (ggml_core.sched) is not installed")
