@@ -30,6 +30,7 @@ __all__ = [
     "chain",
     "enqueue",
     "enqueue_nd",
+    "int8",
     "kernel",
     "local_mem",
     "mem_of",
@@ -137,7 +138,14 @@ def _long4(v: Sequence[int]) -> np.ndarray:
     return np.array(tuple(v), dtype=_LONG4)
 
 
+def int8(v: Sequence[int]) -> np.ndarray:
+    """An OpenCL ``int8`` argument (eight int32, zero-padded)."""
+    vals = [*v, *[0] * (8 - len(v))]
+    return np.array(tuple(vals), dtype=_INT8)
+
+
 _INT4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i4"] * 4})
+_INT8: Final = np.dtype({"names": [f"s{i}" for i in range(8)], "formats": ["<i4"] * 8})
 _LONG4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i8"] * 4})
 
 
@@ -160,10 +168,12 @@ def targs(launcher: Launcher, t: Tensor) -> list[Any]:
     return [mem, np.uint64(off), _int4(t.ne), _long4(t.nb)]
 
 
-def targs_view(launcher: Launcher, t: Tensor, ne: Sequence[int], extra_offset: int = 0) -> list[Any]:
-    """Like :func:`targs` with another shape and an added byte offset (halves of a row, a broadcast view...)."""
+def targs_view(
+    launcher: Launcher, t: Tensor, ne: Sequence[int], extra_offset: int = 0, nb: Sequence[int] | None = None
+) -> list[Any]:
+    """Like :func:`targs` with another shape (and strides) at an added byte offset (halves of a row, a region...)."""
     mem, off = mem_of(launcher, t)
-    return [mem, np.uint64(off + extra_offset), _int4(ne), _long4(t.nb)]
+    return [mem, np.uint64(off + extra_offset), _int4(ne), _long4(t.nb if nb is None else nb)]
 
 
 def roundup(n: int, m: int) -> int:

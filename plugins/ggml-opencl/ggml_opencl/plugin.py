@@ -38,7 +38,16 @@ from ggml_core import (
     TensorFlag,
     hookimpl,
 )
-from ggml_opencl import _dispatch, ops_attention, ops_elementwise, ops_matmul, ops_movement, ops_norm  # noqa: F401
+from ggml_opencl import (  # noqa: F401 - the ops_* modules register their kernels
+    _dispatch,
+    ops_attention,
+    ops_elementwise,
+    ops_layout,
+    ops_matmul,
+    ops_movement,
+    ops_norm,
+    ops_reduce,
+)
 from ggml_opencl._device_info import DeviceInfo, device_info
 
 try:  # pyopencl is optional at import time: without it the registry reports why it has no devices
@@ -64,7 +73,8 @@ __all__ = [
 ALIGNMENT: Final = 128
 #: kernel sources, concatenated in this order into one program per device
 KERNEL_FILES: Final = (
-    "common.cl", "quants.cl", "elementwise.cl", "norm.cl", "attention.cl", "movement.cl", "matmul.cl",
+    "common.cl", "quants.cl", "elementwise.cl", "norm.cl", "attention.cl", "movement.cl", "matmul.cl", "layout.cl",
+    "reduce.cl",
 )
 
 
