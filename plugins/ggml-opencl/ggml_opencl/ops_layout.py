@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
-from ggml_core import GGMLOp, GGMLType, Tensor
 
+from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, chain, enqueue, int8, kernel, targs, targs_view
 
@@ -101,7 +101,7 @@ def _set_ok(info: DeviceInfo, node: Tensor) -> bool:
         return a.type == b.type == node.type == GGMLType.F32
     if not _plain(a.type) or a.type != node.type:
         return False
-    return b.type == a.type and (a.type in FLOAT_TYPES or a.type in _INT_TYPES) or (
+    return (b.type == a.type and (a.type in FLOAT_TYPES or a.type in _INT_TYPES)) or (
         b.type in FLOAT_TYPES and a.type in FLOAT_TYPES
     )
 

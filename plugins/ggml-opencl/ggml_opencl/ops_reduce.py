@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
+
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import SortOrder
-
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, enqueue_nd, kernel, local_mem, targs
 
