@@ -181,3 +181,23 @@ def test_bad_token_ids_and_full_context_are_clear_errors(tmp_path: Path) -> None
             m.decode([1, 64])
         with pytest.raises(ValueError, match="context is full"):
             m.decode([*range(60), 1, 2, 3, 4, 5])
+
+
+def test_without_the_scheduler_the_cpu_runs_alone(tmp_path: Path) -> None:
+    """The executor's CPU-only path (no ggml_core.sched) gives the same logits; several devices then need it."""
+    cfg = TinyConfig()
+    path, w = _model(tmp_path, cfg, "q8_0", seed=11)
+    with _load(path, kv_type="f32", use_scheduler=False, batch_size=4) as m:
+        assert not m.executor.uses_scheduler and m.executor.n_splits == 1
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        single = np.concatenate([m.decode([t]) for t in TOKENS])
+    ref = reference_logits(cfg, w, TOKENS, "q8_0", "f32")
+    assert _rel(got, ref) < 2e-6 and _rel(single, ref) < 2e-6
+    from ggml_core import get_registry
+    from ggml_core.models import Executor
+
+    devs = get_registry().devices()
+    if len(devs) > 1:
+        with pytest.raises(RuntimeError, match="needs the scheduler"):
+            Executor(devs, use_scheduler=False)

@@ -61,19 +61,19 @@ class Executor:
                 raise DeviceNotFoundError("CPU", [d.name for d in get_registry().devices()])
             cpus = found[:1]
         self.devices = devs + cpus[:1]
-        self.backends: list[Backend] = [d.init_backend() for d in self.devices]
-        self.cpu_backend = self.backends[-1]
-        if n_threads is not None:
-            self.cpu_backend.set_n_threads(n_threads)
         sched_cls = _scheduler_class() if use_scheduler is not False else None
         if use_scheduler and sched_cls is None:
             raise RuntimeError("the scheduler (ggml_core.sched) is not available in this installation")
-        if sched_cls is None and len(self.backends) > 1:
+        if sched_cls is None and len(self.devices) > 1:
             names = ", ".join(d.name for d in self.devices)
             raise RuntimeError(
                 f"running one model on several devices ({names}) needs the scheduler (ggml_core.sched), which is not "
                 "available; place every layer on the CPU (--device CPU or --n-gpu-layers 0)"
             )
+        self.backends: list[Backend] = [d.init_backend() for d in self.devices]
+        self.cpu_backend = self.backends[-1]
+        if n_threads is not None:
+            self.cpu_backend.set_n_threads(n_threads)
         self.sched: Any | None = (
             sched_cls(self.backends, None, graph_size=graph_size, parallel=False, op_offload=True)
             if sched_cls is not None
