@@ -49,13 +49,15 @@ extern "C" __global__ void k_soft_max(const char* x, const char* mask, const cha
     }
 }
 
-// One thread per rotated pair. x: [ne0 = head_dim, ne1 = heads, ne2 = tokens, ne3]; pos: i32, one per token.
-// theta advances in float32 as ggml's rope cache does (theta *= theta_scale per pair); freq_factors (optional)
-// divide each pair's theta; YaRN mixes interpolated and extrapolated theta with a ramp over [corr_lo, corr_hi].
+// One thread per pair slot. x: [ne0 = head_dim, ne1 = heads, ne2 = tokens, ne3]; pos: i32, one per token.
+// Slots below n_dims/2 rotate pair k of the channels [n_offs, n_offs + n_dims) (NORMAL: adjacent channels, NEOX:
+// halves); the other slots copy two of the remaining channels. theta advances in float32 as ggml's rope cache
+// does (theta *= theta_scale per pair); freq_factors (optional) divide each pair's theta; YaRN mixes interpolated
+// and extrapolated theta with a ramp over [corr_lo, corr_hi].
 extern "C" __global__ void k_rope(const char* x, const char* pos, const char* freq_factors, char* d, TDesc dx,
-                                  TDesc dd, int type, int n_dims, int neox, int has_ff, float theta_scale,
+                                  TDesc dd, int type, int n_dims, int n_offs, int neox, int has_ff, float theta_scale,
                                   float freq_scale, float ext_factor, float corr_lo, float corr_hi, float mscale) {
-    const long long half_ne0 = dx.ne[0] / 2;
+    const long long slots = dx.ne[0] / 2, half = n_dims / 2;
     const long long nrows = nrows_of(dx);
     for (long long row = blockIdx.y; row < nrows; row += gridDim.y) {
         long long i1, i2, i3;
@@ -63,34 +65,29 @@ extern "C" __global__ void k_rope(const char* x, const char* pos, const char* fr
         const char* xr = x + i1 * dx.nb[1] + i2 * dx.nb[2] + i3 * dx.nb[3];
         char* dr = d + i1 * dd.nb[1] + i2 * dd.nb[2] + i3 * dd.nb[3];
         const float p = (float)*(const int*)(pos + i2 * 4);
-        for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < half_ne0;
+        for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < slots;
              k += (long long)gridDim.x * blockDim.x) {
-            long long ia, ib;  // element indices of the pair
-            if (2 * k >= n_dims) {
-                ia = 2 * k;
-                ib = 2 * k + 1;
-                store_elem(dr + ia * dd.nb[0], type, load_elem(xr + ia * dx.nb[0], type));
-                store_elem(dr + ib * dd.nb[0], type, load_elem(xr + ib * dx.nb[0], type));
+            if (k >= half) {  // copy two channels outside [n_offs, n_offs + n_dims)
+                for (long long c = 2 * (k - half); c < 2 * (k - half) + 2; ++c) {
+                    const long long e = c < n_offs ? c : c + n_dims;
+                    store_elem(dr + e * dd.nb[0], type, load_elem(xr + e * dx.nb[0], type));
+                }
                 continue;
             }
-            if (neox) {
-                ia = k;
-                ib = k + n_dims / 2;
-            } else {
-                ia = 2 * k;
-                ib = 2 * k + 1;
-            }
+            const long long ia = neox ? n_offs + k : n_offs + 2 * k;
+            const long long ib = neox ? n_offs + k + half : n_offs + 2 * k + 1;
             float theta = p;
             for (long long s = 0; s < k; ++s) theta = __fmul_rn(theta, theta_scale);
             if (has_ff) theta = __fdiv_rn(theta, *(const float*)(freq_factors + k * 4));
             const float theta_interp = __fmul_rn(freq_scale, theta);
             float th = theta_interp;
+            float ms = mscale;
             if (ext_factor != 0.0f) {
                 const float y = __fdiv_rn(__fsub_rn((float)k, corr_lo), fmaxf(0.001f, __fsub_rn(corr_hi, corr_lo)));
                 const float ramp = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), ext_factor);
                 th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, ramp)), __fmul_rn(theta, ramp));
             }
-            const float c = __fmul_rn(cosf(th), mscale), s = __fmul_rn(sinf(th), mscale);
+            const float c = __fmul_rn(cosf(th), ms), s = __fmul_rn(sinf(th), ms);
             const float x0 = load_elem(xr + ia * dx.nb[0], type), x1 = load_elem(xr + ib * dx.nb[0], type);
             store_elem(dr + ia * dd.nb[0], type, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
             store_elem(dr + ib * dd.nb[0], type, __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));

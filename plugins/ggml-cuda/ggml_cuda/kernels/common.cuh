@@ -79,12 +79,13 @@ __device__ __forceinline__ float load_elem(const char* p, int type) {
     }
 }
 
-// store a float into an element of a float type (f32, f16, bf16), converting as ggml does
+// store a float into an element of f32, f16, bf16 (converting as ggml does) or i32 (truncating toward zero)
 __device__ __forceinline__ void store_elem(char* p, int type, float v) {
     switch (type) {
         case GT_F32: *(float*)p = v; break;
         case GT_F16: *(uint16_t*)p = f32_to_f16_bits(v); break;
         case GT_BF16: *(uint16_t*)p = f32_to_bf16_bits(v); break;
+        case GT_I32: *(int*)p = (int)truncf(v); break;
         default: break;
     }
 }

@@ -3,7 +3,7 @@
 // in the status word and the row is skipped, so no kernel reads or writes outside its tensors.
 #include "quants.cuh"
 
-// element conversion between plain types (f32/f16/bf16 and ints to float), source and destination in logical
+// element conversion between plain types (f32/f16/bf16, ints to float, f32 to i32), source and destination in logical
 // element order (shapes may differ, element counts are equal); one thread per element, grid-stride
 extern "C" __global__ void k_cpy_convert(const char* s, char* d, TDesc ds, TDesc dd, int ts, int td, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
@@ -31,19 +31,16 @@ extern "C" __global__ void k_cpy_elements(const char* s, char* d, TDesc ds, TDes
     }
 }
 
-// same quantized type: copy row bytes (row_bytes each) in logical row order
-extern "C" __global__ void k_cpy_rows_bytes(const char* s, char* d, TDesc ds, TDesc dd, long long row_bytes) {
-    const long long nrows = nrows_of(ds);
-    for (long long row = blockIdx.y; row < nrows; row += gridDim.y) {
+// same quantized type: the rows' bytes in logical order, regrouped into the destination's rows (row sizes may
+// differ); one thread per byte
+extern "C" __global__ void k_cpy_block_bytes(const char* s, char* d, TDesc ds, TDesc dd, long long src_row,
+                                             long long dst_row, long long total) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long a1, a2, a3, b1, b2, b3;
-        split_row(ds, row, a1, a2, a3);
-        split_row(dd, row, b1, b2, b3);
-        const char* src = s + a1 * ds.nb[1] + a2 * ds.nb[2] + a3 * ds.nb[3];
-        char* dst = d + b1 * dd.nb[1] + b2 * dd.nb[2] + b3 * dd.nb[3];
-        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < row_bytes;
-             i += (long long)gridDim.x * blockDim.x) {
-            dst[i] = src[i];
-        }
+        split_row(ds, i / src_row, a1, a2, a3);
+        split_row(dd, i / dst_row, b1, b2, b3);
+        d[b1 * dd.nb[1] + b2 * dd.nb[2] + b3 * dd.nb[3] + i % dst_row] =
+            s[a1 * ds.nb[1] + a2 * ds.nb[2] + a3 * ds.nb[3] + i % src_row];
     }
 }
 

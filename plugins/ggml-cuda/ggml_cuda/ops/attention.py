@@ -66,25 +66,26 @@ def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
 def yarn_corr_dims(
     n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
 ) -> tuple[float, float]:
-    """ggml's ``rope_yarn_corr_dims``: floor/ceil of the correction dimensions, clamped to [0, n_dims - 1]."""
+    """ggml's ``rope_yarn_corr_dims`` in float32: floor/ceil of the correction dimensions, then C's
+    ``MAX(0, start)`` and ``MIN(n_dims - 1, end)`` (a NaN stays NaN; the kernel uses them only with YaRN on).
+    """
+    f32 = np.float32
 
     def corr_dim(n_rot: float) -> float:
-        return float(
-            np.float32(n_dims)
-            * np.log(np.float32(n_ctx_orig) / (np.float32(n_rot) * np.float32(2.0 * math.pi)))
-            / (np.float32(2.0) * np.log(np.float32(freq_base)))
-        )
+        with np.errstate(all="ignore"):
+            ratio = f32(n_ctx_orig) / (f32(n_rot) * f32(2.0) * f32(math.pi))
+            return float(f32(n_dims) * np.log(ratio) / (f32(2.0) * np.log(f32(freq_base))))
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lo, hi = corr_dim(beta_fast), corr_dim(beta_slow)
-    start = math.floor(lo) if math.isfinite(lo) else 0
-    end = math.ceil(hi) if math.isfinite(hi) else n_dims - 1
-    return float(max(0, start)), float(min(n_dims - 1, end))
+    start = float(np.floor(corr_dim(beta_fast)))
+    end = float(np.ceil(corr_dim(beta_slow)))
+    low = 0.0 if start < 0.0 else start
+    high = float(n_dims - 1) if n_dims - 1 < end else end
+    return low, high
 
 
 def rope_constants(node: Tensor) -> dict[str, float | int]:
     """The host-side constants of a ROPE node: mode, n_dims, theta step, YaRN range and magnitude scale."""
-    n_dims, mode, n_ctx_orig = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(4)
+    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
     freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
     theta_scale = float(np.float32(freq_base) ** np.float32(-2.0 / n_dims))
     lo, hi = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
@@ -93,6 +94,7 @@ def rope_constants(node: Tensor) -> dict[str, float | int]:
         mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
     return {
         "n_dims": n_dims,
+        "n_offs": n_offs,
         "neox": int(mode == 2),
         "theta_scale": theta_scale,
         "freq_scale": freq_scale,
@@ -113,6 +115,7 @@ def _rope_ok(node: Tensor) -> bool:
         and pos.type == GGMLType.I32
         and pos.ne[0] >= a.ne[2]
         and a.ne[0] % 2 == 0
+        and 0 <= node.op_param_i32(15) <= a.ne[0] - node.op_param_i32(1)
         and (ff is None or ff.type == GGMLType.F32)
     )
 
@@ -122,7 +125,8 @@ def _bind_rope(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     c = rope_constants(node)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(pos)).ptr(ctx.ptr(ff) if ff is not None else 0).ptr(ctx.ptr(node))
-    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(int(c["n_dims"])).i32(int(c["neox"])).i32(ff is not None)
+    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(int(c["n_dims"])).i32(int(c["n_offs"]))
+    args.i32(int(c["neox"])).i32(ff is not None)
     for key in ("theta_scale", "freq_scale", "ext_factor", "corr_lo", "corr_hi", "mscale"):
         args.f32(float(c[key]))
     grid, block = rows_grid(a.ne[0] // 2, a.nrows, max_block=128)

@@ -7,7 +7,7 @@ from typing import Final
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, UnaryOp
 from ggml_cuda.ops._base import Args, BindContext, Launch, binder, rows_grid, src, type_id
 
-__all__ = ["FLOAT_TYPES", "GLU_CODES", "UNARY_CODES"]
+__all__ = ["FLOAT_TYPES", "GLU_CODES", "MATH_CODES", "UNARY_CODES", "unary_code_and_params"]
 
 MODULE: Final = "elementwise"
 
@@ -30,7 +30,14 @@ UNARY_CODES: Final[dict[UnaryOp, int]] = {
     UnaryOp.HARDSWISH: 11,
     UnaryOp.HARDSIGMOID: 12,
     UnaryOp.EXP: 13,
+    UnaryOp.EXPM1: 14,
+    UnaryOp.SOFTPLUS: 15,
     UnaryOp.GELU_ERF: 16,
+    UnaryOp.XIELU: 17,
+    UnaryOp.FLOOR: 18,
+    UnaryOp.CEIL: 19,
+    UnaryOp.ROUND: 20,
+    UnaryOp.TRUNC: 21,
 }
 
 #: plain ops served by k_unary → kernel op code (ggml op id + 1000)
@@ -45,11 +52,12 @@ MATH_CODES: Final[dict[GGMLOp, int]] = {
     GGMLOp.LEAKY_RELU: 1071,
 }
 
-#: GLU sub-ops with a kernel (SWIGLU_OAI is not implemented)
+#: GLU sub-op → kernel op code (the ``G_*`` defines of elementwise.cu)
 GLU_CODES: Final[dict[GluOp, int]] = {
     GluOp.REGLU: 0,
     GluOp.GEGLU: 1,
     GluOp.SWIGLU: 2,
+    GluOp.SWIGLU_OAI: 3,
     GluOp.GEGLU_ERF: 4,
     GluOp.GEGLU_QUICK: 5,
 }
@@ -88,23 +96,30 @@ def _unary_ok(node: Tensor) -> bool:
     return node.op in MATH_CODES
 
 
-def _unary_code_and_params(node: Tensor) -> tuple[int, float, float]:
+def unary_code_and_params(node: Tensor) -> tuple[int, tuple[float, float, float, float]]:
+    """The k_unary op code and its four float parameters for a node."""
     if node.op == GGMLOp.UNARY:
-        return UNARY_CODES[UnaryOp(node.op_param_i32(0))], 0.0, 0.0
+        sub = UnaryOp(node.op_param_i32(0))
+        if sub == UnaryOp.XIELU:  # alpha_n, alpha_p, beta, eps in op_params[1:5]
+            p = tuple(node.op_param_f32(i) for i in range(1, 5))
+            return UNARY_CODES[sub], (p[0], p[1], p[2], p[3])
+        return UNARY_CODES[sub], (0.0, 0.0, 0.0, 0.0)
     code = MATH_CODES[node.op]
     if node.op in (GGMLOp.SCALE, GGMLOp.CLAMP):
-        return code, node.op_param_f32(0), node.op_param_f32(1)
+        return code, (node.op_param_f32(0), node.op_param_f32(1), 0.0, 0.0)
     if node.op == GGMLOp.LEAKY_RELU:
-        return code, node.op_param_f32(0), 0.0
-    return code, 0.0, 0.0
+        return code, (node.op_param_f32(0), 0.0, 0.0, 0.0)
+    return code, (0.0, 0.0, 0.0, 0.0)
 
 
 @binder(GGMLOp.UNARY, *MATH_CODES, supports=_unary_ok)
 def _bind_unary(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
-    code, p0, p1 = _unary_code_and_params(node)
+    code, params = unary_code_and_params(node)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(node)).tdesc(a).tdesc(node)
-    args.i32(type_id(a.type)).i32(type_id(node.type)).i32(code).f32(p0).f32(p1)
+    args.i32(type_id(a.type)).i32(type_id(node.type)).i32(code)
+    for p in params:
+        args.f32(p)
     grid, block = rows_grid(node.ne[0], node.nrows)
     return [Launch.of(MODULE, "k_unary", grid, block, args)]
 
@@ -114,9 +129,10 @@ def _bind_unary(node: Tensor, ctx: BindContext) -> list[Launch]:
 
 def _glu_ok(node: Tensor) -> bool:
     a, b = src(node, 0), node.src[1]
+    op = GluOp(node.op_param_i32(0))
     return (
-        GluOp(node.op_param_i32(0)) in GLU_CODES
-        and a.type in (GGMLType.F32, GGMLType.F16)
+        op in GLU_CODES
+        and a.type in ((GGMLType.F32,) if op == GluOp.SWIGLU_OAI else (GGMLType.F32, GGMLType.F16))
         and node.type == a.type
         and (b is None or (b.type == a.type and b.ne == node.ne))
         and (b is not None or a.ne[0] == 2 * node.ne[0])
@@ -136,7 +152,7 @@ def _bind_glu(node: Tensor, ctx: BindContext) -> list[Launch]:
     else:
         x_ptr, g_ptr, x_nb, g_nb = ctx.ptr(a), ctx.ptr(b), a.nb, b.nb
     args = Args().ptr(x_ptr).ptr(g_ptr).ptr(ctx.ptr(node)).desc(node.ne, x_nb).desc(node.ne, g_nb).tdesc(node)
-    args.i32(type_id(node.type)).i32(op)
+    args.i32(type_id(node.type)).i32(op).f32(node.op_param_f32(2)).f32(node.op_param_f32(3))
     grid, block = rows_grid(node.ne[0], node.nrows)
     return [Launch.of(MODULE, "k_glu", grid, block, args)]
 

@@ -17,7 +17,6 @@ __all__ = ["DEQUANT_TYPES", "QUANTIZE_TYPES"]
 MODULE: Final = "movement"
 
 FLOAT_TYPES: Final = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16})
-INT_TYPES: Final = frozenset({GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64})
 
 #: quantized types the kernels dequantize (dequant_in_block in quants.cuh)
 DEQUANT_TYPES: Final = frozenset(
@@ -49,11 +48,11 @@ def _copy_kind(a: Tensor, d: Tensor) -> str | None:
         return None
     if a.type == d.type:
         if a.type.is_quantized:
-            return "rows" if a.ne[0] == d.ne[0] else None
+            return "blocks" if a.is_contiguous_rows and d.is_contiguous_rows else None
         return "elements"
     if a.type in FLOAT_TYPES and d.type in FLOAT_TYPES:
         return "convert"
-    if a.type in INT_TYPES and d.type == GGMLType.F32:
+    if {a.type, d.type} == {GGMLType.F32, GGMLType.I32}:
         return "convert"
     if a.type in DEQUANT_TYPES and d.type in FLOAT_TYPES:
         return "dequant"
@@ -72,10 +71,11 @@ def _bind_copy(node: Tensor, ctx: BindContext) -> list[Launch]:
     kind = _copy_kind(a, node)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(node)).tdesc(a).tdesc(node)
     n = node.nelements
-    if kind == "rows":
-        args.i64(a.row_size)
-        grid, block = rows_grid(a.row_size, a.nrows)
-        return [Launch.of(MODULE, "k_cpy_rows_bytes", grid, block, args)]
+    if kind == "blocks":
+        total = a.row_size * a.nrows
+        args.i64(a.row_size).i64(node.row_size).i64(total)
+        grid, block = flat_grid(total)
+        return [Launch.of(MODULE, "k_cpy_block_bytes", grid, block, args)]
     if kind == "elements":
         args.i32(a.type.type_size).i64(n)
         grid, block = flat_grid(n)

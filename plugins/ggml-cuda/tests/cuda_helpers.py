@@ -1,0 +1,93 @@
+"""Helpers shared by the CUDA plugin's tests (a uniquely named module: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+import ggml_core as g
+from ggml_cuda._device import CUDADevice
+from ggml_cuda._stream import CUDABackend, Step
+from ggml_cuda.plugin import cuda_reg
+
+
+def real_cuda_device() -> CUDADevice | None:
+    """CUDA0 from the process-wide registry, or None."""
+    devs = [d for d in g.devices() if isinstance(d, CUDADevice)]
+    return devs[0] if devs else None
+
+
+def gpu_skip_reason() -> str:
+    """Why there is no CUDA device here, as the plugin reports it."""
+    return f"no CUDA device: {cuda_reg().unavailable_reason or 'none found'}"
+
+
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with extra environment variables."""
+    full = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=timeout, check=False
+    )
+
+
+# ------------------------------------------------------------------------------------------------ graphs on a device
+
+
+def alloc_and_plan(
+    backend: CUDABackend, ctx: g.Context, outputs: g.Tensor | Iterable[g.Tensor], fill: bool = True
+) -> tuple[g.Graph, list[Step]]:
+    """Allocate ``ctx`` on the backend's device, fill inputs with small random values, and bind the graph."""
+    outs = [outputs] if isinstance(outputs, g.Tensor) else list(outputs)
+    graph = g.build_graph(outs)
+    g.alloc_ctx_tensors(ctx, backend)
+    if fill:
+        rng = np.random.default_rng(0)
+        for t in graph.leafs:
+            if t.is_contiguous and t.nbytes:
+                t.set_bytes(rng.integers(0, 4, t.nbytes, dtype=np.uint8))
+    return graph, backend.plan(graph)
+
+
+# ------------------------------------------------------------------------------------------------ PTX
+
+
+_ENTRY_RE = re.compile(r"\.entry\s+(\w+)\s*\((.*?)\)", re.S)
+_PARAM_RE = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+\w+(?:\[(\d+)\])?")
+_SCALAR = {"u64": 8, "s64": 8, "b64": 8, "f64": 8, "u32": 4, "s32": 4, "b32": 4, "f32": 4, "u16": 2, "s16": 2}
+
+
+def ptx_param_layouts(ptx: str) -> dict[str, list[tuple[int, int]]]:
+    """Kernel name → [(size, alignment)] of each parameter, read from nvcc's PTX."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for name, params in _ENTRY_RE.findall(ptx):
+        layout = []
+        for align, kind, count in _PARAM_RE.findall(params):
+            if count:  # .align A .b8 name[N]: a struct passed by value
+                layout.append((int(count), int(align or 1)))
+            else:
+                size = _SCALAR[kind]
+                layout.append((size, size))
+        out[name] = layout
+    return out
+
+
+def compile_ptx(nvcc: str, module: str, arch: str) -> str:
+    """``nvcc --ptx -arch=<arch>`` of one kernel module (no GPU needed)."""
+    from ggml_cuda._compile import compile_module
+
+    return compile_module(module, arch, target="ptx", nvcc=nvcc).decode()
+
+
+def kernel_sources() -> dict[str, str]:
+    """Module name → CUDA source text."""
+    from ggml_cuda._compile import KERNEL_DIR
+
+    return {p.stem: p.read_text() for p in sorted(Path(KERNEL_DIR).glob("*.cu"))}
