@@ -11,12 +11,15 @@ the op and operands. The result lives in the first operand's context. Families:
 - :mod:`.norm`: NORM, RMS_NORM, L2_NORM, GROUP_NORM
 - :mod:`.attention`: SOFT_MAX, ROPE, FLASH_ATTN_EXT, DIAG_MASK_*
 - :mod:`.movement`: views, reshape, permute, cont, cpy, get_rows, set_rows
+- :mod:`.conv`: IM2COL, CONV_2D, CONV_TRANSPOSE_1D/2D, POOL_1D/2D, UPSCALE (+ conv_1d/conv_2d composites)
 - :mod:`.layout`: repeat, concat, pad, roll, set, acc, diag, tri, arange, fill, timestep_embedding
 """
 
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, PoolOp, Prec, ScaleMode, SortOrder, TriType, UnaryOp
 from ggml_core.ops.attention import *  # noqa: F403
 from ggml_core.ops.attention import __all__ as _attention_all
+from ggml_core.ops.conv import *  # noqa: F403
+from ggml_core.ops.conv import __all__ as _conv_all
 from ggml_core.ops.elementwise import *  # noqa: F403
 from ggml_core.ops.elementwise import __all__ as _elementwise_all
 from ggml_core.ops.glu import *  # noqa: F403
@@ -45,6 +48,7 @@ __all__ = [
     "TriType",
     "UnaryOp",
     *_attention_all,
+    *_conv_all,
     *_elementwise_all,
     *_glu_all,
     *_layout_all,

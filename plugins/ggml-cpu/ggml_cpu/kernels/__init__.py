@@ -3,6 +3,7 @@
 from ggml_cpu.kernels import (  # noqa: F401 - importing registers the kernels
     attention,
     binary,
+    conv,
     flash_attn,
     glu,
     layout,

@@ -1,0 +1,301 @@
+"""Convolution family: IM2COL, CONV_2D, CONV_TRANSPOSE_1D/2D, POOL_1D/2D, UPSCALE (nearest, bilinear, bicubic).
+
+Numerics follow ggml's CPU: an f16 kernel rounds the input (patches or signal) to f16 before the products, which
+are accumulated in float32; POOL_2D's average divides by ``k0·k1`` even where the window covers padding while
+POOL_1D's divides by the cells inside; MAX pools start from ``-FLT_MAX``. UPSCALE's source coordinate is
+``(i + 0.5) / sf - 0.5`` (``i / sf`` for nearest) with ``sf = ne_out / ne_in`` in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import SCALE_FLAG_ALIGN_CORNERS, SCALE_FLAG_ANTIALIAS, PoolOp, ScaleMode
+from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, f32, kernel, store
+
+__all__ = ["patches"]
+
+_F32 = np.float32
+_FLT_MAX = np.finfo(np.float32).max
+
+
+def _window_index(n_out: int, n_in: int, k: int, stride: int, pad: int, dilation: int) -> tuple[np.ndarray, np.ndarray]:
+    """Input index (clipped) and validity of every (output position, kernel tap) pair along one axis."""
+    idx = np.arange(n_out)[:, None] * stride + np.arange(k)[None, :] * dilation - pad
+    valid = (idx >= 0) & (idx < n_in)
+    return np.clip(idx, 0, max(n_in - 1, 0)), valid
+
+
+def patches(
+    x: np.ndarray,
+    kh: int,
+    kw: int,
+    oh: int,
+    ow: int,
+    stride: tuple[int, int],
+    pad: tuple[int, int],
+    dilation: tuple[int, int],
+    fill: float = 0.0,
+) -> np.ndarray:
+    """x (N, C, H, W) → (N, OH, OW, C, KH, KW): the input cell under every kernel tap, ``fill`` outside.
+
+    ``stride``, ``pad`` and ``dilation`` are (along H, along W).
+    """
+    iy, vy = _window_index(oh, x.shape[2], kh, stride[0], pad[0], dilation[0])  # (OH, KH)
+    ix, vx = _window_index(ow, x.shape[3], kw, stride[1], pad[1], dilation[1])  # (OW, KW)
+    g = x[:, :, iy[:, None, :, None], ix[None, :, None, :]]  # (N, C, OH, OW, KH, KW)
+    valid = vy[:, None, :, None] & vx[None, :, None, :]
+    g = np.where(valid, g, _F32(fill))
+    return g.transpose(0, 2, 3, 1, 4, 5)
+
+
+def _conv_params(node: Tensor, two_d: bool) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    s0, s1, p0, p1, d0, d1 = (node.op_param_i32(i) for i in range(6))
+    if not two_d:
+        return (1, s0), (0, p0), (1, d0)
+    return (s1, s0), (p1, p0), (d1, d0)
+
+
+# ------------------------------------------------------------------------------------------------ IM2COL
+
+
+def _im2col_ok(node: Tensor) -> bool:
+    b = node.src[1]
+    assert b is not None
+    return b.type in FLOAT_TYPES and node.type in (GGMLType.F32, GGMLType.F16)
+
+
+@kernel(GGMLOp.IM2COL, supports=_im2col_ok)
+def _bind_im2col(node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    two_d = bool(node.op_param_i32(6))
+    stride, pad, dilation = _conv_params(node, two_d)
+    kh, kw = (a.ne[1], a.ne[0]) if two_d else (1, a.ne[0])
+    oh, ow = (node.ne[2], node.ne[1]) if two_d else (1, node.ne[1])
+
+    def run() -> None:
+        x = f32(b)  # 2-d: (N, IC, IH, IW); 1-d: (1, N, IC, IW)
+        x4 = x if two_d else x[0][:, :, None, :]  # 1-d as images of height 1
+        cols = patches(x4, kh, kw, oh, ow, stride, pad, dilation)  # (N, OH, OW, IC, KH, KW)
+        n = cols.shape[0]
+        flat = cols.reshape(n, oh, ow, -1)
+        store(node, flat if two_d else flat.reshape(1, n, ow, -1))
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ CONV_2D
+
+
+def _conv2d_ok(node: Tensor) -> bool:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    return a.type in (GGMLType.F32, GGMLType.F16) and b.type == GGMLType.F32 and node.type == GGMLType.F32
+
+
+@kernel(GGMLOp.CONV_2D, supports=_conv2d_ok)
+def _bind_conv_2d(node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    stride, pad, dilation = _conv_params(node, True)
+    kh, kw = a.ne[1], a.ne[0]
+    oh, ow = node.ne[1], node.ne[0]
+
+    def run() -> None:
+        cols = patches(f32(b), kh, kw, oh, ow, stride, pad, dilation)  # (N, OH, OW, IC, KH, KW)
+        n = cols.shape[0]
+        cols = cols.reshape(n * oh * ow, -1)
+        if a.type == GGMLType.F16:  # ggml writes the patches in the kernel's type
+            cols = cols.astype(np.float16).astype(np.float32)
+        w = f32(a).reshape(a.ne[3], -1)  # (OC, IC*KH*KW)
+        out = (cols @ w.T).reshape(n, oh, ow, a.ne[3])
+        store(node, out.transpose(0, 3, 1, 2))  # (N, OC, OH, OW)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ transposed
+
+
+def _transpose_ok(node: Tensor) -> bool:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    return a.type in (GGMLType.F32, GGMLType.F16) and b.type == GGMLType.F32 and node.type == GGMLType.F32
+
+
+def _kernel_rounded(a: Tensor, x: np.ndarray) -> np.ndarray:
+    """The input as the kernel's type sees it (f16 kernels round it to f16)."""
+    return x.astype(np.float16).astype(np.float32) if a.type == GGMLType.F16 else x
+
+
+@kernel(GGMLOp.CONV_TRANSPOSE_1D, supports=_transpose_ok)
+def _bind_conv_transpose_1d(node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    s0 = node.op_param_i32(0)
+    k, length = a.ne[0], b.ne[0]
+
+    def run() -> None:
+        w = f32(a)[0]  # (IC, OC, K)
+        x = _kernel_rounded(a, f32(b)[0, 0])  # (IC, L)
+        prod = np.einsum("il,iok->olk", x, w, dtype=np.float32)  # (OC, L, K)
+        out = np.zeros((a.ne[1], node.ne[0]), np.float32)
+        for tap in range(k):  # output t = l·s0 + tap
+            out[:, tap : tap + s0 * (length - 1) + 1 : s0] += prod[:, :, tap]
+        store(node, out[None, None])
+
+    return run
+
+
+@kernel(GGMLOp.CONV_TRANSPOSE_2D, supports=_transpose_ok)
+def _bind_conv_transpose_2d(node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    s = node.op_param_i32(0)
+    kw, kh = a.ne[0], a.ne[1]
+    w_in, h_in = b.ne[0], b.ne[1]
+
+    def run() -> None:
+        w = f32(a)  # (IC, OC, KH, KW)
+        x = _kernel_rounded(a, f32(b))  # (N, IC, H, W)
+        prod = np.einsum("nihw,iokl->nohwkl", x, w, dtype=np.float32)  # (N, OC, H, W, KH, KW)
+        out = np.zeros((b.ne[3], a.ne[2], node.ne[1], node.ne[0]), np.float32)
+        for ky in range(kh):
+            for kx in range(kw):
+                out[:, :, ky : ky + s * (h_in - 1) + 1 : s, kx : kx + s * (w_in - 1) + 1 : s] += prod[..., ky, kx]
+        store(node, out)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ pooling
+
+
+def _pool_ok(node: Tensor) -> bool:
+    a = node.src[0]
+    assert a is not None
+    return a.type in (GGMLType.F32, GGMLType.F16) and node.type == GGMLType.F32
+
+
+@kernel(GGMLOp.POOL_2D, supports=_pool_ok)
+def _bind_pool_2d(node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    op = PoolOp(node.op_param_i32(0))
+    k0, k1, s0, s1, p0, p1 = (node.op_param_i32(i) for i in range(1, 7))
+    oh, ow = node.ne[1], node.ne[0]
+
+    def run() -> None:
+        x = f32(a)  # (ne3, ne2, H, W): every (ne3, ne2) plane pooled alone
+        planes = x.reshape(1, -1, x.shape[2], x.shape[3])
+        if op == PoolOp.AVG:
+            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=0.0)
+            res = win.sum(axis=(-2, -1), dtype=np.float32) / _F32(k0 * k1)  # padding counts in the divisor
+        else:
+            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=-_FLT_MAX)
+            res = win.max(axis=(-2, -1))
+        store(node, res[0].transpose(2, 0, 1).reshape(x.shape[0], x.shape[1], oh, ow))
+
+    return run
+
+
+@kernel(GGMLOp.POOL_1D, supports=_pool_ok)
+def _bind_pool_1d(node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    op = PoolOp(node.op_param_i32(0))
+    k0, s0, p0 = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(3)
+    ow = node.ne[0]
+
+    def run() -> None:
+        x = f32(a)  # (ne3, ne2, ne1, W)
+        idx, valid = _window_index(ow, a.ne[0], k0, s0, p0, 1)  # (OW, K)
+        win = x[..., idx]  # (ne3, ne2, ne1, OW, K)
+        if op == PoolOp.AVG:  # divided by the cells inside the signal
+            count = valid.sum(axis=-1)
+            total = np.where(valid, win, _F32(0.0)).sum(axis=-1, dtype=np.float32)
+            res = np.where(count > 0, total / np.maximum(count, 1).astype(np.float32), _F32(0.0))
+        else:
+            res = np.where(valid, win, -_FLT_MAX).max(axis=-1)
+        store(node, res)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ UPSCALE
+
+
+def _upscale_ok(node: Tensor) -> bool:
+    a = node.src[0]
+    assert a is not None
+    mode = node.op_param_i32(0)
+    return a.type == GGMLType.F32 and node.type == GGMLType.F32 and not mode & SCALE_FLAG_ANTIALIAS
+
+
+def _axis_coords(n_out: int, n_in: int, sf: np.float32, offset: np.float32) -> np.ndarray:
+    """Source coordinate of each output index: ``(i + offset) / sf - offset`` in float32."""
+    return (np.arange(n_out, dtype=np.float32) + offset) / sf - offset
+
+
+def _bicubic_weights(t: np.ndarray) -> np.ndarray:
+    """The four cubic-convolution weights (a = -0.75) for fractional offsets t, shape (..., 4)."""
+    a = _F32(-0.75)
+
+    def w1(v: np.ndarray) -> np.ndarray:
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def w2(v: np.ndarray) -> np.ndarray:
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    one = _F32(1.0)
+    return np.stack([w2(t + one), w1(t), w1(one - t), w2(_F32(2.0) - t)], axis=-1).astype(np.float32)
+
+
+@kernel(GGMLOp.UPSCALE, supports=_upscale_ok)
+def _bind_upscale(node: Tensor) -> Thunk:
+    a = node.src[0]
+    assert a is not None
+    flags = node.op_param_i32(0)
+    mode = ScaleMode(flags & 0xFF)
+    sf = [_F32(node.ne[i]) / _F32(a.ne[i]) for i in range(4)]
+    offset = _F32(0.5)
+    if flags & SCALE_FLAG_ALIGN_CORNERS:
+        offset = _F32(0.0)
+        for i in (0, 1):
+            if node.ne[i] > 1 and a.ne[i] > 1:
+                sf[i] = _F32(node.ne[i] - 1) / _F32(a.ne[i] - 1)
+    # dims 2 and 3 always use nearest: i / sf
+    i2 = (np.arange(node.ne[2], dtype=np.float32) / sf[2]).astype(np.int64)
+    i3 = (np.arange(node.ne[3], dtype=np.float32) / sf[3]).astype(np.int64)
+
+    def run() -> None:
+        x = f32(a)[i3][:, i2]  # (ne3, ne2, H_in, W_in)
+        if mode == ScaleMode.NEAREST:
+            iy = (np.arange(node.ne[1], dtype=np.float32) / sf[1]).astype(np.int64)
+            ix = (np.arange(node.ne[0], dtype=np.float32) / sf[0]).astype(np.int64)
+            store(node, x[:, :, iy][:, :, :, ix])
+            return
+        y = _axis_coords(node.ne[1], a.ne[1], sf[1], offset)
+        xs = _axis_coords(node.ne[0], a.ne[0], sf[0], offset)
+        y0, x0 = np.floor(y).astype(np.int64), np.floor(xs).astype(np.int64)
+        if mode == ScaleMode.BILINEAR:
+            ya, yb = np.clip(y0, 0, a.ne[1] - 1), np.clip(y0 + 1, 0, a.ne[1] - 1)
+            xa, xb = np.clip(x0, 0, a.ne[0] - 1), np.clip(x0 + 1, 0, a.ne[0] - 1)
+            dy = np.clip(y - ya.astype(np.float32), 0, 1)[:, None]
+            dx = np.clip(xs - xa.astype(np.float32), 0, 1)[None, :]
+            p00, p01 = x[:, :, ya][:, :, :, xa], x[:, :, ya][:, :, :, xb]
+            p10, p11 = x[:, :, yb][:, :, :, xa], x[:, :, yb][:, :, :, xb]
+            one = _F32(1.0)
+            val = p00 * (one - dx) * (one - dy) + p01 * dx * (one - dy) + p10 * (one - dx) * dy + p11 * dx * dy
+            store(node, val)
+            return
+        wy = _bicubic_weights(y - y0.astype(np.float32))  # (OH, 4)
+        wx = _bicubic_weights(xs - x0.astype(np.float32))  # (OW, 4)
+        ty = np.clip(y0[:, None] + np.arange(-1, 3), 0, a.ne[1] - 1)  # (OH, 4)
+        tx = np.clip(x0[:, None] + np.arange(-1, 3), 0, a.ne[0] - 1)  # (OW, 4)
+        rows = np.einsum("...hwj,wj->...hw", x[:, :, :, tx], wx)  # interpolate along x first, per source row
+        store(node, np.einsum("...yjw,yj->...yw", rows[:, :, ty], wy))
+
+    return run
