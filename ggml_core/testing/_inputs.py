@@ -95,9 +95,17 @@ def _shape(t: Tensor) -> tuple[int, int, int, int]:
 
 # --------------------------------------------------------------------------------------------- synthetic quants
 
-#: types ggml-core dequantizes but cannot quantize: byte offsets of each block's scale and how to fill it
+#: types ggml-core may dequantize but not quantize: byte offsets of each block's scale and how to fill it (the codes
+#: of every other byte index grids or lookup tables whose every entry is valid; IQ1_M spreads its scale over the
+#: scale nibbles and is left out)
 _SCALES: Final[dict[GGMLType, tuple[tuple[int, str], ...]]] = {
     GGMLType.IQ4_NL: ((0, "f16"),),
+    GGMLType.IQ2_XXS: ((0, "f16"),),
+    GGMLType.IQ2_XS: ((0, "f16"),),
+    GGMLType.IQ2_S: ((0, "f16"),),
+    GGMLType.IQ3_XXS: ((0, "f16"),),
+    GGMLType.IQ3_S: ((0, "f16"),),
+    GGMLType.IQ1_S: ((0, "f16"),),
     GGMLType.IQ4_XS: ((0, "f16"),),
     GGMLType.Q1_0: ((0, "f16"),),
     GGMLType.Q2_0: ((0, "f16"),),

@@ -45,7 +45,6 @@ def _cpy(
     n = int(np.prod(ne))
 
     def build(ctx: Context) -> Built:
-        _need_quantizer(dst)
         a = permuted(ctx, src, ne, perm_src) if perm_src else leaf(ctx, src, ne, "src")
         if perm_dst:
             b = permuted(ctx, dst, ne, perm_dst)
@@ -66,7 +65,11 @@ def _cpy(
         params["dst_rows_apart"] = dst_rows_apart
     threshold = ref.cpy_quant_nmse(src, dst, n)
     check = Check.exact() if threshold == 0.0 else Check.nmse(threshold)
-    return Case("CPY", params, build, lambda a: ref.copy_into(a, _np_shape(ne)), check)
+    def reference(a: np.ndarray) -> np.ndarray:
+        _need_quantizer(dst)
+        return ref.copy_into(a, _np_shape(ne))
+
+    return Case("CPY", params, build, reference, check)
 
 
 def _cpy_cases() -> list[Case]:
@@ -161,7 +164,6 @@ def _set_rows(
     full2, full3 = ne2 * nr23[0], ne3 * nr23[1]
 
     def build(ctx: Context) -> Built:
-        _need_quantizer(dst)
         a = leaf(ctx, dst, [ne0, ne1, full2, full3], "dst")
         if view:  # source rows apart: a view of a wider leaf
             wide = leaf(ctx, src, [ne0 + src.block_size * 2, r, full2, full3], "src")
@@ -174,7 +176,11 @@ def _set_rows(
     params = {"type_src": src, "type_dst": dst, "type_idx": idx, "ne": list(ne), "nr23": list(nr23), "r": r, "v": view}
     n_written = ne0 * r * full2 * full3
     check = Check.nmse(ref.set_rows_quant_nmse(src, dst, n_written)) if dst.is_quantized else Check.nmse()
-    return Case("SET_ROWS", params, build, lambda a, b, c: ref.set_rows(a, b, c, dst), check, round_output=False)
+    def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        _need_quantizer(dst)
+        return ref.set_rows(a, b, c, dst)
+
+    return Case("SET_ROWS", params, build, reference, check, round_output=False)
 
 
 def _set_rows_cases() -> list[Case]:

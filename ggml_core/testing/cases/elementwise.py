@@ -10,7 +10,7 @@ from ggml_core._context import Context
 from ggml_core._types import GGMLType
 from ggml_core.ops import GluOp, UnaryOp
 from ggml_core.testing._case import Built, Case, builder
-from ggml_core.testing._inputs import uniform
+from ggml_core.testing._inputs import indices, uniform
 from ggml_core.testing.cases._util import FLOATS, leaf, permuted, strided_rows
 from ggml_core.testing.reference import elementwise as ref
 
@@ -182,6 +182,40 @@ def _glu_cases() -> list[Case]:
     return out
 
 
+def _add_id(n: int, n_used: int, n_tok: int, n_expert: int) -> Case:
+    def build(ctx: Context) -> Built:
+        a = leaf(ctx, F32, [n, n_used, n_tok], "a")
+        b = leaf(ctx, F32, [n, n_expert], "b")
+        ids = leaf(ctx, GGMLType.I32, [n_used, n_tok], "ids")
+        return Built(builder("add_id")(a, b, ids), [a, b, ids], {ids: indices(n_expert)})
+
+    return Case("ADD_ID", {"type": F32, "n": n, "n_used": n_used, "n_tokens": n_tok, "n_experts": n_expert}, build,
+                ref.add_id)
+
+
+def _swiglu_oai(ne: Sequence[int], mode: str, alpha: float, limit: float) -> Case:
+    def build(ctx: Context) -> Built:
+        if mode == "split":
+            a, b = leaf(ctx, F32, ne, "a"), leaf(ctx, F32, ne, "b")
+        else:
+            a, b = leaf(ctx, F32, [2 * ne[0], *ne[1:]], "a"), None
+        out = builder("swiglu_oai")(a, b, alpha, limit)
+        init = {t: uniform(-8.0, 8.0) for t in (a, b) if t is not None}
+        return Built(out, [a, b], init)
+
+    params = {"type": F32, "ne": list(ne), "mode": mode, "alpha": alpha, "limit": limit}
+    return Case("SWIGLU_OAI", params, build, lambda a, b: ref.swiglu_oai(a, b, alpha, limit, False))
+
+
+def _xielu(ne: Sequence[int], alpha_n: float, alpha_p: float, beta: float, eps: float) -> Case:
+    def build(ctx: Context) -> Built:
+        a = leaf(ctx, F32, ne, "a")
+        return Built(builder("xielu")(a, alpha_n, alpha_p, beta, eps), [a], {a: uniform(-4.0, 4.0)})
+
+    params = {"type": F32, "ne": list(ne), "alpha_n": alpha_n, "alpha_p": alpha_p, "beta": beta, "eps": eps}
+    return Case("XIELU", params, build, lambda a: ref.xielu(a, alpha_n, alpha_p, beta, eps))
+
+
 def cases() -> list[Case]:
     """Every elementwise case."""
     out = _binary_cases()
@@ -189,4 +223,9 @@ def cases() -> list[Case]:
     out += [_acc([256, 17, 1, 1], [256, 16, 1, 1], 1), _acc([16, 8, 4, 2], [16, 3, 4, 2], 2)]
     out += _unary_cases()
     out += _glu_cases()
+    out += [_add_id(32, 2, 5, 4), _add_id(7, 3, 1, 8)]
+    for alpha, limit in ((0.5, 2.0), (1.702, 7.0)):
+        out.append(_swiglu_oai([64, 2, 2, 2], "fused", alpha, limit))
+        out.append(_swiglu_oai([64, 2, 2, 2], "split", alpha, limit))
+    out += [_xielu([128, 2, 2, 2], 0.8, 0.8, 0.5, -1e-6), _xielu([5, 7, 11, 3], 0.3, 1.2, 0.1, -1e-3)]
     return out

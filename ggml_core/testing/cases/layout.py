@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ggml_core._context import Context
 from ggml_core._types import GGMLType
+from ggml_core.ops import TriType
 from ggml_core.testing._case import Built, Case, Check, builder
+from ggml_core.testing._inputs import uniform
 from ggml_core.testing.cases._util import leaf, permuted
 from ggml_core.testing.reference import elementwise as ew
 from ggml_core.testing.reference import movement as ref
@@ -129,6 +131,57 @@ def _view(op: str, t: GGMLType, ne: Sequence[int]) -> Case:
     return Case(op, {"type": t, "ne": list(ne)}, build, reference, Check.exact())
 
 
+def _one(op: str, ne: Sequence[int], make: str, args: tuple[object, ...], reference: Callable[..., np.ndarray],
+         check: Check | None = None, **params: object) -> Case:
+    """A one-operand f32 op built as ``builder(make)(a, *args)``."""
+
+    def build(ctx: Context) -> Built:
+        a = leaf(ctx, T.F32, ne, "a")
+        return Built(builder(make)(a, *args), [a])
+
+    return Case(op, {"type": T.F32, "ne": list(ne), **params}, build, reference, check or Check.exact())
+
+
+def _repeat_back(ne: Sequence[int], nr: Sequence[int]) -> Case:
+    full = [n * r for n, r in zip(ne, nr, strict=True)]
+
+    def build(ctx: Context) -> Built:
+        a = leaf(ctx, T.F32, full, "a")
+        shape = leaf(ctx, T.F32, ne, "shape")
+        return Built(builder("repeat_back")(a, shape), [a])
+
+    np_ne = (ne[3], ne[2], ne[1], ne[0])
+    return Case("REPEAT_BACK", {"type": T.F32, "ne": list(ne), "nr": list(nr)}, build,
+                lambda a: ref.repeat_back(a, np_ne))
+
+
+def _timestep_embedding(n: int, dim: int, max_period: int) -> Case:
+    def build(ctx: Context) -> Built:
+        t = leaf(ctx, T.F32, [n], "timesteps")
+        return Built(builder("timestep_embedding")(t, dim, max_period), [t], {t: uniform(0.0, 1000.0)})
+
+    return Case("TIMESTEP_EMBEDDING", {"type": T.F32, "n": n, "dim": dim, "max_period": max_period}, build,
+                lambda t: ref.timestep_embedding(t, dim, max_period))
+
+
+def _extra_cases() -> list[Case]:
+    """Layout ops beyond the issue's list that ggml-core builds: REPEAT_BACK, PAD (both sides), PAD_REFLECT_1D,
+    ROLL, DIAG, TRI, TIMESTEP_EMBEDDING."""
+    out = [_repeat_back([8, 6, 4, 2], nr) for nr in ([1, 1, 1, 1], [2, 1, 1, 1], [1, 2, 1, 1], [2, 2, 2, 2])]
+    for p in ((1, 2, 0, 0, 0, 0, 0, 0), (0, 1, 2, 0, 1, 1, 0, 2)):
+        out.append(_one("PAD", [10, 5, 4, 3], "pad_ext", p, lambda a, p=p: ref.pad_ext(a, p), lp_rp=list(p)))
+    for p0, p1 in ((3, 2), (0, 4)):
+        out.append(_one("PAD_REFLECT_1D", [10, 3, 2, 1], "pad_reflect_1d", (p0, p1),
+                        lambda a, p0=p0, p1=p1: ref.pad_reflect_1d(a, p0, p1), p0=p0, p1=p1))
+    for s in ((3, 0, 0, 0), (-2, 1, 2, -1)):
+        out.append(_one("ROLL", [10, 5, 4, 3], "roll", s, lambda a, s=s: ref.roll(a, s), shifts=list(s)))
+    out.append(_one("DIAG", [7, 1, 3, 2], "diag", (), ref.diag))
+    for kind in TriType:
+        out.append(_one("TRI", [9, 9, 2, 1], "tri", (kind,), lambda a, k=kind.name: ref.tri(a, k), kind=kind))
+    out += [_timestep_embedding(5, 64, 10000), _timestep_embedding(3, 15, 100)]
+    return out
+
+
 def cases() -> list[Case]:
     """Every layout case."""
     out = [_view(op, t, [6, 4, 3, 1]) for op in ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
@@ -154,4 +207,4 @@ def cases() -> list[Case]:
     for op in ("DIAG_MASK_INF", "DIAG_MASK_ZERO"):
         out.append(_diag_mask(op, [10, 10, 3, 2], 0))
         out.append(_diag_mask(op, [12, 5, 3, 1], 5))
-    return out
+    return out + _extra_cases()

@@ -16,6 +16,7 @@ import numpy as np
 __all__ = [
     "UNARY",
     "acc",
+    "add_id",
     "binary",
     "clamp",
     "gelu",
@@ -25,6 +26,8 @@ __all__ = [
     "leaky_relu",
     "repeat_to",
     "scale",
+    "swiglu_oai",
+    "xielu",
 ]
 
 F = np.float32
@@ -203,3 +206,36 @@ def glu(op: str, a: np.ndarray, b: np.ndarray | None, swapped: bool) -> np.ndarr
     else:
         x, g = a, b
     return UNARY[_GLU_ACT[op]](x) * _f(g)
+
+
+def add_id(a: np.ndarray, b: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """ADD_ID: a (1, T, U, n) plus row ``ids[t, u]`` of b (1, 1, E, n)."""
+    idx = np.asarray(ids)[0, 0].astype(np.int64)  # (T, U)
+    return _f(a) + _f(b)[0, 0][idx][None]
+
+
+def swiglu_oai(a: np.ndarray, b: np.ndarray | None, alpha: float, limit: float, swapped: bool) -> np.ndarray:
+    """SWIGLU_OAI: x = min(x, limit), g = clamp(g, −limit, limit); x·sigmoid(alpha·x)·(g + 1)."""
+    if b is None:
+        n = a.shape[-1] // 2
+        x, g = (a[..., n:], a[..., :n]) if swapped else (a[..., :n], a[..., n:])
+    else:
+        x, g = a, b
+    x = np.minimum(_f(x), F(limit))
+    g = np.clip(_f(g), F(-limit), F(limit))
+    with np.errstate(over="ignore"):
+        return x / (F(1.0) + np.exp(F(alpha) * -x)) * (g + F(1.0))
+
+
+def _softplus_scalar(v: float) -> float:
+    return v if v > 20.0 else float(np.log(F(1.0) + np.exp(F(v))))
+
+
+def xielu(x: np.ndarray, alpha_n: float, alpha_p: float, beta: float, eps: float) -> np.ndarray:
+    """XIELU with ggml's stored parameters αn = beta + softplus(alpha_n), αp = softplus(alpha_p):
+    αp·x² + β·x for x > 0, else (expm1(min(x, eps)) − x)·αn + β·x."""
+    v = _f(x)
+    an, ap, b = F(beta + _softplus_scalar(alpha_n)), F(_softplus_scalar(alpha_p)), F(beta)
+    with np.errstate(over="ignore"):
+        neg = (np.expm1(np.minimum(v, F(eps))) - v) * an + b * v
+    return np.where(v > 0, ap * v * v + b * v, neg).astype(np.float32)

@@ -15,13 +15,20 @@ __all__ = [
     "concat",
     "copy_into",
     "cpy_quant_nmse",
+    "diag",
     "diag_mask",
     "fill",
     "get_rows",
     "pad",
+    "pad_ext",
+    "pad_reflect_1d",
     "repeat",
+    "repeat_back",
+    "roll",
     "set_rows",
     "set_rows_quant_nmse",
+    "timestep_embedding",
+    "tri",
 ]
 
 
@@ -122,3 +129,58 @@ def set_rows_quant_nmse(src: GGMLType, dst: GGMLType, n: int) -> float:
     if src == GGMLType.F16:
         est *= 16
     return est / (0.25 * n)
+
+
+def repeat_back(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """REPEAT_BACK: the sum of a's tiles of ``shape`` (the gradient of REPEAT)."""
+    x = np.asarray(a, dtype=np.float64)
+    split: list[int] = []
+    for n, s in zip(x.shape, shape, strict=True):
+        split += [n // s, s]
+    return x.reshape(split).sum(axis=(0, 2, 4, 6))
+
+
+def pad_ext(a: np.ndarray, p: tuple[int, ...]) -> np.ndarray:
+    """PAD with zeros before and after each dimension: p = (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)."""
+    return np.pad(np.asarray(a, dtype=np.float32), ((p[6], p[7]), (p[4], p[5]), (p[2], p[3]), (p[0], p[1])))
+
+
+def pad_reflect_1d(a: np.ndarray, p0: int, p1: int) -> np.ndarray:
+    """PAD_REFLECT_1D: dim 0 padded by reflection (the edge element is not repeated)."""
+    return np.pad(np.asarray(a, dtype=np.float32), ((0, 0), (0, 0), (0, 0), (p0, p1)), mode="reflect")
+
+
+def roll(a: np.ndarray, shifts: tuple[int, int, int, int]) -> np.ndarray:
+    """ROLL: circular shift of every dimension, out[i] = a[(i − shift) mod n]."""
+    return np.roll(np.asarray(a), (shifts[3], shifts[2], shifts[1], shifts[0]), axis=(0, 1, 2, 3))
+
+
+def diag(a: np.ndarray) -> np.ndarray:
+    """DIAG: a (d3, d2, 1, n) → (d3, d2, n, n) with a on the diagonal."""
+    x = np.asarray(a, dtype=np.float32)
+    n = x.shape[-1]
+    return x[:, :, 0, None, :] * np.eye(n, dtype=np.float32)
+
+
+def tri(a: np.ndarray, kind: str) -> np.ndarray:
+    """TRI: keep the elements of each (row r, column i) where LOWER: i < r, LOWER_DIAG: i ≤ r, UPPER: i > r,
+    UPPER_DIAG: i ≥ r; zeros elsewhere."""
+    x = np.asarray(a, dtype=np.float32)
+    r = np.arange(x.shape[-2])[:, None]
+    i = np.arange(x.shape[-1])[None, :]
+    keep = {"LOWER": i < r, "LOWER_DIAG": i <= r, "UPPER": i > r, "UPPER_DIAG": i >= r}[kind]
+    return np.where(keep, x, np.float32(0.0))
+
+
+def timestep_embedding(t: np.ndarray, dim: int, max_period: int) -> np.ndarray:
+    """TIMESTEP_EMBEDDING: per timestep, [cos(t·f_j) for j < half, sin(t·f_j) for j < half] (+ a 0 when dim is odd),
+    f_j = exp(−ln(max_period)·j/half) in float32."""
+    ts = np.asarray(t, dtype=np.float32).reshape(-1)
+    half = dim // 2
+    j = np.arange(half, dtype=np.float32)
+    freq = np.exp(-np.log(np.float32(max_period)) * j / np.float32(half)).astype(np.float32)
+    arg = ts[:, None] * freq[None, :]
+    out = np.zeros((ts.size, dim), np.float32)
+    out[:, :half] = np.cos(arg)
+    out[:, half : 2 * half] = np.sin(arg)
+    return out
