@@ -30,9 +30,12 @@ __all__ = [
     "chain",
     "enqueue",
     "enqueue_nd",
+    "float4",
+    "int4",
     "int8",
     "kernel",
     "local_mem",
+    "long4",
     "mem_of",
     "roundup",
     "supports",
@@ -130,12 +133,20 @@ def bind(launcher: Launcher, node: Tensor) -> Thunk:
 # ------------------------------------------------------------------------------------------------ arguments
 
 
-def _int4(v: Sequence[int]) -> np.ndarray:
+def int4(v: Sequence[int]) -> np.ndarray:
+    """An OpenCL ``int4`` argument."""
     return np.array(tuple(v), dtype=_INT4)
 
 
-def _long4(v: Sequence[int]) -> np.ndarray:
+def long4(v: Sequence[int]) -> np.ndarray:
+    """An OpenCL ``long4`` argument."""
     return np.array(tuple(v), dtype=_LONG4)
+
+
+def float4(v: Sequence[float]) -> np.ndarray:
+    """An OpenCL ``float4`` argument (zero-padded)."""
+    vals = [*v, *[0.0] * (4 - len(v))]
+    return np.array(tuple(vals), dtype=_FLOAT4)
 
 
 def int8(v: Sequence[int]) -> np.ndarray:
@@ -145,6 +156,7 @@ def int8(v: Sequence[int]) -> np.ndarray:
 
 
 _INT4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i4"] * 4})
+_FLOAT4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<f4"] * 4})
 _INT8: Final = np.dtype({"names": [f"s{i}" for i in range(8)], "formats": ["<i4"] * 8})
 _LONG4: Final = np.dtype({"names": ["s0", "s1", "s2", "s3"], "formats": ["<i8"] * 4})
 
@@ -165,7 +177,7 @@ def mem_of(launcher: Launcher, t: Tensor) -> tuple[Any, int]:
 def targs(launcher: Launcher, t: Tensor) -> list[Any]:
     """The four kernel arguments of a ``TENSOR(x)`` parameter: buffer, byte offset, ne (int4), nb (long4)."""
     mem, off = mem_of(launcher, t)
-    return [mem, np.uint64(off), _int4(t.ne), _long4(t.nb)]
+    return [mem, np.uint64(off), int4(t.ne), long4(t.nb)]
 
 
 def targs_view(
@@ -173,7 +185,7 @@ def targs_view(
 ) -> list[Any]:
     """Like :func:`targs` with another shape (and strides) at an added byte offset (halves of a row, a region...)."""
     mem, off = mem_of(launcher, t)
-    return [mem, np.uint64(off + extra_offset), _int4(ne), _long4(t.nb if nb is None else nb)]
+    return [mem, np.uint64(off + extra_offset), int4(ne), long4(t.nb if nb is None else nb)]
 
 
 def roundup(n: int, m: int) -> int:

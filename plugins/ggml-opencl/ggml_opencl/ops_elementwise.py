@@ -8,7 +8,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, UnaryOp
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, kernel, mem_of, targs, targs_view
+from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, float4, kernel, mem_of, targs, targs_view
 
 __all__: list[str] = []
 
@@ -38,6 +38,7 @@ UNARY_SUPPORTED: Final = frozenset(
         UnaryOp.CEIL,
         UnaryOp.ROUND,
         UnaryOp.TRUNC,
+        UnaryOp.XIELU,
     }
 )
 
@@ -53,7 +54,9 @@ _MAP_CODES: Final = {
     GGMLOp.LEAKY_RELU: 107,
 }
 
-GLU_SUPPORTED: Final = frozenset({GluOp.REGLU, GluOp.GEGLU, GluOp.SWIGLU, GluOp.GEGLU_ERF, GluOp.GEGLU_QUICK})
+GLU_SUPPORTED: Final = frozenset(
+    {GluOp.REGLU, GluOp.GEGLU, GluOp.SWIGLU, GluOp.SWIGLU_OAI, GluOp.GEGLU_ERF, GluOp.GEGLU_QUICK}
+)
 
 
 def _src(node: Tensor, i: int) -> Tensor:
@@ -122,21 +125,23 @@ def _map_ok(info: DeviceInfo, node: Tensor) -> bool:
     return node.op != GGMLOp.UNARY or UnaryOp(node.op_param_i32(0)) in UNARY_SUPPORTED
 
 
-def _map_code(node: Tensor) -> tuple[int, float, float]:
+def _map_code(node: Tensor) -> tuple[int, list[float]]:
     if node.op == GGMLOp.UNARY:
-        return node.op_param_i32(0), 0.0, 0.0
+        if UnaryOp(node.op_param_i32(0)) == UnaryOp.XIELU:  # alpha_n, alpha_p, beta, eps in op_params[1:5]
+            return int(UnaryOp.XIELU), [node.op_param_f32(i) for i in range(1, 5)]
+        return node.op_param_i32(0), []
     if node.op in (GGMLOp.SCALE, GGMLOp.CLAMP):
-        return _MAP_CODES[node.op], node.op_param_f32(0), node.op_param_f32(1)
+        return _MAP_CODES[node.op], [node.op_param_f32(0), node.op_param_f32(1)]
     if node.op == GGMLOp.LEAKY_RELU:
-        return _MAP_CODES[node.op], node.op_param_f32(0), 0.0
-    return _MAP_CODES[node.op], 0.0, 0.0
+        return _MAP_CODES[node.op], [node.op_param_f32(0)]
+    return _MAP_CODES[node.op], []
 
 
 @kernel(GGMLOp.UNARY, *_MAP_CODES, supports=_map_ok)
 def _bind_map(launcher: Launcher, node: Tensor) -> Thunk:
     a = _src(node, 0)
-    code, p0, p1 = _map_code(node)
-    head = [np.int32(code), np.float32(p0), np.float32(p1)]
+    code, params = _map_code(node)
+    head = [np.int32(code), float4(params)]
     n = node.nelements
     if _flat_f32(a, node) and n % 4 == 0:
         am, ao = mem_of(launcher, a)
@@ -152,9 +157,10 @@ def _bind_map(launcher: Launcher, node: Tensor) -> Thunk:
 def _glu_ok(info: DeviceInfo, node: Tensor) -> bool:
     a, b = node.src[0], node.src[1]
     assert a is not None
+    op = GluOp(node.op_param_i32(0))
     return (
-        GluOp(node.op_param_i32(0)) in GLU_SUPPORTED
-        and a.type in (GGMLType.F32, GGMLType.F16)
+        op in GLU_SUPPORTED
+        and (a.type == GGMLType.F32 or (a.type == GGMLType.F16 and op != GluOp.SWIGLU_OAI))
         and (b is None or (b.type == a.type and b.ne == node.ne))
         and node.type == a.type
     )
@@ -171,5 +177,28 @@ def _bind_glu(launcher: Launcher, node: Tensor) -> Thunk:
         g = targs_view(launcher, a, node.ne, g_off)
     else:
         x, g = targs(launcher, a), targs(launcher, b)
-    args = [np.int32(op), *x, *g, np.int32(node.type), *targs(launcher, node)]
+    alpha, limit = (node.op_param_f32(2), node.op_param_f32(3)) if op == GluOp.SWIGLU_OAI else (0.0, 0.0)
+    args = [np.int32(op), np.float32(alpha), np.float32(limit), *x, *g, np.int32(node.type), *targs(launcher, node)]
     return enqueue(launcher, "k_glu", node.nelements, args)
+
+
+# ------------------------------------------------------------------------------------------------ ADD_ID
+
+
+def _add_id_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a, b, ids = node.src[0], node.src[1], node.src[2]
+    return (
+        a is not None
+        and b is not None
+        and ids is not None
+        and a.type == b.type == node.type == GGMLType.F32
+        and ids.type == GGMLType.I32
+    )
+
+
+@kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
+def _bind_add_id(launcher: Launcher, node: Tensor) -> Thunk:
+    a, b, ids = _src(node, 0), _src(node, 1), _src(node, 2)
+    args = [*targs(launcher, a), *targs(launcher, b), *targs(launcher, ids), *targs(launcher, node), launcher.err_buf,
+            np.int32(launcher.error_code(node))]
+    return enqueue(launcher, "k_add_id", node.nelements, args)

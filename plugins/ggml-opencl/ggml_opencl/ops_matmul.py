@@ -1,4 +1,4 @@
-"""MUL_MAT (kernels in ``matmul.cl``): a matrix-vector kernel for few columns, packed register-blocked GEMM otherwise.
+"""MUL_MAT, MUL_MAT_ID, OUT_PROD (kernels in ``matmul.cl``). MUL_MAT: a matrix-vector kernel for few columns, packed register-blocked GEMM otherwise.
 
 Weights of any supported type are dequantized on the device (never on the host). The activations are rounded
 the way ggml's CPU rounds them before its dot products (to f16 for f16 weights, through Q8_0/Q8_1 blocks for the
@@ -22,8 +22,10 @@ from ggml_opencl._dispatch import (
     chain,
     enqueue,
     enqueue_nd,
+    int4,
     kernel,
     local_mem,
+    long4,
     mem_of,
     roundup,
     targs,
@@ -130,4 +132,71 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
         args = [at, np.int32(K), np.int32(mc), np.int32(min(mc, M - m_base)), np.int32(a.ne[2]), np.int32(r2),
                 np.int32(r3), *bargs, *out, np.int32(m_base)]
         steps.append(enqueue_nd(launcher, "k_gemm", gs, (ls0, ls1, 1), args))
+    return chain(*steps)
+
+
+# ------------------------------------------------------------------------------------------------ MUL_MAT_ID
+
+
+def _mul_mat_id_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a, b, ids = node.src[0], node.src[1], node.src[2]
+    return (
+        a is not None
+        and b is not None
+        and ids is not None
+        and (a.type in FLOAT_TYPES or a.type in QUANT_TYPES)
+        and b.type in (GGMLType.F32, GGMLType.F16)
+        and ids.type == GGMLType.I32
+        and node.type == GGMLType.F32
+    )
+
+
+@kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
+    a, b, ids = node.src[0], node.src[1], node.src[2]
+    assert a is not None and b is not None and ids is not None
+    mode = ACTIVATION_ROUNDING[a.type]
+    blk = 256 if mode == _R_Q8_K else 32
+    K = a.ne[0]
+    bp = launcher.scratch("b", b.nelements * 4)
+    pack = [*targs(launcher, b), np.int32(b.type), np.int32(mode), np.int32(blk), bp]
+    ls = launcher.info.mv_ls
+    groups = a.ne[1] * ids.ne[0] * ids.ne[1]
+    args = [*targs(launcher, a), np.int32(a.type), *targs(launcher, ids), bp, np.int32(b.ne[1]),
+            *targs(launcher, node), launcher.err_buf, np.int32(launcher.error_code(node)), local_mem(ls * 4)]
+    return chain(
+        enqueue(launcher, "k_pack_b", (K + blk - 1) // blk * b.nrows, pack),
+        enqueue_nd(launcher, "k_mul_mat_id", (groups * ls,), (ls,), args),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ OUT_PROD
+
+
+def _out_prod_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a, b = node.src[0], node.src[1]
+    return (
+        a is not None
+        and b is not None
+        and (a.type in FLOAT_TYPES or a.type in QUANT_TYPES)
+        and b.type in (GGMLType.F32, GGMLType.F16)
+        and node.type == GGMLType.F32
+    )
+
+
+@kernel(GGMLOp.OUT_PROD, supports=_out_prod_ok)
+def _bind_out_prod(launcher: Launcher, node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    steps: list[Thunk] = []
+    if a.type.is_quantized:  # dequantize a into contiguous f32 first
+        tmp = launcher.scratch("a", a.nelements * 4)
+        nb = (4, 4 * a.ne[0], 4 * a.ne[0] * a.ne[1], 4 * a.ne[0] * a.ne[1] * a.ne[2])
+        a_args = [tmp, np.uint64(0), int4(a.ne), long4(nb), np.int32(GGMLType.F32)]
+        unpack = [*targs(launcher, a), np.int32(a.type), *a_args]  # k_cpy_from_q(a, a_t, dst, dst_t)
+        steps.append(enqueue(launcher, "k_cpy_from_q", a.nelements // 32, unpack))
+    else:
+        a_args = [*targs(launcher, a), np.int32(a.type)]
+    args = [*a_args, *targs(launcher, b), np.int32(b.type), *targs(launcher, node)]
+    steps.append(enqueue(launcher, "k_out_prod", node.nelements, args))
     return chain(*steps)

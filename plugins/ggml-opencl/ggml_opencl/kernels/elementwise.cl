@@ -20,6 +20,7 @@
 #define U_EXPM1 14
 #define U_SOFTPLUS 15
 #define U_GELU_ERF 16
+#define U_XIELU 17
 #define U_FLOOR 18
 #define U_CEIL 19
 #define U_ROUND 20
@@ -57,7 +58,9 @@ inline float silu(float x) { return x / (1.0f + exp(-x)); }
 
 inline float hardsigmoid(float x) { return fmin(1.0f, fmax(0.0f, (x + 3.0f) / 6.0f)); }
 
-inline float apply_map(int op, float x, float p0, float p1) {
+// p: the op's float parameters (SCALE: s, b; CLAMP: min, max; LEAKY_RELU: slope; XIELU: alpha_n, alpha_p, beta, eps)
+inline float apply_map(int op, float x, float4 p) {
+    const float p0 = p.s0, p1 = p.s1;
     switch (op) {
         case U_ABS: return fabs(x);
         case U_SGN: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
@@ -76,6 +79,7 @@ inline float apply_map(int op, float x, float p0, float p1) {
         case U_EXPM1: return expm1(x);
         case U_SOFTPLUS: return x > 20.0f ? x : log(1.0f + exp(x));
         case U_GELU_ERF: return gelu_erf(x);
+        case U_XIELU: return x > 0.0f ? p.s1 * x * x + p.s2 * x : (expm1(fmin(x, p.s3)) - x) * p.s0 + p.s2 * x;
         case U_FLOOR: return floor(x);
         case U_CEIL: return ceil(x);
         case U_ROUND: return round(x);
@@ -93,22 +97,20 @@ inline float apply_map(int op, float x, float p0, float p1) {
 }
 
 // dst = f(src), same shape, any strides, f32/f16/bf16 in and out
-kernel void k_map(int op, float p0, float p1, TENSOR(a), int a_t, TENSOR(d), int d_t, long n) {
+kernel void k_map(int op, float4 p, TENSOR(a), int a_t, TENSOR(d), int d_t, long n) {
     ITEM4(d_ne, n)
     const float x = load_f(AT(a, i0, i1, i2, i3), a_t);
-    store_f(AT(d, i0, i1, i2, i3), d_t, apply_map(op, x, p0, p1));
+    store_f(AT(d, i0, i1, i2, i3), d_t, apply_map(op, x, p));
 }
 
 // contiguous f32 map, 4 values per work-item (n4 = n / 4; the tail goes through k_map)
-kernel void k_map_f32x4(int op, float p0, float p1, global const uchar* a_p, ulong a_o, global uchar* d_p, ulong d_o,
-                        long n4) {
+kernel void k_map_f32x4(int op, float4 p, global const uchar* a_p, ulong a_o, global uchar* d_p, ulong d_o, long n4) {
     const long i = get_global_id(0);
     if (i >= n4) return;
     global const float* a = (global const float*)(a_p + a_o);
     global float* d = (global float*)(d_p + d_o);
     float4 x = vload4(i, a);
-    float4 y = (float4)(apply_map(op, x.s0, p0, p1), apply_map(op, x.s1, p0, p1), apply_map(op, x.s2, p0, p1),
-                        apply_map(op, x.s3, p0, p1));
+    float4 y = (float4)(apply_map(op, x.s0, p), apply_map(op, x.s1, p), apply_map(op, x.s2, p), apply_map(op, x.s3, p));
     vstore4(y, i, d);
 }
 
@@ -155,14 +157,22 @@ kernel void k_binary_f32x4(int op, global const uchar* a_p, ulong a_o, global co
 #define G_REGLU 0
 #define G_GEGLU 1
 #define G_SWIGLU 2
+#define G_SWIGLU_OAI 3
 #define G_GEGLU_ERF 4
 #define G_GEGLU_QUICK 5
 
-kernel void k_glu(int op, TENSOR(x), TENSOR(g), int t, TENSOR(d), long n) {
+// alpha, limit: SWIGLU_OAI's parameters
+kernel void k_glu(int op, float alpha, float limit, TENSOR(x), TENSOR(g), int t, TENSOR(d), long n) {
     ITEM4(d_ne, n)
-    const float v = load_f(AT(x, i0, i1, i2, i3), t);
-    const float gate = load_f(AT(g, i0, i1, i2, i3), t);
+    float v = load_f(AT(x, i0, i1, i2, i3), t);
+    float gate = load_f(AT(g, i0, i1, i2, i3), t);
     float a;
+    if (op == G_SWIGLU_OAI) {
+        v = fmin(v, limit);
+        gate = clamp(gate, -limit, limit);
+        store_f(AT(d, i0, i1, i2, i3), t, v / (1.0f + exp(alpha * -v)) * (gate + 1.0f));
+        return;
+    }
     switch (op) {
         case G_REGLU: a = v > 0.0f ? v : 0.0f; break;
         case G_GEGLU: a = gelu_ggml(v); break;
@@ -171,4 +181,17 @@ kernel void k_glu(int op, TENSOR(x), TENSOR(g), int t, TENSOR(d), long n) {
         default: a = gelu_quick_ggml(v); break;
     }
     store_f(AT(d, i0, i1, i2, i3), t, a * gate);
+}
+
+// ADD_ID: dst(i0, i1, i2) = a(i0, i1, i2) + b(i0, ids(i1, i2)); a bad id adds nothing and is reported
+kernel void k_add_id(TENSOR(a), TENSOR(b), TENSOR(ids), TENSOR(d), global int* err, int code, long n) {
+    ITEM4(d_ne, n)
+    const int r = *(global const int*)AT(ids, i1, i2, 0, 0);
+    float v = *(global const float*)AT(a, i0, i1, i2, i3);
+    if (r < 0 || r >= b_ne.s1) {
+        if (i0 == 0) report_error(err, code);
+    } else {
+        v += *(global const float*)AT(b, i0, r, 0, 0);
+    }
+    *(global float*)AT(d, i0, i1, i2, i3) = v;
 }

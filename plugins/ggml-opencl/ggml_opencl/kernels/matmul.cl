@@ -160,3 +160,41 @@ kernel void k_mul_mv(TENSOR(a), int a_t, int r2, int r3, global const uchar* b_p
         if (lid == 0) dd[(long)n * ldd] = s;
     }
 }
+
+// MUL_MAT_ID: dst[m, e, t] = as[:, m, ids[e, t]] . b[:, e % b1, t]; bp holds b as f32 rows [t][b1][K] (rounded like
+// MUL_MAT's activations). One work-group per (m, e, t); a bad expert id writes 0 and is reported.
+kernel void k_mul_mat_id(TENSOR(a), int a_t, TENSOR(ids), global const float* bp, int b1, TENSOR(d), global int* err,
+                         int code, local float* scratch) {
+    const int g = get_group_id(0), lid = get_local_id(0), ls = get_local_size(0);
+    const int M = a_ne.s1, n_used = ids_ne.s0, K = a_ne.s0;
+    const int m = g % M, e = (g / M) % n_used, t = g / (M * n_used);
+    const int expert = *(global const int*)AT(ids, e, t, 0, 0);
+    if (expert < 0 || expert >= a_ne.s2) {
+        if (lid == 0) {
+            if (m == 0) report_error(err, code);
+            *(global float*)AT(d, m, e, t, 0) = 0.0f;
+        }
+        return;
+    }
+    global const uchar* row = AT(a, 0, m, expert, 0);
+    global const float* x = bp + ((long)t * b1 + e % b1) * K;
+    float acc = 0.0f;
+    float y[32];
+    for (int c = lid; c < (K + 31) / 32; c += ls) {
+        load32(a_t, row, a_nb.s0, c, K, y);
+        const int kn = min(32, K - 32 * c);
+        for (int l = 0; l < kn; ++l) acc = mad(y[l], x[32 * c + l], acc);
+    }
+    acc = group_sum(acc, scratch);
+    if (lid == 0) *(global float*)AT(d, m, e, t, 0) = acc;
+}
+
+// OUT_PROD: dst[m, n, i2, i3] = sum_k a[m, k, i2 / r2, i3 / r3] * b[n, k, i2, i3] (a and b any float type)
+kernel void k_out_prod(TENSOR(a), int a_t, TENSOR(b), int b_t, TENSOR(d), long n) {
+    ITEM4(d_ne, n)
+    const int r2 = d_ne.s2 / a_ne.s2, r3 = d_ne.s3 / a_ne.s3;
+    float acc = 0.0f;
+    for (int k = 0; k < a_ne.s1; ++k)
+        acc = mad(load_f(AT(a, i0, k, i2 / r2, i3 / r3), a_t), load_f(AT(b, i1, k, i2, i3), b_t), acc);
+    *(global float*)AT(d, i0, i1, i2, i3) = acc;
+}
