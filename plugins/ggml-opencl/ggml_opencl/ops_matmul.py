@@ -1,4 +1,6 @@
-"""MUL_MAT, MUL_MAT_ID, OUT_PROD (kernels in ``matmul.cl``). MUL_MAT: a matrix-vector kernel for few columns, packed register-blocked GEMM otherwise.
+"""MUL_MAT, MUL_MAT_ID, OUT_PROD (kernels in ``matmul.cl``).
+
+MUL_MAT: a matrix-vector kernel for few columns, packed register-blocked GEMM otherwise.
 
 Weights of any supported type are dequantized on the device (never on the host). The activations are rounded
 the way ggml's CPU rounds them before its dot products (to f16 for f16 weights, through Q8_0/Q8_1 blocks for the
