@@ -7,7 +7,8 @@
 2. **Expansion**: four sweeps carry assignments to unassigned neighbours the backend supports — accelerators
    down and up (the CPU stops the carry), then any backend down and up.
 3. **Fill / upgrade**: an unassigned node goes to the supporting backend that can read most of its operands; an
-   assigned node moves to a higher-priority backend with the same buffer type when that one supports it.
+   assigned node moves to a higher-priority backend with the same buffer type when that one supports it (not a
+   node the user assigned: ggml upgrades those too, here the user's choice always stands).
 4. **Operands**: views follow their source, other unassigned operands their consumer; whatever is left goes to the
    first backend that supports it.
 
@@ -191,7 +192,7 @@ class Placer:
                         best = n
                         ids[t.id] = cand
                         causes[t.id] = "3.best"
-            else:
+            elif t.id not in overrides:  # ggml upgrades user assignments too; here the user's choice stands
                 for cand in range(b):
                     if (
                         self.bufts[cand] is self.bufts[b]

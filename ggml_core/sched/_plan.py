@@ -32,7 +32,7 @@ class InputCopy:
     copy_name: str = ""
     #: ``Tensor.id`` of the tensor copied
     tensor_id: int = 0
-    #: ``Tensor.id`` of the nodes that read the copy
+    #: ``Tensor.id`` of the nodes that read the copy (this split's, and later splits' on the same backend)
     consumer_ids: tuple[int, ...] = ()
 
 
@@ -113,31 +113,32 @@ def build_plan(
 ) -> SchedPlan:
     """The data view of a split result."""
     names = [be.name for be in backends]
-    consumers: dict[int, list[int]] = {}
-    for node, _j, orig, _cpy in res.rewires:
-        consumers.setdefault(orig.id, []).append(node.id)
+    consumers: dict[int, list[int]] = {}  # copy tensor id → nodes reading it (in any later split too)
+    for node, _j, _orig, cpy in res.rewires:
+        consumers.setdefault(cpy.id, []).append(node.id)
     splits = []
     for k, sp in enumerate(res.splits):
         nodes = sp.graph.nodes if sp.graph is not None else []
-        in_split = {t.id for t in nodes}
-        inputs = tuple(
-            InputCopy(
-                name=t.name,
-                from_backend=names[res.ids[t.id]],
-                to_backend=names[sp.backend_id],
-                nbytes=t.nbytes,
-                copy_name=res.copy_of(t, sp.backend_id, res.cur_copy).name,
-                tensor_id=t.id,
-                consumer_ids=tuple(c for c in consumers.get(t.id, ()) if c in in_split),
+        inputs = []
+        for t in sp.inputs:
+            cpy = res.copy_of(t, sp.backend_id, res.cur_copy)
+            inputs.append(
+                InputCopy(
+                    name=t.name,
+                    from_backend=names[res.ids[t.id]],
+                    to_backend=names[sp.backend_id],
+                    nbytes=t.nbytes,
+                    copy_name=cpy.name,
+                    tensor_id=t.id,
+                    consumer_ids=tuple(dict.fromkeys(consumers.get(cpy.id, ()))),
+                )
             )
-            for t in sp.inputs
-        )
         splits.append(
             SplitPlan(
                 index=k,
                 backend=names[sp.backend_id],
                 nodes=tuple(t.name for t in nodes),
-                inputs=inputs,
+                inputs=tuple(inputs),
                 node_ids=tuple(t.id for t in nodes),
                 ops=tuple(t.op_desc for t in nodes),
                 i_start=sp.i_start,

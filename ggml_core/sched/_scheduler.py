@@ -11,8 +11,8 @@ Typical use (as llama.cpp)::
 
 Differences from ggml, all on the side of safety:
 
-- the user's graph is left as it was: operands the scheduler rewires to device copies are rewired from
-  ``alloc_graph`` until :meth:`Scheduler.synchronize` (which ``graph_compute`` calls) and restored then;
+- the user's graph is left as it was: operands the scheduler rewires to device copies are rewired only while a
+  compute runs (from ``graph_compute_async`` until :meth:`Scheduler.synchronize`, which ``graph_compute`` calls);
 - a graph seen before (same graph object, same pre-allocated tensors, same user assignments) reuses its placement
   and splits instead of running the passes again, and its allocation instead of binding everything again;
 - failures raise the core's exceptions naming node, op and devices, and poison unfinished results (see
@@ -270,7 +270,10 @@ class Scheduler:
         self.cur_copy = self.next_copy
         self.next_copy = (self.next_copy + 1) % self.n_copies
         res = self._split(graph)
-        self._alloc_splits(res)
+        try:
+            self._alloc_splits(res)
+        finally:
+            res.undo()  # the graph stays as the user built it until a compute needs the rewired operands
         self._is_alloc = True
         return True
 

@@ -193,6 +193,7 @@ _LANE_W = 280
 _BOX_W = 236
 _LEFT = 190
 _TOP = 96
+_BULGE = 64  # how far a same-lane arrow may swing out to the right of the boxes
 
 
 def render_svg(plan: SchedPlan, graph: Graph) -> str:
@@ -226,7 +227,7 @@ def render_svg(plan: SchedPlan, graph: Graph) -> str:
             rows.append(("node", t, lanes.get(plan.assignments.get(t.id, sp.backend), lanes[sp.backend]), sp.index))
         band.append((sp.index, first, len(rows) - 1))
 
-    width = _LEFT + _LANE_W * len(lanes) + 40
+    width = _LEFT + _LANE_W * len(lanes) + _BULGE + 16
     height = _TOP + _ROW * max(1, len(rows)) + 40
     lane_x = [_LEFT + _LANE_W * i + _LANE_W / 2 for i in range(len(lanes))]
     body: list[str] = []
@@ -368,7 +369,7 @@ def _edge(a: tuple[float, float], b: tuple[float, float], cls: str) -> str:
     if ax == bx:
         # same lane: leave from the right side and bulge out in proportion to the distance
         dy = by - ay
-        x0, x1 = ax + _BOX_W / 2, ax + _BOX_W / 2 + min(_LANE_W / 2 - 8, 14 + dy / _ROW * 6)
+        x0, x1 = ax + _BOX_W / 2, ax + _BOX_W / 2 + min(_BULGE, 12 + dy / _ROW * 3)
         y0, y1 = ay + _BOX_H / 2, by + _BOX_H / 2
         d = f"M{x0},{y0} C{x1},{y0} {x1},{y1} {x0},{y1}"
         if dy == _ROW:
