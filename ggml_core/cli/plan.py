@@ -23,7 +23,7 @@ def add_parser(sub: Any, name: str) -> None:
     p = sub.add_parser(
         name,
         help="show a model's placement and split plan without running it",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)

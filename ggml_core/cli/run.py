@@ -61,7 +61,7 @@ def add_parser(sub: Any, name: str) -> None:
     p = sub.add_parser(
         name,
         help="run a GGUF model (no file: the embedded default model on every device)",
-        description=__doc__,
+        description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
