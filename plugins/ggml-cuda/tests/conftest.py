@@ -12,14 +12,16 @@ Three kinds of tests live here, named by what they need:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cuda_helpers import gpu_skip_reason, real_cuda_device
 from fake_driver import FakeDriver, fake_compiler, fake_info
 
 import ggml_core as g
-from ggml_cuda._compile import find_nvcc
+from ggml_cuda._compile import CompileError, compile_module, find_nvcc, module_names
 from ggml_cuda._device import CUDADevice
 from ggml_cuda._stream import CUDABackend
 
@@ -66,6 +68,30 @@ def nvcc() -> str:
     if path is None:
         pytest.skip("nvcc not found (install the CUDA toolkit, or set GGML_CUDA_NVCC)")
     return path
+
+
+@pytest.fixture(scope="session")
+def ptx(nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], str]]:
+    """(module, arch) → PTX, compiled once per session into a fresh cache (so every source really compiles)."""
+    old = os.environ.get("GGML_CUDA_CACHE_DIR")
+    os.environ["GGML_CUDA_CACHE_DIR"] = str(tmp_path_factory.mktemp("ptx-cache"))
+    try:
+        jobs = [(m, a) for m in module_names() for a in ("sm_80", "sm_90")]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = dict(zip(jobs, pool.map(lambda ma: _try_compile(nvcc, *ma), jobs), strict=True))
+        yield results
+    finally:
+        if old is None:
+            os.environ.pop("GGML_CUDA_CACHE_DIR", None)
+        else:
+            os.environ["GGML_CUDA_CACHE_DIR"] = old
+
+
+def _try_compile(nvcc: str, module: str, arch: str) -> str:
+    try:
+        return compile_module(module, arch, target="ptx", nvcc=nvcc).decode()
+    except CompileError as exc:  # reported by the test of that module
+        return f"COMPILE ERROR: {exc}"
 
 
 @pytest.fixture(scope="session")
