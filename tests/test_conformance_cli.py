@@ -141,3 +141,48 @@ def test_opsdocs_writes_csv_and_markdown(tmp_path: Path) -> None:
     md = (tmp_path / "ops.md").read_text(encoding="utf-8")
     assert "| MUL_MAT |" in md and "| GELU (unary) |" in md and "| SWIGLU (glu) |" in md
     assert opsdocs.main(["--docs-dir", str(tmp_path), "--from-csv"]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ pytest plugin
+
+
+def _pytest(tmp_path: Path, *args: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )
+    return proc.stdout + proc.stderr
+
+
+def test_pytest_option_runs_the_suite_on_a_device(tmp_path: Path) -> None:
+    n = len(select(ops="RMS_NORM"))
+    out = _pytest(tmp_path, "--ggml-device", "CPU", "--ggml-op", "RMS_NORM")
+    assert f"{n} passed" in out, out[-2000:]
+
+
+def test_a_suite_for_an_absent_device_skips_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "test_dev.py").write_text(
+        "from ggml_core.testing import conformance_suite\n"
+        "test_conformance = conformance_suite('NoSuchDevice9', ops='ADD1')\n",
+        encoding="utf-8",
+    )
+    out = _pytest(tmp_path, "test_dev.py")
+    assert f"{len(select(ops='ADD1'))} skipped" in out and "NoSuchDevice9 is not available" in out, out[-2000:]
+
+
+def test_a_suite_names_each_case_and_fails_loudly(tmp_path: Path) -> None:
+    (tmp_path / "test_dev.py").write_text(
+        "import dataclasses\n"
+        "from ggml_core import testing\n"
+        "from ggml_core.testing import _suite\n"
+        "case = testing.select(ops='ADD1')[0]\n"
+        "bad = dataclasses.replace(case, reference=lambda a, b: a)\n"
+        "_suite.select = lambda ops=None, pattern=None: [bad]\n"
+        "test_conformance = _suite.conformance_suite('CPU')\n",
+        encoding="utf-8",
+    )
+    out = _pytest(tmp_path, "test_dev.py")
+    assert "1 failed" in out and "test_conformance[ADD1(" in out and "NMSE" in out, out[-2000:]

@@ -61,7 +61,7 @@ def builder(name: str) -> Callable[..., Any]:
     fn = getattr(ops, name, None)
     if fn is None or not callable(fn):
         raise MissingBuilder(name)
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 class CheckKind(enum.Enum):

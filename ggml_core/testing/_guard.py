@@ -74,7 +74,7 @@ class GuardedBuffer:
         buf = buft.alloc_buffer(total)
         try:
             pattern = np.random.default_rng(seed ^ 0x5EED).integers(0, 256, total, dtype=np.uint8)
-            buf.write(0, memoryview(pattern))
+            buf.write(0, pattern.tobytes())
             for t, off, _ in offsets:
                 buf.alloc_tensor(t, off)
             for t in tensors:

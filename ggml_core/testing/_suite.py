@@ -79,7 +79,7 @@ def conformance_suite(
         pytest.fail(f"{ggml_case} [{name}]: {result.message}", pytrace=False)
 
     test_conformance.__doc__ = f"Conformance of device {device or '(--ggml-device, default CPU)'} with ggml's ops."
-    test_conformance.ggml_conformance = True  # type: ignore[attr-defined]  # --ggml-op/--ggml-pattern narrow it
+    test_conformance.ggml_conformance = True  # --ggml-op/--ggml-pattern narrow it (see the pytest plugin)
     return test_conformance
 
 

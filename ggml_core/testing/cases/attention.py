@@ -79,6 +79,7 @@ def _soft_max_cases() -> list[Case]:
     out.append(_soft_max([16, 4, 6, 4], T.F32, 0.1, mask_ne23=(3, 2)))
     out.append(_soft_max([16, 4, 6, 4], T.F16, 0.1, max_bias=8.0, mask_ne23=(6, 4)))
     out.append(_soft_max([1024, 2, 3, 1], T.F32, 0.1, max_bias=4.0, sinks=True))
+    out.append(_soft_max([4096, 5, 2, 1], T.F16, 0.125, causal=True))
     return out
 
 
@@ -191,6 +192,7 @@ def _flash_cases() -> list[Case]:
         out.append(_flash(64, 64, 96, 4, 4, 4, kv, mask=True, sinks=True))
         out.append(_flash(64, 64, 96, 5, 4, 1, kv, mask=True, causal=True))
         out.append(_flash(40, 24, 33, 3, 2, 2, kv, mask=True, batch=2))
+        out.append(_flash(128, 128, 512, 7, 8, 2, kv, mask=True, causal=True))
     return out
 
 

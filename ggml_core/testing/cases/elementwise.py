@@ -106,7 +106,7 @@ _RANGE: dict[str, tuple[float, float]] = {
 }
 
 
-def _elementwise(op: str, type: GGMLType, ne: Sequence[int], layout: str, make: str, *args: object) -> Case:
+def _elementwise(op: str, type: GGMLType, ne: Sequence[int], layout: str, make: str, *args: float) -> Case:
     """A one-operand op: ``make`` is the builder (``unary`` takes the sub-op, others their scalar params)."""
 
     def build(ctx: Context) -> Built:
@@ -116,17 +116,18 @@ def _elementwise(op: str, type: GGMLType, ne: Sequence[int], layout: str, make: 
         lo, hi = _RANGE.get(op, (-1.0, 1.0))
         return Built(out, [a], {a.view_src or a: uniform(lo, hi)})
 
+    p = [*args, 0.0, 0.0]
     if op == "CLAMP":
-        reference = lambda a: ref.clamp(a, *args)  # noqa: E731
+        reference = lambda a: ref.clamp(a, p[0], p[1])  # noqa: E731
     elif op == "SCALE":
-        reference = lambda a: ref.scale(a, *args) if len(args) == 2 else ref.scale(a, args[0], 0.0)  # noqa: E731
+        reference = lambda a: ref.scale(a, p[0], p[1])  # noqa: E731 - scale() alone is scale_bias(s, 0)
     elif op == "LEAKY_RELU":
-        reference = lambda a: ref.leaky_relu(a, *args)  # noqa: E731
+        reference = lambda a: ref.leaky_relu(a, p[0])  # noqa: E731
     else:
         reference = ref.UNARY[op]
     params: dict[str, object] = {"type": type, "ne": list(ne), "layout": layout}
     if args:
-        params["params"] = [float(x) for x in args]  # type: ignore[arg-type]
+        params["params"] = [float(x) for x in args]
     return Case(op, params, build, reference)
 
 

@@ -87,6 +87,9 @@ def cases() -> list[Case]:
         out.append(_mul_mat(w, T.F32, 16, 5, k, bs=(2, 3), nr=(1, 1), layout="perm_b"))
         out.append(_mul_mat(w, T.F32, 16, 1, k, bs=(3, 2), nr=(1, 1), layout="perm_ab"))
     out.append(_mul_mat(T.F32, T.F32, 33, 17, 96))  # sizes that are no multiple of anything
+    for w in (T.F32, T.F16, T.BF16, T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):  # past the tile sizes of GPU kernels
+        out.append(_mul_mat(w, T.F32, 67, 19, 512))
+        out.append(_mul_mat(w, T.F32, 129, 1, 1024))
     for w in (T.F32, T.F16, T.Q4_0, T.Q8_0, T.Q4_K):
         for b_one in (False, True):
             for n_tok in (1, 5):

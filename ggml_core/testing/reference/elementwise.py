@@ -154,38 +154,36 @@ def _wrap(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.n
     return run
 
 
-#: UNARY sub-op name (and the math ops SQR..COS) → float32 function with ggml's CPU numerics
-UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    name: _wrap(fn)
-    for name, fn in {
-        "ABS": np.abs,
-        "SGN": lambda x: np.sign(x),
-        "NEG": np.negative,
-        "STEP": lambda x: (x > 0).astype(np.float32),
-        "TANH": np.tanh,
-        "ELU": lambda x: np.where(x > 0, x, np.expm1(x)),
-        "RELU": lambda x: np.where(x > 0, x, F(0.0)),
-        "SIGMOID": _sigmoid,
-        "GELU": gelu,
-        "GELU_QUICK": gelu_quick,
-        "GELU_ERF": gelu_erf,
-        "SILU": lambda x: x / (F(1.0) + np.exp(-x)),
-        "HARDSWISH": lambda x: x * _hardsigmoid(x),
-        "HARDSIGMOID": _hardsigmoid,
-        "EXP": np.exp,
-        "EXPM1": np.expm1,
-        "SOFTPLUS": _softplus,
-        "FLOOR": np.floor,
-        "CEIL": np.ceil,
-        "ROUND": _round_half_away,
-        "TRUNC": np.trunc,
-        "SQR": lambda x: x * x,
-        "SQRT": np.sqrt,
-        "LOG": np.log,
-        "SIN": np.sin,
-        "COS": np.cos,
-    }.items()
+_UNARY_MATH: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "ABS": np.abs,
+    "SGN": lambda x: np.sign(x),
+    "NEG": np.negative,
+    "STEP": lambda x: (x > 0).astype(np.float32),
+    "TANH": np.tanh,
+    "ELU": lambda x: np.where(x > 0, x, np.expm1(x)),
+    "RELU": lambda x: np.where(x > 0, x, F(0.0)),
+    "SIGMOID": _sigmoid,
+    "GELU": gelu,
+    "GELU_QUICK": gelu_quick,
+    "GELU_ERF": gelu_erf,
+    "SILU": lambda x: x / (F(1.0) + np.exp(-x)),
+    "HARDSWISH": lambda x: x * _hardsigmoid(x),
+    "HARDSIGMOID": _hardsigmoid,
+    "EXP": np.exp,
+    "EXPM1": np.expm1,
+    "SOFTPLUS": _softplus,
+    "FLOOR": np.floor,
+    "CEIL": np.ceil,
+    "ROUND": _round_half_away,
+    "TRUNC": np.trunc,
+    "SQR": lambda x: x * x,
+    "SQRT": np.sqrt,
+    "LOG": np.log,
+    "SIN": np.sin,
+    "COS": np.cos,
 }
+#: UNARY sub-op name (and the math ops SQR..COS) → float32 function with ggml's CPU numerics
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {name: _wrap(fn) for name, fn in _UNARY_MATH.items()}
 
 _GLU_ACT: dict[str, str] = {
     "REGLU": "RELU",
