@@ -63,3 +63,25 @@ def test_bf16_rounding_matches_ggml(ocl: OpenCLDevice, backend: g.Backend) -> No
     assert np.array_equal(got, want)
     back = _copy(backend, ocl, "bf16", "f32", want)
     assert np.array_equal(back[:-1].view(np.uint32), (want[:-1].astype(np.uint32) << 16))
+
+
+def test_activation_rounding_to_f16_is_bit_exact(ocl: OpenCLDevice, backend: g.Backend) -> None:
+    """f16 weights round the activations to f16 (as ggml does) with float arithmetic: an identity weight matrix
+    returns the rounded activations themselves, which must equal numpy's float16 conversion bit for bit."""
+    v = _special_f32()
+    v = v[np.isfinite(v) & (np.abs(v) < 65504.0)]
+    k = 64
+    x = np.resize(v, (2 * ((v.size + k - 1) // k), k)).astype(np.float32)  # 2 × rows of 64, every value used
+    for n in (x.shape[0], 3):  # the GEMM and the matrix-vector path
+        ctx = g.Context("id")
+        w = ctx.new_tensor_2d("f16", k, k, "eye")
+        b = ctx.new_tensor_2d("f32", k, n, "x")
+        out = ops.mul_mat(w, b)
+        graph = g.build_graph(out)
+        buf = g.alloc_ctx_tensors(ctx, ocl.buffer_type())
+        w.set_data(np.eye(k, dtype=np.float32))
+        b.set_data(x[:n])
+        backend.graph_compute(graph)
+        got = out.to_numpy().reshape(n, k)
+        assert np.array_equal(got, x[:n].astype(np.float16).astype(np.float32))  # exact (a dot product makes -0 +0)
+        buf.free()

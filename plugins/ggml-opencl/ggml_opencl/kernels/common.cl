@@ -63,10 +63,14 @@ inline void report_error(global int* err, int code) { atomic_cmpxchg(err, 0, cod
 
 inline float f16_bits(ushort h) { return vload_half(0, (private const half*)&h); }
 
+// x rounded to the nearest f16 value (ties to even), overflow to inf, in float arithmetic: adding and removing
+// 2^(e+13) leaves the 11 significant bits of an f16 (ulp 2^-24 below the normal range)
 inline float round_f16(float x) {
-    ushort h;
-    vstore_half_rte(x, 0, (private half*)&h);
-    return vload_half(0, (private const half*)&h);
+    const float ax = fabs(x);
+    if (!(ax < 65520.0f)) return ax == ax ? copysign(INFINITY, x) : x;
+    const uint e = as_uint(ax) & 0x7f800000u;
+    const float c = e < (113u << 23) ? 0.5f : as_float(e + (13u << 23));
+    return copysign((ax + c) - c, x);
 }
 
 inline float bf16_bits(ushort b) { return as_float((uint)b << 16); }

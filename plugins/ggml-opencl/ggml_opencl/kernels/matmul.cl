@@ -64,30 +64,35 @@ kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, lo
     ITEM4(((int4)((K + blk - 1) / blk, b_ne.s1, b_ne.s2, b_ne.s3)), n_items)
     const int c = i0, n = i1;
     global const uchar* row = AT(b, 0, n, i2, i3);
-    global float* out = bp + (flat(0, n, i2, i3, b_ne) / b_ne.s0) * K;
-    const int k0 = c * blk, k1 = min(K, k0 + blk);
-    if (mode == R_Q8_0) {
-        float amax = 0.0f;
-        for (int k = k0; k < k1; ++k) { const float v = fabs(load_f(row + k * b_nb.s0, b_t)); amax = amax > v ? amax : v; }
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dh = round_f16(d);
-        for (int k = k0; k < k1; ++k) out[k] = (float)(int)round(load_f(row + k * b_nb.s0, b_t) * id) * dh;
-    } else if (mode == R_Q8_K) {
-        float amax = 0.0f, vmax = 0.0f;
-        for (int k = k0; k < k1; ++k) {
-            const float v = load_f(row + k * b_nb.s0, b_t);
-            if (fabs(v) > amax) { amax = fabs(v); vmax = v; }
-        }
-        if (amax == 0.0f) {
-            for (int k = k0; k < k1; ++k) out[k] = 0.0f;
-        } else {
-            const float iscale = -127.0f / vmax, d = 1.0f / iscale;
-            for (int k = k0; k < k1; ++k) out[k] = (float)min(127, (int)rint(iscale * load_f(row + k * b_nb.s0, b_t))) * d;
-        }
+    global float* out = bp + (flat(0, n, i2, i3, b_ne) / b_ne.s0) * K + c * blk;
+    const int k0 = c * blk, kn = min(K - k0, blk);
+    float x[256];
+    if (b_t == T_F32 && b_nb.s0 == 4) {
+        global const float* src = (global const float*)row + k0;
+        for (int k = 0; k < kn; ++k) x[k] = src[k];
     } else {
-        for (int k = k0; k < k1; ++k) {
-            const float v = load_f(row + k * b_nb.s0, b_t);
-            out[k] = mode == R_F16 ? round_f16(v) : (mode == R_BF16 ? bf16_bits(to_bf16(v)) : v);
+        for (int k = 0; k < kn; ++k) x[k] = load_f(row + (long)(k0 + k) * b_nb.s0, b_t);
+    }
+    if (mode == R_Q8_0) {  // d = amax / 127 (stored as f16), q = roundf(x / d)
+        float amax = 0.0f;
+        for (int k = 0; k < kn; ++k) amax = fmax(amax, fabs(x[k]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dh = round_f16(d);
+        for (int k = 0; k < kn; ++k) out[k] = round(x[k] * id) * dh;
+    } else if (mode == R_Q8_K) {  // iscale = -127 / (the first value of largest magnitude), q = min(127, rint(x iscale))
+        float amax = 0.0f, vmax = 0.0f;
+        for (int k = 0; k < kn; ++k) {
+            const float a = fabs(x[k]);
+            vmax = a > amax ? x[k] : vmax;
+            amax = a > amax ? a : amax;
         }
+        const float iscale = amax == 0.0f ? 0.0f : -127.0f / vmax, d = amax == 0.0f ? 0.0f : 1.0f / iscale;
+        for (int k = 0; k < kn; ++k) out[k] = fmin(127.0f, rint(iscale * x[k])) * d;
+    } else if (mode == R_F16) {
+        for (int k = 0; k < kn; ++k) out[k] = round_f16(x[k]);
+    } else if (mode == R_BF16) {
+        for (int k = 0; k < kn; ++k) out[k] = bf16_bits(to_bf16(x[k]));
+    } else {
+        for (int k = 0; k < kn; ++k) out[k] = x[k];
     }
 }
 
