@@ -212,6 +212,52 @@ def test_rope_f16_and_strided_input() -> None:
     np.testing.assert_allclose(got16.astype(np.float32), _rope_ref(x16, pos, 32, False), atol=4e-3)
 
 
+def _mrope_ref(x: np.ndarray, pos: np.ndarray, n_dims: int, sections: tuple[int, ...], mode: int) -> np.ndarray:
+    """Multi-section RoPE from ggml.h's description: pair i takes the t/h/w/e position of its section
+    (IMROPE: interleaved t, h, w), NEOX rotation; VISION rotates (x[i], x[i + n_dims]) over the whole row and
+    restarts each section's frequencies. Angles follow the float32 recurrence theta = p; theta *= step."""
+    n_tok, ne0 = x.shape[1], x.shape[-1]
+    vision = mode == 24
+    n_pairs = ne0 // 2 if vision else n_dims // 2
+    starts = np.cumsum([0, *sections[:3]])
+    out = x.astype(np.float64).copy()
+    for t in range(n_tok):
+        theta = np.zeros(n_pairs)
+        for i in range(n_pairs):
+            sec = i % sum(sections)
+            if mode == 40:  # interleaved t, h, w; e for the rest
+                k = next((j for j in (0, 1, 2) if sec % 3 == j and sec < 3 * sections[j]), 3)
+            else:
+                k = int(np.searchsorted(starts, sec, side="right")) - 1
+            power = sec - starts[k] if vision else i
+            p = pos[t + k * n_tok]
+            theta[i] = _theta_f32(np.array([p]), power + 1, n_dims, 10000.0)[0, power]
+        c, s = np.cos(theta), np.sin(theta)
+        off = n_dims if vision else n_pairs
+        a, b = x[:, t, :, :n_pairs].astype(np.float64), x[:, t, :, off : off + n_pairs].astype(np.float64)
+        out[:, t, :, :n_pairs] = a * c - b * s
+        out[:, t, :, off : off + n_pairs] = a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize(
+    ("mode", "ne0", "n_dims", "sections"),
+    [
+        (8, 64, 64, (12, 10, 10, 0)),
+        (8, 80, 48, (8, 8, 4, 4)),
+        (40, 64, 64, (12, 10, 10, 0)),
+        (24, 64, 32, (8, 8, 0, 0)),
+    ],
+)
+def test_rope_multi_sections(mode: int, ne0: int, n_dims: int, sections: tuple[int, int, int, int]) -> None:
+    r = rng(13)
+    x = r.standard_normal((1, 5, 3, ne0)).astype(np.float32)
+    pos = r.integers(0, 300, 20).astype(np.int32)
+    g = CpuGraph()
+    out = ops.rope_multi(g.tensor(x), g.tensor(pos, "i32"), None, n_dims, sections, mode, 0, 10000.0, 1, 0, 1, 0, 0)
+    np.testing.assert_allclose(g.compute(out), _mrope_ref(x, pos, n_dims, sections, mode), atol=3e-6)
+
+
 def test_rope_checks() -> None:
     g = CpuGraph()
     a = g.tensor(np.zeros((4, 2, 16), np.float32))

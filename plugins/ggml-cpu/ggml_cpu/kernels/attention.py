@@ -1,4 +1,5 @@
-"""Attention building blocks: SOFT_MAX (scale, mask, ALiBi, sinks), ROPE (NORMAL/NEOX, YaRN), DIAG_MASK_INF/ZERO.
+"""Attention building blocks: SOFT_MAX (scale, mask, ALiBi, sinks), ROPE (NORMAL, NEOX, MROPE, IMROPE, VISION;
+YaRN), DIAG_MASK_INF/ZERO.
 
 ROPE follows ggml's ``ggml_rope_cache_init``: theta advances by ``theta *= powf(base, -2/n_dims)`` in float32
 (the drift against float64 is visible at large positions), YaRN mixes interpolated and extrapolated theta with a
@@ -14,7 +15,7 @@ import numpy as np
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel, store
 
-__all__ = ["alibi_slopes", "rope_cos_sin", "yarn_corr_dims"]
+__all__ = ["alibi_slopes", "rope_cos_sin", "theta_powers", "yarn_corr_dims"]
 
 _F32 = np.float32
 
@@ -40,8 +41,11 @@ def _soft_max_ok(node: Tensor) -> bool:
     assert a is not None
     mask_ok = m is None or m.type in (GGMLType.F32, GGMLType.F16)
     sinks = node.src[2]
-    return a.type == GGMLType.F32 and node.type == GGMLType.F32 and mask_ok and (
-        sinks is None or sinks.type == GGMLType.F32
+    return (
+        a.type == GGMLType.F32
+        and node.type == GGMLType.F32
+        and mask_ok
+        and (sinks is None or sinks.type == GGMLType.F32)
     )
 
 
@@ -93,24 +97,30 @@ def yarn_corr_dims(
     return low, high
 
 
+#: ggml's rope modes (op_params[2])
+ROPE_NORMAL, ROPE_NEOX, ROPE_MROPE, ROPE_VISION, ROPE_IMROPE = 0, 2, 8, 24, 40
+
+
+def theta_powers(base: np.ndarray, n_pairs: int, theta_scale: np.float32) -> np.ndarray:
+    """``theta = base; theta *= theta_scale`` per pair, in float32: shape (len(base), n_pairs)."""
+    steps = np.empty((base.shape[0], n_pairs), np.float32)
+    steps[:, 0] = base.astype(np.float32)
+    steps[:, 1:] = theta_scale
+    with np.errstate(all="ignore"):
+        return np.cumprod(steps, axis=1, dtype=np.float32)
+
+
 def rope_cos_sin(
-    pos: np.ndarray,
-    n_dims: int,
-    freq_base: float,
+    theta_extrap: np.ndarray,
     freq_scale: float,
     ext_factor: float,
     attn_factor: float,
     corr: tuple[float, float],
     freq_factors: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin per (position, pair), shape (n_pos, n_dims / 2), as ``ggml_rope_cache_init`` computes them."""
-    n_pairs = n_dims // 2
-    theta_scale = _F32(freq_base) ** _F32(-2.0 / n_dims)
-    steps = np.empty((pos.shape[0], n_pairs), np.float32)
-    steps[:, 0] = pos.astype(np.float32)
-    steps[:, 1:] = theta_scale
+    """cos and sin per (position, pair) from the unscaled angles, as ``rope_yarn`` in ggml computes them."""
+    n_pairs = theta_extrap.shape[1]
     with np.errstate(all="ignore"):
-        theta_extrap = np.cumprod(steps, axis=1, dtype=np.float32)  # theta *= theta_scale, in float32
         if freq_factors is not None:
             theta_extrap = theta_extrap / freq_factors[:n_pairs].astype(np.float32)
         theta_interp = _F32(freq_scale) * theta_extrap
@@ -123,18 +133,59 @@ def rope_cos_sin(
             ramp = (_F32(1.0) - np.minimum(_F32(1.0), np.maximum(_F32(0.0), y))) * _F32(ext_factor)
             theta = theta_interp * (_F32(1.0) - ramp) + theta_extrap * ramp
             mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
-        return (np.cos(theta) * mscale).astype(np.float32), (np.sin(theta) * mscale).astype(np.float32)
+        # cosf/sinf of the float32 angle: float64 evaluation rounded once
+        theta64 = theta.astype(np.float64)
+        cos = np.cos(theta64).astype(np.float32) * mscale
+        sin = np.sin(theta64).astype(np.float32) * mscale
+        return cos.astype(np.float32), sin.astype(np.float32)
+
+
+def _mrope_angles(
+    pos: np.ndarray, n_tok: int, n_pairs: int, ts: np.float32, sections: list[int], mode: int
+) -> np.ndarray:
+    """Unscaled angles of multi-section RoPE: each pair takes the position (t, h, w or e) of its section.
+
+    MROPE/IMROPE advance every angle by ``theta_scale`` from pair 0; VISION restarts each section's angle at its
+    first pair. IMROPE interleaves the sections (t, h, w, t, h, w, ...).
+    """
+    sect_dims = sum(sections)
+    sector = np.arange(n_pairs) % sect_dims
+    sec_w, sec_e = sections[0] + sections[1], sections[0] + sections[1] + sections[2]
+    if mode == ROPE_IMROPE:
+        which = np.full(n_pairs, 3)
+        which[(sector % 3 == 0) & (sector < 3 * sections[0])] = 0
+        which[(sector % 3 == 1) & (sector < 3 * sections[1])] = 1
+        which[(sector % 3 == 2) & (sector < 3 * sections[2])] = 2
+    else:
+        which = np.select([sector < sections[0], sector < sec_w, sector < sec_e], [0, 1, 2], default=3)
+    positions = pos[: 4 * n_tok].reshape(4, n_tok)  # t, h, w, e: pos[i2 + k·ne2]
+    if mode == ROPE_VISION:  # the angle restarts at each section: the power is the offset inside the section
+        starts = np.array([0, sections[0], sec_w, sec_e])
+        power = sector - starts[which]
+        table = [theta_powers(positions[k], int(power.max()) + 1, ts) for k in range(4)]
+        return np.stack([table[w][:, e] for w, e in zip(which, power, strict=True)], axis=1)
+    table = [theta_powers(positions[k], n_pairs, ts) for k in range(4)]
+    return np.stack([table[w][:, i] for i, w in enumerate(which)], axis=1)
 
 
 def _rope_ok(node: Tensor) -> bool:
     a, p, ff = node.src[0], node.src[1], node.src[2]
     assert a is not None and p is not None
+    mode = node.op_param_i32(2)
+    n_dims, n_offs = node.op_param_i32(1), node.op_param_i32(15)
+    sections = [node.op_param_i32(i) for i in range(11, 15)]
+    if mode not in (ROPE_NORMAL, ROPE_NEOX, ROPE_MROPE, ROPE_VISION, ROPE_IMROPE):
+        return False
+    n_pairs = a.ne[0] // 2 if mode == ROPE_VISION else n_dims // 2
+    if mode & ROPE_MROPE and (sum(sections) <= 0 or sum(sections) > a.ne[0] or min(sections) < 0):
+        return False
+    if mode == ROPE_VISION and (n_dims * 2 != a.ne[0] or n_offs != 0):
+        return False
     return (
         a.type in (GGMLType.F32, GGMLType.F16)
         and node.type == a.type
         and p.type == GGMLType.I32
-        and node.op_param_i32(2) in (0, 2)
-        and (ff is None or ff.type == GGMLType.F32)
+        and (ff is None or (ff.type == GGMLType.F32 and ff.nelements >= n_pairs))
     )
 
 
@@ -144,22 +195,34 @@ def _bind_rope(node: Tensor) -> Thunk:
     assert a is not None and p is not None
     n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
     freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
+    sections = [node.op_param_i32(i) for i in range(11, 15)]
     corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
+    theta_scale = _F32(freq_base) ** _F32(-2.0 / n_dims)
+    vision = mode == ROPE_VISION
     half = n_dims // 2
+    n_pairs = a.ne[0] // 2 if vision else half
     lo, hi = n_offs, n_offs + n_dims
 
     def run() -> None:
         x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
-        pos = arr(p).reshape(-1)[: a.ne[2]]
+        pos = arr(p).reshape(-1)
+        if mode & ROPE_MROPE:
+            angles = _mrope_angles(pos, a.ne[2], n_pairs, theta_scale, sections, mode)
+        else:
+            angles = theta_powers(pos[: a.ne[2]], n_pairs, theta_scale)
         factors = None if ff is None else f32(ff).reshape(-1)
-        cos, sin = rope_cos_sin(pos, n_dims, freq_base, freq_scale, ext_factor, attn_factor, corr, factors)
+        cos, sin = rope_cos_sin(angles, freq_scale, ext_factor, attn_factor, corr, factors)
         c, s = cos[None, :, None, :], sin[None, :, None, :]
         y = np.array(x, dtype=np.float32)
-        if mode == 0:  # NORMAL: adjacent pairs (x[2i], x[2i+1])
+        if mode == ROPE_NORMAL:  # adjacent pairs (x[2i], x[2i+1])
             x0, x1 = x[..., lo:hi:2], x[..., lo + 1 : hi : 2]
             y[..., lo:hi:2] = x0 * c - x1 * s
             y[..., lo + 1 : hi : 2] = x0 * s + x1 * c
-        else:  # NEOX: halves (x[i], x[i + n_dims/2])
+        elif vision:  # pairs (x[i], x[i + n_dims]) over the whole row
+            x0, x1 = x[..., :n_dims], x[..., n_dims : 2 * n_dims]
+            y[..., :n_dims] = x0 * c - x1 * s
+            y[..., n_dims : 2 * n_dims] = x0 * s + x1 * c
+        else:  # NEOX, MROPE, IMROPE: halves (x[i], x[i + n_dims/2])
             x0, x1 = x[..., lo : lo + half], x[..., lo + half : hi]
             y[..., lo : lo + half] = x0 * c - x1 * s
             y[..., lo + half : hi] = x0 * s + x1 * c
