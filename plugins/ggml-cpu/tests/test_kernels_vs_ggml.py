@@ -98,7 +98,7 @@ def _cases() -> list[Case]:
             (lambda g, t, p: ops.rope_ext(t, p, None, *yarn)),
             (lambda gg, t, p: gg.rope_ext(t, p, None, *yarn)),
             [(rope_x, "f32"), (pos, "i32")],
-            tol=5e-5,
+            tol=1e-6,
         ),
     ]
     w = _r((2, 3, 10, 256), 10)

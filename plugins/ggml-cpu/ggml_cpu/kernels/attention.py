@@ -131,7 +131,10 @@ def rope_cos_sin(
             low, high = _F32(corr[0]), _F32(corr[1])
             y = (half_i0 - low) / np.maximum(_F32(0.001), high - low)
             ramp = (_F32(1.0) - np.minimum(_F32(1.0), np.maximum(_F32(0.0), y))) * _F32(ext_factor)
-            theta = theta_interp * (_F32(1.0) - ramp) + theta_extrap * ramp
+            # compiled as fma(theta_interp, 1 - ramp, theta_extrap * ramp): the exact float64 product of two
+            # float32 plus the float32 second term, rounded once (position 32767: 2e-5 → 2e-7 from ggml)
+            second = (theta_extrap * ramp).astype(np.float32)
+            theta = (theta_interp.astype(np.float64) * (_F32(1.0) - ramp) + second).astype(np.float32)
             mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
         # cosf/sinf of the float32 angle: float64 evaluation rounded once
         theta64 = theta.astype(np.float64)
