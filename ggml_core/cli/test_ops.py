@@ -116,7 +116,7 @@ def _perf_text(r: Any) -> str:
     head = f"{r.n_runs} runs - {r.time_us:10.2f} us/run"
     if r.flops:
         return f"{head} - {r.flops / 1e6:10.2f} MFLOP/run - {r.gflops:8.2f} GFLOPS"
-    return f"{head} - {r.bytes / 1024:8.0f} kB/run - {r.bandwidth_gb_s or 0.0:8.2f} GB/s"
+    return f"{head} - {r.bytes / 1024:8.1f} kB/run - {r.bandwidth_gb_s or 0.0:8.2f} GB/s"
 
 
 def _header(i: int, n: int, dev: Device, mode: str, reference: str) -> None:
@@ -238,7 +238,10 @@ def _footer(dev: Device, results: Sequence[Any], mode: str, rows: list[dict[str,
         for op in untested:
             print(f"  {op}: NOT SUPPORTED (no test case) [{dev.name}]")
         print(f"  {ok}/{len(results)} cases supported; {len(untested)} ops have no test case")
+    elif mode == "perf":
+        print(f"  {ok}/{ok + fail} cases ran ({unsupported} not supported, {skipped} skipped)")
     else:
-        print(f"  {ok}/{ok + fail} tests passed ({unsupported} not supported, {skipped} without builder/generator)")
+        print(f"  {ok}/{ok + fail} tests passed ({unsupported} not supported, {skipped} skipped: no builder, input "
+              "generator or reference)")
     print(f"  Backend {dev.name}: {'OK' if fail == 0 else 'FAIL'}")
     print()

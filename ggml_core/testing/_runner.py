@@ -109,20 +109,22 @@ class Prepared:
     host: dict[int, np.ndarray]
 
 
-def prepare(case: Case) -> Prepared:
+def prepare(case: Case, *, inputs: bool = True) -> Prepared:
     """Build the case in a new context and generate its inputs (deterministic: the case's seed).
 
-    Raises :class:`MissingBuilder` or :class:`CaseUnavailable` when the case cannot be built here.
+    With ``inputs=False`` only the graph is built (support mode needs no data). Raises :class:`MissingBuilder` or
+    :class:`CaseUnavailable` when the case cannot be built here.
     """
     ctx = Context(case.name)
     built = case.build(ctx)
     built.out.set_output()
     graph = build_graph(built.out)
-    rng = np.random.default_rng(case.seed)
     host: dict[int, np.ndarray] = {}
-    for t in ctx:
-        if t.view_src is None and t.op == GGMLOp.NONE:
-            host[t.id] = fill_bytes(rng, t, built.init.get(t))
+    if inputs:
+        rng = np.random.default_rng(case.seed)
+        for t in ctx:
+            if t.view_src is None and t.op == GGMLOp.NONE:
+                host[t.id] = fill_bytes(rng, t, built.init.get(t))
     return Prepared(ctx, built, graph, host)
 
 
@@ -130,9 +132,9 @@ def _unsupported(device: Device, graph: Graph) -> list[str]:
     return [n.op_desc for n in graph.nodes if not device.supports_op(n)]
 
 
-def _prepare_or_result(case: Case, device: str, mode: str) -> Prepared | CaseResult:
+def _prepare_or_result(case: Case, device: str, mode: str, inputs: bool = True) -> Prepared | CaseResult:
     try:
-        return prepare(case)
+        return prepare(case, inputs=inputs)
     except MissingBuilder as exc:
         return CaseResult(case, device, mode, Status.SKIPPED, str(exc))
     except CaseUnavailable as exc:
@@ -143,7 +145,7 @@ def _prepare_or_result(case: Case, device: str, mode: str) -> Prepared | CaseRes
 
 def check_support(case: Case, device: Device) -> CaseResult:
     """``support`` mode: does ``device`` support every node of the case?"""
-    p = _prepare_or_result(case, device.name, "support")
+    p = _prepare_or_result(case, device.name, "support", inputs=False)
     if isinstance(p, CaseResult):
         return p
     missing = _unsupported(device, p.graph)

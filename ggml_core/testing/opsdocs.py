@@ -41,7 +41,8 @@ from ggml_core.testing import conformance_suite
 test_conformance = conformance_suite("OpenCL0")   # one test per case: test_conformance[OP(params)]
 ```
 
-or with no file at all, from the pytest plugin that ggml-core installs:
+or with no file at all, from the pytest plugin that ggml-core installs (`--ggml-device` adds the suite to whatever
+else pytest collects; `--ggml-op` and `--ggml-pattern` narrow only the conformance tests):
 
 ```console
 pytest --ggml-device OpenCL0                       # the whole suite on OpenCL0
@@ -74,7 +75,11 @@ ggml-core test-ops -b OpenCL0                      # OK / FAIL (NMSE, threshold)
 ggml-core test-ops perf -b OpenCL0 -o MUL_MAT      # µs/run and GFLOP/s (matrix products) or GB/s
 ggml-core test-ops support -b OpenCL0 --output csv > docs/ops/OpenCL0.csv
 ggml-core test-ops -o ROPE -p 'type=f16' --output json -j 2
+ggml-core test-ops --show-coverage                 # which ops have cases
 ```
+
+In Python, `ggml_core.testing.select(ops=..., pattern=...)` gives the cases and
+`ggml_core.testing.run_case(case, device, reference=...)` runs one (a `CaseResult` with status, message and error).
 """
 
 
