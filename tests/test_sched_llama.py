@@ -117,6 +117,30 @@ def test_llama_on_mixed_devices_equals_the_cpu_alone(cpu: gc.Backend, acc: str, 
         assert cpu_ops == {"CONT", "ROPE", "SOFT_MAX", "SWIGLU"}
 
 
+@pytest.mark.parametrize("acc", list(ACCELERATORS))
+def test_llama_with_a_kv_cache_on_the_cpu(cpu: gc.Backend, acc: str) -> None:
+    """SET_ROWS into host caches (pre-allocated: they stay on the CPU), attention reading views of them."""
+    accel = ACCELERATORS[acc]()
+    lg = L.build_llama(n_layers=2, kv_cache=True)
+    L.alloc_weights(lg, accel)
+    L.alloc_caches(lg, cpu)
+    vals = L.random_values(lg, seed=12)
+    L.set_weights(lg, vals)
+    sched = Scheduler([accel, cpu])
+    sched.alloc_graph(lg.graph)
+    L.set_inputs(lg, vals)
+    sched.graph_compute(lg.graph)
+    np.testing.assert_allclose(lg.out.to_numpy()[0, 0], L.reference(lg, vals), **TOL)
+    check_plan_consistency(sched, lg.graph)
+    set_rows = [t for t in lg.graph.nodes if t.op == GGMLOp.SET_ROWS]
+    assert len(set_rows) == 4 and all(sched.get_tensor_backend(t) is cpu for t in set_rows)
+    # the caches hold the rows written: cell kv_idx[i] of layer 0's V cache is token i's V projection
+    x = vals["inp_embd"].astype(np.float64)
+    a = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + L.EPS) * vals["blk.0.attn_norm"]
+    v0 = a @ vals["blk.0.attn_v"].T.astype(np.float64)
+    np.testing.assert_allclose(lg.caches[1].to_numpy()[0, 0][vals["kv_idx"]], v0, **TOL)
+
+
 def test_llama_split_over_three_devices(cpu: gc.Backend) -> None:
     """Layer 0's weights on Sub0, layer 1's on Sub1 (MUL_MAT only): three devices, copies between accelerators."""
     sub0 = SubsetDevice("Sub0").init_backend()

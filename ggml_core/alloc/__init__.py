@@ -1,7 +1,8 @@
 """Memory planning: static allocation of context tensors, and the graph allocator for intermediate tensors."""
 
 from ggml_core.alloc._dyn import MAX_CHUNKS, DynAllocator
-from ggml_core.alloc._gallocr import INPLACE_OPS, GraphAllocator, TensorAlloc, can_inplace, same_layout
+from ggml_core.alloc._gallocr import GraphAllocator
+from ggml_core.alloc._liveness import INPLACE_OPS, TensorAlloc, can_inplace, same_layout
 from ggml_core.alloc._tallocr import MultiBuffer, TensorAllocator, alloc_ctx_tensors, pad
 
 __all__ = [

@@ -1,17 +1,9 @@
 """The graph allocator (ggml's ``ggml_gallocr``): plans a graph's intermediate tensors into one buffer per buffer type.
 
-Planning walks the graph once, as ggml does:
-
-1. leafs that nothing allocated yet get memory first, then every ``INPUT`` tensor (so nothing computed earlier can
-   overwrite them);
-2. each node's children and views are counted;
-3. nodes are visited in order: a node takes memory (in place of its parent for the ops ggml allows, when the parent
-   has this node as its only consumer, the same layout and is not an output), then each parent whose last consumer
-   this was is freed — views keep their source alive, ``OUTPUT`` tensors are never freed.
-
-The plan is a list of ``(buffer, chunk, offset)`` per node, per operand and per leaf. :meth:`GraphAllocator.reserve`
-makes it and sizes the buffers; :meth:`GraphAllocator.alloc_graph` binds a graph's tensors to those addresses without
-planning again while the graph has the same structure and no tensor outgrew its reserved size.
+:mod:`ggml_core.alloc._liveness` makes the plan (where each tensor goes, with in-place reuse and frees at last use);
+:meth:`GraphAllocator.reserve` makes it and sizes the buffers; :meth:`GraphAllocator.alloc_graph` binds a graph's
+tensors to those addresses without planning again while the graph has the same structure and no tensor outgrew its
+reserved size (the worst case is reserved once; smaller batches reuse it).
 
 Tensors this allocator bound earlier (an earlier graph, or the same graph last time) count as unallocated: their
 memory belongs to the allocator, and re-running a graph re-binds them. Tensors in any other buffer are left alone.
@@ -27,104 +19,26 @@ from typing import TYPE_CHECKING, Final
 
 from ggml_core._errors import AllocationError, GraphError
 from ggml_core._tensor import Tensor, TensorFlag
-from ggml_core.alloc._dyn import DynAllocator, pad
+from ggml_core.alloc._dyn import DynAllocator
+from ggml_core.alloc._liveness import Plan, TensorAlloc, buffer_ids, plan_graph, structure
 from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage
 from ggml_core.ops._enum import GGMLOp
 
 if TYPE_CHECKING:
     from ggml_core._graph import Graph
 
-__all__ = ["INPLACE_OPS", "GraphAllocator", "TensorAlloc", "can_inplace", "same_layout"]
+__all__ = ["GraphAllocator"]
 
-#: ops whose result may take its operand's memory (``ggml_op_can_inplace``); their kernels must allow dst == src
-INPLACE_OPS: Final = frozenset(
-    {
-        GGMLOp.FILL,
-        GGMLOp.SCALE,
-        GGMLOp.DIAG_MASK_ZERO,
-        GGMLOp.DIAG_MASK_INF,
-        GGMLOp.ADD,
-        GGMLOp.ADD_ID,
-        GGMLOp.ADD1,
-        GGMLOp.SUB,
-        GGMLOp.MUL,
-        GGMLOp.DIV,
-        GGMLOp.SQR,
-        GGMLOp.SQRT,
-        GGMLOp.LOG,
-        GGMLOp.UNARY,
-        GGMLOp.ROPE,
-        GGMLOp.ROPE_BACK,
-        GGMLOp.SILU_BACK,
-        GGMLOp.RMS_NORM,
-        GGMLOp.RMS_NORM_BACK,
-        GGMLOp.SOFT_MAX,
-        GGMLOp.SOFT_MAX_BACK,
-    }
-)
-
-_IO: Final = int(TensorFlag.INPUT | TensorFlag.OUTPUT)
+_INPUT: Final = int(TensorFlag.INPUT)
 #: how many graphs keep their plan and bindings for instant reuse
 _GRAPH_CACHE: Final = 8
-
-
-def can_inplace(op: GGMLOp) -> bool:
-    """``ggml_op_can_inplace``: may this op's result share its operand's memory?"""
-    return op in INPLACE_OPS
-
-
-def same_layout(a: Tensor, b: Tensor) -> bool:
-    """``ggml_are_same_layout``: same type, shape and strides."""
-    return a.type == b.type and a.ne == b.ne and a.nb == b.nb
-
-
-@dataclass(frozen=True)
-class TensorAlloc:
-    """Where the plan put one tensor; ``buffer_id == -1`` for views, pre-allocated and absent tensors."""
-
-    buffer_id: int
-    chunk: int
-    offset: int
-    #: the bytes reserved (``alloc_size`` at planning time); a later tensor at this place may not need more
-    size_max: int
-
-
-_NONE: Final = TensorAlloc(-1, -1, -1, 0)
-
-
-class _HashNode:
-    """Planning state of one tensor."""
-
-    __slots__ = ("allocated", "buffer_id", "chunk", "n_children", "n_views", "offset")
-
-    def __init__(self) -> None:
-        self.n_children = 0
-        self.n_views = 0
-        self.buffer_id = -1
-        self.chunk = -1
-        self.offset = -1
-        self.allocated = False
-
-
-@dataclass
-class _Plan:
-    """One planning result, reusable for every graph of the same structure."""
-
-    nodes: list[TensorAlloc]
-    srcs: list[tuple[TensorAlloc, ...]]
-    leafs: list[TensorAlloc]
-    #: per allocator (in buffer-id order, shared allocators once): bytes each chunk needs
-    chunk_sizes: list[list[int]]
-    structure: tuple[object, ...]
-    ids: tuple[tuple[int, ...], tuple[int, ...]]
-    n_inplace: int
 
 
 @dataclass
 class _Bound:
     """A plan applied to one graph object: the bindings to check on every later ``alloc_graph``."""
 
-    plan: _Plan
+    plan: Plan
     owned: list[tuple[Tensor, int, int, int]]  # tensor, buffer id, chunk, offset
     views: list[Tensor]
     external: list[Tensor]
@@ -149,7 +63,7 @@ class GraphAllocator:
             self._allocs.append(self._allocs[j] if j < i else DynAllocator(buft.alignment, buft.max_size))
         self._buffers: list[list[Buffer] | None] = [None] * len(self.bufts)
         self._own: weakref.WeakSet[Buffer] = weakref.WeakSet()
-        self._plan: _Plan | None = None
+        self._plan: Plan | None = None
         self._bound: OrderedDict[int, _Bound] = OrderedDict()
         #: how many times a graph was planned (reserve / automatic re-reserve); reuse does not count
         self.n_plans = 0
@@ -193,7 +107,7 @@ class GraphAllocator:
         buf = base.buffer
         if buf is None or buf in self._own:
             return None
-        if buf.usage == BufferUsage.COMPUTE and (base.op != GGMLOp.NONE or base.flags & TensorFlag.INPUT):
+        if buf.usage == BufferUsage.COMPUTE and (base.op != GGMLOp.NONE or base.flags & _INPUT):
             return None
         return buf
 
@@ -203,150 +117,16 @@ class GraphAllocator:
 
     # ------------------------------------------------------------------------------------------- planning
 
-    def _plan_graph(self, graph: Graph, node_ids: Sequence[int] | None, leaf_ids: Sequence[int] | None) -> _Plan:
-        nodes, leafs = graph.nodes, graph.leafs
-        for name, ids, n in (("node", node_ids, len(nodes)), ("leaf", leaf_ids, len(leafs))):
-            if ids is not None and len(ids) < n:
-                raise GraphError(f"graph allocator: {len(ids)} {name} buffer ids for {n} {name}s")
-            if ids is not None and any(not 0 <= b < len(self.bufts) for b in ids[:n]):
-                raise GraphError(f"graph allocator: a {name} buffer id is outside 0..{len(self.bufts) - 1}")
-        for a in self._allocs:
-            a.reset()
-        hash_: dict[int, _HashNode] = {}
-        n_inplace = 0
-        bufts, allocs = self.bufts, self._allocs
-        ext = self._external
-
-        def hn(t: Tensor) -> _HashNode:
-            h = hash_.get(t.id)
-            if h is None:
-                h = hash_[t.id] = _HashNode()
-            return h
-
-        def allocate(t: Tensor, buffer_id: int) -> None:
-            nonlocal n_inplace
-            if t.view_src is not None:
-                return
-            if t.buffer is not None and ext(t):
-                return  # pre-allocated
-            h = hn(t)
-            if h.allocated:
-                return
-            h.allocated = True
-            if t.op in INPLACE_OPS:
-                for parent in t.src:
-                    if parent is None:
-                        continue
-                    ph = hash_.get(parent.id)
-                    # only a parent this plan allocated itself (never a view: views are not "own" here, as in ggml)
-                    if ph is None or not ph.allocated or parent.view_src is not None:
-                        continue
-                    if parent.flags & TensorFlag.OUTPUT or not same_layout(t, parent):
-                        continue
-                    if ph.n_children == 1 and ph.n_views == 0:
-                        h.buffer_id, h.chunk, h.offset = ph.buffer_id, ph.chunk, ph.offset
-                        ph.allocated = False  # the node owns the memory now
-                        _free_extra(t, parent, h)
-                        n_inplace += 1
-                        return
-            size = bufts[buffer_id].alloc_size(t)
-            h.buffer_id = buffer_id
-            h.chunk, h.offset = allocs[buffer_id].alloc(size, t)
-
-        def _free_extra(node: Tensor, parent: Tensor, h: _HashNode) -> None:
-            buft = bufts[h.buffer_id]
-            alloc = allocs[h.buffer_id]
-            parent_size = pad(buft.alloc_size(parent), alloc.alignment)
-            node_size = pad(buft.alloc_size(node), alloc.alignment)
-            if parent_size > node_size:
-                alloc.free(h.chunk, h.offset + node_size, parent_size - node_size)
-
-        def free(t: Tensor) -> None:
-            if t.flags & TensorFlag.OUTPUT:
-                return
-            h = hash_[t.id]
-            allocs[h.buffer_id].free(h.chunk, h.offset, bufts[h.buffer_id].alloc_size(t))
-            h.allocated = False
-
-        def nid(i: int) -> int:
-            return node_ids[i] if node_ids is not None else 0
-
-        for i, leaf in enumerate(leafs):
-            allocate(leaf, leaf_ids[i] if leaf_ids is not None else 0)
-        for i, node in enumerate(nodes):
-            # op NONE views are the scheduler's dependency markers: they hold their operand, not their source
-            if node.view_src is not None and node.op != GGMLOp.NONE:
-                hn(node.view_src).n_views += 1
-            if node.flags & TensorFlag.INPUT:
-                allocate(node, nid(i))
-            for src in node.src:
-                if src is None:
-                    continue
-                hn(src).n_children += 1
-                if src.flags & TensorFlag.INPUT:
-                    allocate(src, nid(i))
-        for i, node in enumerate(nodes):
-            bid = nid(i)
-            srcs = [s for s in node.src if s is not None]
-            for parent in srcs:
-                allocate(parent, bid)
-            allocate(node, bid)
-            for parent in srcs:
-                ph = hash_[parent.id]
-                ph.n_children -= 1
-                if ph.n_children == 0 and ph.n_views == 0:
-                    base = parent.view_src
-                    if base is not None:
-                        vh = hn(base)
-                        vh.n_views -= 1
-                        if vh.n_views == 0 and vh.n_children == 0 and vh.allocated:
-                            free(base)
-                    elif ph.allocated:
-                        free(parent)
-
-        def record(t: Tensor | None) -> TensorAlloc:
-            if t is None or t.view_src is not None or self._external(t):
-                return _NONE
-            h = hash_[t.id]
-            return TensorAlloc(h.buffer_id, h.chunk, h.offset, bufts[h.buffer_id].alloc_size(t))
-
-        plan = _Plan(
-            nodes=[record(n) for n in nodes],
-            srcs=[tuple(record(s) for s in n.src if s is not None) for n in nodes],
-            leafs=[record(leaf) for leaf in leafs],
-            chunk_sizes=[[c.max_size for c in a.chunks] for a in allocs],
-            structure=self._structure(graph),
-            ids=_ids(node_ids, leaf_ids, graph),
-            n_inplace=n_inplace,
-        )
+    def _plan_graph(self, graph: Graph, node_ids: Sequence[int] | None, leaf_ids: Sequence[int] | None) -> Plan:
+        plan = plan_graph(graph, self.bufts, self._allocs, self._external, node_ids, leaf_ids)
         self.n_plans += 1
         return plan
 
-    def _structure(self, graph: Graph) -> tuple[object, ...]:
-        """What a plan depends on besides sizes: ops, flags, operand positions, views and pre-allocated tensors."""
-        pos: dict[int, int] = {}
-        for i, t in enumerate(graph.leafs):
-            pos[t.id] = -1 - i
-        for i, t in enumerate(graph.nodes):
-            pos[t.id] = i
-        ext = self._external
-        leafs = tuple((t.flags & _IO, t.view_src is not None, ext(t)) for t in graph.leafs)
-        nodes = tuple(
-            (
-                t.op,
-                t.flags & _IO,
-                pos.get(t.view_src.id) if t.view_src is not None else ext(t),
-                tuple(pos.get(s.id) if s is not None else None for s in t.src),
-            )
-            for t in graph.nodes
-        )
-        return (leafs, nodes)
-
-    def _fits(self, plan: _Plan, graph: Graph) -> bool:
+    def _fits(self, plan: Plan, graph: Graph) -> bool:
         """ggml's reuse rule (same counts, no tensor larger than reserved) plus the same structure."""
         if len(graph.nodes) != len(plan.nodes) or len(graph.leafs) != len(plan.leafs):
             return False
-        if self._structure(graph) != plan.structure:
+        if structure(graph, self._external) != plan.structure:
             return False
         for i, node in enumerate(graph.nodes):
             if not self._size_ok(node, plan.nodes[i]):
@@ -364,7 +144,7 @@ class GraphAllocator:
 
     # ------------------------------------------------------------------------------------------- buffers
 
-    def _ensure_buffers(self, plan: _Plan) -> None:
+    def _ensure_buffers(self, plan: Plan) -> None:
         for i, buft in enumerate(self.bufts):
             j = self._first[i]
             if j < i:
@@ -429,7 +209,7 @@ class GraphAllocator:
         Raises :class:`~ggml_core.AllocationError` naming the device and the node at the peak when a buffer cannot
         be allocated.
         """
-        ids = _ids(node_buffer_ids, leaf_buffer_ids, graph)
+        ids = buffer_ids(node_buffer_ids, leaf_buffer_ids, graph)
         bound = self._bound.get(graph.uid)
         if bound is not None and bound.plan.ids == ids and self._buffers_fit(bound.plan):
             self._plan = bound.plan  # this very graph was planned with these buffer ids already
@@ -484,7 +264,7 @@ class GraphAllocator:
             self._bound.popitem(last=False)
         return True
 
-    def _buffers_fit(self, plan: _Plan) -> bool:
+    def _buffers_fit(self, plan: Plan) -> bool:
         for i in range(len(self.bufts)):
             if self._first[i] < i:
                 continue
@@ -494,7 +274,7 @@ class GraphAllocator:
                 return False
         return True
 
-    def _bind_list(self, plan: _Plan, graph: Graph) -> _Bound:
+    def _bind_list(self, plan: Plan, graph: Graph) -> _Bound:
         owned: list[tuple[Tensor, int, int, int]] = []
         views: list[Tensor] = []
         external: list[Tensor] = []
@@ -585,12 +365,3 @@ class GraphAllocator:
             self._buffers[i] = None
         self._plan = None
         self._bound.clear()
-
-
-def _ids(
-    node_ids: Sequence[int] | None, leaf_ids: Sequence[int] | None, graph: Graph
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    return (
-        tuple(node_ids[: len(graph.nodes)]) if node_ids is not None else (),
-        tuple(leaf_ids[: len(graph.leafs)]) if leaf_ids is not None else (),
-    )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ggml_core._errors import ComputeError, GGMLError, TensorError
 from ggml_core._tensor import Tensor, TensorFlag
-from ggml_core.alloc._gallocr import same_layout
+from ggml_core.alloc._liveness import same_layout
 from ggml_core.backend.interfaces import Event
 from ggml_core.ops._enum import GGMLOp
 

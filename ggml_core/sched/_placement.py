@@ -19,7 +19,7 @@ View ops (VIEW, RESHAPE, PERMUTE, TRANSPOSE) are skipped by passes 2, 3 and 5. U
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ggml_core._errors import UnsupportedOpError
 from ggml_core._tensor import Tensor, TensorFlag
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ggml_core._graph import Graph
 
 __all__ = ["PlacementError", "Placer"]
+
+_INPUT: Final = int(TensorFlag.INPUT)  # plain ints: IntFlag arithmetic is slow in hot loops
 
 _NO_WEIGHT_OPS = frozenset({GGMLOp.ROPE, GGMLOp.FLASH_ATTN_EXT})
 
@@ -127,7 +129,7 @@ class Placer:
                 f"scheduler's devices ({', '.join(self.names())}) can both use that memory and run the op; add the "
                 "device that owns the buffer to the scheduler or move the tensor",
             )
-        if t.flags & TensorFlag.INPUT:
+        if t.flags & _INPUT:
             return len(self.backends) - 1, "1.inp"
         if t.op in _NO_WEIGHT_OPS:
             return -1, ""

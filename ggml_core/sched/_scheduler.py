@@ -41,6 +41,8 @@ from ggml_core.sched._split import SplitResult, split_graph
 
 __all__ = ["DEFAULT_SCHED_GRAPH_SIZE", "MAX_BACKENDS", "MAX_COPIES", "Scheduler"]
 
+_INPUT: Final = int(TensorFlag.INPUT)  # plain ints: IntFlag arithmetic is slow in hot loops
+
 #: ``GGML_SCHED_MAX_BACKENDS``
 MAX_BACKENDS: Final = 16
 #: ``GGML_SCHED_MAX_COPIES``: input copies kept with ``parallel=True``
@@ -188,9 +190,9 @@ class Scheduler:
         for t in (*graph.leafs, *graph.nodes):
             buf = ext(t)
             if buf is None:
-                sig.append(t.flags & TensorFlag.INPUT)
+                sig.append(t.flags & _INPUT)
             else:
-                sig.append((id(buf.buffer_type), buf.usage, buf.is_host, t.flags & TensorFlag.INPUT))
+                sig.append((id(buf.buffer_type), buf.usage, buf.is_host, t.flags & _INPUT))
         copy = self.cur_copy if self.n_copies > 1 else 0
         return (graph.uid, len(graph.nodes), len(graph.leafs), frozenset(self._overrides.items()), tuple(sig), copy)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ggml_core import Backend, BufferType, BufferUsage, Context, Graph, Tensor, build_graph, ops
+from ggml_core import Backend, BufferType, BufferUsage, Context, Graph, Tensor, ops
 from ggml_core.alloc import alloc_ctx_tensors
 
 __all__ = ["LlamaGraph", "build_llama", "reference"]
@@ -40,6 +40,9 @@ class LlamaGraph:
     n_ff: int
     n_tokens: int
     ctx: Context = field(repr=False)
+    #: with a KV cache: the cells written (i64 input) and the per-layer K and V caches
+    kv_idx: Tensor | None = None
+    caches: list[Tensor] = field(default_factory=list)
 
     def weight_tensors(self) -> list[Tensor]:
         """Every weight, layer by layer."""
@@ -53,27 +56,42 @@ def build_llama(
     n_ff: int = 128,
     n_tokens: int = 8,
     graph_size: int = 4096,
+    kv_cache: bool = False,
+    shared: LlamaGraph | None = None,
 ) -> LlamaGraph:
-    """Describe the graph (no memory yet): weights ``blk.<l>.<name>``, inputs ``inp_embd``, ``inp_pos``, ``kq_mask``."""
+    """Describe the graph (no memory yet): weights ``blk.<l>.<name>``, inputs ``inp_embd``, ``inp_pos``, ``kq_mask``.
+
+    With ``kv_cache``, K and V rows are written into per-layer caches ``cache_k_l<l>``/``cache_v_l<l>`` (SET_ROWS at
+    the i64 input ``kv_idx``) and attention reads views of the caches, as llama.cpp does; allocate the caches with
+    :func:`alloc_caches`. The cache holds exactly this batch, so the maths is unchanged. ``shared``: use that graph's
+    weights and caches (a graph rebuilt for the next batch, as llama.cpp does).
+    """
     ctx = Context("llama")
     hd = n_embd // n_head
     x = ctx.new_tensor("f32", [n_embd, n_tokens], "inp_embd").set_input()
     pos = ctx.new_tensor("i32", [n_tokens], "inp_pos").set_input()
     mask = ctx.new_tensor("f32", [n_tokens, n_tokens], "kq_mask").set_input()
+    kv_idx = ctx.new_tensor("i64", [n_tokens], "kv_idx").set_input() if kv_cache else None
+    caches: list[Tensor] = []
+    graph = Graph(graph_size)
     layers: list[dict[str, Tensor]] = []
     cur = x
     for il in range(n_layers):
-        w = {
-            "attn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.attn_norm"),
-            "wq": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_q"),
-            "wk": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_k"),
-            "wv": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_v"),
-            "wo": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_output"),
-            "ffn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.ffn_norm"),
-            "w_gate": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_gate"),
-            "w_up": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_up"),
-            "w_down": ctx.new_tensor("f32", [n_ff, n_embd], f"blk.{il}.ffn_down"),
-        }
+        w = (
+            shared.weights[il]
+            if shared is not None
+            else {
+                "attn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.attn_norm"),
+                "wq": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_q"),
+                "wk": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_k"),
+                "wv": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_v"),
+                "wo": ctx.new_tensor("f32", [n_embd, n_embd], f"blk.{il}.attn_output"),
+                "ffn_norm": ctx.new_tensor("f32", [n_embd], f"blk.{il}.ffn_norm"),
+                "w_gate": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_gate"),
+                "w_up": ctx.new_tensor("f32", [n_embd, n_ff], f"blk.{il}.ffn_up"),
+                "w_down": ctx.new_tensor("f32", [n_ff, n_embd], f"blk.{il}.ffn_down"),
+            }
+        )
         layers.append(w)
         inp = cur
         h = ops.mul(ops.rms_norm(inp, EPS).set_name(f"attn_norm-{il}"), w["attn_norm"]).set_name(f"attn_normed-{il}")
@@ -82,6 +100,9 @@ def build_llama(
         v = ops.reshape_3d(ops.mul_mat(w["wv"], h).set_name(f"v-{il}"), hd, n_head, n_tokens)
         q = ops.rope_ext(q, pos, None, hd, 0, N_CTX_ORIG, FREQ_BASE, 1.0, 0.0, 1.0, 32.0, 1.0).set_name(f"q_rope-{il}")
         k = ops.rope_ext(k, pos, None, hd, 0, N_CTX_ORIG, FREQ_BASE, 1.0, 0.0, 1.0, 32.0, 1.0).set_name(f"k_rope-{il}")
+        if kv_idx is not None:
+            given = shared.caches[2 * il : 2 * il + 2] if shared is not None else None
+            k, v = _through_cache(ctx, graph, k, v, kv_idx, caches, il, given)
         q = ops.permute(q, 0, 2, 1, 3)  # [hd, T, H]
         k = ops.permute(k, 0, 2, 1, 3)
         kq = ops.mul_mat(k, q).set_name(f"kq-{il}")  # [T(k), T(q), H]
@@ -98,8 +119,36 @@ def build_llama(
         down = ops.mul_mat(w["w_down"], act).set_name(f"ffn_down-{il}")
         cur = ops.add(down, x1).set_name(f"l_out-{il}")
     cur.set_output()
-    graph = build_graph(cur, size=graph_size)
-    return LlamaGraph(graph, cur, x, pos, mask, layers, n_embd, n_head, n_ff, n_tokens, ctx)
+    graph.build_forward_expand(cur)
+    return LlamaGraph(graph, cur, x, pos, mask, layers, n_embd, n_head, n_ff, n_tokens, ctx, kv_idx, caches)
+
+
+def _through_cache(
+    ctx: Context,
+    graph: Graph,
+    k: Tensor,
+    v: Tensor,
+    idx: Tensor,
+    caches: list[Tensor],
+    il: int,
+    given: list[Tensor] | None,
+) -> tuple[Tensor, Tensor]:
+    """Write K and V ([hd, H, T]) into this layer's caches, return views of the T cells written."""
+    hd, n_head, n_tokens = k.ne[0], k.ne[1], k.ne[2]
+    n_embd = hd * n_head
+    out = []
+    for i, (name, cur) in enumerate((("k", k), ("v", v))):
+        cache = given[i] if given else ctx.new_tensor("f32", [n_embd, n_tokens], f"cache_{name}_l{il}")
+        caches.append(cache)
+        graph.build_forward_expand(ops.set_rows(cache, ops.reshape_2d(cur, n_embd, n_tokens), idx))
+        out.append(ops.view_3d(cache, hd, n_head, n_tokens, hd * 4, n_embd * 4, 0).set_name(f"{name}_cache_view-{il}"))
+    return out[0], out[1]
+
+
+def alloc_caches(lg: LlamaGraph, where: Backend | BufferType) -> None:
+    """Give the KV caches memory (a plain buffer: not weights, not compute)."""
+    if lg.caches:
+        alloc_ctx_tensors(lg.caches, where)
 
 
 def alloc_weights(lg: LlamaGraph, where: Backend | BufferType | Callable[[int, str], Backend | BufferType]) -> None:
@@ -127,13 +176,17 @@ def random_values(lg: LlamaGraph, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def input_values(lg: LlamaGraph, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Inputs: embeddings, positions 0..T-1, a causal mask (0 allowed, -inf masked)."""
+    """Inputs: embeddings, positions 0..T-1, the cache cells written (shuffled), a causal mask over those cells."""
     t = lg.n_tokens
-    mask = np.triu(np.full((t, t), -np.inf, dtype=np.float32), k=1)
+    # token i goes to cache cell cells[i]; a query may see the cells of tokens at or before its position
+    cells = rng.permutation(t) if lg.kv_idx is not None else np.arange(t)
+    token_of_cell = np.argsort(cells)
+    mask = np.where(token_of_cell[None, :] <= np.arange(t)[:, None], 0.0, -np.inf).astype(np.float32)
     return {
         "inp_embd": rng.standard_normal((t, lg.n_embd)).astype(np.float32),
         "inp_pos": np.arange(t, dtype=np.int32),
         "kq_mask": mask,
+        "kv_idx": cells.astype(np.int64),
     }
 
 
@@ -148,6 +201,8 @@ def set_inputs(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
     lg.x.set_data(vals["inp_embd"])
     lg.pos.set_data(vals["inp_pos"])
     lg.mask.set_data(vals["kq_mask"])
+    if lg.kv_idx is not None:
+        lg.kv_idx.set_data(vals["kv_idx"])
 
 
 # ================================================================================================ numpy reference
@@ -173,7 +228,8 @@ def _rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
 def reference(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> np.ndarray:
     """The layers in float64 numpy, from the definitions; returns [T, n_embd]."""
     x = vals["inp_embd"].astype(np.float64)
-    pos, mask = vals["inp_pos"], vals["kq_mask"].astype(np.float64)
+    pos = vals["inp_pos"]
+    mask = np.triu(np.full((lg.n_tokens, lg.n_tokens), -np.inf), k=1)  # causal, by token (from the definition)
     t, h = lg.n_tokens, lg.n_head
     hd = lg.n_embd // h
     for layer in lg.weights:
