@@ -86,7 +86,8 @@ def test_devices_check_passes_on_every_device_despite_the_broken_plugin(site: Pa
     proc = _cli(site, "devices", "--check", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     devices = {d["name"]: d for d in json.loads(proc.stdout)["devices"]}
-    assert list(devices) == ["Example0", "CPU"]  # the accelerator-type device comes first
+    names = list(devices)  # other installed plugins (OpenCL...) may add devices too
+    assert names.index("Example0") < names.index("CPU") == len(names) - 1  # accelerator types first, the CPU last
     assert devices["Example0"]["check"]["passed"], devices["Example0"]["check"]
     assert devices["CPU"]["check"]["passed"], devices["CPU"]["check"]
     text = _cli(site, "devices")
