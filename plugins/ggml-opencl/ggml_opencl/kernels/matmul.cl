@@ -35,6 +35,11 @@ inline void load32(int t, global const uchar* row, long nb0, int c, int K, float
         for (int l = 0; l < 32; ++l) y[l] = p[l];
         return;
     }
+    if (t == T_F16 && nb0 == 2 && k0 + 32 <= K) {
+        global const half* p = (global const half*)row + k0;
+        for (int l = 0; l < 4; ++l) vstore8(vload_half8(l, p), l, y);
+        return;
+    }
     for (int l = 0; l < 32; ++l) y[l] = k0 + l < K ? load_f(row + (long)(k0 + l) * nb0, t) : 0.0f;
 }
 

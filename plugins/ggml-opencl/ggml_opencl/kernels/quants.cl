@@ -162,39 +162,40 @@ void dq32(int t, global const uchar* row, int c, float* y) {
     }
     case T_Q4_K: {  // d dmin scales[12] qs[128]
         global const uchar* b = row + 144 * (c >> 3);
-        const int s = c & 7, j = s >> 1, hi = s & 1;
+        const int s = c & 7, shift = 4 * (s & 1);
         float sc, mn;
         scale_min_k4(s, b + 4, &sc, &mn);
         const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
-        global const uchar* q = b + 16 + 32 * j;
-        for (int l = 0; l < 32; ++l) y[l] = d1 * (float)(hi ? (q[l] >> 4) : (q[l] & 0xF)) - m1;
+        global const uchar* q = b + 16 + 32 * (s >> 1);
+        for (int l = 0; l < 32; ++l) y[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
         break;
     }
     case T_Q5_K: {  // d dmin scales[12] qh[32] qs[128]
         global const uchar* b = row + 176 * (c >> 3);
-        const int s = c & 7, j = s >> 1, hi = s & 1;
+        const int s = c & 7, shift = 4 * (s & 1);
         float sc, mn;
         scale_min_k4(s, b + 4, &sc, &mn);
         const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
-        global const uchar* q = b + 48 + 32 * j;
-        const uchar u = (uchar)(1 << s);
+        global const uchar* q = b + 48 + 32 * (s >> 1);
         for (int l = 0; l < 32; ++l) {
-            const int v = (hi ? (q[l] >> 4) : (q[l] & 0xF)) + ((b[16 + l] & u) ? 16 : 0);
+            const int v = ((q[l] >> shift) & 0xF) | (((b[16 + l] >> s) & 1) << 4);
             y[l] = d1 * (float)v - m1;
         }
         break;
     }
-    case T_Q6_K: {  // ql[128] qh[64] scales[16] d
+    case T_Q6_K: {  // ql[128] qh[64] scales[16] d; values (d * scale) * (q - 32), one scale per 16
         global const uchar* b = row + 210 * (c >> 3);
         const int n = (c & 7) >> 2, k = c & 3;
         const float d = rd_f16(b + 208);
-        global const uchar* ql = b + 64 * n + ((k & 1) ? 32 : 0);
+        global const uchar* ql = b + 64 * n + 32 * (k & 1);
         global const uchar* qh = b + 128 + 32 * n;
-        for (int l = 0; l < 32; ++l) {
-            const int low = (k & 2) ? (ql[l] >> 4) : (ql[l] & 0xF);
-            const int q = (low | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-            const float sc = (float)((char)b[192 + n * 8 + (l >> 4) + 2 * k]);
-            y[l] = d * sc * (float)q;
+        const int lshift = 4 * (k >> 1), hshift = 2 * k;
+        for (int h = 0; h < 2; ++h) {
+            const float dl = d * (float)((char)b[192 + n * 8 + h + 2 * k]);
+            for (int l = 16 * h; l < 16 * h + 16; ++l) {
+                const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+                y[l] = dl * (float)q;
+            }
         }
         break;
     }
