@@ -20,8 +20,8 @@ extern "C" __global__ void k_soft_max(const char* x, const char* mask, const cha
         const float slope = alibi_slope(max_bias, (int)i2, n_head_log2, m0, m1);
         float mx = -INFINITY;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-            float w = __fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
-            if (has_mask) w = __fadd_rn(w, __fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
+            float w = fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
+            if (has_mask) w = fadd_rn(w, fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
             mx = fmaxf(mx, w);
         }
         mx = block_max(mx, partial);
@@ -32,8 +32,8 @@ extern "C" __global__ void k_soft_max(const char* x, const char* mask, const cha
         }
         double total = 0.0;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-            float w = __fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
-            if (has_mask) w = __fadd_rn(w, __fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
+            float w = fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
+            if (has_mask) w = fadd_rn(w, fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
             total += (double)expf(w - mx);
         }
         __shared__ double partial_d[32];
@@ -41,9 +41,9 @@ extern "C" __global__ void k_soft_max(const char* x, const char* mask, const cha
         if (has_sinks) total += (double)expf(sink - mx);
         const float inv = (float)(1.0 / total);
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-            float w = __fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
-            if (has_mask) w = __fadd_rn(w, __fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
-            *(float*)(dr + i * dd.nb[0]) = __fmul_rn(expf(w - mx), inv);
+            float w = fmul_rn(*(const float*)(xr + i * dx.nb[0]), scale);
+            if (has_mask) w = fadd_rn(w, fmul_rn(slope, load_elem(mr + i * dm.nb[0], mask_type)));
+            *(float*)(dr + i * dd.nb[0]) = fmul_rn(expf(w - mx), inv);
         }
         __syncthreads();
     }
@@ -77,20 +77,20 @@ extern "C" __global__ void k_rope(const char* x, const char* pos, const char* fr
             const long long ia = neox ? n_offs + k : n_offs + 2 * k;
             const long long ib = neox ? n_offs + k + half : n_offs + 2 * k + 1;
             float theta = p;
-            for (long long s = 0; s < k; ++s) theta = __fmul_rn(theta, theta_scale);
-            if (has_ff) theta = __fdiv_rn(theta, *(const float*)(freq_factors + k * 4));
-            const float theta_interp = __fmul_rn(freq_scale, theta);
+            for (long long s = 0; s < k; ++s) theta = fmul_rn(theta, theta_scale);
+            if (has_ff) theta = fdiv_rn(theta, *(const float*)(freq_factors + k * 4));
+            const float theta_interp = fmul_rn(freq_scale, theta);
             float th = theta_interp;
             float ms = mscale;
             if (ext_factor != 0.0f) {
-                const float y = __fdiv_rn(__fsub_rn((float)k, corr_lo), fmaxf(0.001f, __fsub_rn(corr_hi, corr_lo)));
-                const float ramp = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), ext_factor);
-                th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, ramp)), __fmul_rn(theta, ramp));
+                const float y = fdiv_rn(fsub_rn((float)k, corr_lo), fmaxf(0.001f, fsub_rn(corr_hi, corr_lo)));
+                const float ramp = fmul_rn(fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), ext_factor);
+                th = fadd_rn(fmul_rn(theta_interp, fsub_rn(1.0f, ramp)), fmul_rn(theta, ramp));
             }
-            const float c = __fmul_rn(cosf(th), ms), s = __fmul_rn(sinf(th), ms);
+            const float c = fmul_rn(cosf(th), ms), s = fmul_rn(sinf(th), ms);
             const float x0 = load_elem(xr + ia * dx.nb[0], type), x1 = load_elem(xr + ib * dx.nb[0], type);
-            store_elem(dr + ia * dd.nb[0], type, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-            store_elem(dr + ib * dd.nb[0], type, __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+            store_elem(dr + ia * dd.nb[0], type, fsub_rn(fmul_rn(x0, c), fmul_rn(x1, s)));
+            store_elem(dr + ib * dd.nb[0], type, fadd_rn(fmul_rn(x0, s), fmul_rn(x1, c)));
         }
     }
 }

@@ -6,7 +6,104 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+// Helpers marked GGML_HD also compile for the host, so that tests/host_harness.cu can check the block formats,
+// quantizers and dot products on a machine without a GPU. The wrappers below are the exact-rounding intrinsics
+// on the device and their plain (non-contracted) equivalents on the host.
+#define GGML_HD __host__ __device__ __forceinline__
+
+GGML_HD float fmul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+GGML_HD float fadd_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
+GGML_HD float fsub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+
+GGML_HD float fdiv_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+GGML_HD float fma_rn(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+    return __fmaf_rn(a, b, c);
+#else
+    return fmaf(a, b, c);
+#endif
+}
+
+// round to nearest, ties to even
+GGML_HD int f2i_rn(float x) {
+#ifdef __CUDA_ARCH__
+    return __float2int_rn(x);
+#else
+    return (int)nearbyintf(x);
+#endif
+}
+
+// sum of the four signed byte products of a and b, plus c
+GGML_HD int dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 4; ++k) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+// per-byte a - b (modulo 256)
+GGML_HD int vsub4(int a, int b) {
+#ifdef __CUDA_ARCH__
+    return (int)__vsub4((unsigned)a, (unsigned)b);
+#else
+    unsigned r = 0;
+    for (int k = 0; k < 4; ++k) r |= ((((unsigned)a >> (8 * k)) - ((unsigned)b >> (8 * k))) & 0xFFu) << (8 * k);
+    return (int)r;
+#endif
+}
+
+GGML_HD float bits_to_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+GGML_HD uint32_t f32_to_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
 
 struct TDesc {
     long long ne[4];
@@ -37,11 +134,11 @@ struct TDesc {
 // status bits a kernel may raise in the backend's status word (checked at synchronize)
 #define STATUS_BAD_ROW_INDEX 1u
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(((uint32_t)h) << 16); }
+GGML_HD float bf16_bits_to_f32(uint16_t h) { return bits_to_f32(((uint32_t)h) << 16); }
 
 // ggml's f32 -> bf16: round to nearest even; a NaN keeps its top 16 bits with the quiet bit forced
-__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
-    const uint32_t u = __float_as_uint(f);
+GGML_HD uint16_t f32_to_bf16_bits(float f) {
+    const uint32_t u = f32_to_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
         return (uint16_t)((u >> 16) | 64u);
     }
@@ -49,24 +146,24 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
 }
 
 // ggml's f32 -> f16: round to nearest even, overflow to inf, NaN to the canonical 0x7e00 (sign kept)
-__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
-    const uint32_t u = __float_as_uint(f);
+GGML_HD uint16_t f32_to_f16_bits(float f) {
+    const uint32_t u = f32_to_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
         return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
     }
     return __half_as_ushort(__float2half_rn(f));
 }
 
-__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+GGML_HD float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-__device__ __forceinline__ float round_to_f16(float f) { return f16_bits_to_f32(f32_to_f16_bits(f)); }
+GGML_HD float round_to_f16(float f) { return f16_bits_to_f32(f32_to_f16_bits(f)); }
 
-__device__ __forceinline__ float round_to_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+GGML_HD float round_to_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
-__device__ __forceinline__ uint16_t load_u16(const void* p) { return *(const uint16_t*)p; }
+GGML_HD uint16_t load_u16(const void* p) { return *(const uint16_t*)p; }
 
 // an element of a plain (non-quantized) type as float
-__device__ __forceinline__ float load_elem(const char* p, int type) {
+GGML_HD float load_elem(const char* p, int type) {
     switch (type) {
         case GT_F32: return *(const float*)p;
         case GT_F16: return f16_bits_to_f32(load_u16(p));
@@ -80,7 +177,7 @@ __device__ __forceinline__ float load_elem(const char* p, int type) {
 }
 
 // store a float into an element of f32, f16, bf16 (converting as ggml does) or i32 (truncating toward zero)
-__device__ __forceinline__ void store_elem(char* p, int type, float v) {
+GGML_HD void store_elem(char* p, int type, float v) {
     switch (type) {
         case GT_F32: *(float*)p = v; break;
         case GT_F16: *(uint16_t*)p = f32_to_f16_bits(v); break;

@@ -55,9 +55,9 @@
 // ggml_gelu_f32 as compiled: float steps, 1 + (0.044715*x)*x fused into one multiply-add
 __device__ __forceinline__ float gelu_tanh_f32(float x) {
     const float c = 0.79788456080286535588f, a = 0.044715f;
-    const float inner = __fmaf_rn(__fmul_rn(a, x), x, 1.0f);
-    const float t = tanhf(__fmul_rn(__fmul_rn(c, x), inner));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+    const float inner = fma_rn(fmul_rn(a, x), x, 1.0f);
+    const float t = tanhf(fmul_rn(fmul_rn(c, x), inner));
+    return fmul_rn(fmul_rn(0.5f, x), fadd_rn(1.0f, t));
 }
 
 // ggml's CPU GELU: an f16 table of gelu at f16(x); on f32 input x <= -10 gives 0 and x >= 10 gives x
@@ -72,17 +72,17 @@ __device__ __forceinline__ float gelu_ggml(float x, int f16_input) {
 // ggml's CPU GELU_QUICK: the f16 table for every x
 __device__ __forceinline__ float gelu_quick_ggml(float x) {
     const float h = round_to_f16(x);
-    return round_to_f16(__fmul_rn(h, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(__fmul_rn(-1.702f, h))))));
+    return round_to_f16(fmul_rn(h, fdiv_rn(1.0f, fadd_rn(1.0f, expf(fmul_rn(-1.702f, h))))));
 }
 
 __device__ __forceinline__ float gelu_erf_f32(float x) {
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752440f))));
+    return fmul_rn(fmul_rn(0.5f, x), fadd_rn(1.0f, erff(fmul_rn(x, 0.70710678118654752440f))));
 }
 
-__device__ __forceinline__ float silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float silu_f32(float x) { return fdiv_rn(x, fadd_rn(1.0f, expf(-x))); }
 
 __device__ __forceinline__ float hardsigmoid_f32(float x) {
-    return fminf(1.0f, fmaxf(0.0f, __fdiv_rn(__fadd_rn(x, 3.0f), 6.0f)));
+    return fminf(1.0f, fmaxf(0.0f, fdiv_rn(fadd_rn(x, 3.0f), 6.0f)));
 }
 
 // C's round(): half away from zero
@@ -102,46 +102,46 @@ __device__ __forceinline__ float unary_op(int op, float x, float p0, float p1, f
         case U_TANH: return tanhf(x);
         case U_ELU: return x > 0.0f ? x : expm1f(x);
         case U_RELU: return x > 0.0f ? x : 0.0f;
-        case U_SIGMOID: return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+        case U_SIGMOID: return fdiv_rn(1.0f, fadd_rn(1.0f, expf(-x)));
         case U_GELU: return gelu_ggml(x, f16_input);
         case U_GELU_QUICK: return gelu_quick_ggml(x);
         case U_GELU_ERF: return gelu_erf_f32(x);
         case U_SILU: return silu_f32(x);
-        case U_HARDSWISH: return __fmul_rn(x, hardsigmoid_f32(x));
+        case U_HARDSWISH: return fmul_rn(x, hardsigmoid_f32(x));
         case U_HARDSIGMOID: return hardsigmoid_f32(x);
         case U_EXP: return expf(x);
-        case U_EXPM1: return __fsub_rn(expf(x), 1.0f);
-        case U_SOFTPLUS: return x > 20.0f ? x : logf(__fadd_rn(1.0f, expf(x)));
+        case U_EXPM1: return fsub_rn(expf(x), 1.0f);
+        case U_SOFTPLUS: return x > 20.0f ? x : logf(fadd_rn(1.0f, expf(x)));
         case U_XIELU: {
-            const float beta_x = __fmul_rn(p2, x);
-            if (x > 0.0f) return __fadd_rn(__fmul_rn(__fmul_rn(p1, x), x), beta_x);
-            return __fadd_rn(__fmul_rn(__fsub_rn(expm1f(fminf(x, p3)), x), p0), beta_x);
+            const float beta_x = fmul_rn(p2, x);
+            if (x > 0.0f) return fadd_rn(fmul_rn(fmul_rn(p1, x), x), beta_x);
+            return fadd_rn(fmul_rn(fsub_rn(expm1f(fminf(x, p3)), x), p0), beta_x);
         }
         case U_FLOOR: return floorf(x);
         case U_CEIL: return ceilf(x);
         case U_ROUND: return round_half_away(x);
         case U_TRUNC: return truncf(x);
-        case U_SQR: return __fmul_rn(x, x);
+        case U_SQR: return fmul_rn(x, x);
         case U_SQRT: return sqrtf(x);
         case U_LOG: return logf(x);
         case U_SIN: return sinf(x);
         case U_COS: return cosf(x);
-        case U_SCALE: return p1 == 0.0f ? __fmul_rn(x, p0) : __fmaf_rn(x, p0, p1);
+        case U_SCALE: return p1 == 0.0f ? fmul_rn(x, p0) : fma_rn(x, p0, p1);
         case U_CLAMP: {
             const float t = x < p1 ? x : p1;
             return t > p0 ? t : p0;
         }
-        case U_LEAKY_RELU: return __fadd_rn(x > 0.0f ? x : 0.0f, __fmul_rn(p0, x < 0.0f ? x : 0.0f));
+        case U_LEAKY_RELU: return fadd_rn(x > 0.0f ? x : 0.0f, fmul_rn(p0, x < 0.0f ? x : 0.0f));
         default: return x;
     }
 }
 
 __device__ __forceinline__ float binary_op(int op, float a, float b) {
     switch (op) {
-        case B_ADD: case B_ADD1: return __fadd_rn(a, b);
-        case B_SUB: return __fsub_rn(a, b);
-        case B_MUL: return __fmul_rn(a, b);
-        case B_DIV: return __fdiv_rn(a, b);
+        case B_ADD: case B_ADD1: return fadd_rn(a, b);
+        case B_SUB: return fsub_rn(a, b);
+        case B_MUL: return fmul_rn(a, b);
+        case B_DIV: return fdiv_rn(a, b);
         default: return a;
     }
 }
@@ -212,10 +212,10 @@ extern "C" __global__ void k_glu(const char* x, const char* g, char* d, TDesc dx
             float out;
             if (op == G_SWIGLU_OAI) {
                 const float xc = fminf(xv, limit), gc = fminf(fmaxf(gv, -limit), limit);
-                const float e = expf(__fmul_rn(alpha, -xc));
-                out = __fmul_rn(__fdiv_rn(xc, __fadd_rn(1.0f, e)), __fadd_rn(gc, 1.0f));
+                const float e = expf(fmul_rn(alpha, -xc));
+                out = fmul_rn(fdiv_rn(xc, fadd_rn(1.0f, e)), fadd_rn(gc, 1.0f));
             } else {
-                out = __fmul_rn(glu_act(op, xv, type == GT_F16), gv);
+                out = fmul_rn(glu_act(op, xv, type == GT_F16), gv);
             }
             store_elem(drow + i0 * dd.nb[0], type, out);
         }

@@ -13,6 +13,29 @@
 #define MVQ_MAX_COLS 8
 #define MVQ_CHUNK 1152  // bytes of weights staged per warp: 32 legacy blocks or 4 super-blocks (Q8_0: 1088)
 
+// ---- ggml's activation rounding, per element (shared by the kernel and tests/host_harness.cu) ----------------
+
+// Q8_0 / Q8_1: d = amax / 127, q = roundf(x / d) computed as x * (1/d)
+GGML_HD float act32_inverse(float amax, float* d) {
+    *d = fdiv_rn(amax, 127.0f);
+    return *d != 0.0f ? fdiv_rn(1.0f, *d) : 0.0f;
+}
+
+GGML_HD int act32_quant(float x, float id) { return (int)(int8_t)(int)roundf(fmul_rn(x, id)); }
+
+// the scales kept for the dot products: f16(d) and f16(sum(q) * d), widened to float
+GGML_HD void act32_scales(float d, float qsum, float* dx, float* sx) {
+    *dx = round_to_f16(d);
+    *sx = round_to_f16(fmul_rn(qsum, d));
+}
+
+// Q8_K: iscale = -127 / max (max: the signed value of largest magnitude, first on ties), q = min(127, rne(iscale x))
+GGML_HD float act256_iscale(float vmax) { return fdiv_rn(-127.0f, vmax); }
+
+GGML_HD int act256_quant(float x, float iscale) { return min(127, f2i_rn(fmul_rn(iscale, x))); }
+
+GGML_HD float act256_scale(float iscale) { return fdiv_rn(1.0f, iscale); }
+
 // grid: ceil(n_blocks / 8) blocks of 256 threads, one warp per activation block
 extern "C" __global__ void k_quantize_act(const char* b, char* qx, char* dx, char* sx, TDesc db, int tb, int mode,
                                           long long n_blocks) {
@@ -27,15 +50,12 @@ extern "C" __global__ void k_quantize_act(const char* b, char* qx, char* dx, cha
     int8_t* q = (int8_t*)qx + row * K + jb * qk;
     if (mode == 32) {
         const float x = load_elem(src + (jb * 32 + lane) * db.nb[0], tb);
-        const float amax = warp_max(fabsf(x));
-        const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-        const int qi = (int)(int8_t)(int)roundf(__fmul_rn(x, id));
+        float d;
+        const float id = act32_inverse(warp_max(fabsf(x)), &d);
+        const int qi = act32_quant(x, id);
         q[lane] = (int8_t)qi;
         const float sum = warp_sum((float)qi);  // exact: |sum| <= 32 * 128
-        if (lane == 0) {
-            ((float*)dx)[blk] = round_to_f16(d);
-            ((float*)sx)[blk] = round_to_f16(__fmul_rn(sum, d));
-        }
+        if (lane == 0) act32_scales(d, sum, (float*)dx + blk, (float*)sx + blk);
         return;
     }
     // mode 256: 8 values per lane; the signed value of largest magnitude, first index on ties
@@ -68,28 +88,28 @@ extern "C" __global__ void k_quantize_act(const char* b, char* qx, char* dx, cha
         return;
     }
     const float vmax = __shfl_sync(0xffffffffu, v[best_i % 8], best_i / 8);
-    const float iscale = __fdiv_rn(-127.0f, vmax);
+    const float iscale = act256_iscale(vmax);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) q[lane * 8 + j] = (int8_t)min(127, __float2int_rn(__fmul_rn(iscale, v[j])));
-    if (lane == 0) dk[blk] = __fdiv_rn(1.0f, iscale);
+    for (int j = 0; j < 8; ++j) q[lane * 8 + j] = (int8_t)act256_quant(v[j], iscale);
+    if (lane == 0) dk[blk] = act256_scale(iscale);
 }
 
 // ---- one 32-element unit of each weight type against 32 int8 activations -----------------------------------
 
 // 4 bytes from a 2-byte aligned address
-__device__ __forceinline__ int ld32(const uint8_t* p) {
+GGML_HD int ld32(const uint8_t* p) {
     return (int)((uint32_t)load_u16(p) | ((uint32_t)load_u16(p + 2) << 16));
 }
 
-__device__ __forceinline__ int spread_bits4(uint32_t x4) {  // bit i of x4 -> bit 4 of byte i
+GGML_HD int spread_bits4(uint32_t x4) {  // bit i of x4 -> bit 4 of byte i
     return (int)(((x4 & 1u) << 4) | ((x4 & 2u) << 11) | ((x4 & 4u) << 18) | ((x4 & 8u) << 25));
 }
 
 // sum over the unit of q_w * q_x (with ggml's offsets applied) times the scales; x: 8 ints of activations
-__device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, const int* x, float dxv, float sxv) {
+GGML_HD float dot_unit(int type, const uint8_t* blk, int s, const int* x, float dxv, float sxv) {
     int sumx = 0;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) sumx = __dp4a(0x01010101, x[k], sumx);
+    for (int k = 0; k < 8; ++k) sumx = dp4a(0x01010101, x[k], sumx);
     switch (type) {
         case GT_Q4_0: case GT_Q4_1: {
             const int off = type == GT_Q4_0 ? 2 : 4;
@@ -97,8 +117,8 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 const int w = ld32(blk + off + 4 * k);
-                sumi = __dp4a(w & 0x0F0F0F0F, x[k], sumi);
-                sumi = __dp4a((w >> 4) & 0x0F0F0F0F, x[4 + k], sumi);
+                sumi = dp4a(w & 0x0F0F0F0F, x[k], sumi);
+                sumi = dp4a((w >> 4) & 0x0F0F0F0F, x[4 + k], sumi);
             }
             const float d = f16_bits_to_f32(load_u16(blk));
             if (type == GT_Q4_0) return d * dxv * (float)(sumi - 8 * sumx);
@@ -114,8 +134,8 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
                 const int w = ld32(qs + 4 * k);
                 const int lo = (w & 0x0F0F0F0F) | spread_bits4((qh >> (4 * k)) & 0xF);
                 const int hi = ((w >> 4) & 0x0F0F0F0F) | spread_bits4((qh >> (16 + 4 * k)) & 0xF);
-                sumi = __dp4a(lo, x[k], sumi);
-                sumi = __dp4a(hi, x[4 + k], sumi);
+                sumi = dp4a(lo, x[k], sumi);
+                sumi = dp4a(hi, x[4 + k], sumi);
             }
             const float d = f16_bits_to_f32(load_u16(blk));
             if (!one) return d * dxv * (float)(sumi - 16 * sumx);
@@ -124,7 +144,7 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
         case GT_Q8_0: {
             int sumi = 0;
 #pragma unroll
-            for (int k = 0; k < 8; ++k) sumi = __dp4a(ld32(blk + 2 + 4 * k), x[k], sumi);
+            for (int k = 0; k < 8; ++k) sumi = dp4a(ld32(blk + 2 + 4 * k), x[k], sumi);
             return f16_bits_to_f32(load_u16(blk)) * dxv * (float)sumi;
         }
         case GT_Q4_K: case GT_Q5_K: {
@@ -135,7 +155,7 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
             for (int k = 0; k < 8; ++k) {
                 int q = (ld32(qs + 4 * k) >> (4 * (s & 1))) & 0x0F0F0F0F;
                 if (five) q |= ((ld32(blk + 16 + 4 * k) >> s) & 0x01010101) << 4;
-                sumi = __dp4a(q, x[k], sumi);
+                sumi = dp4a(q, x[k], sumi);
             }
             int sc, m;
             kq_scale_min(s, blk + 4, sc, m);
@@ -151,9 +171,9 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
             for (int k = 0; k < 8; ++k) {
                 const int q = ((ld32(ql + 4 * k) >> (4 * (g >> 1))) & 0x0F0F0F0F) |
                               (((ld32(qh + 4 * k) >> (2 * g)) & 0x03030303) << 4);
-                const int qs = __vsub4(q, 0x20202020);  // q - 32 per byte, as signed int8
-                if (k < 4) sum0 = __dp4a(qs, x[k], sum0);
-                else sum1 = __dp4a(qs, x[k], sum1);
+                const int qs = vsub4(q, 0x20202020);  // q - 32 per byte, as signed int8
+                if (k < 4) sum0 = dp4a(qs, x[k], sum0);
+                else sum1 = dp4a(qs, x[k], sum1);
             }
             const int sc0 = (int8_t)blk[192 + 8 * h + 2 * g], sc1 = (int8_t)blk[192 + 8 * h + 2 * g + 1];
             return dxv * f16_bits_to_f32(load_u16(blk + 208)) * (float)(sc0 * sum0 + sc1 * sum1);
@@ -166,11 +186,11 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
             for (int k = 0; k < 8; ++k) {
                 const int q = (ld32(qs + 4 * k) >> (2 * g)) & 0x03030303;
                 if (k < 4) {
-                    sq0 = __dp4a(q, x[k], sq0);
-                    sx0 = __dp4a(0x01010101, x[k], sx0);
+                    sq0 = dp4a(q, x[k], sq0);
+                    sx0 = dp4a(0x01010101, x[k], sx0);
                 } else {
-                    sq1 = __dp4a(q, x[k], sq1);
-                    sx1 = __dp4a(0x01010101, x[k], sx1);
+                    sq1 = dp4a(q, x[k], sq1);
+                    sx1 = dp4a(0x01010101, x[k], sx1);
                 }
             }
             const int sc0 = blk[8 * h + 2 * g], sc1 = blk[8 * h + 2 * g + 1];
@@ -186,9 +206,9 @@ __device__ __forceinline__ float dot_unit(int type, const uint8_t* blk, int s, c
             for (int k = 0; k < 8; ++k) {
                 const int q2 = (ld32(qs + 4 * k) >> (2 * g)) & 0x03030303;
                 const int hb = (ld32(blk + 4 * k) >> (4 * h + g)) & 0x01010101;
-                const int q = __vsub4(q2, (hb ^ 0x01010101) << 2);
-                if (k < 4) sum0 = __dp4a(q, x[k], sum0);
-                else sum1 = __dp4a(q, x[k], sum1);
+                const int q = vsub4(q2, (hb ^ 0x01010101) << 2);
+                if (k < 4) sum0 = dp4a(q, x[k], sum0);
+                else sum1 = dp4a(q, x[k], sum1);
             }
             const int sc0 = q3k_scale(blk + 96, 8 * h + 2 * g), sc1 = q3k_scale(blk + 96, 8 * h + 2 * g + 1);
             return dxv * f16_bits_to_f32(load_u16(blk + 108)) * (float)(sc0 * sum0 + sc1 * sum1);

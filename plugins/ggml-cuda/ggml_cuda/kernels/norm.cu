@@ -25,8 +25,8 @@ extern "C" __global__ void k_norm_rows(const char* x, char* d, TDesc dx, TDesc d
         }
         double s2 = 0.0;
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = __fsub_rn(*(const float*)(xr + i * dx.nb[0]), mean);
-            s2 += (double)__fmul_rn(v, v);
+            const float v = fsub_rn(*(const float*)(xr + i * dx.nb[0]), mean);
+            s2 += (double)fmul_rn(v, v);
         }
         s2 = block_sum_d(s2, partial);
         float scale;
@@ -34,11 +34,11 @@ extern "C" __global__ void k_norm_rows(const char* x, char* d, TDesc dx, TDesc d
             scale = 1.0f / fmaxf(sqrtf((float)s2), eps);
         } else {
             const float var = (float)(s2 / (double)n);
-            scale = 1.0f / sqrtf(__fadd_rn(var, eps));
+            scale = 1.0f / sqrtf(fadd_rn(var, eps));
         }
         for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = __fsub_rn(*(const float*)(xr + i * dx.nb[0]), mean);
-            *(float*)(dr + i * dd.nb[0]) = __fmul_rn(v, scale);
+            const float v = fsub_rn(*(const float*)(xr + i * dx.nb[0]), mean);
+            *(float*)(dr + i * dd.nb[0]) = fmul_rn(v, scale);
         }
         __syncthreads();
     }
@@ -66,15 +66,15 @@ extern "C" __global__ void k_group_norm(const char* x, char* d, TDesc dx, TDesc 
     double s2 = 0.0;
     for (long long k = threadIdx.x; k < n; k += blockDim.x) {
         const long long c = c0 + k / plane, r = k % plane;
-        const float v = __fsub_rn(*(const float*)(x + offset4(dx, r % dx.ne[0], r / dx.ne[0], c, i3)), mean);
-        s2 += (double)__fmul_rn(v, v);
+        const float v = fsub_rn(*(const float*)(x + offset4(dx, r % dx.ne[0], r / dx.ne[0], c, i3)), mean);
+        s2 += (double)fmul_rn(v, v);
     }
     s2 = block_sum_d(s2, partial);
-    const float scale = 1.0f / sqrtf(__fadd_rn((float)(s2 / (double)n), eps));
+    const float scale = 1.0f / sqrtf(fadd_rn((float)(s2 / (double)n), eps));
     for (long long k = threadIdx.x; k < n; k += blockDim.x) {
         const long long c = c0 + k / plane, r = k % plane;
         const long long i0 = r % dx.ne[0], i1 = r / dx.ne[0];
-        const float v = __fsub_rn(*(const float*)(x + offset4(dx, i0, i1, c, i3)), mean);
-        *(float*)(d + offset4(dd, i0, i1, c, i3)) = __fmul_rn(v, scale);
+        const float v = fsub_rn(*(const float*)(x + offset4(dx, i0, i1, c, i3)), mean);
+        *(float*)(d + offset4(dd, i0, i1, c, i3)) = fmul_rn(v, scale);
     }
 }
