@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType, as_type
-from ggml_core.ops._build import check, finish, new_result
+from ggml_core.ops._build import check, ctx_of, finish, new_result
 from ggml_core.ops._enum import GGMLOp, PoolOp, ScaleMode
 from ggml_core.ops.matmul import mul_mat
 from ggml_core.ops.movement import cont, permute, reshape_2d, reshape_3d, reshape_4d
@@ -21,6 +21,8 @@ __all__ = [
     "conv_1d_ph",
     "conv_2d",
     "conv_2d_direct",
+    "conv_2d_dw",
+    "conv_2d_dw_direct",
     "conv_2d_s1_ph",
     "conv_2d_sk_p0",
     "conv_transpose_1d",
@@ -140,6 +142,42 @@ def conv_2d_direct(a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0:
     result = new_result(op, b, b.type, (ow, oh, a.ne[3], b.ne[3]))
     result.set_op_params_i32([s0, s1, p0, p1, d0, d1])
     return finish(result, GGMLOp.CONV_2D, [a, b])
+
+
+def conv_2d_dw(a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Tensor:
+    """``ggml_conv_2d_dw``: depthwise convolution as IM2COL + MUL_MAT; a ``[KW, KH, 1, C]``, b ``[W, H, C, N]``."""
+    new_a = reshape_4d(a, a.ne[0], a.ne[1], 1, a.ne[2] * a.ne[3])
+    cols = im2col(
+        new_a, reshape_4d(b, b.ne[0], b.ne[1], 1, b.ne[2] * b.ne[3]), s0, s1, p0, p1, d0, d1, True, _col_type(a)
+    )  # [KH*KW, OW, OH, N*C]
+    new_b = reshape_4d(cols, cols.ne[0], cols.ne[2] * cols.ne[1], b.ne[2], b.ne[3])  # [KH*KW, OH*OW, C, N]
+    new_a = reshape_4d(new_a, new_a.ne[0] * new_a.ne[1], new_a.ne[2], new_a.ne[3], 1)  # [KH*KW, 1, C, 1]
+    result = mul_mat(new_a, new_b)  # [1, OH*OW, C, N]
+    return reshape_4d(result, cols.ne[1], cols.ne[2], b.ne[2], b.ne[3])
+
+
+def conv_2d_dw_direct(a: Tensor, b: Tensor, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int) -> Tensor:
+    """``ggml_conv_2d_dw_direct`` (CONV_2D_DW): one ``[KW, KH]`` filter per channel; a ``[KW, KH, 1, C]``,
+    b ``[W, H, C, N]`` → ``[OW, OH, C, N]`` of b's type. When b is stored channels-first in memory
+    (``ggml_is_contiguous_channels``) the result gets the same layout, as in ggml.
+    """
+    op = "CONV_2D_DW"
+    _positive(op, a, s0=s0, s1=s1, d0=d0, d1=d1)
+    check(a.ne[2] == 1, op, f"a.ne[2] must be 1 (one filter per channel), got {a.ne[2]}", a)
+    check(a.ne[3] == b.ne[2], op, f"a.ne[3]={a.ne[3]} must equal the channels b.ne[2]={b.ne[2]}", a, b)
+    check(not b.type.is_quantized, op, f"b must not be quantized, got {b.type.traits.name}", b)
+    ne = (_conv_out(b.ne[0], a.ne[0], s0, p0, d0), _conv_out(b.ne[1], a.ne[1], s1, p1, d1), b.ne[2], b.ne[3])
+    check(ne[0] > 0 and ne[1] > 0, op, f"input too small for the kernel (output {ne[0]}x{ne[1]})", a, b)
+    ts = b.type.type_size
+    channels_first = b.nb[0] > b.nb[2] and b.nb[1] > b.nb[0] and b.nb[2] == ts
+    ctx = ctx_of(op, b)
+    if channels_first:
+        nb = (ne[2] * ts, ne[0] * ne[2] * ts, ts, ne[0] * ne[1] * ne[2] * ts)
+        result = ctx._add(Tensor(ctx, b.type, ne, nb=nb))
+    else:
+        result = ctx.new_tensor(b.type, ne)
+    result.set_op_params_i32([s0, s1, p0, p1, d0, d1])
+    return finish(result, GGMLOp.CONV_2D_DW, [a, b])
 
 
 def conv_transpose_1d(a: Tensor, b: Tensor, s0: int, p0: int, d0: int) -> Tensor:

@@ -206,3 +206,26 @@ def test_upscale_bicubic() -> None:
     np.testing.assert_allclose(g2.compute(ops.upscale(g2.tensor(const), 3, ScaleMode.BICUBIC)), 2.5, rtol=1e-6)
     with pytest.raises(OpError, match="UPSCALE"):
         ops.upscale(g.tensor(x), 1)
+
+
+def _depthwise_ref(img: np.ndarray, ker: np.ndarray, s: tuple[int, int], p: tuple[int, int], d: tuple[int, int]):
+    """img (N, C, H, W), ker (C, KH, KW): one filter per channel, zero padding; s/p/d as (x, y)."""
+    return np.stack([_conv2d_ref(img[:, c : c + 1], ker[c][None, None], s, p, d)[:, 0] for c in range(img.shape[1])], 1)
+
+
+def test_conv_2d_dw_direct_composite_and_channels_first_layout() -> None:
+    r = rng(108)
+    img, ker = r.standard_normal((2, 3, 9, 11)).astype(np.float32), r.standard_normal((3, 1, 3, 2)).astype(np.float32)
+    ref = _depthwise_ref(img, ker[:, 0], (2, 1), (1, 2), (1, 2))
+    g = CpuGraph()
+    tk, ti = g.tensor(ker), g.tensor(img)
+    direct, composite = ops.conv_2d_dw_direct(tk, ti, 2, 1, 1, 2, 1, 2), ops.conv_2d_dw(tk, ti, 2, 1, 1, 2, 1, 2)
+    g.compute(direct, composite)
+    np.testing.assert_allclose(direct.to_numpy(), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(composite.to_numpy(), ref, rtol=1e-5, atol=1e-5)
+    # channels innermost in memory (a permuted [C, W, H, N] tensor): the result keeps that layout
+    g2 = CpuGraph()
+    nhwc = g2.tensor(np.ascontiguousarray(img.transpose(0, 2, 3, 1)))
+    out = ops.conv_2d_dw_direct(g2.tensor(ker), ops.permute(nhwc, 2, 0, 1, 3), 2, 1, 1, 2, 1, 2)
+    assert out.nb[2] == 4 and out.nb[0] == 3 * 4
+    np.testing.assert_allclose(g2.compute(out), ref, rtol=1e-5, atol=1e-5)

@@ -116,6 +116,28 @@ def _bind_conv_2d(node: Tensor) -> Thunk:
     return run
 
 
+def _conv_dw_ok(node: Tensor) -> bool:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    return a.type == GGMLType.F32 and b.type == GGMLType.F32 and node.type == GGMLType.F32
+
+
+@kernel(GGMLOp.CONV_2D_DW, supports=_conv_dw_ok)
+def _bind_conv_2d_dw(node: Tensor) -> Thunk:
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    stride, pad, dilation = _conv_params(node, True)
+    kh, kw = a.ne[1], a.ne[0]
+    oh, ow = node.ne[1], node.ne[0]
+
+    def run() -> None:
+        cols = patches(f32(b), kh, kw, oh, ow, stride, pad, dilation)  # (N, OH, OW, C, KH, KW)
+        w = f32(a)[:, 0]  # (C, KH, KW)
+        store(node, np.einsum("nyxckl,ckl->ncyx", cols, w, dtype=np.float32))  # any result strides
+
+    return run
+
+
 # ------------------------------------------------------------------------------------------------ transposed
 
 
