@@ -23,7 +23,17 @@ from ggml_core.testing._compare import Comparison, compare
 from ggml_core.testing._guard import GuardedBuffer
 from ggml_core.testing._inputs import fill_bytes, round_to_type, values_of
 
-__all__ = ["CaseResult", "Prepared", "Reference", "Status", "check_support", "prepare", "run_case"]
+__all__ = [
+    "CaseResult",
+    "Prepared",
+    "Reference",
+    "Status",
+    "auto_reference",
+    "check_support",
+    "measure",
+    "prepare",
+    "run_case",
+]
 
 #: what a device is compared with: numpy, another device, or both
 Reference = Literal["numpy", "auto"] | Device | tuple[Device, Literal["numpy"]]
@@ -297,17 +307,24 @@ def _against_device(case: Case, run: _Run, ref_dev: Device, ref_backend: Backend
     return Comparison(True, worst)
 
 
+def auto_reference(device: Device) -> Device | Literal["numpy"]:
+    """What ``auto`` means for ``device``: numpy for a CPU device, else the registry's CPU device (numpy if none)."""
+    if device.type == DeviceType.CPU:
+        return "numpy"
+    from ggml_core.backend.registry import get_registry
+
+    cpus = [d for d in get_registry().devices() if d.type == DeviceType.CPU and d is not device]
+    return cpus[0] if cpus else "numpy"
+
+
 def _resolve_reference(device: Device, reference: Reference) -> tuple[Device | None, bool]:
+    if reference == "auto":
+        reference = auto_reference(device)
     if isinstance(reference, tuple):
         return reference[0], True
     if isinstance(reference, Device):
         return (None, True) if reference is device else (reference, False)
-    if reference == "numpy" or device.type == DeviceType.CPU:
-        return None, True
-    from ggml_core.backend.registry import get_registry
-
-    cpus = [d for d in get_registry().devices() if d.type == DeviceType.CPU and d is not device]
-    return (cpus[0], False) if cpus else (None, True)
+    return None, True
 
 
 # ------------------------------------------------------------------------------------------------ perf

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from ggml_core.backend.interfaces import Backend, Device
 from ggml_core.testing._case import Case
-from ggml_core.testing._runner import CaseResult, Status, check_support, measure, run_case
+from ggml_core.testing._runner import CaseResult, Status, auto_reference, check_support, measure, run_case
 from ggml_core.testing._suite import resolve_reference
 from ggml_core.testing.cases import all_cases
 
@@ -28,13 +28,25 @@ _Packed = tuple[int, str, str, float | None, float | None, int | None, int]
 
 
 def _run_one(
-    case: Case, device: Device, backend: Backend, mode: str, reference: Any, perf_seconds: float
+    case: Case,
+    device: Device,
+    backend: Backend,
+    mode: str,
+    reference: Any,
+    perf_seconds: float,
+    ref_backend: Backend | None = None,
 ) -> CaseResult:
     if mode == "support":
         return check_support(case, device)
     if mode == "perf":
         return measure(case, device, backend, perf_seconds)
-    return run_case(case, device, backend, reference=reference)
+    return run_case(case, device, backend, reference=reference, ref_backend=ref_backend)
+
+
+def _reference_backend(reference: Any) -> Backend | None:
+    """One backend of the reference device for a whole run (None when the reference is numpy)."""
+    dev = reference[0] if isinstance(reference, tuple) else reference
+    return dev.init_backend() if isinstance(dev, Device) else None
 
 
 def run_many(
@@ -59,16 +71,20 @@ def run_many(
         return _run_parallel(cases, device, mode, reference, jobs, perf_seconds, on_result)
     backend = device.init_backend() if mode != "support" else None
     ref = resolve_reference(device, reference)
+    if ref == "auto":
+        ref = auto_reference(device)
+    ref_backend = _reference_backend(ref) if mode == "test" else None
     out = []
     try:
         for case in cases:
-            r = _run_one(case, device, backend, mode, ref, perf_seconds)  # type: ignore[arg-type]
+            r = _run_one(case, device, backend, mode, ref, perf_seconds, ref_backend)  # type: ignore[arg-type]
             out.append(r)
             if on_result is not None:
                 on_result(r)
     finally:
-        if backend is not None:
-            backend.free()
+        for be in (backend, ref_backend):
+            if be is not None:
+                be.free()
     return out
 
 
@@ -85,12 +101,16 @@ def _worker_run(
     key = f"{device_name}|{reference}"
     if _worker_state.get("key") != key:
         dev = get_registry().get_device(device_name)
-        _worker_state.update(key=key, dev=dev, backend=dev.init_backend(), ref=resolve_reference(dev, reference))
+        ref = resolve_reference(dev, reference)
+        if ref == "auto":
+            ref = auto_reference(dev)
+        ref_backend = _reference_backend(ref) if mode == "test" else None
+        _worker_state.update(key=key, dev=dev, backend=dev.init_backend(), ref=ref, ref_backend=ref_backend)
     dev, backend, ref = _worker_state["dev"], _worker_state["backend"], _worker_state["ref"]
     pool = all_cases(perf=True)
     out: list[_Packed] = []
     for i in indices:
-        r = _run_one(pool[i], dev, backend, mode, ref, perf_seconds)
+        r = _run_one(pool[i], dev, backend, mode, ref, perf_seconds, _worker_state["ref_backend"])
         out.append((i, r.status.name, r.message, r.error, r.time_us, r.n_runs, r.bytes))
     return out
 

@@ -68,10 +68,10 @@ def conformance_suite(
         key = f"{name}|{choice}"
         if key not in state:
             state[key] = _open(name, choice)
-        dev, backend, ref, why = state[key]
+        dev, backend, ref, ref_backend, why = state[key]
         if dev is None:
             pytest.skip(why)
-        result = run_case(cases[ggml_case], dev, backend, reference=ref)
+        result = run_case(cases[ggml_case], dev, backend, reference=ref, ref_backend=ref_backend)
         if result.status == Status.OK:
             return
         if result.status in (Status.NOT_SUPPORTED, Status.SKIPPED):
@@ -83,17 +83,25 @@ def conformance_suite(
     return test_conformance
 
 
-def _open(name: str, choice: str) -> tuple[Any, Any, Reference, str]:
-    """(device, backend, reference, why-not) for a device name; device None with the reason when it is absent."""
+def _open(name: str, choice: str) -> tuple[Any, Any, Reference, Any, str]:
+    """(device, backend, reference, reference backend, why-not) for a device name; device None with the reason
+    when it is absent."""
     from ggml_core._errors import DeviceNotFoundError
     from ggml_core.backend.registry import get_registry
 
     try:
         dev = get_registry().get_device(name)
     except DeviceNotFoundError as exc:
-        return None, None, "numpy", f"device {name} is not available here: {exc}"
+        return None, None, "numpy", None, f"device {name} is not available here: {exc}"
     try:
         backend = dev.init_backend()
     except Exception as exc:  # noqa: BLE001 - a device that cannot start a stream is reported as absent
-        return None, None, "numpy", f"device {name} could not start a backend: {type(exc).__name__}: {exc}"
-    return dev, backend, resolve_reference(dev, choice), ""
+        return None, None, "numpy", None, f"device {name} could not start a backend: {type(exc).__name__}: {exc}"
+    ref = resolve_reference(dev, choice)
+    if ref == "auto":
+        from ggml_core.testing._runner import auto_reference
+
+        ref = auto_reference(dev)
+    ref_dev = ref[0] if isinstance(ref, tuple) else ref
+    ref_backend = ref_dev.init_backend() if not isinstance(ref_dev, str) else None
+    return dev, backend, ref, ref_backend, ""

@@ -44,16 +44,21 @@ def soft_max(
     if mask is not None:
         slopes = alibi_slopes(a.shape[1], max_bias).astype(np.float64).reshape(1, -1, 1, 1)
         x = x + slopes * _mask_for(mask, a.shape)
+    return _softmax_rows(x, sinks).astype(np.float32)
+
+
+def _softmax_rows(x: np.ndarray, sinks: np.ndarray | None) -> np.ndarray:
+    """Softmax over the last axis of (b, heads, rows, n) in float64; a head's sink logit joins the denominator."""
     mx = x.max(axis=-1, keepdims=True)
     if sinks is not None:
-        s = np.asarray(sinks, dtype=np.float64).reshape(1, -1, 1, 1)
-        mx = np.maximum(mx, s)
+        sk = np.asarray(sinks, dtype=np.float64).reshape(1, -1, 1, 1)
+        mx = np.maximum(mx, sk)
     with np.errstate(under="ignore", invalid="ignore"):
         e = np.exp(x - mx)
         den = e.sum(axis=-1, keepdims=True)
         if sinks is not None:
-            den = den + np.exp(s - mx)
-    return (e / den).astype(np.float32)
+            den = den + np.exp(sk - mx)
+    return e / den
 
 
 def yarn_corr_dims(
@@ -154,21 +159,11 @@ def flash_attn_ext(
         slopes = alibi_slopes(n_head, max_bias).astype(np.float64).reshape(1, -1, 1, 1)
         mv = slopes * _mask_for(mask, s.shape)
         s = s + mv
-    out = _online_f16(s.astype(np.float32), np.isneginf(mv), vv, sinks) if kv_f16 else _softmax_v(s, vv, sinks)
+    if kv_f16:
+        out = _online_f16(s.astype(np.float32), np.isneginf(mv), vv, sinks)
+    else:
+        out = np.matmul(_softmax_rows(s, sinks), vv.astype(np.float64))
     return np.swapaxes(out, 1, 2)  # (b, N, H, Dv)
-
-
-def _softmax_v(s: np.ndarray, vv: np.ndarray, sinks: np.ndarray | None) -> np.ndarray:
-    mx = s.max(axis=-1, keepdims=True)
-    if sinks is not None:
-        sk = np.asarray(sinks, dtype=np.float64).reshape(1, -1, 1, 1)
-        mx = np.maximum(mx, sk)
-    with np.errstate(under="ignore", invalid="ignore"):
-        e = np.exp(s - mx)
-        den = e.sum(axis=-1, keepdims=True)
-        if sinks is not None:
-            den = den + np.exp(sk - mx)
-    return np.matmul(e / den, vv.astype(np.float64))
 
 
 def _online_f16(s: np.ndarray, skip: np.ndarray, vv: np.ndarray, sinks: np.ndarray | None) -> np.ndarray:
