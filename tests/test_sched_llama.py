@@ -144,7 +144,8 @@ def test_llama_with_a_kv_cache_on_the_cpu(cpu: gc.Backend, acc: str) -> None:
 def test_llama_split_over_three_devices(cpu: gc.Backend) -> None:
     """Layer 0's weights on Sub0, layer 1's on Sub1 (MUL_MAT only): three devices, copies between accelerators."""
     sub0 = SubsetDevice("Sub0").init_backend()
-    sub1 = SubsetDevice("Sub1", ops={GGMLOp.MUL_MAT}, asynchronous=True).init_backend()
+    dev1 = SubsetDevice("Sub1", ops={GGMLOp.MUL_MAT}, asynchronous=True)
+    sub1 = dev1.init_backend()
     lg = L.build_llama(n_layers=2)
     L.alloc_weights(lg, lambda il, name: sub0 if il == 0 else sub1)
     vals = L.random_values(lg, seed=11)
@@ -157,9 +158,10 @@ def test_llama_split_over_three_devices(cpu: gc.Backend) -> None:
     check_plan_consistency(sched, lg.graph)
     plan = sched.plan()
     assert {s.backend for s in plan.splits} == {"Sub0", "Sub1", "CPU"}
-    assert any(c.from_backend == "Sub0" and c.to_backend == "Sub1" for s in plan.splits for c in s.inputs) or any(
-        c.from_backend == "Sub1" and c.to_backend == "Sub0" for s in plan.splits for c in s.inputs
-    )
+    copies = [(c.from_backend, c.to_backend) for s in plan.splits for c in s.inputs]
+    between = [pair for pair in copies if "CPU" not in pair]
+    assert ("Sub0", "Sub1") in between
+    assert dev1.stats["async_copies"] == between.count(("Sub0", "Sub1"))  # device to device: cpy_tensor_async
 
 
 # ------------------------------------------------------------------------------------------------ reuse

@@ -378,3 +378,48 @@ def test_a_failure_mid_compute_leaves_no_stale_results(cpu: gc.Backend, asynchro
     x.set_data(xv)
     sched.graph_compute(g)
     np.testing.assert_allclose(out.to_numpy()[0, 0], good, rtol=1e-5, atol=1e-6)
+
+
+def test_graph_optimize_runs_once_per_split_and_its_order_is_kept(cpu: gc.Backend, sub: gc.Backend) -> None:
+    ctx = gc.Context()
+    w1, w2 = ctx.new_tensor("f32", [8], "w1"), ctx.new_tensor("f32", [8], "w2")
+    vals = weights(sub, w1, w2)
+    x = ctx.new_tensor("f32", [8, 4], "x").set_input()
+    a = ops.mul(x, w1).set_name("a")
+    b = ops.mul(x, w2).set_name("b")
+    out = ops.soft_max(ops.add(a, b).set_name("s")).set_name("out")
+    g = gc.build_graph(out)
+    seen: list[list[str]] = []
+
+    def optimize(graph: gc.Graph) -> None:  # swap the two independent products
+        seen.append([t.name for t in graph.nodes])
+        if [t.name for t in graph.nodes[:2]] == ["a", "b"]:
+            graph.nodes[0], graph.nodes[1] = graph.nodes[1], graph.nodes[0]
+
+    sub.graph_optimize = optimize  # type: ignore[method-assign]
+    sched = Scheduler([sub, cpu])
+    sched.alloc_graph(g)
+    assert seen == [["a", "b", "s"]]  # Sub0 has one split; the CPU's hook (a no-op) ran for the other
+    assert sched.plan().splits[0].nodes == ("b", "a", "s")
+    xv = RNG.standard_normal((4, 8)).astype(np.float32)
+    x.set_data(xv)
+    sched.graph_compute(g)
+    np.testing.assert_allclose(out.to_numpy()[0, 0], softmax(xv * vals["w1"] + xv * vals["w2"]), rtol=1e-5)
+
+
+def test_sched_debug_realloc_reports_an_unexpected_re_plan(
+    cpu: gc.Backend, sub: gc.Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = gc.Context()
+    w = ctx.new_tensor("f32", [8, 8], "w")
+    weights(sub, w)
+    x = ctx.new_tensor("f32", [8, 4], "x").set_input()
+    g = gc.build_graph(ops.soft_max(ops.mul_mat(w, x)))
+    y = ctx.new_tensor("f32", [8, 64], "y").set_input()
+    bigger = gc.build_graph(ops.soft_max(ops.mul_mat(w, y)))  # same counts, larger tensors: needs new memory
+    monkeypatch.setenv("GGML_SCHED_DEBUG_REALLOC", "1")
+    sched = Scheduler([sub, cpu])
+    sched.alloc_graph(g)  # the first allocation is expected
+    sched.alloc_graph(g)
+    with pytest.raises(gc.GraphError, match="unexpected graph reallocation"):
+        sched.alloc_graph(bigger)

@@ -107,7 +107,7 @@ class GraphAllocator:
         buf = base.buffer
         if buf is None or buf in self._own:
             return None
-        if buf.usage == BufferUsage.COMPUTE and (base.op != GGMLOp.NONE or base.flags & _INPUT):
+        if buf.usage == BufferUsage.COMPUTE and (base.op != GGMLOp.NONE or int(base.flags) & _INPUT):
             return None
         return buf
 
@@ -128,14 +128,22 @@ class GraphAllocator:
             return False
         if structure(graph, self._external) != plan.structure:
             return False
+        checked: set[int] = set()  # a tensor read by several nodes is checked once
+
+        def ok(t: Tensor, ta: TensorAlloc) -> bool:
+            if t.id in checked:
+                return True
+            checked.add(t.id)
+            return self._size_ok(t, ta)
+
         for i, node in enumerate(graph.nodes):
-            if not self._size_ok(node, plan.nodes[i]):
+            if not ok(node, plan.nodes[i]):
                 return False
             srcs = [s for s in node.src if s is not None]
             for s, ta in zip(srcs, plan.srcs[i], strict=True):
-                if not self._size_ok(s, ta):
+                if not ok(s, ta):
                     return False
-        return all(self._size_ok(t, ta) for t, ta in zip(graph.leafs, plan.leafs, strict=True))
+        return all(ok(t, ta) for t, ta in zip(graph.leafs, plan.leafs, strict=True))
 
     def _size_ok(self, t: Tensor, ta: TensorAlloc) -> bool:
         if t.view_src is not None or self._external(t):

@@ -173,7 +173,7 @@ def plan_graph(
                 # only a parent this plan allocated itself (never a view: views are not "own" here, as in ggml)
                 if ph is None or not ph.allocated or parent.view_src is not None:
                     continue
-                if parent.flags & _OUTPUT or not same_layout(t, parent):
+                if int(parent.flags) & _OUTPUT or not same_layout(t, parent):
                     continue
                 if ph.n_children == 1 and ph.n_views == 0:
                     h.buffer_id, h.chunk, h.offset = ph.buffer_id, ph.chunk, ph.offset
@@ -194,7 +194,7 @@ def plan_graph(
             alloc.free(h.chunk, h.offset + node_size, parent_size - node_size)
 
     def free(t: Tensor) -> None:
-        if t.flags & _OUTPUT:
+        if int(t.flags) & _OUTPUT:
             return
         h = hash_[t.id]
         allocs[h.buffer_id].free(h.chunk, h.offset, bufts[h.buffer_id].alloc_size(t))
@@ -209,13 +209,13 @@ def plan_graph(
         # op NONE views are the scheduler's dependency markers: they hold their operand, not their source
         if node.view_src is not None and node.op != GGMLOp.NONE:
             hn(node.view_src).n_views += 1
-        if node.flags & _INPUT:
+        if int(node.flags) & _INPUT:
             allocate(node, nid(i))
         for src in node.src:
             if src is None:
                 continue
             hn(src).n_children += 1
-            if src.flags & _INPUT:
+            if int(src.flags) & _INPUT:
                 allocate(src, nid(i))
     for i, node in enumerate(nodes):
         bid = nid(i)
@@ -261,11 +261,11 @@ def structure(graph: Graph, external: Callable[[Tensor], bool]) -> tuple[object,
     for i, t in enumerate(graph.nodes):
         pos[t.id] = i
     ext = external
-    leafs = tuple((t.flags & _IO, t.view_src is not None, ext(t)) for t in graph.leafs)
+    leafs = tuple((int(t.flags) & _IO, t.view_src is not None, ext(t)) for t in graph.leafs)
     nodes = tuple(
         (
             t.op,
-            t.flags & _IO,
+            int(t.flags) & _IO,
             pos.get(t.view_src.id) if t.view_src is not None else ext(t),
             tuple(pos.get(s.id) if s is not None else None for s in t.src),
         )

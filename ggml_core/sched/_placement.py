@@ -129,7 +129,7 @@ class Placer:
                 f"scheduler's devices ({', '.join(self.names())}) can both use that memory and run the op; add the "
                 "device that owns the buffer to the scheduler or move the tensor",
             )
-        if t.flags & _INPUT:
+        if int(t.flags) & _INPUT:
             return len(self.backends) - 1, "1.inp"
         if t.op in _NO_WEIGHT_OPS:
             return -1, ""

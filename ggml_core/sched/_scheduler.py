@@ -109,6 +109,9 @@ class Scheduler:
         self.allocator = GraphAllocator(self.bufts)
         self._placer = Placer(self.backends, self.bufts, op_offload, self.allocator.external_buffer)
         self.debug = _env_int("GGML_SCHED_DEBUG")
+        #: ``GGML_SCHED_DEBUG_REALLOC``: 1 raises when a graph of unchanged size needs new memory, 2 on any re-plan
+        self.debug_realloc = _env_int("GGML_SCHED_DEBUG_REALLOC")
+        self._prev_size: tuple[int, int] | None = None
         self.eval_callback: EvalCallback | None = None
         self._overrides: dict[int, int] = {}
         self._cache: OrderedDict[tuple[object, ...], SplitResult] = OrderedDict()
@@ -190,9 +193,9 @@ class Scheduler:
         for t in (*graph.leafs, *graph.nodes):
             buf = ext(t)
             if buf is None:
-                sig.append(t.flags & _INPUT)
+                sig.append(int(t.flags) & _INPUT)
             else:
-                sig.append((id(buf.buffer_type), buf.usage, buf.is_host, t.flags & _INPUT))
+                sig.append((id(buf.buffer_type), buf.usage, buf.is_host, int(t.flags) & _INPUT))
         copy = self.cur_copy if self.n_copies > 1 else 0
         return (graph.uid, len(graph.nodes), len(graph.leafs), frozenset(self._overrides.items()), tuple(sig), copy)
 
@@ -227,8 +230,15 @@ class Scheduler:
         ids = (res.node_ids, res.leaf_ids)
         changed = self._prev_ids is None or _bufts_changed(self.bufts, self._prev_ids, ids)
         self._prev_ids = ids
+        size = (len(res.alloc_graph.nodes), len(res.alloc_graph.leafs))
+        prev_size, self._prev_size = self._prev_size, size
         if not changed and self.allocator.alloc_graph(res.alloc_graph):
             return
+        if self.debug_realloc and ((not changed and prev_size == size) or self.debug_realloc > 1):
+            raise GraphError(
+                f"scheduler: unexpected graph reallocation ({size[0]} nodes, {size[1]} leafs, "
+                f"GGML_SCHED_DEBUG_REALLOC={self.debug_realloc}): the graph changed without changing size"
+            )
         # the re-allocation may move split inputs: finish all work first (without touching cur_copy)
         for be in self.backends:
             be.synchronize()
@@ -249,6 +259,7 @@ class Scheduler:
         res = self._split(graph)
         self.allocator.reserve(res.alloc_graph, res.node_ids, res.leaf_ids)
         self._prev_ids = (res.node_ids, res.leaf_ids)
+        self._prev_size = (len(res.alloc_graph.nodes), len(res.alloc_graph.leafs))
         self.reset(keep_overrides=True)
         return True
 

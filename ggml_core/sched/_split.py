@@ -139,7 +139,7 @@ def split_graph(placer: Placer, graph: Graph, key: tuple[object, ...], n_copies:
             sb = ids.get(s.id, -1)
             if sb == -1:  # pragma: no cover - placement fills every operand
                 raise GraphError(f"scheduler: operand {s.describe()} of {node.describe()} has no backend")
-            if n_copies > 1 and s.flags & _INPUT and (s.id, sb) not in copies:
+            if n_copies > 1 and int(s.flags) & _INPUT and (s.id, sb) not in copies:
                 # pipeline copies of a user input, on its own backend: the original is the current copy
                 lst = []
                 for c in range(n_copies):
