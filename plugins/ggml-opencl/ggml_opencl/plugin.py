@@ -41,6 +41,7 @@ from ggml_core import (
 from ggml_opencl import (  # noqa: F401 - the ops_* modules register their kernels
     _dispatch,
     ops_attention,
+    ops_conv,
     ops_elementwise,
     ops_layout,
     ops_matmul,
@@ -74,7 +75,7 @@ ALIGNMENT: Final = 128
 #: kernel sources, concatenated in this order into one program per device
 KERNEL_FILES: Final = (
     "common.cl", "quants.cl", "elementwise.cl", "norm.cl", "attention.cl", "movement.cl", "matmul.cl", "layout.cl",
-    "reduce.cl",
+    "reduce.cl", "conv.cl",
 )
 
 
