@@ -31,6 +31,7 @@ __all__ = [
     "uniform",
     "unique_indices",
     "values_of",
+    "zero_bytes",
 ]
 
 INT_TYPES: Final = frozenset({GGMLType.I8, GGMLType.I16, GGMLType.I32, GGMLType.I64})
@@ -87,6 +88,11 @@ def distinct_rows(scale: float = 1.0) -> Init:
         return out.reshape(shape).astype(np.float32)
 
     return init
+
+
+def zero_bytes(rng: np.random.Generator, t: Tensor) -> np.ndarray:
+    """All-zero bytes: a valid tensor of any type, for leafs whose contents are overwritten (a CPY destination)."""
+    return np.zeros(t.nbytes, np.uint8)
 
 
 def _shape(t: Tensor) -> tuple[int, int, int, int]:
@@ -155,7 +161,7 @@ def fill_bytes(rng: np.random.Generator, t: Tensor, init: Init | None) -> np.nda
             )
         init = integers(-100, 100) if tt in INT_TYPES else uniform()
     values = np.asarray(init(rng, t))
-    if tt.is_quantized and values.dtype == np.uint8 and values.size == t.nbytes:
+    if values.dtype == np.uint8 and values.size == t.nbytes:  # raw bytes (no ggml type is stored as uint8)
         return values.reshape(-1)
     if tt.is_quantized and not can_quantize(tt):
         raise CaseUnavailable(f"cannot quantize generated values to {tt.traits.name}")

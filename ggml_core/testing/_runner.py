@@ -30,6 +30,7 @@ __all__ = [
     "Status",
     "auto_reference",
     "check_support",
+    "generate_inputs",
     "measure",
     "prepare",
     "run_case",
@@ -122,20 +123,24 @@ class Prepared:
 def prepare(case: Case, *, inputs: bool = True) -> Prepared:
     """Build the case in a new context and generate its inputs (deterministic: the case's seed).
 
-    With ``inputs=False`` only the graph is built (support mode needs no data). Raises :class:`MissingBuilder` or
-    :class:`CaseUnavailable` when the case cannot be built here.
+    With ``inputs=False`` only the graph is built (support mode needs no data; :func:`generate_inputs` adds them
+    later). Raises :class:`MissingBuilder` or :class:`CaseUnavailable` when the case cannot be built here.
     """
     ctx = Context(case.name)
     built = case.build(ctx)
     built.out.set_output()
-    graph = build_graph(built.out)
-    host: dict[int, np.ndarray] = {}
+    p = Prepared(ctx, built, build_graph(built.out), {})
     if inputs:
-        rng = np.random.default_rng(case.seed)
-        for t in ctx:
-            if t.view_src is None and t.op == GGMLOp.NONE:
-                host[t.id] = fill_bytes(rng, t, built.init.get(t))
-    return Prepared(ctx, built, graph, host)
+        generate_inputs(case, p)
+    return p
+
+
+def generate_inputs(case: Case, p: Prepared) -> None:
+    """Fill ``p.host`` with the bytes of every leaf (raises :class:`CaseUnavailable` for an ungeneratable type)."""
+    rng = np.random.default_rng(case.seed)
+    for t in p.ctx:
+        if t.view_src is None and t.op == GGMLOp.NONE:
+            p.host[t.id] = fill_bytes(rng, t, p.built.init.get(t))
 
 
 def _unsupported(device: Device, graph: Graph) -> list[str]:
@@ -235,7 +240,7 @@ def run_case(
     """
     name = device.name
     ref_dev, use_numpy = _resolve_reference(device, reference)
-    p = _prepare_or_result(case, name, "test")
+    p = _prepare_or_result(case, name, "test", inputs=False)
     if isinstance(p, CaseResult):
         return p
     missing = _unsupported(device, p.graph)
@@ -252,6 +257,10 @@ def run_case(
     if use_numpy and case.reference is None and ref_dev is None:
         msg = "this case has no numpy reference and no reference device"
         return CaseResult(case, name, "test", Status.SKIPPED, msg)
+    try:
+        generate_inputs(case, p)
+    except CaseUnavailable as exc:
+        return CaseResult(case, name, "test", Status.SKIPPED, str(exc))
     own = backend is None
     be = device.init_backend() if backend is None else backend
     try:

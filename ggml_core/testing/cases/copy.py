@@ -8,10 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from ggml_core._context import Context
+from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
 from ggml_core.quants import can_quantize
 from ggml_core.testing._case import Built, Case, CaseUnavailable, Check, builder
-from ggml_core.testing._inputs import INT_TYPES, indices, uniform, unique_indices
+from ggml_core.testing._inputs import INT_TYPES, Init, indices, uniform, unique_indices, zero_bytes
 from ggml_core.testing.cases._util import QUANTIZED, leaf, permuted
 from ggml_core.testing.reference import movement as ref
 
@@ -53,7 +54,9 @@ def _cpy(
             b = builder("view_4d")(wide, *ne, wide.nb[1] * dst_rows_apart, wide.nb[2], wide.nb[3], 0)
         else:
             b = leaf(ctx, dst, ne, "dst")
-        init = {} if src in INT_TYPES or src.is_quantized else {a.view_src or a: uniform(-150.0, 150.0)}
+        init: dict[Tensor, Init] = {b.view_src or b: zero_bytes}  # overwritten: any type will do
+        if src not in INT_TYPES and not src.is_quantized:
+            init[a.view_src or a] = uniform(-150.0, 150.0)
         return Built(builder("cpy")(a, b), [a], init)
 
     params: dict[str, object] = {"type_src": src, "type_dst": dst, "ne": list(ne)}
