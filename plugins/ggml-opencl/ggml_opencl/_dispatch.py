@@ -53,7 +53,10 @@ class Launcher(Protocol):
     info: DeviceInfo
     context: Any
     err_buf: Any
-    name: str
+
+    @property
+    def name(self) -> str:
+        """The device's name (for messages)."""
 
     def kernel(self, name: str) -> Any:
         """The ``cl.Kernel`` for ``name``."""

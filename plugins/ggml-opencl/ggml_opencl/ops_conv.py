@@ -51,7 +51,12 @@ def _bind_conv_2d(launcher: Launcher, node: Tensor) -> Thunk:
     return enqueue(launcher, "k_conv_2d", node.nelements, args)
 
 
-@kernel(GGMLOp.CONV_2D_DW, supports=lambda info, node: _conv_ok(info, node) and node.src[0].type == T.F32)
+def _conv_dw_ok(info: DeviceInfo, node: Tensor) -> bool:
+    a = node.src[0]
+    return _conv_ok(info, node) and a is not None and a.type == T.F32
+
+
+@kernel(GGMLOp.CONV_2D_DW, supports=_conv_dw_ok)
 def _bind_conv_2d_dw(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [_params(node, 6), *targs(launcher, a), *targs(launcher, b), *targs(launcher, node)]

@@ -98,8 +98,8 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
 
     # activations: read in place when they are plain f32 rows and need no rounding, else packed to f32 rows
     mode = ACTIVATION_ROUNDING[a.type]
-    if b.type == GGMLType.F32 and b.nb[0] == 4 and mode == _R_NONE and b.nb[1] % 4 == 0 and b.data_offset % 4 == 0:
-        bmem, boff = mem_of(launcher, b)
+    bmem, boff = mem_of(launcher, b)
+    if b.type == GGMLType.F32 and mode == _R_NONE and boff % 4 == 0 and b.nb[0] == 4 and b.nb[1] % 4 == 0:
         ldb, sb2, sb3 = b.nb[1] // 4, b.nb[2] // 4, b.nb[3] // 4
     else:
         blk = 256 if mode == _R_Q8_K else 32

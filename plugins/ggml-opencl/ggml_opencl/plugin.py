@@ -51,6 +51,7 @@ from ggml_opencl import (  # noqa: F401 - the ops_* modules register their kerne
 )
 from ggml_opencl._device_info import DeviceInfo, device_info
 
+cl: Any
 try:  # pyopencl is optional at import time: without it the registry reports why it has no devices
     import pyopencl as cl
 
@@ -229,13 +230,13 @@ class OpenCLBuffer(Buffer):
                 ).wait()
                 return True
             staged = np.empty(size, dtype=np.uint8)  # another platform: through host memory
-            src._read(src_offset, memoryview(staged))
-            self._write(dst_offset, memoryview(staged))
+            src._read(src_offset, staged.data)
+            self._write(dst_offset, staged.data)
             return True
         host = src.host_array()
         if host is None:
             return False
-        self._write(dst_offset, memoryview(np.ascontiguousarray(host[src_offset : src_offset + size])))
+        self._write(dst_offset, np.ascontiguousarray(host[src_offset : src_offset + size]).data)
         return True
 
     def _free(self) -> None:
@@ -518,7 +519,7 @@ class OpenCLReg(BackendReg):
         self.skipped: dict[str, str] = {}
         super().__init__("OpenCL", description="OpenCL devices through pyopencl", priority=10)
 
-    @property  # type: ignore[override]
+    @property
     def unavailable_reason(self) -> str | None:
         """Why this registry has no devices (enumerating them first), or None."""
         if getattr(self, "_devices", None) is None and hasattr(self, "_lock"):
