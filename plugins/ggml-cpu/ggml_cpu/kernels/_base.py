@@ -102,10 +102,11 @@ def arr(t: Tensor) -> np.ndarray:
     if t.type.is_quantized:
         shape: tuple[int, ...] = (t.ne[3], t.ne[2], t.ne[1], t.row_size)
         strides: tuple[int, ...] = (t.nb[3], t.nb[2], t.nb[1], 1)
-        dt = np.dtype(np.uint8)
+        dt: np.dtype = np.dtype(np.uint8)
     else:
-        dt = t.type.np_dtype
-        assert dt is not None
+        plain = t.type.np_dtype
+        assert plain is not None
+        dt = plain
         shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
         strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
     if t.nelements == 0:
