@@ -123,6 +123,13 @@ class _FakeBackend(Backend):
 
     def graph_compute_async(self, graph: g.Graph) -> None:
         for node in graph.nodes:
+            if node.op == g.GGMLOp.CPY:
+                src = node.src[0]
+                assert src is not None
+                node.numpy_view()[...] = src.numpy_view().reshape(node.numpy_view().shape)
+                if self.fault is not None:
+                    self.fault(node.buffer.host_array(), node)  # type: ignore[union-attr]
+                continue
             if node.op != g.GGMLOp.ADD:
                 continue
             a, b = node.src[0], node.src[1]
@@ -156,7 +163,8 @@ class _FakeDevice(Device):
 
     def supports_op(self, op: g.Tensor) -> bool:
         srcs = [s for s in op.src if s is not None]
-        return op.op in (g.GGMLOp.NONE, g.GGMLOp.ADD) and all(s.type == g.GGMLType.F32 for s in [op, *srcs])
+        kinds = (g.GGMLOp.NONE, g.GGMLOp.ADD, g.GGMLOp.CPY, g.GGMLOp.VIEW)
+        return op.op in kinds and all(s.type == g.GGMLType.F32 for s in [op, *srcs])
 
 
 def _add_case(ne: tuple[int, ...] = (10, 5, 4, 3)) -> Case:
@@ -204,6 +212,18 @@ def test_a_write_into_an_input_is_caught() -> None:
 
     res = run_case(_add_case(), _FakeDevice(into_input), reference="numpy")
     assert res.status == Status.FAIL and "inside tensor" in res.message
+
+
+def test_a_write_into_the_gap_of_a_strided_output_is_caught() -> None:
+    case = select(ops="CPY", pattern=r"type_src=f32,type_dst=f32,.*dst_rows_apart=2")[0]
+    assert run_case(case, _FakeDevice(), reference="numpy").status == Status.OK
+
+    def gap(mem: np.ndarray, node: g.Tensor) -> None:
+        assert node.data_offset is not None
+        mem[node.data_offset + node.ne[0] * 4] ^= 0x01  # the first byte between row 0 and row 1
+
+    res = run_case(case, _FakeDevice(gap), reference="numpy")
+    assert res.status == Status.FAIL and "outside the output" in res.message
 
 
 def test_a_wrong_result_fails() -> None:

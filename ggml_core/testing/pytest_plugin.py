@@ -5,7 +5,7 @@ Options:
 - ``--ggml-device NAME``: run the whole conformance suite on that device (the suite module
   :mod:`ggml_core.testing.suite` joins the collection), and make ``conformance_suite()`` tests that name no
   device use it
-- ``--ggml-op OP[,OP]`` / ``--ggml-pattern REGEX``: only those cases (for the suite added by ``--ggml-device``)
+- ``--ggml-op OP[,OP]`` / ``--ggml-pattern REGEX``: only those cases of every conformance suite collected
 - ``--ggml-reference auto|numpy|cpu|both``: what the device is compared with
 
 This module is imported by every pytest session on a machine with ggml-core installed: it imports nothing heavy.
