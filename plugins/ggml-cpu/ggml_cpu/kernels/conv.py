@@ -8,6 +8,8 @@ POOL_1D's divides by the cells inside; MAX pools start from ``-FLT_MAX``. UPSCAL
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
@@ -92,20 +94,27 @@ def _bind_im2col(node: Tensor) -> Thunk:
 def _conv2d_ok(node: Tensor) -> bool:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
-    return a.type in (GGMLType.F32, GGMLType.F16) and b.type == GGMLType.F32 and node.type == GGMLType.F32
+    kernel_types = (GGMLType.F32, GGMLType.F16) if node.op == GGMLOp.CONV_2D else (GGMLType.F32,)
+    return a.type in kernel_types and b.type == GGMLType.F32 and node.type == GGMLType.F32
+
+
+def _image_patches(node: Tensor) -> Callable[[], np.ndarray]:
+    """For CONV_2D / CONV_2D_DW: a function giving the input patches (N, OH, OW, C, KH, KW) of the current data."""
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    stride, pad, dilation = _conv_params(node, True)
+    return lambda: patches(f32(b), a.ne[1], a.ne[0], node.ne[1], node.ne[0], stride, pad, dilation)
 
 
 @kernel(GGMLOp.CONV_2D, supports=_conv2d_ok)
 def _bind_conv_2d(node: Tensor) -> Thunk:
-    a, b = node.src[0], node.src[1]
-    assert a is not None and b is not None
-    stride, pad, dilation = _conv_params(node, True)
-    kh, kw = a.ne[1], a.ne[0]
-    oh, ow = node.ne[1], node.ne[0]
+    a = node.src[0]
+    assert a is not None
+    get_patches = _image_patches(node)
 
     def run() -> None:
-        cols = patches(f32(b), kh, kw, oh, ow, stride, pad, dilation)  # (N, OH, OW, IC, KH, KW)
-        n = cols.shape[0]
+        cols = get_patches()
+        n, oh, ow = cols.shape[:3]
         cols = cols.reshape(n * oh * ow, -1)
         if a.type == GGMLType.F16:  # ggml writes the patches in the kernel's type
             cols = cols.astype(np.float16).astype(np.float32)
@@ -116,24 +125,15 @@ def _bind_conv_2d(node: Tensor) -> Thunk:
     return run
 
 
-def _conv_dw_ok(node: Tensor) -> bool:
-    a, b = node.src[0], node.src[1]
-    assert a is not None and b is not None
-    return a.type == GGMLType.F32 and b.type == GGMLType.F32 and node.type == GGMLType.F32
-
-
-@kernel(GGMLOp.CONV_2D_DW, supports=_conv_dw_ok)
+@kernel(GGMLOp.CONV_2D_DW, supports=_conv2d_ok)
 def _bind_conv_2d_dw(node: Tensor) -> Thunk:
-    a, b = node.src[0], node.src[1]
-    assert a is not None and b is not None
-    stride, pad, dilation = _conv_params(node, True)
-    kh, kw = a.ne[1], a.ne[0]
-    oh, ow = node.ne[1], node.ne[0]
+    a = node.src[0]
+    assert a is not None
+    get_patches = _image_patches(node)
 
     def run() -> None:
-        cols = patches(f32(b), kh, kw, oh, ow, stride, pad, dilation)  # (N, OH, OW, C, KH, KW)
-        w = f32(a)[:, 0]  # (C, KH, KW)
-        store(node, np.einsum("nyxckl,ckl->ncyx", cols, w, dtype=np.float32))  # any result strides
+        w = f32(a)[:, 0]  # (C, KH, KW): one filter per channel
+        store(node, np.einsum("nyxckl,ckl->ncyx", get_patches(), w, dtype=np.float32))  # any result strides
 
     return run
 
