@@ -155,12 +155,14 @@ def _set_like(op: GGMLOp, a: Tensor, b: Tensor, nb1: int, nb2: int, nb3: int, of
     check(0 <= offset < 1 << 30, name, f"offset must be in [0, 2^30), got {offset}", a)
     check(min(nb1, nb2, nb3) >= 0, name, f"strides must be >= 0, got {[nb1, nb2, nb3]}", a)
     check(not a.type.is_quantized, name, f"a must not be quantized, got {a.type.traits.name}", a)
+    # the view is relative to the result's memory: a itself (inplace) or a contiguous copy of it
+    limit = a.nbytes if inplace else a.row_size * a.nrows
     end = _view_extent(a, b, nb1, nb2, nb3, offset)
     check(
-        end <= a.nbytes,
+        end <= limit,
         name,
         f"the view of b's shape at offset {offset} with strides {[nb1, nb2, nb3]} reaches byte {end}; "
-        f"a has {a.nbytes} bytes",
+        f"the result has {limit} bytes",
         a,
         b,
     )

@@ -142,6 +142,10 @@ def test_set_1d_2d_and_bounds() -> None:
     np.testing.assert_array_equal(got1.reshape(-1), ref)
     with pytest.raises(OpError, match=r"SET.*reaches byte"):
         ops.set_1d(g2.tensor(x), g2.tensor(b.reshape(1, 1, 1, 6)), 4 * 20)
+    padded = ops.view_2d(g2.tensor(np.zeros((4, 8), np.float32)), 6, 4, 32, 0)  # rows of 6 in rows of 8
+    assert padded.nbytes > 4 * 6 * 4
+    with pytest.raises(OpError, match=r"SET.*the result has 96 bytes"):  # its contiguous copy holds 96 bytes
+        ops.set_1d(padded, g2.tensor(np.zeros(4, np.float32)), 4 * 22)
     with pytest.raises(OpError, match="ACC"):
         ops.acc(ops.transpose(g2.tensor(x)), g2.tensor(b), 24, 96, 96, 0)
 
