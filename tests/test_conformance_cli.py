@@ -186,3 +186,9 @@ def test_a_suite_names_each_case_and_fails_loudly(tmp_path: Path) -> None:
     )
     out = _pytest(tmp_path, "test_dev.py")
     assert "1 failed" in out and "test_conformance[ADD1(" in out and "NMSE" in out, out[-2000:]
+
+
+def test_op_filter_takes_full_case_names_with_commas(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = select(ops="ADD")[0].name, select(ops="MUL_MAT")[3].name
+    rc, out = _run(capsys, "-b", "CPU", "-o", f"{a},{b}", "--output", "json")
+    assert rc == 0 and [f"{r['op_name']}({r['op_params']})" for r in json.loads(out)] == [a, b]

@@ -182,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         args.progress == "auto" and sys.stderr.isatty() and (not console or args.quiet or not sys.stdout.isatty())
     )
     ops_filter = {o.strip().upper() for o in args.op.split(",")} if args.op and "(" not in args.op else None
+    if args.op and not cases:
+        print(f"ggml-core test-ops: no case matches -o {args.op!r}" + (f" -p {args.pattern!r}" if args.pattern else "")
+              + " (see --show-coverage)", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     failing: list[str] = []
     backends_ok = 0

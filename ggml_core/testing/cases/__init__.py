@@ -42,9 +42,21 @@ def all_op_names() -> list[str]:
 
 
 def _split_ops(ops: str | Iterable[str] | None) -> list[str] | None:
+    """``"ADD,MUL_MAT(type_a=f16,...)"`` → ["ADD", "MUL_MAT(type_a=f16,...)"]: commas inside brackets stay."""
     if ops is None:
         return None
-    items = ops.split(",") if isinstance(ops, str) else list(ops)
+    if not isinstance(ops, str):
+        return [o.strip() for o in ops if o.strip()]
+    items, depth, cur = [], 0, ""
+    for ch in ops:
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur)
     return [o.strip() for o in items if o.strip()]
 
 
