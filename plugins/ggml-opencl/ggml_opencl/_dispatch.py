@@ -61,6 +61,9 @@ class Launcher(Protocol):
     def kernel(self, name: str) -> Any:
         """The ``cl.Kernel`` for ``name``."""
 
+    def local_size(self, name: str, wanted: int) -> int:
+        """``wanted`` work-items per group, lowered to what kernel ``name`` allows on this device (a power of 2)."""
+
     def scratch(self, slot: str, nbytes: int) -> Any:
         """A temporary device buffer of at least ``nbytes``."""
 
@@ -199,7 +202,7 @@ def roundup(n: int, m: int) -> int:
 def enqueue(launcher: Launcher, name: str, n_items: int, args: Sequence[Any], local: int | None = None) -> Thunk:
     """A thunk launching ``name`` over ``n_items`` work-items in 1-d (kernels end with a ``long n`` guard)."""
     k = launcher.kernel(name)
-    ls = local or launcher.info.ew_ls
+    ls = launcher.local_size(name, local or launcher.info.ew_ls)
     gs = (roundup(max(n_items, 1), ls),)
     full = [*args, np.int64(n_items)]
     queue = launcher.queue

@@ -51,7 +51,7 @@ def _bind_soft_max(launcher: Launcher, node: Tensor) -> Thunk:
     assert a is not None
     max_bias = node.op_param_f32(1)
     m0, m1, n_log2 = alibi_params(a.ne[2], max_bias)
-    ls = launcher.info.row_ls
+    ls = launcher.local_size("k_soft_max", launcher.info.row_ls)
     args = [
         np.float32(node.op_param_f32(0)),
         np.float32(max_bias),

@@ -113,7 +113,7 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     bargs = [bmem, np.uint64(boff), np.int64(ldb), np.int64(sb2), np.int64(sb3), np.int32(N), np.int32(b2)]
 
     if N <= MV_MAX_COLUMNS:
-        ls = info.mv_ls
+        ls = launcher.local_size("k_mul_mv", info.mv_ls)
         args = [*targs(launcher, a), np.int32(a.type), np.int32(r2), np.int32(r3), *bargs, *out, local_mem(ls * 4)]
         steps.append(enqueue_nd(launcher, "k_mul_mv", (M * ls, batches), (ls, 1), args))
         return chain(*steps)
@@ -126,6 +126,8 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     rows = min(rows, roundup(M, tm))
     at = launcher.scratch("a", rows * K * n_mats * 4)
     ls0, ls1 = info.gemm_ls
+    while ls0 * ls1 > launcher.local_size("k_gemm", ls0 * ls1):  # the kernel's limit on this device
+        ls0, ls1 = max(1, ls0 // 2), max(1, ls1 // 2)
     for m_base in range(0, M, rows):
         mc = min(rows, roundup(M - m_base, tm))
         pack = [*targs(launcher, a), np.int32(a.type), np.int32(m_base), np.int32(mc), at]
@@ -162,7 +164,7 @@ def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
     K = a.ne[0]
     bp = launcher.scratch("b", b.nelements * 4)
     pack = [*targs(launcher, b), np.int32(b.type), np.int32(mode), np.int32(blk), bp]
-    ls = launcher.info.mv_ls
+    ls = launcher.local_size("k_mul_mat_id", launcher.info.mv_ls)
     groups = a.ne[1] * ids.ne[0] * ids.ne[1]
     args = [*targs(launcher, a), np.int32(a.type), *targs(launcher, ids), bp, np.int32(b.ne[1]),
             *targs(launcher, node), launcher.err_buf, np.int32(launcher.error_code(node)), local_mem(ls * 4)]

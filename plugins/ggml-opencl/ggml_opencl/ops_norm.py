@@ -24,7 +24,7 @@ def _f32_rows(info: DeviceInfo, node: Tensor) -> bool:
 def _bind_norm(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    ls = launcher.info.row_ls
+    ls = launcher.local_size("k_norm_rows", launcher.info.row_ls)
     args = [
         np.int32(_MODES[node.op]),
         np.float32(node.op_param_f32(0)),
@@ -41,7 +41,7 @@ def _bind_group_norm(launcher: Launcher, node: Tensor) -> Thunk:
     assert a is not None
     n_groups = node.op_param_i32(0)
     per_group = (a.ne[2] + n_groups - 1) // n_groups
-    ls = launcher.info.row_ls
+    ls = launcher.local_size("k_group_norm", launcher.info.row_ls)
     args = [np.int32(per_group), np.float32(node.op_param_f32(1)), *targs(launcher, a), *targs(launcher, node),
             local_mem(ls * 4)]
     return enqueue_nd(launcher, "k_group_norm", (n_groups * ls, a.ne[3]), (ls, 1), args)

@@ -28,7 +28,7 @@ def _float_src(info: DeviceInfo, node: Tensor) -> bool:
 def _bind_sum(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    ls = launcher.info.row_ls
+    ls = launcher.local_size("k_sum", launcher.info.row_ls)
     groups = 1 if node.op == GGMLOp.SUM else a.nrows
     args = [np.int32(_SUM_MODES[node.op]), *targs(launcher, a), np.int32(a.type), *targs(launcher, node),
             np.int32(node.type), local_mem(ls * 4)]

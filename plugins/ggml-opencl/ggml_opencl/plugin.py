@@ -293,6 +293,7 @@ class OpenCLBackend(Backend):
         self.context = device.context
         self._program = device.program()
         self._kernels: dict[str, Any] = {}
+        self._limits: dict[str, int] = {}
         self._scratch: dict[str, Any] = {}
         self._pending: list[Any] = []
         self._plans: dict[int, tuple[tuple[object, ...], list[tuple[Tensor, Callable[[], None]]]]] = {}
@@ -309,6 +310,19 @@ class OpenCLBackend(Backend):
         if k is None:
             k = self._kernels[name] = cl.Kernel(self._program, name)
         return k
+
+    def local_size(self, name: str, wanted: int) -> int:
+        """``wanted`` work-items per group, lowered to the kernel's limit on this device (a power of two)."""
+        key = f"{name}/ls"
+        limit = self._limits.get(key)
+        if limit is None:
+            dev = self.device.cl_device
+            limit = int(self.kernel(name).get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, dev))
+            self._limits[key] = limit
+        ls = 1
+        while ls * 2 <= min(wanted, limit):
+            ls *= 2
+        return ls
 
     def scratch(self, slot: str, nbytes: int) -> Any:
         """A device buffer of at least ``nbytes`` for temporaries, reused across nodes (the queue is in order)."""
