@@ -1,8 +1,8 @@
 """The CPU backend plugin: checks → buffers → backend → device → registration.
 
 Host memory is numpy: a buffer is one aligned ``uint8`` array, tensors are strided views of it. The backend
-binds every graph node to its numpy kernel once per graph (see :mod:`ggml_cpu.kernels`) and replays the bound
-thunks on later computes of the same, identically allocated graph.
+plans every graph once — each node bound to its kernel (see :mod:`ggml_cpu.kernels`) over preallocated views —
+and replays the plan on later computes of the same, identically allocated graph (:mod:`ggml_cpu.engine`).
 """
 
 from __future__ import annotations
@@ -20,18 +20,17 @@ from ggml_core import (
     BackendReg,
     Buffer,
     BufferType,
-    ComputeError,
     Device,
     DeviceCaps,
     DeviceType,
-    GGMLOp,
     Graph,
     Tensor,
     TensorError,
-    TensorFlag,
     hookimpl,
 )
 from ggml_cpu import kernels
+from ggml_cpu.engine import Engine, default_threads, describe
+from ggml_cpu.kernels.matmul import WeightsCache
 
 __all__ = ["CPUBackend", "CPUBuffer", "CPUBufferType", "CPUDevice", "CPUReg", "cpu_reg"]
 
@@ -134,60 +133,47 @@ class CPUMappedBufferType(BufferType):
 
 
 class CPUBackend(Backend):
-    """Runs graphs with numpy, synchronously. Bound kernels are cached per graph and allocation."""
+    """Runs graphs synchronously: each graph is planned once and replayed (see :mod:`ggml_cpu.engine`).
+
+    Settings (also as ``init_backend`` params, comma-separated): ``n_threads=N`` (BLAS and the compiled kernels;
+    default: the CPUs this process may use), ``weights_cache=1`` (keep float32 copies of quantized / f16 weights
+    for large-batch products: faster prompts, 4 bytes per weight more memory; off by default),
+    ``weights_cache_mb=M`` (the cache's limit).
+    """
 
     def __init__(self, device: CPUDevice) -> None:
         super().__init__(device)
-        self.n_threads = os.cpu_count() or 1
-        self._plans: dict[int, tuple[tuple[object, ...], list[tuple[Tensor, Callable[[], None]]]]] = {}
+        self.engine = Engine(self.name, default_threads())
+
+    @property
+    def n_threads(self) -> int:
+        """Threads for BLAS and the plugin's compiled kernels."""
+        return self.engine.threads.n_threads
 
     def set_n_threads(self, n_threads: int) -> None:
-        """Threads for BLAS and the plugin's own kernels."""
+        """Threads for BLAS and the plugin's compiled kernels."""
         if n_threads <= 0:
             raise ValueError(f"CPU: n_threads must be positive, got {n_threads}")
-        self.n_threads = n_threads
+        self.engine.threads.n_threads = n_threads
 
-    @staticmethod
-    def _signature(graph: Graph) -> tuple[object, ...]:
-        # a plan stays valid while every node keeps its op, type, shape and memory
-        return tuple(
-            (t.id, t.op, t.ne, t.nb, id(t.buffer), t.data_offset, *(s.id if s is not None else 0 for s in t.src[:4]))
-            for t in graph.nodes
-        )
+    @property
+    def weights_cache(self) -> WeightsCache | None:
+        """The opt-in cache of dequantized weights (None: off, the default)."""
+        return self.engine.weights_cache
 
-    def _plan(self, graph: Graph) -> list[tuple[Tensor, Callable[[], None]]]:
-        sig = self._signature(graph)
-        cached = self._plans.get(graph.uid)
-        if cached is not None and cached[0] == sig:
-            return cached[1]
-        steps = []
-        for node in graph.nodes:
-            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty:
-                continue
-            if not node.flags & TensorFlag.COMPUTE:
-                continue
-            try:
-                steps.append((node, kernels.bind(node)))
-            except NotImplementedError as exc:
-                raise ComputeError(node, self.name, str(exc)) from exc
-            except TensorError as exc:
-                raise ComputeError(node, self.name, str(exc)) from exc
-        if len(self._plans) > 64:
-            self._plans.clear()
-        self._plans[graph.uid] = (sig, steps)
-        return steps
+    def set_weights_cache(self, enabled: bool, max_bytes: int | None = None) -> None:
+        """Turn the dequantized-weights cache on (optionally limited to ``max_bytes``) or off (frees it)."""
+        self.engine.weights_cache = WeightsCache(max_bytes) if enabled else None
+        self.engine.forget()  # MUL_MAT thunks hold the cache they were bound with
 
     def graph_compute_async(self, graph: Graph) -> None:
         """Compute every node in order (synchronous: the work is done when this returns)."""
-        for node, thunk in self._plan(graph):
-            if self.abort_callback is not None and self.abort_callback():
-                raise ComputeError(node, self.name, "aborted by the abort callback")
-            try:
-                thunk()
-            except ComputeError:
-                raise
-            except Exception as exc:
-                raise ComputeError(node, self.name, f"{type(exc).__name__}: {exc}") from exc
+        self.engine.compute(graph, self.abort_callback)
+
+    def free(self) -> None:
+        """Drop the plans and the weights cache."""
+        self.engine.forget()
+        self.engine.weights_cache = None
 
 
 # ================================================================================================ device
@@ -220,13 +206,27 @@ class CPUDevice(Device):
         return CPUBuffer(self._mapped, arr)
 
     def init_backend(self, params: str | None = None) -> Backend:
-        """A new CPU stream; ``params`` may be ``"n_threads=N"``."""
+        """A new CPU stream; ``params``: ``"n_threads=N,weights_cache=1,weights_cache_mb=M"`` (any subset)."""
         backend = CPUBackend(self)
-        if params:
-            for item in params.split(","):
+        settings: dict[str, str] = {}
+        for item in (params or "").split(","):
+            if item.strip():
                 key, _, value = item.partition("=")
-                if key.strip() == "n_threads":
-                    backend.set_n_threads(int(value))
+                settings[key.strip()] = value.strip()
+        unknown = sorted(set(settings) - {"n_threads", "weights_cache", "weights_cache_mb"})
+        try:
+            if unknown:
+                raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+            if "n_threads" in settings:
+                backend.set_n_threads(int(settings["n_threads"]))
+            if settings.get("weights_cache", "0").lower() in ("1", "true", "yes", "on"):
+                limit = settings.get("weights_cache_mb")
+                backend.set_weights_cache(True, int(limit) << 20 if limit else None)
+        except ValueError as exc:
+            raise ValueError(
+                f"CPU: bad backend params {params!r} ({exc}); expected n_threads=N, weights_cache=0|1, "
+                "weights_cache_mb=M"
+            ) from exc
         return backend
 
     def supports_op(self, op: Tensor) -> bool:
@@ -256,7 +256,7 @@ class CPUReg(BackendReg):
         backend.set_n_threads(n_threads)
 
     def features(self) -> dict[str, str]:
-        """numpy version and the BLAS it uses."""
+        """numpy version, the BLAS it uses, and the compiled kernels' state."""
         out = {"numpy": np.__version__}
         try:
             cfg = np.show_config(mode="dicts")
@@ -265,6 +265,7 @@ class CPUReg(BackendReg):
                 out["BLAS"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
         except Exception:  # noqa: BLE001 - informative only
             pass
+        out.update(describe())
         return out
 
 

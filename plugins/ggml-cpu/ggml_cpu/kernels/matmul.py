@@ -3,36 +3,52 @@
 ggml's CPU multiplies a quantized weight row with activations that it first quantizes to the weight type's
 ``vec_dot_type`` (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the K-quants; f16 weights round
 activations to f16). Emulating that rounding, then multiplying in float32, agrees with ggml to float rounding.
+
+Routes (chosen once, when the node is bound):
+
+* **f32 weights** — one BLAS call into the output (``np.matmul(..., out=)``), no copies of the operands;
+* **quantized weights** — :func:`ggml_cpu.kernels.qdot.qmatmul`: integer block kernels for up to
+  ``MAX_VEC_ROWS`` activation rows, dequantized tiles + BLAS above; never a full float32 copy of the weights,
+  unless the backend's opt-in :class:`WeightsCache` holds one;
+* **f16 / bf16 weights** — converted tile by tile (bounded memory), then BLAS;
+* anything else (types without a fast route) — :func:`mul_mat_reference`, the straightforward numpy definition,
+  which also serves as the tests' reference for the fast routes.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import numpy as np
-from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.quants import dequantize, quantize
 
+from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
+from ggml_core.quants import can_dequantize, dequantize, quantize
+from ggml_cpu.kernels import qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
 
-__all__ = ["VEC_DOT_TYPE", "activations_as_dot_type", "matmul_4d", "weights_f32"]
+__all__ = [
+    "VEC_DOT_TYPE",
+    "WeightsCache",
+    "activations_as_dot_type",
+    "bind_mul_mat",
+    "expert_product",
+    "matmul_4d",
+    "mul_mat_reference",
+    "weights_f32",
+]
 
 #: ggml's ``type_traits_cpu[t].vec_dot_type``
 VEC_DOT_TYPE: Final[dict[GGMLType, GGMLType]] = {
     GGMLType.F32: GGMLType.F32,
     GGMLType.F16: GGMLType.F16,
     GGMLType.BF16: GGMLType.BF16,
-    GGMLType.Q4_0: GGMLType.Q8_0,
-    GGMLType.Q4_1: GGMLType.Q8_1,
-    GGMLType.Q5_0: GGMLType.Q8_0,
-    GGMLType.Q5_1: GGMLType.Q8_1,
-    GGMLType.Q8_0: GGMLType.Q8_0,
-    GGMLType.Q2_K: GGMLType.Q8_K,
-    GGMLType.Q3_K: GGMLType.Q8_K,
-    GGMLType.Q4_K: GGMLType.Q8_K,
-    GGMLType.Q5_K: GGMLType.Q8_K,
-    GGMLType.Q6_K: GGMLType.Q8_K,
+    **qdot.DOT_TYPE,
 }
+
+#: float32 bytes per converted f16 / bf16 weight tile
+_TILE_BYTES: Final = 4 << 20
 
 
 def activations_as_dot_type(x: np.ndarray, wtype: GGMLType) -> np.ndarray:
@@ -41,7 +57,8 @@ def activations_as_dot_type(x: np.ndarray, wtype: GGMLType) -> np.ndarray:
     if dot == GGMLType.F32:
         return x
     if dot == GGMLType.F16:
-        return x.astype(np.float16).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return x.astype(np.float16).astype(np.float32)
     return dequantize(quantize(np.ascontiguousarray(x, dtype=np.float32), dot), dot)
 
 
@@ -50,16 +67,9 @@ def weights_f32(w: Tensor) -> np.ndarray:
     return f32(w)
 
 
-def _q8_1_sums(xq: np.ndarray) -> np.ndarray:
-    """The f16 ``s`` field (d·Σq, rounded to f16) of every Q8_1 block, shape (..., n_blocks)."""
-    blocks = xq.reshape(*xq.shape[:-1], -1, 36)
-    return blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-
-
 def _q_1_mins(w: np.ndarray, wtype: GGMLType) -> np.ndarray:
     """The f16 ``m`` field of Q4_1 / Q5_1 blocks, shape (..., n_blocks)."""
-    size = wtype.type_size
-    blocks = w.reshape(*w.shape[:-1], -1, size)
+    blocks = w.reshape(*w.shape[:-1], -1, wtype.type_size)
     return blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
 
 
@@ -77,38 +87,229 @@ def matmul_4d(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out.reshape(a3, a2, r3, r2, n, m).transpose(0, 2, 1, 3, 4, 5).reshape(b3, b2, n, m)
 
 
+def mul_mat_reference(a: Tensor, b: Tensor) -> np.ndarray:
+    """The product by its numpy definition (full float32 weights): the slow path and the tests' reference."""
+    x = f32(b)
+    wtype = a.type
+    if wtype in (GGMLType.Q4_1, GGMLType.Q5_1):
+        # Q4_1/Q5_1 · Q8_1: Σ_blocks d_w·d_x·Σ q_w q_x + m_w · s_x, where s_x is d_x·Σq_x rounded to f16
+        xq = quantize(np.ascontiguousarray(x, dtype=np.float32), GGMLType.Q8_1)
+        xd = dequantize(xq, GGMLType.Q8_1)
+        sx = _q_1_mins(xq, GGMLType.Q8_1)  # Q8_1's s sits where Q4_1's m does: bytes 2..4 of each block
+        wraw = np.ascontiguousarray(arr(a))
+        mw = _q_1_mins(wraw, wtype)
+        w_scaled = dequantize(wraw, wtype) - np.repeat(mw, 32, axis=-1)  # the d·q part of each weight
+        return matmul_4d(w_scaled, xd) + matmul_4d(mw, sx)
+    return matmul_4d(weights_f32(a), activations_as_dot_type(x, wtype))
+
+
+# ------------------------------------------------------------------------------------------------ weights cache
+
+
+class WeightsCache:
+    """Opt-in float32 copies of quantized / f16 weights, for users who trade memory for prompt speed.
+
+    Only tensors in buffers marked :attr:`BufferUsage.WEIGHTS` are cached (never the KV cache or activations),
+    keyed by their memory; the weights must not change while cached (call :meth:`clear` after writing them). A
+    copy costs 4 bytes per weight (Q4_0: 7× its size). Used for products with more than ``MAX_VEC_ROWS``
+    activation rows; decoding keeps reading the quantized blocks, which is faster.
+
+    :param max_bytes: stop adding entries beyond this many bytes (None: no limit)
+    """
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._entries: dict[tuple[int, int, int, tuple[int, ...]], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def eligible(t: Tensor) -> bool:
+        """True for quantized, f16 and bf16 tensors held in a weights buffer."""
+        buf = t.buffer
+        return (
+            buf is not None
+            and getattr(buf, "usage", None) == BufferUsage.WEIGHTS
+            and (t.type.is_quantized or t.type in (GGMLType.F16, GGMLType.BF16))
+            and can_dequantize(t.type)
+        )
+
+    def get(self, t: Tensor) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """``(q·d or values as float32 (a3, a2, M, K), Q4_1/Q5_1 minima or None)`` for ``t``, made on first use."""
+        if not self.eligible(t):
+            return None
+        key = (id(t.buffer), int(t.data_offset or 0), int(t.type), (*t.ne, *t.nb))
+        hit = self._entries.get(key)
+        if hit is not None:
+            return hit
+        size = 4 * t.nelements
+        if self.max_bytes is not None and self.nbytes + size > self.max_bytes:
+            return None
+        raw = np.ascontiguousarray(arr(t))
+        mins = _q_1_mins(raw, t.type) if t.type in (GGMLType.Q4_1, GGMLType.Q5_1) else None
+        values = f32(t) if mins is None else dequantize(raw, t.type) - np.repeat(mins, 32, axis=-1)
+        entry = (np.ascontiguousarray(values, dtype=np.float32), mins)
+        with self._lock:
+            self._entries[key] = entry
+            self.nbytes += size
+        return entry
+
+    def clear(self) -> None:
+        """Drop every cached copy."""
+        with self._lock:
+            self._entries.clear()
+            self.nbytes = 0
+
+
+# ------------------------------------------------------------------------------------------------ slices
+
+
+def _groups(a: Tensor, b: Tensor, x: np.ndarray, out: np.ndarray) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """For each weight slice ``(i3, i2)``: its activation rows (R, K) and where their results go (R, M).
+
+    ggml broadcasts the weights over the activations' batch dimensions (ratio r2 = b.ne[2]/a.ne[2], r3 likewise);
+    the activation slices sharing one weight slice are stacked so the weights are read once.
+    """
+    a3, a2 = a.ne[3], a.ne[2]
+    r2, r3 = b.ne[2] // a2, b.ne[3] // a3
+    n, k, m = x.shape[2], x.shape[3], out.shape[3]
+    for i3 in range(a3):
+        for i2 in range(a2):
+            xs = x[i3 * r3 : (i3 + 1) * r3, i2 * r2 : (i2 + 1) * r2]
+            os_ = out[i3 * r3 : (i3 + 1) * r3, i2 * r2 : (i2 + 1) * r2]
+            yield i3, i2, xs.reshape(r3 * r2 * n, k), os_.reshape(r3 * r2 * n, m) if os_.flags.c_contiguous else os_
+
+
+def _into(dst: np.ndarray, rows: int, m: int) -> tuple[np.ndarray, Callable[[], None]]:
+    """A C-contiguous (rows, m) float32 target for ``dst`` and the function that copies it back when needed."""
+    if dst.ndim == 2 and dst.flags.c_contiguous:
+        return dst, lambda: None
+    tmp = np.empty((rows, m), np.float32)
+    return tmp, lambda: np.copyto(dst, tmp.reshape(dst.shape))
+
+
+def _weight_rows(w: np.ndarray, i3: int, i2: int) -> np.ndarray:
+    rows = w[i3, i2]
+    return rows if rows.flags.c_contiguous else np.ascontiguousarray(rows)
+
+
+# ------------------------------------------------------------------------------------------------ binders
+
+
 def _mul_mat_ok(node: Tensor) -> bool:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
     return a.type in VEC_DOT_TYPE and b.type in (GGMLType.F32, GGMLType.F16) and node.type == GGMLType.F32
 
 
-@kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
-def _bind_mul_mat(node: Tensor) -> Thunk:
-    a, b = node.src[0], node.src[1]
-    assert a is not None and b is not None
-    out = arr(node)
+def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
+    w, x, out = arr(a), f32(b) if b.type == GGMLType.F32 else None, arr(node)
+    broadcast = a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]
+    if x is not None and not broadcast and out.flags.c_contiguous:
+        if a.ne[2] == a.ne[3] == 1:
+            w2, x2, o2 = w[0, 0].T, x[0, 0], out[0, 0]
+            return lambda: np.matmul(x2, w2, out=o2)
+        wt = w.swapaxes(-1, -2)
+        return lambda: np.matmul(x, wt, out=out)
+    return lambda: np.copyto(out, matmul_4d(w, f32(b)))
+
+
+def _float_rows_f32(rows: np.ndarray, wtype: GGMLType) -> np.ndarray:
+    """f16 values or bf16 bit patterns as float32."""
+    if wtype == GGMLType.BF16:
+        return (rows.astype(np.uint32) << 16).view(np.float32)
+    return rows.astype(np.float32)
+
+
+def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -> Thunk:
     wtype = a.type
+    k, m = a.ne[0], a.ne[1]
+    step = max(16, min(m, _TILE_BYTES // (4 * max(k, 1))))
 
     def run() -> None:
-        x = f32(b)
-        if wtype in (GGMLType.Q4_1, GGMLType.Q5_1):
-            out[...] = _mul_mat_q_1(a, x)
-            return
-        xw = activations_as_dot_type(x, wtype)
-        out[...] = matmul_4d(weights_f32(a), xw)
+        x = activations_as_dot_type(f32(b), wtype)
+        out = arr(node)
+        hit = cache.get(a) if cache is not None else None
+        w = arr(a)
+        for i3, i2, xs, os_ in _groups(a, b, x, out):
+            target, done = _into(os_, xs.shape[0], m)
+            if hit is not None:
+                np.matmul(xs, hit[0][i3, i2].T, out=target)
+            else:
+                for r0 in range(0, m, step):
+                    tile = _float_rows_f32(w[i3, i2, r0 : r0 + step], wtype)
+                    np.matmul(xs, tile.T, out=target[:, r0 : r0 + step])
+            done()
 
     return run
 
 
-def _mul_mat_q_1(a: Tensor, x: np.ndarray) -> np.ndarray:
-    # Q4_1/Q5_1 · Q8_1: Σ_blocks d_w·d_x·Σ q_w q_x + m_w · s_x, where s_x is d_x·Σq_x rounded to f16
-    xq = quantize(np.ascontiguousarray(x, dtype=np.float32), GGMLType.Q8_1)
-    xd = dequantize(xq, GGMLType.Q8_1)
-    sx = _q8_1_sums(xq)  # (b3, b2, N, nb)
-    wraw = np.ascontiguousarray(arr(a))
-    w = dequantize(wraw, a.type)  # (a3, a2, M, K)
-    mw = _q_1_mins(wraw, a.type)  # (a3, a2, M, nb)
-    nb = mw.shape[-1]
-    w_scaled = w - np.repeat(mw, 32, axis=-1)  # the d·q part of each weight
-    return matmul_4d(w_scaled, xd) + matmul_4d(mw, sx.reshape(*sx.shape[:-1], nb))
+def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -> Thunk:
+    wtype = a.type
+    m = a.ne[1]
+    if not can_dequantize(wtype):
+        return lambda: np.copyto(arr(node), mul_mat_reference(a, b))
+
+    def run() -> None:
+        x = f32(b)
+        out = arr(node)
+        w = arr(a)
+        n_rows = x.shape[2] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+        hit = cache.get(a) if cache is not None and n_rows > qdot.MAX_VEC_ROWS else None
+        for i3, i2, xs, os_ in _groups(a, b, x, out):
+            target, done = _into(os_, xs.shape[0], m)
+            if hit is not None:
+                _cached_product(hit, i3, i2, wtype, xs, target)
+            else:
+                qdot.qmatmul(_weight_rows(w, i3, i2), wtype, xs, target)
+            done()
+
+    return run
+
+
+def _cached_product(
+    hit: tuple[np.ndarray, np.ndarray | None], i3: int, i2: int, wtype: GGMLType, x: np.ndarray, out: np.ndarray
+) -> None:
+    acts = qdot.quantize_activations(x, qdot.DOT_TYPE[wtype])
+    np.matmul(acts.dequantized(), hit[0][i3, i2].T, out=out)
+    if hit[1] is not None:
+        out += acts.s @ hit[1][i3, i2].T
+
+
+def bind_mul_mat(node: Tensor, cache: WeightsCache | None = None) -> Thunk:
+    """The thunk for one MUL_MAT node; ``cache`` is the backend's opt-in :class:`WeightsCache` (or None)."""
+    a, b = node.src[0], node.src[1]
+    assert a is not None and b is not None
+    if node.is_empty or a.ne[0] == 0:
+        out = arr(node)
+        return lambda: out.fill(0.0)
+    if a.type == GGMLType.F32:
+        return _bind_f32(a, b, node)
+    if a.type in (GGMLType.F16, GGMLType.BF16):
+        return _bind_half(a, b, node, cache)
+    return _bind_quantized(a, b, node, cache)
+
+
+@kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
+def _bind_mul_mat(node: Tensor) -> Thunk:
+    return bind_mul_mat(node)
+
+
+def expert_product(wraw: np.ndarray, wtype: GGMLType, x: np.ndarray) -> np.ndarray:
+    """Rows ``x`` (n, K) float32 times one expert's weight rows ``wraw`` → (n, M), with MUL_MAT's numerics.
+
+    ``wraw`` is (M, row bytes) for quantized types, (M, K) values for f32 / f16, (M, K) uint16 bits for bf16. This
+    is the helper MUL_MAT_ID can call per expert: the same block kernels / tiles as MUL_MAT.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((x.shape[0], wraw.shape[0]), np.float32)
+    if wtype.is_quantized and can_dequantize(wtype) and wtype in qdot.DOT_TYPE:
+        qdot.qmatmul(np.ascontiguousarray(wraw), wtype, x, out)
+    elif wtype == GGMLType.F32:
+        np.matmul(x, wraw.T, out=out)
+    else:
+        np.matmul(activations_as_dot_type(x, wtype), _float_rows_f32(wraw, wtype).T, out=out)
+    return out

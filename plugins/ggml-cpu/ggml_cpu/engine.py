@@ -1,0 +1,251 @@
+"""The CPU backend's execution engine: plan a graph once, then replay it (the CPU analogue of a CUDA graph).
+
+**Planning** resolves every tensor of a graph to a numpy view of its buffer and binds each node to its kernel
+(``bind(node) -> thunk``, see :mod:`ggml_cpu.kernels`). **Replaying** calls the thunks in order, inside one
+``np.errstate`` (ggml's float arithmetic is silent: overflow gives inf, as in C) — nothing else happens per node
+unless an abort callback is set.
+
+A plan stays valid while the graph is the same object with the same nodes, every node keeps its operands, and every
+tensor the thunks touch keeps its buffer, offset and the buffer its memory; this is checked on every compute with
+C-speed list comparisons (a fraction of a microsecond per node), and the graph is re-planned when anything moved.
+Shapes, types and op parameters are fixed when a tensor is created, so they are not re-checked.
+
+Threads: :class:`Threads` applies the backend's setting to numba's pool (per calling thread) and to BLAS (through
+``threadpoolctl`` when it is installed, else OpenBLAS's own ``*_set_num_threads``), only when it changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import operator
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag
+from ggml_cpu import kernels
+from ggml_cpu.kernels import matmul, qdot
+
+__all__ = ["Engine", "Plan", "Threads", "blas_threads_control", "default_threads", "describe"]
+
+_LOG: Final = logging.getLogger("ggml_cpu")
+
+_BINDING: Final = operator.attrgetter("buffer", "data_offset")
+_SRC: Final = operator.attrgetter("src")
+
+Thunk = Callable[[], None]
+
+
+# ================================================================================================ threads
+
+
+def _openblas_setter() -> Callable[[int], None] | None:
+    """OpenBLAS's ``*_set_num_threads`` from the library numpy loaded (Linux: found in /proc/self/maps)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return None
+    names = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_")
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in (*names, "openblas_set_num_threads"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_int], None
+                return lambda n, fn=fn: fn(int(n))
+    return None
+
+
+def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:
+    """How BLAS threads are set here: (description, setter or None)."""
+    try:
+        from threadpoolctl import ThreadpoolController  # optional; used when the user has it
+    except ImportError:
+        setter = _openblas_setter()
+        return ("OpenBLAS set_num_threads", setter) if setter else ("none (BLAS keeps its own setting)", None)
+    controller = ThreadpoolController()
+    return "threadpoolctl", lambda n: controller.limit(limits=int(n), user_api="blas")
+
+
+class Threads:
+    """Applies one thread count to numba's kernels and to BLAS, only when it changed since the last call."""
+
+    _blas: tuple[str, Callable[[int], None] | None] | None = None
+    _blas_current: int | None = None
+
+    def __init__(self, n_threads: int) -> None:
+        self.n_threads = n_threads
+
+    @classmethod
+    def blas(cls) -> tuple[str, Callable[[int], None] | None]:
+        """The BLAS thread control (looked up once per process)."""
+        if cls._blas is None:
+            cls._blas = blas_threads_control()
+            if cls._blas[1] is None:
+                _LOG.info("ggml-cpu: cannot set BLAS threads here (%s)", cls._blas[0])
+        return cls._blas
+
+    def apply(self) -> None:
+        """Set numba's threads for the calling thread and BLAS's (process-wide) to ``n_threads``."""
+        qdot.set_threads(self.n_threads)
+        if Threads._blas_current != self.n_threads:
+            setter = self.blas()[1]
+            if setter is not None:
+                try:
+                    setter(self.n_threads)
+                except Exception as exc:  # noqa: BLE001 - thread control is best effort
+                    _LOG.info("ggml-cpu: setting BLAS threads failed: %s", exc)
+            Threads._blas_current = self.n_threads
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ================================================================================================ plans
+
+
+@dataclass
+class Plan:
+    """A graph bound to thunks, and what must not change for them to stay valid."""
+
+    graph_nodes: list[Tensor]
+    steps: list[tuple[Tensor, Thunk]]
+    thunks: list[Thunk]
+    tensors: list[Tensor]
+    bindings: list[tuple[Buffer | None, int | None]]
+    srcs: list[list[Tensor | None]]
+    memory: list[tuple[Buffer, Any]] = field(default_factory=list)
+
+    def valid_for(self, graph: Graph) -> bool:
+        """True while the graph, its operands and every tensor's memory are as they were when planned."""
+        return (
+            graph.nodes == self.graph_nodes
+            and list(map(_SRC, self.graph_nodes)) == self.srcs
+            and list(map(_BINDING, self.tensors)) == self.bindings
+            and all(buf.host_array() is mem for buf, mem in self.memory)
+        )
+
+
+def _involved(graph: Graph) -> list[Tensor]:
+    """Every tensor whose memory a thunk may read or write: the nodes, their operands and views' sources."""
+    seen: dict[int, Tensor] = {}
+    for node in graph.nodes:
+        for t in (node, *node.src, node.view_src):
+            if t is not None and t.id not in seen:
+                seen[t.id] = t
+    return list(seen.values())
+
+
+class Engine:
+    """Plans and replays graphs for one CPU backend.
+
+    :param name: the backend's name (for error messages)
+    :param n_threads: threads for BLAS and the compiled kernels
+    """
+
+    #: plans kept per engine (oldest dropped first)
+    MAX_PLANS: Final = 64
+
+    def __init__(self, name: str, n_threads: int) -> None:
+        self.name = name
+        self.threads = Threads(n_threads)
+        self.weights_cache: matmul.WeightsCache | None = None
+        self._plans: dict[int, Plan] = {}
+        #: how many times a graph was (re-)planned; tests read it
+        self.n_plans = 0
+
+    def _bind(self, node: Tensor) -> Thunk:
+        if node.op == GGMLOp.MUL_MAT and kernels.supports(node):
+            return matmul.bind_mul_mat(node, self.weights_cache)
+        return kernels.bind(node)
+
+    def plan(self, graph: Graph) -> Plan:
+        """The graph's plan: the cached one while valid, else a new one."""
+        cached = self._plans.get(graph.uid)
+        if cached is not None and cached.valid_for(graph):
+            return cached
+        steps: list[tuple[Tensor, Thunk]] = []
+        for node in graph.nodes:
+            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+                continue
+            try:
+                steps.append((node, self._bind(node)))
+            except (NotImplementedError, TensorError, ValueError) as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+        tensors = _involved(graph)
+        buffers = {id(t.buffer): t.buffer for t in tensors if t.buffer is not None}
+        plan = Plan(
+            graph_nodes=list(graph.nodes),
+            steps=steps,
+            thunks=[thunk for _, thunk in steps],
+            tensors=tensors,
+            bindings=list(map(_BINDING, tensors)),
+            srcs=[list(n.src) for n in graph.nodes],
+            memory=[(b, b.host_array()) for b in buffers.values()],
+        )
+        self._plans.pop(graph.uid, None)
+        if len(self._plans) >= self.MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[graph.uid] = plan
+        self.n_plans += 1
+        return plan
+
+    def forget(self) -> None:
+        """Drop every plan (the next compute re-binds)."""
+        self._plans.clear()
+
+    def compute(self, graph: Graph, abort: Callable[[], bool] | None = None) -> None:
+        """Run every node of ``graph`` (synchronously)."""
+        plan = self.plan(graph)
+        self.threads.apply()
+        with np.errstate(all="ignore"):
+            if abort is None:
+                self._replay(plan)
+            else:
+                self._replay_abortable(plan, abort)
+
+    def _replay(self, plan: Plan) -> None:
+        i = 0
+        try:
+            for i, thunk in enumerate(plan.thunks):  # noqa: B007 - i names the failing node below
+                thunk()
+        except ComputeError:
+            raise
+        except Exception as exc:
+            raise ComputeError(plan.steps[i][0], self.name, f"{type(exc).__name__}: {exc}") from exc
+
+    def _replay_abortable(self, plan: Plan, abort: Callable[[], bool]) -> None:
+        for node, thunk in plan.steps:
+            if abort():
+                raise ComputeError(node, self.name, "aborted by the abort callback")
+            try:
+                thunk()
+            except ComputeError:
+                raise
+            except Exception as exc:
+                raise ComputeError(node, self.name, f"{type(exc).__name__}: {exc}") from exc
+
+
+def describe() -> dict[str, str]:
+    """The engine's runtime facts for ``features()``: compiled kernels, cache, BLAS thread control."""
+    reason = qdot.disabled_reason()
+    out = {
+        "compiled kernels": f"numba ({qdot.max_threads()} threads max)" if reason is None else f"off: {reason}",
+        "BLAS threads": Threads.blas()[0],
+    }
+    if reason is None:
+        out["kernel cache"] = qdot.cache_dir() or "none (read-only)"
+    return out

@@ -1,0 +1,35 @@
+"""Compiled kernels on quantized blocks: activation quantizers, block dot products, tile dequantizers.
+
+:func:`qmatmul` is the entry point (see :mod:`.product`); :mod:`._jit` compiles the kernels with numba on first
+use and falls back to numpy when numba is missing or a kernel fails to compile.
+"""
+
+from ggml_cpu.kernels.qdot._jit import cache_dir, compile_seconds, disabled_reason, max_threads, set_threads
+from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations, quantize_activations_numpy
+from ggml_cpu.kernels.qdot.product import (
+    BLOCK_KERNEL_TYPES,
+    DOT_TYPE,
+    MAX_VEC_ROWS,
+    block_kernels_ready,
+    dequantize_rows,
+    qmatmul,
+    tile_rows,
+)
+
+__all__ = [
+    "BLOCK_KERNEL_TYPES",
+    "DOT_TYPE",
+    "MAX_VEC_ROWS",
+    "QActs",
+    "block_kernels_ready",
+    "cache_dir",
+    "compile_seconds",
+    "dequantize_rows",
+    "disabled_reason",
+    "max_threads",
+    "qmatmul",
+    "quantize_activations",
+    "quantize_activations_numpy",
+    "set_threads",
+    "tile_rows",
+]

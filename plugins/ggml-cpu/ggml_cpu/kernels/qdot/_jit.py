@@ -1,0 +1,254 @@
+"""numba plumbing for the quantized kernels: lazy, cached compilation with SLP vectorisation, and a clean fallback.
+
+Every kernel is plain Python compiled by numba on first use, with an explicit signature (so a wrong dtype or layout
+is refused instead of compiling a slow generic version) and ``cache=True`` (so later processes load machine code from
+disk in milliseconds instead of compiling for a second or more).
+
+* **Vectorisation.** The block kernels are short fixed-length loops (16 or 32 lanes per block). LLVM's loop
+  vectoriser leaves those alone (they are fully unrolled first); its SLP vectoriser packs them into SIMD, which
+  makes the Q4_0 matrix-vector product about 2.8× faster here (4.1 ms → 1.5 ms on one core). numba turns SLP off
+  by default after miscompilations with old LLVM versions, so it is enabled only while *these* kernels compile,
+  and every kernel is checked against the numpy reference in ``tests/test_speed_paths.py``.
+* **Cache directory.** numba keys its cache on each function's own bytecode and source file, not on the helpers
+  it inlines (``_simd``'s intrinsics), so the cache lives in a directory named after a hash of every source file
+  of this package and the numba / llvmlite versions: ``qdot/__pycache__/numba-<hash>`` when the package is
+  writable, else ``$XDG_CACHE_HOME/ggml-cpu/numba-<hash>`` (``~/.cache/...``), else ``$NUMBA_CACHE_DIR/...`` when
+  set (it is then tried first). When no location is writable the kernels compile without a cache (about a second
+  per kernel at first use, same results).
+* **Fallback.** ``GGML_CPU_NUMBA=0`` disables the compiled kernels. Without numba, or when a kernel fails to
+  compile, :func:`get` returns ``None`` and the caller uses the numpy path; the reason is logged once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "KernelSpec",
+    "cache_dir",
+    "compile_seconds",
+    "disabled_reason",
+    "enabled",
+    "get",
+    "inline",
+    "max_threads",
+    "note_failure",
+    "prange",
+    "set_threads",
+]
+
+_LOG: Final = logging.getLogger("ggml_cpu")
+
+_numba: Any = None
+_reason: str | None = None
+if os.environ.get("GGML_CPU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
+    _reason = "disabled by GGML_CPU_NUMBA=0"
+else:
+    try:
+        import numba as _numba
+    except Exception as exc:  # noqa: BLE001 - any import failure means: no compiled kernels
+        _reason = f"numba is not importable ({type(exc).__name__}: {exc})"
+        _numba = None
+
+#: the parallel loop of the kernels (``range`` where numba is unavailable; the kernels then never run)
+prange: Callable[..., Any] = _numba.prange if _numba is not None else range
+
+_lock = threading.RLock()
+_logged: set[str] = set()
+_compiled: dict[str, Callable[..., Any] | None] = {}
+_compile_seconds: dict[str, float] = {}
+
+
+def _log_once(key: str, level: int, msg: str) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        _LOG.log(level, msg)
+
+
+def note_failure(what: str, exc: BaseException) -> None:
+    """Log once that ``what`` could not be built (its kernels then fall back to numpy)."""
+    _log_once(what, logging.WARNING, f"ggml-cpu: {what} unavailable ({type(exc).__name__}: {exc}); using numpy")
+
+
+def enabled() -> bool:
+    """True when numba is importable and not disabled (individual kernels may still fail to compile)."""
+    if _numba is None:
+        _log_once("numba", logging.INFO, f"ggml-cpu: compiled quantized kernels off: {_reason}; using numpy")
+        return False
+    return True
+
+
+def disabled_reason() -> str | None:
+    """Why compiled kernels are off (None when numba is usable)."""
+    return _reason
+
+
+def compile_seconds() -> dict[str, float]:
+    """Seconds spent compiling or loading each kernel from the cache in this process (first-call cost)."""
+    return dict(_compile_seconds)
+
+
+def max_threads() -> int:
+    """The most threads the compiled kernels can use (numba's pool size; 1 without numba)."""
+    return int(_numba.config.NUMBA_NUM_THREADS) if _numba is not None else 1
+
+
+def set_threads(n: int) -> None:
+    """Threads for the compiled kernels launched from the calling thread (numba's setting is per thread)."""
+    if _numba is not None:
+        want = max(1, min(int(n), max_threads()))
+        if _numba.get_num_threads() != want:
+            _numba.set_num_threads(want)
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256(f"{_numba.__version__} {_numba.config.CPU_NAME}".encode())
+    try:
+        import llvmlite
+
+        h.update(llvmlite.__version__.encode())
+    except ImportError:  # pragma: no cover - numba needs llvmlite
+        pass
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+_cache_root: list[str | None] = []
+
+
+def cache_dir() -> str | None:
+    """The directory holding the compiled kernels of this version of the package (None: no writable location)."""
+    if _cache_root:
+        return _cache_root[0]
+    tag = f"numba-{_sources_hash()}"
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates = [Path(user) / "ggml-cpu" / tag] if user else []
+    candidates += [Path(__file__).parent / "__pycache__" / tag, Path(xdg) / "ggml-cpu" / tag]
+    found = next((str(c) for c in candidates if _writable(c)), None)
+    if found is None:
+        _log_once("cache", logging.WARNING, "ggml-cpu: no writable directory for numba's cache; compiling each run")
+    _cache_root.append(found)
+    return found
+
+
+def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A helper the kernels call, inlined into them by numba (returned unchanged when numba is off)."""
+    if _numba is None:
+        return fn
+    return _numba.njit(inline="always", nogil=True, error_model="numpy", cache=False)(fn)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _compile_settings() -> Iterator[None]:
+    """SLP vectorisation on and our cache directory, while compiling (numba reads both when it needs them)."""
+    cfg = _numba.config
+    old = cfg.SLP_VECTORIZE, cfg.CACHE_DIR
+    cfg.SLP_VECTORIZE = 1
+    cfg.CACHE_DIR = cache_dir() or ""
+    try:
+        yield
+    finally:
+        cfg.SLP_VECTORIZE, cfg.CACHE_DIR = old
+
+
+class KernelSpec:
+    """A Python function, its numba signature and options: compiled by :func:`get` on first use.
+
+    :param fn: the kernel, written in the numba subset (``prange`` for the parallel loop)
+    :param signature: numba signature string, e.g. ``"void(uint8[::1], float32[:, ::1])"``
+    :param parallel: compile with ``parallel=True`` (threads over the ``prange`` loop)
+    :param name: unique name (default: module.function); one function may back several specs
+    :param readonly: positions of array arguments that may be read-only (weights mapped from a file)
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        signature: str,
+        *,
+        parallel: bool = False,
+        name: str | None = None,
+        readonly: tuple[int, ...] = (),
+    ) -> None:
+        if name is not None and name != fn.__name__:
+            # numba's cache index keys on the function's name and bytecode, not on ``parallel``: a variant of the
+            # same function needs a function object of its own name, or it would load the other variant's code
+            fn = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+            fn.__qualname__ = name
+        self.fn = fn
+        self.signature = signature
+        self.readonly = readonly
+        self.parallel = parallel
+        self.name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+
+
+def _signature(spec: KernelSpec) -> Any:
+    """The numba signature, with the ``readonly`` arguments marked (writable arrays convert to them safely)."""
+    from numba.core import sigutils
+
+    sig = sigutils._parse_signature_string(spec.signature)
+    args = [a.copy(readonly=True) if i in spec.readonly else a for i, a in enumerate(sig.args)]
+    return sig.return_type(*args)
+
+
+def _build(spec: KernelSpec) -> Callable[..., Any]:
+    opts: dict[str, Any] = {"parallel": spec.parallel, "nogil": True, "error_model": "numpy", "boundscheck": False}
+    sig = _signature(spec)
+    with _compile_settings():
+        cache = cache_dir() is not None
+        try:
+            return _numba.njit(sig, cache=cache, **opts)(spec.fn)  # type: ignore[no-any-return]
+        except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+            if not cache or "cache" not in str(exc):
+                raise
+            msg = f"ggml-cpu: numba cannot cache kernels here ({exc}); compiling each run"
+            _log_once("cache", logging.WARNING, msg)
+            return _numba.njit(sig, **opts)(spec.fn)  # type: ignore[no-any-return]
+
+
+def get(spec: KernelSpec) -> Callable[..., Any] | None:
+    """The compiled kernel, or None when compiled kernels are off or this one failed (logged once)."""
+    fn = _compiled.get(spec.name, _compiled)
+    if fn is not _compiled:
+        return fn  # type: ignore[return-value]
+    if not enabled():
+        return None
+    with _lock:
+        if spec.name in _compiled:
+            return _compiled[spec.name]
+        t0 = time.perf_counter()
+        try:
+            built: Callable[..., Any] | None = _build(spec)
+        except Exception as exc:  # noqa: BLE001 - a compile failure must never take the backend down
+            built = None
+            _log_once(
+                spec.name,
+                logging.WARNING,
+                f"ggml-cpu: compiling {spec.name} failed ({type(exc).__name__}: {exc}); using the numpy path",
+            )
+        _compile_seconds[spec.name] = time.perf_counter() - t0
+        _compiled[spec.name] = built
+        return built

@@ -1,0 +1,207 @@
+"""Activation rows quantized to a dot type (Q8_0, Q8_1, Q8_K), in the layout the block kernels read.
+
+ggml's CPU quantizes the float activations of a quantized product to the weight type's ``vec_dot_type`` before any
+dot product. :func:`quantize_activations` does the same with compiled kernels that reproduce
+``ggml_core.quants``' reference quantizers bit for bit (``QActs.to_bytes`` reassembles ggml's blocks; the tests
+compare them with :func:`ggml_core.quants.quantize`). Rows holding NaN or infinity go through the numpy quantizer
+instead: C's float → int conversion of such values is implementation-defined, and the reference reproduces x86's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from ggml_core import GGMLType
+from ggml_core.quants import quantize
+from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.kernels.qdot._jit import prange
+
+__all__ = ["DOT_TYPES", "QActs", "quantize_activations", "quantize_activations_numpy"]
+
+#: the dot types handled here and their block length
+DOT_TYPES: Final = {GGMLType.Q8_0: 32, GGMLType.Q8_1: 32, GGMLType.Q8_K: 256}
+
+#: below this many elements the serial quantizer is used (a parallel launch costs more than the work)
+_PARALLEL_MIN: Final = 1 << 16
+
+
+@dataclass(frozen=True)
+class QActs:
+    """Quantized activation rows.
+
+    :ivar type: Q8_0, Q8_1 or Q8_K
+    :ivar q: int8 quants, ``(N, K)``
+    :ivar d: per-block scale as the dot product uses it, float32 ``(N, K / block)`` (f16-rounded for Q8_0/Q8_1)
+    :ivar sums: int32 sums of the quants per 32 (Q8_0, Q8_1) or per 16 (Q8_K: ggml's ``bsums``)
+    :ivar s: Q8_1's stored ``s = f16(d·Σq)`` per block as float32; zeros for the other types
+    """
+
+    type: GGMLType
+    q: np.ndarray
+    d: np.ndarray
+    sums: np.ndarray
+    s: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        """Number of rows N."""
+        return int(self.q.shape[0])
+
+    def dequantized(self) -> np.ndarray:
+        """The rows as float32 ``q·d``, exactly what :func:`ggml_core.quants.dequantize` returns for them."""
+        bl = DOT_TYPES[self.type]
+        n, k = self.q.shape
+        return (self.q.reshape(n, k // bl, bl).astype(np.float32) * self.d[..., None]).reshape(n, k)
+
+    def to_bytes(self) -> np.ndarray:
+        """ggml's block bytes ``(N, row_bytes)`` (for tests: they must equal ``quantize(x, type)``)."""
+        n, k = self.q.shape
+        bl = DOT_TYPES[self.type]
+        nb = k // bl
+        qb = self.q.reshape(n, nb, bl).view(np.uint8)
+        if self.type == GGMLType.Q8_K:
+            out = np.empty((n, nb, 292), np.uint8)
+            out[..., 0:4] = self.d.astype("<f4").reshape(n, nb, 1).view(np.uint8)
+            out[..., 4:260] = qb
+            out[..., 260:292] = self.sums.astype("<i2").reshape(n, nb, 16).view(np.uint8)
+            return out.reshape(n, nb * 292)
+        size = self.type.type_size
+        out = np.empty((n, nb, size), np.uint8)
+        out[..., 0:2] = self.d.astype("<f2").reshape(n, nb, 1).view(np.uint8)
+        if self.type == GGMLType.Q8_1:
+            out[..., 2:4] = self.s.astype("<f2").reshape(n, nb, 1).view(np.uint8)
+        out[..., size - 32 :] = qb
+        return out.reshape(n, nb * size)
+
+
+# ------------------------------------------------------------------------------------------------ kernels
+# Written in the numba subset; plain Python is never asked to run them (see _jit).
+
+
+def _q8_32_rows(x, q, d, sums):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Q8_0 / Q8_1 quants of rows ``x`` (N, K): ``d = amax/127``, ``q = roundf(x/d)``; returns # non-finite."""
+    n_rows, k = x.shape
+    nb = k // 32
+    bad = 0
+    for r in prange(n_rows):
+        for b in range(nb):
+            o = b * 32
+            amax = np.float32(0.0)
+            for j in range(32):
+                a = abs(x[r, o + j])
+                if not (a <= np.float32(3.4028235e38)):
+                    bad += 1
+                amax = amax if amax > a else a
+            dd = amax / np.float32(127.0)
+            inv = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+            total = 0
+            for j in range(32):
+                v = x[r, o + j] * inv
+                t = np.trunc(v)
+                if abs(v - t) >= np.float32(0.5):
+                    t = t + (np.float32(1.0) if v > 0 else np.float32(-1.0))
+                qi = np.int8(np.int32(t))
+                q[r, o + j] = qi
+                total += qi
+            d[r, b] = dd
+            sums[r, b] = total
+    return bad
+
+
+def _q8_k_rows(x, q, d, sums):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Q8_K quants of rows ``x`` (N, K): ``iscale = -127/max``, ``q = min(127, rint(iscale·x))``, bsums per 16."""
+    n_rows, k = x.shape
+    nb = k // 256
+    bad = 0
+    for r in prange(n_rows):
+        for b in range(nb):
+            o = b * 256
+            amax = np.float32(0.0)
+            vmax = np.float32(0.0)
+            for j in range(256):
+                v = x[r, o + j]
+                a = abs(v)
+                if not (a <= np.float32(3.4028235e38)):
+                    bad += 1
+                if a > amax:
+                    amax = a
+                    vmax = v
+            if amax == np.float32(0.0):
+                d[r, b] = np.float32(0.0)
+                for j in range(256):
+                    q[r, o + j] = 0
+                for j in range(16):
+                    sums[r, b * 16 + j] = 0
+                continue
+            iscale = np.float32(-127.0) / vmax
+            for g in range(16):
+                total = 0
+                for j in range(16):
+                    qi = np.int32(np.rint(iscale * x[r, o + g * 16 + j]))
+                    qi = qi if qi < 127 else 127
+                    q[r, o + g * 16 + j] = np.int8(qi)
+                    total += qi
+                sums[r, b * 16 + g] = total
+            d[r, b] = np.float32(1.0) / iscale
+    return bad
+
+
+_SIG_32: Final = "int64(float32[:, ::1], int8[:, ::1], float32[:, ::1], int32[:, ::1])"
+_SPECS: Final = {
+    (32, False): _jit.KernelSpec(_q8_32_rows, _SIG_32, name="q8_32_rows", readonly=(0,)),
+    (32, True): _jit.KernelSpec(_q8_32_rows, _SIG_32, parallel=True, name="q8_32_rows_par", readonly=(0,)),
+    (256, False): _jit.KernelSpec(_q8_k_rows, _SIG_32, name="q8_k_rows", readonly=(0,)),
+    (256, True): _jit.KernelSpec(_q8_k_rows, _SIG_32, parallel=True, name="q8_k_rows_par", readonly=(0,)),
+}
+
+
+# ------------------------------------------------------------------------------------------------ entry points
+
+
+def _f16_round(v: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return v.astype(np.float16).astype(np.float32)
+
+
+def quantize_activations(x: np.ndarray, dot: GGMLType) -> QActs:
+    """Rows ``x`` (N, K) float32 quantized to ``dot`` (compiled when possible, else numpy)."""
+    bl = DOT_TYPES[dot]
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, k = x.shape
+    fn = _jit.get(_SPECS[bl, x.size >= _PARALLEL_MIN])
+    if fn is None:
+        return quantize_activations_numpy(x, dot)
+    q = np.empty((n, k), np.int8)
+    d = np.empty((n, k // bl), np.float32)
+    sums = np.empty((n, k // 16 if bl == 256 else k // 32), np.int32)
+    if fn(x, q, d, sums):
+        return quantize_activations_numpy(x, dot)  # NaN / inf somewhere: the numpy quantizer defines the bytes
+    if dot == GGMLType.Q8_K:
+        return QActs(dot, q, d, sums, np.zeros(0, np.float32))
+    s = _f16_round(sums.astype(np.float32) * d) if dot == GGMLType.Q8_1 else np.zeros(0, np.float32)
+    return QActs(dot, q, _f16_round(d), sums, s)
+
+
+def quantize_activations_numpy(x: np.ndarray, dot: GGMLType) -> QActs:
+    """The same as :func:`quantize_activations` through ``ggml_core.quants`` (the reference; no numba needed)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, k = x.shape
+    raw = quantize(x, dot)
+    if dot == GGMLType.Q8_K:
+        blocks = raw.reshape(n, k // 256, 292)
+        d = np.ascontiguousarray(blocks[..., 0:4]).view("<f4").reshape(n, -1).astype(np.float32)
+        q = np.ascontiguousarray(blocks[..., 4:260]).view(np.int8).reshape(n, k)
+        sums = np.ascontiguousarray(blocks[..., 260:292]).view("<i2").reshape(n, -1).astype(np.int32)
+        return QActs(dot, q, d, sums, np.zeros(0, np.float32))
+    size = dot.type_size
+    blocks = raw.reshape(n, k // 32, size)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view("<f2").reshape(n, -1).astype(np.float32)
+    q = np.ascontiguousarray(blocks[..., size - 32 :]).view(np.int8).reshape(n, k)
+    sums = q.reshape(n, k // 32, 32).astype(np.int32).sum(axis=-1, dtype=np.int32)
+    s = np.zeros(0, np.float32)
+    if dot == GGMLType.Q8_1:
+        s = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").reshape(n, -1).astype(np.float32)
+    return QActs(dot, q, d, sums, s)

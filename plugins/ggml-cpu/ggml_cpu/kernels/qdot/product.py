@@ -1,0 +1,155 @@
+"""Quantized weight rows times float activations, without a full float32 copy of the weights.
+
+:func:`qmatmul` computes ``out = x · dequant(W)ᵀ`` with ggml's CPU numerics (activations quantized to the weight
+type's dot type first) by one of two routes:
+
+* **block kernels** (few activation rows, the decode case): integer dot products on the quantized blocks
+  themselves (:mod:`.legacy`, :mod:`.kquants`) — the weights are read once, as they are stored;
+* **tiles** (many rows, the prompt case): a tile of weight rows is dequantized into a reused float32 buffer
+  (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile.
+
+Without numba (or for types without compiled kernels) the tile route runs with ``ggml_core.quants``' numpy
+dequantizers: slower, same numbers, same bounded memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+
+import numpy as np
+
+from ggml_core import GGMLType
+from ggml_core.quants import can_dequantize, dequantize
+from ggml_cpu.kernels.qdot import _jit, dequant, kquants, legacy
+from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations
+
+__all__ = [
+    "BLOCK_KERNEL_TYPES",
+    "DOT_TYPE",
+    "MAX_VEC_ROWS",
+    "block_kernels_ready",
+    "dequantize_rows",
+    "qmatmul",
+    "tile_rows",
+]
+
+#: the activation dot type per weight type (ggml's ``vec_dot_type``)
+DOT_TYPE: Final = {
+    GGMLType.Q4_0: GGMLType.Q8_0,
+    GGMLType.Q4_1: GGMLType.Q8_1,
+    GGMLType.Q5_0: GGMLType.Q8_0,
+    GGMLType.Q5_1: GGMLType.Q8_1,
+    GGMLType.Q8_0: GGMLType.Q8_0,
+    GGMLType.Q2_K: GGMLType.Q8_K,
+    GGMLType.Q3_K: GGMLType.Q8_K,
+    GGMLType.Q4_K: GGMLType.Q8_K,
+    GGMLType.Q5_K: GGMLType.Q8_K,
+    GGMLType.Q6_K: GGMLType.Q8_K,
+}
+
+_DOT_SPECS: Final = {**legacy.SPECS, **kquants.SPECS}
+_DEQ_SPECS: Final = dequant.SPECS
+
+#: weight types with compiled block kernels
+BLOCK_KERNEL_TYPES: Final = frozenset(_DOT_SPECS)
+
+#: up to this many activation rows the block kernels run; above it, dequantized tiles and BLAS
+MAX_VEC_ROWS: Final = 8
+
+#: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
+_MIN_TYPES: Final = frozenset({GGMLType.Q4_1, GGMLType.Q5_1})
+
+#: f16 bit pattern → float32
+_F16: Final = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+#: bytes of float32 weights per dequantized tile (the tile stays in the last-level cache)
+_TILE_BYTES: Final = 4 << 20
+
+_local = threading.local()
+
+
+def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-thread reusable float32 array (grown on demand): tiles are not re-allocated on every call."""
+    size = int(np.prod(shape))
+    pool: dict[str, np.ndarray] = getattr(_local, "pool", None) or {}
+    _local.pool = pool
+    buf = pool.get(name)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, 1), np.float32)
+        pool[name] = buf
+    return buf[:size].reshape(shape)
+
+
+def block_kernels_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
+    spec = _DOT_SPECS.get(wtype)
+    return spec is not None and _jit.get(spec) is not None
+
+
+def tile_rows(k: int, m: int) -> int:
+    """Weight rows per dequantized tile for rows of ``k`` elements."""
+    return max(16, min(m, _TILE_BYTES // (4 * max(k, 1))))
+
+
+def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.ndarray, mins: np.ndarray) -> None:
+    """Rows ``r0:r1`` of the byte rows ``w`` into ``out[: r1-r0]`` (Q4_1/Q5_1: ``q·d`` here and ``m`` in ``mins``)."""
+    spec = _DEQ_SPECS.get(wtype)
+    fn = _jit.get(spec) if spec is not None else None
+    if fn is not None:
+        fn(w, w.view(np.int8), r0, r1, _F16, out, mins)
+        return
+    rows = dequantize(w[r0:r1], wtype)
+    if wtype in _MIN_TYPES:
+        blocks = np.ascontiguousarray(w[r0:r1]).reshape(r1 - r0, -1, wtype.type_size)
+        m = np.ascontiguousarray(blocks[..., 2:4]).view("<f2")[..., 0].astype(np.float32)
+        mins[: r1 - r0] = m
+        rows -= np.repeat(m, 32, axis=1)
+    out[: r1 - r0] = rows
+
+
+def _block_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> bool:
+    fn = _jit.get(_DOT_SPECS[wtype])
+    if fn is None:
+        return False
+    xs = acts.s.reshape(acts.d.shape) if acts.s.size else acts.d
+    fn(w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, _F16, out)
+    return True
+
+
+def _tile_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> None:
+    m, k = out.shape[1], acts.q.shape[1]
+    xd = acts.dequantized()
+    step = tile_rows(k, m)
+    tile = _scratch("tile", (step, k))
+    mins = _scratch("mins", (step, k // 32))
+    s = acts.s.reshape(acts.d.shape) if wtype in _MIN_TYPES else None
+    for r0 in range(0, m, step):
+        r1 = min(m, r0 + step)
+        dequantize_rows(w, wtype, r0, r1, tile, mins)
+        np.matmul(xd, tile[: r1 - r0].T, out=out[:, r0:r1])
+        if s is not None:
+            out[:, r0:r1] += s @ mins[: r1 - r0].T
+
+
+def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, route: str = "auto") -> None:
+    """``out[n, m] = Σ_k x[n, k] · W[m, k]`` with ggml's numerics for quantized weights.
+
+    :param w: the weight rows, uint8 ``(M, row_bytes)`` C-contiguous
+    :param wtype: their type (any with a dot type and a dequantizer)
+    :param x: float32 activations ``(N, K)``
+    :param out: float32 ``(N, M)`` C-contiguous, written
+    :param route: ``"auto"``, ``"block"`` (block kernels, when compiled) or ``"tile"``
+    """
+    n, k = x.shape
+    if n == 0 or out.size == 0:
+        return
+    if k % wtype.block_size or w.shape[1] != k // wtype.block_size * wtype.type_size or out.shape != (n, w.shape[0]):
+        raise ValueError(f"qmatmul: weights {w.shape} of {wtype.name}, activations {x.shape}, out {out.shape} disagree")
+    if not can_dequantize(wtype) or wtype not in DOT_TYPE:
+        raise ValueError(f"qmatmul: no dot product for {wtype.name} weights")
+    acts = quantize_activations(x, DOT_TYPE[wtype])
+    use_block = route == "block" or (route == "auto" and n <= MAX_VEC_ROWS)
+    if use_block and wtype in BLOCK_KERNEL_TYPES and _block_product(w, wtype, acts, out):
+        return
+    _tile_product(w, wtype, acts, out)
