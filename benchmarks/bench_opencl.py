@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]``
 
-Prints medians of ``--repeat`` runs (after a warm-up that builds and caches the kernels):
+Prints medians of ``--repeat`` runs (after a warm-up that builds and caches the kernels), each measurement timed
+alternately with its baseline so that both see the same load:
 
 1. SGEMM ``size``³ f32: our MUL_MAT graph (weights packed and multiplied on the device) in GFLOP/s, numpy's
    ``b @ a.T`` in GFLOP/s, and the ratio (the target is ≥ 0.5×).
@@ -27,14 +28,17 @@ import ggml_core as g
 from ggml_core import ops
 
 
-def _median_s(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up: kernel builds, first launches
-    times = []
+def _paired_median_s(fa: Callable[[], object], fb: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Medians of two functions timed alternately, so that both see the same machine load."""
+    fa()
+    fb()
+    ta, tb = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for fn, out in ((fa, ta), (fb, tb)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def _mul_mat_runner(dev: g.Device, wtype: str, m: int, n: int, k: int, rng: np.random.Generator) -> Callable[[], None]:
@@ -55,8 +59,7 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     run = _mul_mat_runner(dev, "f32", size, size, size, rng)
     a = rng.uniform(-1, 1, (size, size)).astype(np.float32)
     b = rng.uniform(-1, 1, (size, size)).astype(np.float32)
-    ours = _median_s(run, repeat)
-    ref = _median_s(lambda: b @ a.T, repeat)
+    ours, ref = _paired_median_s(run, lambda: b @ a.T, repeat)
     flop = 2.0 * size**3
     print(f"SGEMM {size}^3 f32: {dev.name} {flop / ours / 1e9:7.1f} GFLOP/s ({ours * 1e3:.1f} ms)   "
           f"numpy {flop / ref / 1e9:7.1f} GFLOP/s ({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
@@ -66,11 +69,11 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
 def bench_quantized(dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator) -> None:
     """Quantized weights against f32 weights, as a matrix product and as a matrix-vector product."""
     for label, (m, n, k) in (("matmul", (size, size, size)), ("matvec", (4096, 1, 4096))):
-        base = _median_s(_mul_mat_runner(dev, "f32", m, n, k, rng), repeat)
-        print(f"MUL_MAT {label} M={m} N={n} K={k}: f32 weights {base * 1e3:8.2f} ms")
+        f32_run = _mul_mat_runner(dev, "f32", m, n, k, rng)
+        print(f"MUL_MAT {label} M={m} N={n} K={k} (each type timed alternately with f32 weights):")
         for t in types:
-            tq = _median_s(_mul_mat_runner(dev, t, m, n, k, rng), repeat)
-            print(f"    {t:>6} weights {tq * 1e3:8.2f} ms   ratio to f32 {tq / base:5.2f}x")
+            tq, base = _paired_median_s(_mul_mat_runner(dev, t, m, n, k, rng), f32_run, repeat)
+            print(f"    {t:>6} weights {tq * 1e3:8.2f} ms   f32 weights {base * 1e3:8.2f} ms   ratio {tq / base:5.2f}x")
 
 
 def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
@@ -87,9 +90,8 @@ def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     yv = rng.uniform(-1, 1, n).astype(np.float32)
     x.set_data(xv)
     y.set_data(yv)
-    ours = _median_s(lambda: backend.graph_compute(graph), repeat)
     zv = np.empty_like(xv)
-    ref = _median_s(lambda: np.add(xv, yv, out=zv), repeat)
+    ours, ref = _paired_median_s(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat)
     gb = 3 * 4 * n / 2**30
     print(f"ADD 16M f32: {dev.name} {gb / ours:6.1f} GiB/s ({ours * 1e3:.1f} ms)   numpy {gb / ref:6.1f} GiB/s "
           f"({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
