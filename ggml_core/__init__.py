@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ggml_core import ops
-from ggml_core._context import Context
+from ggml_core._context import Context, current_context
 from ggml_core._errors import (
     AllocationError,
     ComputeError,
@@ -83,6 +83,7 @@ __all__ = [
     "alloc_ctx_tensors",
     "as_type",
     "build_graph",
+    "current_context",
     "devices",
     "get_device",
     "get_registry",

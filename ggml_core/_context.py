@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType, as_type
 
-__all__ = ["Context"]
+__all__ = ["Context", "current_context"]
+
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("ggml_core_build_context", default=None)
+
+
+def current_context() -> Context | None:
+    """The context op results go to inside ``with ctx:``, or None outside any."""
+    return _current.get()
 
 
 class Context:
@@ -15,6 +24,14 @@ class Context:
 
     ggml's contexts always own a memory pool; here every context behaves like ``no_alloc=True``: weights are
     bound to buffers with :func:`ggml_core.alloc_ctx_tensors`, intermediates by a graph allocator or scheduler.
+
+    Op builders put their result in the first operand's context, or, inside ``with ctx:``, in ``ctx``. A model keeps
+    its weights in one long-lived context and builds each batch's graph inside ``with Context("batch"):``, so the
+    intermediates of every graph do not pile up in the weights' context::
+
+        with g.Context("batch") as ctx:
+            x = ctx.new_tensor_2d("f32", n_embd, n_tokens, "x")
+            y = ops.mul_mat(weights["w"], x)     # y lives in ctx, not in the weights' context
 
     :param name: a label used in messages
     :param max_tensors: optional cap on the number of tensors (an error names the context when it is reached)
@@ -24,6 +41,16 @@ class Context:
         self.name = name
         self.max_tensors = max_tensors
         self._tensors: list[Tensor] = []
+        self._tokens: list[contextvars.Token[Context | None]] = []
+
+    def __enter__(self) -> Context:
+        self._tokens.append(_current.set(self))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        _current.reset(self._tokens.pop())
 
     def __repr__(self) -> str:
         return f"Context({self.name!r}, {len(self._tensors)} tensors)"

@@ -213,3 +213,17 @@ def test_multibuffer_when_context_exceeds_max_size(cpu: g.Backend) -> None:
     big = g.Context().new_tensor_1d("f32", 1024)
     with pytest.raises(g.TensorError, match="over CPU_small's maximum"):
         g.alloc_ctx_tensors([big], small)
+
+
+def test_results_go_to_the_enclosing_build_context() -> None:
+    weights = g.Context("weights")
+    w = weights.new_tensor_2d("f32", 8, 4, "w")
+    with g.Context("batch") as batch:
+        x = batch.new_tensor_2d("f32", 8, 2, "x")
+        y = ops.scale(ops.mul_mat(w, x), 2.0)
+        v = ops.view_1d(w, 4)
+    assert len(weights) == 1 and weights.tensors == [w]  # nothing piled up in the long-lived context
+    assert y.ctx is batch and v.ctx is batch and len(batch) == 4
+    assert g.current_context() is None
+    z = ops.scale(w, 1.0)  # outside: the first operand's context, as ggml
+    assert z.ctx is weights

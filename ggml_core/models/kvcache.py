@@ -13,11 +13,11 @@ from typing import Final
 
 import numpy as np
 
+from ggml_core._context import Context
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType, as_type, row_size
 from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Buffer
-from ggml_core.models._static_ctx import StaticContext
 from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import Placement
 from ggml_core.ops import reshape_2d, set_rows, view_3d
@@ -55,11 +55,11 @@ class KVCache:
         if kv_size <= 0:
             raise ValueError(f"the KV cache needs at least one cell, got kv_size={kv_size}")
         cache = cls(hp, kv_size, as_type(kv_type), v_trans)
-        ctxs: dict[str, StaticContext] = {}
+        ctxs: dict[str, Context] = {}
         devs = {}
         for il in range(hp.n_layer):
             dev = placement.device_of(il)
-            ctx = ctxs.setdefault(dev.name, StaticContext(f"kv:{dev.name}"))
+            ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, kv_size, f"cache_k_l{il}"))
             cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, kv_size, f"cache_v_l{il}"))
@@ -69,7 +69,6 @@ class KVCache:
                 # masked cells must hold finite numbers: 0 · garbage could be NaN
                 buf.clear(0)
                 cache.buffers.append(buf)
-                ctx.freeze()
         except BaseException:
             cache.free()
             raise

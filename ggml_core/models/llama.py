@@ -75,8 +75,25 @@ def build_llama_graph(
     all_logits: bool,
     flash_attn: bool = False,
 ) -> BuiltGraph:
-    """The graph of one batch of ``n_tokens`` attending over the first ``n_kv`` cache cells."""
-    ctx = Context(f"llama batch {n_tokens}x{n_kv}")
+    """The graph of one batch of ``n_tokens`` attending over the first ``n_kv`` cache cells.
+
+    Every intermediate lives in a fresh context of its own (``with ctx:``), never in the weights' or the cache's.
+    """
+    with Context(f"llama batch {n_tokens}x{n_kv}") as ctx:
+        return _build(ctx, hp, w, kv, n_tokens, n_kv, all_logits=all_logits, flash_attn=flash_attn)
+
+
+def _build(
+    ctx: Context,
+    hp: HParams,
+    w: ModelWeights,
+    kv: KVCache,
+    n_tokens: int,
+    n_kv: int,
+    *,
+    all_logits: bool,
+    flash_attn: bool,
+) -> BuiltGraph:
     graph = Graph(graph_size_for(hp))
     tokens = _input(ctx, "inp_tokens", "i32", n_tokens)
     pos = _input(ctx, "inp_pos", "i32", n_tokens)

@@ -18,7 +18,6 @@ from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
 from ggml_core.alloc import alloc_ctx_tensors, pad
 from ggml_core.backend.interfaces import Buffer, BufferUsage, Device
-from ggml_core.models._static_ctx import StaticContext
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import INPUT_SLOT, Placement, maps_weights
@@ -169,7 +168,7 @@ def load_weights(
         by_device.setdefault(dev.name, (dev, []))[1].append(s)
     try:
         for dev, dspecs in by_device.values():
-            ctx = StaticContext(f"weights:{dev.name}")
+            ctx = Context(f"weights:{dev.name}")
             out.contexts.append(ctx)
             made = []
             for s in dspecs:
@@ -180,7 +179,6 @@ def load_weights(
             mapped = maps_weights(dev) and _bind_mapped(f, dev, made, out)
             if not mapped:
                 _upload(f, dev, ctx, made, out, progress and upload, stream, upload)
-            ctx.freeze()
     except BaseException:
         out.free()
         raise

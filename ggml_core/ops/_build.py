@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ggml_core._context import Context
+from ggml_core._context import Context, current_context
 from ggml_core._errors import OpError
 from ggml_core._tensor import MAX_SRC, Tensor
 from ggml_core._types import GGMLType
@@ -14,7 +14,10 @@ __all__ = ["check", "ctx_of", "finish", "new_result", "same_or_dup", "view_of"]
 
 
 def ctx_of(op: str, t: Tensor) -> Context:
-    """The context a result is created in: the first operand's."""
+    """The context a result is created in: the one of an enclosing ``with ctx:``, else the first operand's."""
+    current = current_context()
+    if current is not None:
+        return current
     if t.ctx is None:
         raise OpError(op, "operand belongs to no context; create tensors with Context.new_tensor", [t])
     return t.ctx
