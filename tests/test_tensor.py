@@ -87,7 +87,7 @@ def test_builders_name_op_and_operands() -> None:
         ops.get_rows(a, ctx.new_tensor_1d("f32", 3))
     with pytest.raises(g.OpError, match="ROPE: a has 8 tokens"):
         ops.rope(ctx.new_tensor_3d("f32", 64, 2, 8), ctx.new_tensor_1d("i32", 7), 64)
-    with pytest.raises(g.OpError, match="SOFT_MAX: mask.ne\\[0\\]=5 must equal a.ne\\[0\\]=64"):
+    with pytest.raises(g.OpError, match=r"SOFT_MAX: mask.ne\[0\]=5 must equal a.ne\[0\]=64"):
         ops.soft_max_ext(a, ctx.new_tensor_2d("f16", 5, 8), 1.0)
     with pytest.raises(g.OpError, match="needs a mask"):
         ops.soft_max_ext(a, None, 1.0, max_bias=8.0)
