@@ -51,7 +51,7 @@ def _rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return out
 
 
-def _reference(x: np.ndarray, w: dict[str, np.ndarray], pos: np.ndarray, mm) -> np.ndarray:  # noqa: ANN001
+def _reference(x: np.ndarray, w: dict[str, np.ndarray], pos: np.ndarray, mm) -> np.ndarray:
     """x: (tokens, n_embd) → (tokens, n_embd); mm(w, x) is the weight product x @ w.T with the weight's numerics."""
     h = _rms_norm(x) * w["attn_norm"]
     q = mm(w["wq"], h).reshape(N_TOKENS, N_HEAD, HEAD_DIM)

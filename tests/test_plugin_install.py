@@ -109,7 +109,11 @@ def test_strict_mode_turns_the_broken_plugin_into_an_error(site: Path) -> None:
 def test_ggml_backends_hides_the_example(site: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(site), "GGML_BACKENDS": "cpu"}
     proc = subprocess.run(
-        [sys.executable, "-m", "ggml_core.cli", "devices", "--json"], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "ggml_core.cli", "devices", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert [d["name"] for d in json.loads(proc.stdout)["devices"]] == ["CPU"]

@@ -233,7 +233,7 @@ def test_strict_mode_raises_plugin_error() -> None:
     def boom() -> Any:
         raise ImportError("nope")
 
-    with pytest.raises(g.PluginError, match="'broken'.*nope"):
+    with pytest.raises(g.PluginError, match=r"'broken'.*nope"):
         registry([FakeEntryPoint("broken", boom)], GGML_STRICT_PLUGINS="1")
 
 
@@ -308,7 +308,9 @@ def test_init_best_prefers_gpu_then_igpu_then_cpu() -> None:
     gpu = make_plugin("G", [FakeDevice("G0", DeviceType.GPU)])
     r = registry([FakeEntryPoint("cpu", lambda: cpu), FakeEntryPoint("i", lambda: igpu)])
     assert r.init_best().device.name == "I0"
-    r = registry([FakeEntryPoint("cpu", lambda: cpu), FakeEntryPoint("i", lambda: igpu), FakeEntryPoint("g", lambda: gpu)])
+    r = registry(
+        [FakeEntryPoint("cpu", lambda: cpu), FakeEntryPoint("i", lambda: igpu), FakeEntryPoint("g", lambda: gpu)]
+    )
     assert r.init_best().device.name == "G0"
 
 
