@@ -20,6 +20,7 @@ noisy on a shared machine; the ratios are what to compare.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -31,23 +32,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from sched_plugin import SubsetDevice
 from sched_plugin import llama_graph as L
 
-import ggml_core as gc
+import ggml_core
 from ggml_core.sched import Scheduler
 
 
-def _median_ms(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
+def _times_ms(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> list[float]:
     times = []
     for _ in range(repeat):
         if setup is not None:
             setup()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        gc_was_on = gc.isenabled()
+        gc.disable()  # as timeit does: a garbage collection of earlier graphs is not this step's cost
+        try:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            if gc_was_on:
+                gc.enable()
+    return times
+
+
+def _median_ms(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
+    return statistics.median(_times_ms(fn, repeat, setup))
 
 
 def _build(
-    args: argparse.Namespace, weights: Callable[[int, str], gc.Backend], cpu: gc.Backend, shared: L.LlamaGraph | None
+    args: argparse.Namespace,
+    weights: Callable[[int, str], ggml_core.Backend],
+    cpu: ggml_core.Backend,
+    shared: L.LlamaGraph | None,
 ) -> L.LlamaGraph:
     """A graph; with ``shared``, rebuilt over that graph's weights and caches (what changes per batch)."""
     lg = L.build_llama(
@@ -102,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-mixed", action="store_true", help="skip the CPU + Sub0 scheduler")
     args = p.parse_args(argv)
 
-    cpu = gc.init_backend("cpu")
+    cpu = ggml_core.init_backend("cpu")
     print(
         f"LLaMA-shaped graph: {args.layers} layers, n_embd {args.embd}, {args.heads} heads, n_ff {args.ff}, "
         f"{args.tokens} tokens, KV cache on the CPU; medians of {args.repeat} runs"
@@ -118,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     L.set_inputs(lg, vals)
     sched.graph_compute(lg.graph)  # warm-up: binds the CPU kernels
     # inputs are set before every compute (their memory is reused within a compute, as in ggml); not timed
-    compute = _median_ms(lambda: sched.graph_compute(lg.graph), args.repeat, setup=lambda: L.set_inputs(lg, vals))
+    computes = _times_ms(lambda: sched.graph_compute(lg.graph), args.repeat, setup=lambda: L.set_inputs(lg, vals))
+    compute, fastest = statistics.median(computes), min(computes)
 
     rows = [("CPU", res_cpu)]
     if not args.no_mixed:
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         res_mixed, _, _ = _overheads("Sub0 + CPU", lambda: Scheduler([sub, cpu]), build_mixed, args.repeat)
         rows.append(("Sub0 + CPU", res_mixed))
 
-    print(f"\ncompute on the CPU (baseline): {compute:9.2f} ms")
+    print(f"\ncompute on the CPU (baseline): median {compute:9.2f} ms, fastest {fastest:9.2f} ms")
     print(f"{'scheduler':<12} {'step':<24} {'ms':>9} {'÷ compute':>10}  {'plans':>5} {'placements':>10}")
     for name, res in rows:
         for step in ("first", "reuse (same graph)", "reuse (rebuilt graph)"):
@@ -139,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{int(res['_plans']):5d} {int(res['_placements']):10d}"
             )
     worst = max(res[step] for _, res in rows for step in ("reuse (same graph)", "reuse (rebuilt graph)"))
-    verdict = "meets" if worst / compute < 0.05 else "MISSES"
-    print(f"\nworst reuse overhead {worst / compute:.2%} of compute: {verdict} the 5 % target")
+    verdict = "meets" if worst / fastest < 0.05 else "MISSES"
+    print(
+        f"\nworst reuse overhead {worst / compute:.2%} of the median compute, {worst / fastest:.2%} of the fastest: "
+        f"{verdict} the 5 % target"
+    )
     return 0
 
 

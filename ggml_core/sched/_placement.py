@@ -150,6 +150,7 @@ class Placer:
     def place(self, graph: Graph, overrides: dict[int, int]) -> None:
         """Assign a backend to every node and operand of ``graph`` (results in :attr:`ids`, :attr:`causes`)."""
         self._sup.clear()
+        self._sup_buft.clear()
         ids = self.ids = dict(overrides)
         causes = self.causes = dict.fromkeys(overrides, "usr")
         nodes = graph.nodes

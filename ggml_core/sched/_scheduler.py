@@ -301,7 +301,11 @@ class Scheduler:
         res = self._res
         assert res is not None
         res.apply()
-        return compute_splits(self, res)
+        try:
+            return compute_splits(self, res)
+        except BaseException:
+            res.undo()  # the backends were synchronised by the failure handling: nothing reads the graph now
+            raise
 
     def graph_compute(self, graph: Graph) -> bool:
         """Compute ``graph`` and wait for it. False: the eval callback cancelled (unfinished results poisoned)."""
