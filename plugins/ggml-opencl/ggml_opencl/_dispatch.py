@@ -133,6 +133,12 @@ def bind(launcher: Launcher, node: Tensor) -> Thunk:
     binder = _BINDERS.get(node.op)
     if binder is None:
         raise NotImplementedError(f"the OpenCL plugin has no kernel for {node.op_desc}")
+    if not supports(launcher.info, node):
+        types = ", ".join(s.type.traits.name for s in node.src if s is not None)
+        raise NotImplementedError(
+            f"{launcher.name} does not support {node.op_desc} with these operands ({types} -> "
+            f"{node.type.traits.name}); let the scheduler place it on another device"
+        )
     return binder(launcher, node)
 
 

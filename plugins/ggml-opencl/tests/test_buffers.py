@@ -210,3 +210,18 @@ def test_bad_row_index_raises_and_writes_nothing_outside(ocl: OpenCLDevice, back
     backend.graph_compute(graph)  # the error was reported once and cleared
     assert out.to_numpy().reshape(2, 4).tolist() == [[4, 5, 6, 7], [0, 1, 2, 3]]
     buf.free()
+
+
+def test_an_unsupported_node_is_refused_by_name(ocl: OpenCLDevice, backend: g.Backend) -> None:
+    """Computing a node the device does not support raises (naming op and types) instead of writing garbage."""
+    ctx = g.Context("unsupported")
+    rows = ctx.new_tensor_2d("f32", 256, 2, "rows")
+    idx = ctx.new_tensor_1d("i32", 2, "idx")
+    dst = ctx.new_tensor_2d("q4_K", 256, 4, "dst")
+    out = ops.set_rows(dst, rows, idx)
+    assert not ocl.supports_op(out)
+    graph = g.build_graph(out)
+    buf = g.alloc_ctx_tensors(ctx, ocl.buffer_type())
+    with pytest.raises(g.ComputeError, match=r"does not support SET_ROWS.*q4_K"):
+        backend.graph_compute(graph)
+    buf.free()
