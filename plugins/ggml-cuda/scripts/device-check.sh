@@ -7,8 +7,8 @@
 #     run(command="bash plugins/ggml-cuda/scripts/device-check.sh", carry=[".whl/cuda"], timeout_s=540)
 #
 # Steps: environment → install the carried wheels and this tree into a /tmp target (pycuda from its prebuilt wheel,
-# or built from the carried sdist) → `ggml-core devices --check` → compile every kernel for the device's
-# architecture → pytest plugins/ggml-cuda/tests (GPU tests and the conformance suite against the CPU plugin
+# or built from the carried sdist) → compile every kernel for the device's architecture (in parallel) →
+# `ggml-core devices --check` → pytest plugins/ggml-cuda/tests (GPU tests and the conformance suite against the CPU plugin
 # included) → benchmarks/bench_cuda.py → $OUT/summary.txt (written last, also printed).
 #
 # Environment: OUT (results folder; default ./out/device-check), PYTHON (default python3), GGML_CUDA_WHEELS
@@ -172,8 +172,8 @@ step "environment" 30 'environment | tee "$OUT/env.txt"'
 ok=1
 step "install this tree and the wheels" 120 install_tree || ok=0
 if ((ok)) && step "pycuda (prebuilt wheel, else the sdist)" 240 install_pycuda; then
-    step "ggml-core plugins / devices --check" 60 devices
     step "compile every kernel for the device" 120 precompile
+    step "ggml-core plugins / devices --check" 60 devices
     # keep ~150 s for the benchmarks
     tests_max=$(($(left) - 150))
     ((tests_max < 60)) && tests_max=60

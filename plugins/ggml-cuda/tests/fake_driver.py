@@ -19,11 +19,14 @@ from ggml_cuda._compile import KERNEL_DIR
 from ggml_cuda._driver import DeviceInfo, Driver, DriverCallError
 
 _KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(', re.S)
+#: kernels stamped out by a macro such as ``MV_Q_KERNEL(k_mv_q4_0, GT_Q4_0)``
+_MACRO_KERNEL_RE = re.compile(r"^[A-Z_]+_KERNEL\((\w+),", re.M)
 
 
 def kernel_names(source: str) -> set[str]:
-    """The ``extern "C" __global__`` kernel names declared in a CUDA source."""
-    return set(_KERNEL_RE.findall(source))
+    """The ``extern "C" __global__`` kernel names declared in a CUDA source (directly or through a macro)."""
+    names = set(_KERNEL_RE.findall(source)) | set(_MACRO_KERNEL_RE.findall(source))
+    return {n for n in names if not n.startswith("__") and n != "NAME"}  # not the macro's own definition
 
 
 def fake_info(ordinal: int = 0, cc: tuple[int, int] = (9, 0), memory: int = 1 << 30) -> DeviceInfo:

@@ -179,7 +179,7 @@ def test_f16_matvec_uses_wide_loads_when_aligned(backend: CUDABackend) -> None:
 def test_quantized_matvec_quantizes_activations_then_dots(backend: CUDABackend, wtype: GGMLType) -> None:
     m, n, k = 40, 2, 512
     steps = _mul_mat_plan(backend, wtype.name.lower(), m, n, k)
-    assert _kernels(steps) == ["k_quantize_act", "k_mv_q"]
+    assert _kernels(steps) == ["k_quantize_act", f"k_mv_{wtype.name.lower()}"]
     quant, mv = steps[0].launch, steps[1].launch
     act_qk = 256 if wtype in K_QUANTS else 32
     assert quant.values[6] == act_qk  # mode: ggml's Q8_K for K-quants, Q8_0/Q8_1 otherwise

@@ -19,6 +19,7 @@ from ggml_core import ops
 from ggml_cuda._device import CUDADevice
 from ggml_cuda._stream import CUDABackend
 from ggml_cuda.ops import ARG_LAYOUT, Launch
+from ggml_cuda.ops.matmul import MMVQ_TYPES
 
 Build = Callable[[g.Context], list[g.Tensor]]
 
@@ -71,8 +72,7 @@ def _graphs() -> dict[str, Build]:
         "rows": rows,
         "mv_f16": mm("f16", 1),
         "mv_bf16": mm("bf16", 3),
-        "mv_q_legacy": mm("q5_0", 2),
-        "mv_q_k": mm("q6_K", 1),
+        **{f"mv_{t.name.lower()}": mm(t.name.lower(), 2) for t in MMVQ_TYPES},
         "gemm_f32": mm("f32", 20, bt="f16"),
         "wmma_f16": mm("f16", 20),
         "wmma_bf16": mm("bf16", 20),

@@ -4,7 +4,7 @@
 //   k_quantize_act  f32/f16 activations -> int8 quants + scales. mode 32: ggml's Q8_0/Q8_1 rounding (blocks of
 //                   32, d = amax/127 and s = d*sum(q) both rounded to f16), used for the 32-element weight types;
 //                   mode 256: ggml's Q8_K (blocks of 256, d = 1/(-127/max) in float), used for the K-quants.
-//   k_mv_q          weights x quantized activations. Each warp stages a chunk of its weight row in shared memory
+//   k_mv_<type>     weights x quantized activations. Each warp stages a chunk of its weight row in shared memory
 //                   with wide, coalesced loads; then each lane takes one 32-element unit (a legacy block, or one
 //                   eighth of a K-quant super-block) and all activation columns.
 #include "quants.cuh"
@@ -219,9 +219,10 @@ GGML_HD float dot_unit(int type, const uint8_t* blk, int s, const int* x, float 
 
 // grid (ceil(M / MVQ_ROWS), b2*b3), block 32*MVQ_ROWS. qx/dx/sx from k_quantize_act over src1 (rows in src1's
 // logical order); vec: the widest power-of-two byte width (2..16) that divides every staged chunk's address.
-extern "C" __global__ void __launch_bounds__(32 * MVQ_ROWS)
-k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, TDesc da, TDesc dd, int ta, int ncols,
-       int vec) {
+// One kernel per weight type (k_mv_q4_0, ..., k_mv_q6_k): the type is a compile-time constant of the inner loop.
+template <int TA>
+__device__ __forceinline__ void mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d,
+                                     const TDesc& da, const TDesc& dd, int ncols, int vec) {
     __shared__ __align__(16) uint8_t stage[MVQ_ROWS][MVQ_CHUNK];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long m = (long long)blockIdx.x * MVQ_ROWS + warp;
@@ -230,11 +231,11 @@ k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, T
     const long long a2 = i2 / (dd.ne[2] / da.ne[2]), a3 = i3 / (dd.ne[3] / da.ne[3]);
     const uint8_t* arow = (const uint8_t*)a + m * da.nb[1] + a2 * da.nb[2] + a3 * da.nb[3];
     const long long K = da.ne[0];
-    const int kquant = qk_of(ta) == 256;
-    const int bsize = qsize_of(ta);
-    const int per_chunk = kquant ? 4 : 32;            // weight blocks per chunk
-    const int act_qk = kquant ? 256 : 32;             // activation block size
-    const long long nblocks = K / qk_of(ta);
+    constexpr int qk = (TA == GT_Q2_K || TA == GT_Q3_K || TA == GT_Q4_K || TA == GT_Q5_K || TA == GT_Q6_K) ? 256 : 32;
+    constexpr bool kquant = qk == 256;
+    constexpr int per_chunk = kquant ? 4 : 32;  // weight blocks per chunk
+    const int bsize = qsize_of(TA);
+    const long long nblocks = K / qk;
     const long long act_row0 = (long long)dd.ne[1] * (i2 + dd.ne[2] * i3);  // activation row of column 0
     uint8_t* buf = stage[warp];
     float acc[MVQ_MAX_COLS];
@@ -256,8 +257,7 @@ k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, T
         __syncwarp();
         const int unit_blk = kquant ? lane / 8 : lane, s = kquant ? lane % 8 : 0;
         if (unit_blk < nb) {
-            const long long jb = b0 + unit_blk;                      // weight block in the row
-            const long long e0 = jb * qk_of(ta) + (long long)s * 32;  // first element of the unit
+            const long long e0 = (b0 + unit_blk) * qk + (long long)s * 32;  // first element of the unit
             const uint8_t* blk = buf + unit_blk * bsize;
 #pragma unroll
             for (int c = 0; c < MVQ_MAX_COLS; ++c) {
@@ -267,10 +267,10 @@ k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, T
                 int xv[8];
 #pragma unroll
                 for (int k = 0; k < 8; ++k) xv[k] = xq[k];
-                const long long ab = r * (K / act_qk) + e0 / act_qk;
+                const long long ab = r * (K / (kquant ? 256 : 32)) + e0 / (kquant ? 256 : 32);
                 const float dxv = ((const float*)dx)[ab];
                 const float sxv = kquant ? 0.0f : ((const float*)sx)[ab];
-                acc[c] += dot_unit(ta, blk, s, xv, dxv, sxv);
+                acc[c] += dot_unit(TA, blk, s, xv, dxv, sxv);
             }
         }
         __syncwarp();
@@ -282,3 +282,21 @@ k_mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d, T
         if (lane == 0) *(float*)(d + m * dd.nb[0] + c * dd.nb[1] + i2 * dd.nb[2] + i3 * dd.nb[3]) = v;
     }
 }
+
+#define MV_Q_KERNEL(NAME, TYPE)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * MVQ_ROWS)                                                    \
+        NAME(const char* a, const char* qx, const char* dx, const char* sx, char* d, TDesc da, TDesc dd, int ncols, \
+             int vec) {                                                                                            \
+        mv_q<TYPE>(a, qx, dx, sx, d, da, dd, ncols, vec);                                                          \
+    }
+
+MV_Q_KERNEL(k_mv_q4_0, GT_Q4_0)
+MV_Q_KERNEL(k_mv_q4_1, GT_Q4_1)
+MV_Q_KERNEL(k_mv_q5_0, GT_Q5_0)
+MV_Q_KERNEL(k_mv_q5_1, GT_Q5_1)
+MV_Q_KERNEL(k_mv_q8_0, GT_Q8_0)
+MV_Q_KERNEL(k_mv_q2_k, GT_Q2_K)
+MV_Q_KERNEL(k_mv_q3_k, GT_Q3_K)
+MV_Q_KERNEL(k_mv_q4_k, GT_Q4_K)
+MV_Q_KERNEL(k_mv_q5_k, GT_Q5_K)
+MV_Q_KERNEL(k_mv_q6_k, GT_Q6_K)

@@ -19,7 +19,7 @@ from typing import Final
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_cuda.ops._base import MAX_GRID_Y, Args, BindContext, Launch, binder, rows_grid, src, type_id
 
-__all__ = ["K_QUANTS", "MMVQ_TYPES", "MV_MAX_COLS", "matmul_path"]
+__all__ = ["K_QUANTS", "MMVQ_TYPES", "MV_MAX_COLS", "matmul_path", "mvq_kernel", "mvq_vec_width"]
 
 #: the most activation columns the matrix-vector kernels take (MV_MAX_COLS / MVQ_MAX_COLS in the .cu files)
 MV_MAX_COLS: Final = 8
@@ -95,6 +95,11 @@ def _mv_float(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext) -> list[Laun
     return [Launch.of("matmul", "k_mv_float", grid, (32 * MV_ROWS, 1, 1), args)]
 
 
+def mvq_kernel(t: GGMLType) -> str:
+    """The quantized matrix-vector kernel of weight type ``t`` (one per type: ``k_mv_q4_0`` ... ``k_mv_q6_k``)."""
+    return f"k_mv_{t.name.lower()}"
+
+
 def mvq_vec_width(a: Tensor, a_ptr: int) -> int:
     """The widest load (16, 8, 4 or 2 bytes) that divides every staged chunk address of k_mv_q."""
     per_chunk = 4 if a.type in K_QUANTS else 32
@@ -118,9 +123,9 @@ def _mv_q(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext) -> list[Launch]:
     launches = [Launch.of("matmul_q", "k_quantize_act", (-(-n_act_blocks // 8), 1, 1), (256, 1, 1), quant)]
     pa = ctx.ptr(a)
     mv = Args().ptr(pa).ptr(qx).ptr(dx).ptr(sx).ptr(ctx.ptr(node)).tdesc(a).tdesc(node)
-    mv.i32(type_id(a.type)).i32(b.ne[1]).i32(mvq_vec_width(a, pa))
+    mv.i32(b.ne[1]).i32(mvq_vec_width(a, pa))
     grid = (-(-a.ne[1] // MV_ROWS), b.ne[2] * b.ne[3], 1)
-    launches.append(Launch.of("matmul_q", "k_mv_q", grid, (32 * MV_ROWS, 1, 1), mv))
+    launches.append(Launch.of("matmul_q", mvq_kernel(a.type), grid, (32 * MV_ROWS, 1, 1), mv))
     return launches
 
 
