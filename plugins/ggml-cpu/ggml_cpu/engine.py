@@ -60,8 +60,15 @@ def _openblas_setter() -> Callable[[int], None] | None:
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.argtypes, fn.restype = [ctypes.c_int], None
-                return lambda n, fn=fn: fn(int(n))
+                return _int_caller(fn)
     return None
+
+
+def _int_caller(fn: Any) -> Callable[[int], None]:
+    def call(n: int) -> None:
+        fn(int(n))
+
+    return call
 
 
 def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:

@@ -260,7 +260,7 @@ class CPUReg(BackendReg):
         out = {"numpy": np.__version__}
         try:
             cfg = np.show_config(mode="dicts")
-            blas = cfg.get("Build Dependencies", {}).get("blas", {})  # type: ignore[union-attr]
+            blas = cfg.get("Build Dependencies", {}).get("blas", {})
             if blas:
                 out["BLAS"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
         except Exception:  # noqa: BLE001 - informative only

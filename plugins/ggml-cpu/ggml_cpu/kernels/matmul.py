@@ -210,11 +210,19 @@ def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
     broadcast = a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]
     if x is not None and not broadcast and out.flags.c_contiguous:
         if a.ne[2] == a.ne[3] == 1:
-            w2, x2, o2 = w[0, 0].T, x[0, 0], out[0, 0]
-            return lambda: np.matmul(x2, w2, out=o2)
-        wt = w.swapaxes(-1, -2)
-        return lambda: np.matmul(x, wt, out=out)
-    return lambda: np.copyto(out, matmul_4d(w, f32(b)))
+            x, wt, out = x[0, 0], w[0, 0].T, out[0, 0]  # 2-D operands: numpy calls BLAS directly
+        else:
+            wt = w.swapaxes(-1, -2)
+
+        def run() -> None:
+            np.matmul(x, wt, out=out)
+
+        return run
+
+    def run_general() -> None:
+        np.copyto(out, matmul_4d(w, f32(b)))
+
+    return run_general
 
 
 def _float_rows_f32(rows: np.ndarray, wtype: GGMLType) -> np.ndarray:

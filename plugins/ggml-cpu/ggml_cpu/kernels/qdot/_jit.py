@@ -158,7 +158,7 @@ def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A helper the kernels call, inlined into them by numba (returned unchanged when numba is off)."""
     if _numba is None:
         return fn
-    return _numba.njit(inline="always", nogil=True, error_model="numpy", cache=False)(fn)  # type: ignore[no-any-return]
+    return _numba.njit(inline="always", nogil=True, error_model="numpy", cache=False)(fn)
 
 
 @contextlib.contextmanager
@@ -220,13 +220,13 @@ def _build(spec: KernelSpec) -> Callable[..., Any]:
     with _compile_settings():
         cache = cache_dir() is not None
         try:
-            return _numba.njit(sig, cache=cache, **opts)(spec.fn)  # type: ignore[no-any-return]
+            return _numba.njit(sig, cache=cache, **opts)(spec.fn)
         except RuntimeError as exc:  # "cannot cache function ...: no locator available"
             if not cache or "cache" not in str(exc):
                 raise
             msg = f"ggml-cpu: numba cannot cache kernels here ({exc}); compiling each run"
             _log_once("cache", logging.WARNING, msg)
-            return _numba.njit(sig, **opts)(spec.fn)  # type: ignore[no-any-return]
+            return _numba.njit(sig, **opts)(spec.fn)
 
 
 def get(spec: KernelSpec) -> Callable[..., Any] | None:

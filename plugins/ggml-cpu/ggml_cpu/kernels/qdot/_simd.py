@@ -124,7 +124,7 @@ def _build() -> None:
 
             return types.int32(a, ao, ash, b, bo, bsh, bmask, x, xo), codegen
 
-        return _dot_q  # type: ignore[no-any-return]
+        return _dot_q
 
     dot_nib, dot_nib5, dot_i8x32 = _dot_nib, _dot_nib5, _dot_i8x32
     dot_q, dot_q16 = make_dot_q(32), make_dot_q(16)

@@ -81,7 +81,7 @@ class QActs:
 # Written in the numba subset; plain Python is never asked to run them (see _jit).
 
 
-def _q8_32_rows(x, q, d, sums):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _q8_32_rows(x: np.ndarray, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover - compiled
     """Q8_0 / Q8_1 quants of rows ``x`` (N, K): ``d = amax/127``, ``q = roundf(x/d)``; returns # non-finite."""
     n_rows, k = x.shape
     nb = k // 32
@@ -111,7 +111,7 @@ def _q8_32_rows(x, q, d, sums):  # type: ignore[no-untyped-def]  # pragma: no co
     return bad
 
 
-def _q8_k_rows(x, q, d, sums):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _q8_k_rows(x: np.ndarray, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover - compiled
     """Q8_K quants of rows ``x`` (N, K): ``iscale = -127/max``, ``q = min(127, rint(iscale·x))``, bsums per 16."""
     n_rows, k = x.shape
     nb = k // 256
@@ -201,7 +201,7 @@ def quantize_activations_numpy(x: np.ndarray, dot: GGMLType) -> QActs:
     d = np.ascontiguousarray(blocks[..., 0:2]).view("<f2").reshape(n, -1).astype(np.float32)
     q = np.ascontiguousarray(blocks[..., size - 32 :]).view(np.int8).reshape(n, k)
     sums = q.reshape(n, k // 32, 32).astype(np.int32).sum(axis=-1, dtype=np.int32)
-    s = np.zeros(0, np.float32)
+    s: np.ndarray = np.zeros(0, np.float32)
     if dot == GGMLType.Q8_1:
         s = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").reshape(n, -1).astype(np.float32)
     return QActs(dot, q, d, sums, s)

@@ -25,7 +25,9 @@ __all__ = ["SIGNATURE", "SPECS"]
 SIGNATURE: Final = "void(uint8[:, ::1], int8[:, ::1], int64, int64, float32[::1], float32[:, ::1], float32[:, ::1])"
 
 
-def _deq_q4_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q4_0(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -39,7 +41,9 @@ def _deq_q4_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                 dst[b * 32 + 16 + j] = np.float32((v >> 4) - 8) * d
 
 
-def _deq_q4_1(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q4_1(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -54,7 +58,9 @@ def _deq_q4_1(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                 dst[b * 32 + 16 + j] = np.float32(v >> 4) * d
 
 
-def _deq_q5_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q5_0(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -71,7 +77,9 @@ def _deq_q5_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                 dst[b * 32 + 16 + j] = np.float32(hi - 16) * d
 
 
-def _deq_q5_1(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q5_1(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -89,7 +97,9 @@ def _deq_q5_1(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                 dst[b * 32 + 16 + j] = np.float32(hi) * d
 
 
-def _deq_q8_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q8_0(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -102,7 +112,9 @@ def _deq_q8_0(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                 dst[b * 32 + j] = np.float32(rowi[o + 2 + j]) * d
 
 
-def _deq_q4_k(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q4_k(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -122,7 +134,9 @@ def _deq_q4_k(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                     dst[base + t] = d1 * np.float32((np.int64(row[q0 + t]) >> sh) & 15) - m1
 
 
-def _deq_q5_k(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q5_k(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
     for r in prange(r1 - r0):
         row = w[r0 + r]
@@ -143,7 +157,9 @@ def _deq_q5_k(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  #
                     dst[base + t] = d1 * np.float32(q) - m1
 
 
-def _deq_q6_k(w, wi, r0, r1, lut, out, mins):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _deq_q6_k(
+    w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
+) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
     for r in prange(r1 - r0):
         row = w[r0 + r]

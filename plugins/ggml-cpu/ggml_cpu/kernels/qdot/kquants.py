@@ -26,7 +26,16 @@ from ggml_cpu.kernels.qdot.legacy import SIGNATURE
 __all__ = ["SPECS"]
 
 
-def _dot_q4_k(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _dot_q4_k(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 256
     for m in prange(w.shape[0]):
@@ -52,7 +61,16 @@ def _dot_q4_k(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q5_k(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _dot_q5_k(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 256
     for m in prange(w.shape[0]):
@@ -78,7 +96,16 @@ def _dot_q5_k(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q6_k(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _dot_q6_k(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 256
     for m in prange(w.shape[0]):

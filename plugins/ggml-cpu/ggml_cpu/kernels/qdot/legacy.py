@@ -36,7 +36,16 @@ SIGNATURE: Final = (
 # pragma: no cover
 
 
-def _dot_q4_0(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _dot_q4_0(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 32
     for m in prange(w.shape[0]):
@@ -52,7 +61,16 @@ def _dot_q4_0(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q4_1(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _dot_q4_1(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 32
     for m in prange(w.shape[0]):
@@ -69,7 +87,16 @@ def _dot_q4_1(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q5_0(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _dot_q5_0(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 32
     for m in prange(w.shape[0]):
@@ -86,7 +113,16 @@ def _dot_q5_0(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q5_1(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _dot_q5_1(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 32
     for m in prange(w.shape[0]):
@@ -104,7 +140,16 @@ def _dot_q5_1(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def
             out[n, m] = acc
 
 
-def _dot_q8_0(w, wi, xq, xd, xsum, xs, lut, out):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _dot_q8_0(
+    w: np.ndarray,
+    wi: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xsum: np.ndarray,
+    xs: np.ndarray,
+    lut: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
     n_act, k = xq.shape
     nb = k // 32
     for m in prange(w.shape[0]):
