@@ -24,7 +24,6 @@ from ggml_core import (
     Tensor,
     TensorFlag,
 )
-from ggml_core._convert import from_bytes
 from ggml_core.ops import VIEW_OPS
 
 __all__ = ["DEFAULT_OPS", "SubsetBackend", "SubsetBuffer", "SubsetBufferType", "SubsetDevice", "SubsetEvent"]
@@ -82,9 +81,13 @@ def _ref(t: Tensor) -> _Ref:
 
 
 def _load(r: _Ref) -> np.ndarray:
-    """The values of a (possibly strided) tensor as float32 of numpy shape (ne3, ne2, ne1, ne0)."""
-    raw = np.frombuffer(r.buffer.read(r.offset, r.t.nbytes), dtype=np.uint8)
-    return from_bytes(raw, r.t).astype(np.float32)
+    """The values of a (possibly strided) f32/f16 tensor as float32 of numpy shape (ne3, ne2, ne1, ne0)."""
+    t = r.t
+    raw = r.buffer.read(r.offset, t.nbytes)
+    dtype = np.float16 if t.type == GGMLType.F16 else np.float32
+    shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+    strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
+    return np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides).astype(np.float32)
 
 
 def _store(r: _Ref, values: np.ndarray) -> None:
