@@ -29,6 +29,7 @@ from ggml_core import (
     ComputeError,
     Device,
     DeviceCaps,
+    DeviceProps,
     DeviceType,
     Event,
     GGMLOp,
@@ -481,7 +482,7 @@ class OpenCLDevice(Device):
         total = self.info.global_mem
         return max(0, total - self.allocated), total
 
-    def props(self) -> Any:
+    def props(self) -> DeviceProps:
         """Props, with the OpenCL details (platform, type, fp16, tile sizes) under ``extra``."""
         p = super().props()
         p.extra.update(self.info.extra())
