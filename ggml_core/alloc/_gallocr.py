@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from ggml_core._errors import AllocationError, GraphError
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.alloc._dyn import DynAllocator
-from ggml_core.alloc._liveness import Plan, TensorAlloc, buffer_ids, plan_graph, structure
+from ggml_core.alloc._liveness import Plan, TensorAlloc, buffer_ids, plan_graph, shapes, structure
 from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage
 from ggml_core.ops._enum import GGMLOp
 
@@ -128,6 +128,8 @@ class GraphAllocator:
             return False
         if structure(graph, self._external) != plan.structure:
             return False
+        if plan.shapes and shapes(graph) == plan.shapes:
+            return True  # the very tensors' shapes that were planned
         checked: set[int] = set()  # a tensor read by several nodes is checked once
 
         def ok(t: Tensor, ta: TensorAlloc) -> bool:

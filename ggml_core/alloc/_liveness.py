@@ -37,6 +37,7 @@ __all__ = [
     "can_inplace",
     "plan_graph",
     "same_layout",
+    "shapes",
     "structure",
 ]
 
@@ -123,6 +124,8 @@ class Plan:
     structure: tuple[object, ...]
     ids: tuple[tuple[int, ...], tuple[int, ...]]
     n_inplace: int
+    #: type, ne, nb of every leaf and node: a graph of this structure with these shapes fits without size checks
+    shapes: tuple[object, ...] = ()
 
 
 def plan_graph(
@@ -250,7 +253,17 @@ def plan_graph(
         structure=structure(graph, external),
         ids=buffer_ids(node_ids, leaf_ids, graph),
         n_inplace=n_inplace,
+        shapes=shapes(graph),
     )
+
+
+def shapes(graph: Graph) -> tuple[object, ...]:
+    """Type and layout of every leaf and node (operands outside the graph make it unusable: an empty tuple)."""
+    inside = {t.id for t in graph.leafs}
+    inside.update(t.id for t in graph.nodes)
+    if any(s is not None and s.id not in inside for t in graph.nodes for s in t.src):
+        return ()
+    return tuple((t.type, t.ne, t.nb) for t in (*graph.leafs, *graph.nodes))
 
 
 def structure(graph: Graph, external: Callable[[Tensor], bool]) -> tuple[object, ...]:
