@@ -169,10 +169,11 @@ def _mul_mat_plan(backend: CUDABackend, wtype: str, m: int, n: int, k: int, btyp
 def test_f16_matvec_uses_wide_loads_when_aligned(backend: CUDABackend) -> None:
     steps = _mul_mat_plan(backend, "f16", 48, 1, 256)
     ln = steps[0].launch
-    assert _kernels(steps) == ["k_mv_float"] and ln.values[-1] == 1  # vec
+    assert _kernels(steps) == ["k_mv_float"] and ln.values[-3:] == (1, 1, 1)  # ncols, vec, n_used
+    assert ln.values[3:5] == (0, 0)  # no ids, no status word: plain MUL_MAT never reads the status back
     assert ln.grid == (12, 1, 1) and ln.block == (128, 1, 1)
     odd = _mul_mat_plan(backend, "f16", 48, 3, 36)  # K % 8 != 0: scalar path
-    assert odd[0].launch.values[-1] == 0 and odd[0].launch.values[-2] == 3  # ncols
+    assert odd[0].launch.values[-3:] == (3, 0, 1)
 
 
 @pytest.mark.parametrize("wtype", sorted(MMVQ_TYPES, key=int))
@@ -357,15 +358,31 @@ def test_scratch_grows_after_synchronizing_and_drops_stale_plans(backend: CUDABa
 
 def test_unsupported_node_is_a_compute_error_naming_the_op(backend: CUDABackend) -> None:
     ctx = g.Context()
-    a = ctx.new_tensor_3d("f32", 16, 4, 2, "experts")
-    b = ctx.new_tensor_3d("f32", 16, 1, 3, "b")
-    ids = ctx.new_tensor_2d("i32", 1, 3, "ids")
-    node = ops.mul_mat_id(a, b, ids)
+    node = ops.out_prod(ctx.new_tensor_2d("f32", 8, 4, "a"), ctx.new_tensor_2d("f32", 6, 4, "b"))
     assert not supports(node)
     graph = g.build_graph(node)
     g.alloc_ctx_tensors(ctx, backend)
-    with pytest.raises(g.ComputeError, match="no kernel for MUL_MAT_ID"):
+    with pytest.raises(g.ComputeError, match="no kernel for OUT_PROD"):
         backend.graph_compute(graph)
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_K"])
+def test_mul_mat_id_runs_one_matvec_per_expert_slot_and_token(backend: CUDABackend, wtype: str) -> None:
+    ctx = g.Context()
+    experts = ctx.new_tensor_3d(wtype, 256, 24, 4, "experts")
+    b = ctx.new_tensor_3d("f32", 256, 1, 5, "b")
+    ids = ctx.new_tensor_2d("i32", 2, 5, "ids")
+    out = ops.mul_mat_id(experts, b, ids)
+    _, steps = alloc_and_plan(backend, ctx, out)
+    mv = steps[-1].launch
+    assert mv.grid == (6, 10, 1)  # 24 rows / 4 per block; 2 expert slots x 5 tokens
+    ids_ptr = ids.buffer.ptr + ids.data_offset  # type: ignore[union-attr]
+    if wtype == "f16":
+        assert _kernels(steps) == ["k_mv_float"] and mv.values[3] == ids_ptr and mv.values[4] is STATUS
+    else:
+        assert _kernels(steps) == ["k_quantize_act", "k_mv_q4_k"] and mv.values[5] == ids_ptr
+        assert mv.values[6] is STATUS and steps[0].launch.values[7] == 5  # 5 activation rows of 256
+    assert mv.values[-1] == 2 and steps[-1].uses_status
 
 
 def test_operands_outside_device_memory_are_refused(backend: CUDABackend, cpu: g.Device) -> None:

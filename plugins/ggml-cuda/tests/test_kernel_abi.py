@@ -64,7 +64,13 @@ def _graphs() -> dict[str, Build]:
         a = c.new_tensor_3d("f32", 16, 4, 6)
         return [ops.norm(a, 1e-5), ops.l2_norm(a, 1e-6), ops.group_norm(a, 4, 1e-5)]
 
+    def mul_mat_id(wt: str) -> Build:
+        return lambda c: [ops.mul_mat_id(c.new_tensor_3d(wt, 256, 16, 4), c.new_tensor_3d("f32", 256, 2, 3),
+                                         t2(c, "i32", 2, 3))]
+
     return {
+        "mul_mat_id_f32": mul_mat_id("f32"),
+        "mul_mat_id_q8_0": mul_mat_id("q8_0"),
         "elementwise": elementwise,
         "norms": norms,
         "attention": attention,

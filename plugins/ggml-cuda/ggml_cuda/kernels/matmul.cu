@@ -9,34 +9,20 @@
 // D = dst [M, N, b2, b3] f32; A broadcasts over B's dims 2, 3 (A index = B index / ratio).
 #include <mma.h>
 
-#include "quants.cuh"
+#include "matmul.cuh"
 
-#define MV_ROWS 4
-#define MV_MAX_COLS 8
-
-__device__ __forceinline__ float round_act(float x, int ta) {
-    // ggml's CPU rounds activations to the weight's dot type: f16 for f16 weights, bf16 for bf16 weights
-    return ta == GT_F16 ? round_to_f16(x) : (ta == GT_BF16 ? round_to_bf16(x) : x);
-}
-
-__device__ __forceinline__ void batch_offsets(const TDesc& da, const TDesc& dd, long long z, long long& i2, long long& i3,
-                                              long long& a2, long long& a3) {
-    i2 = z % dd.ne[2];
-    i3 = z / dd.ne[2];
-    a2 = i2 / (dd.ne[2] / da.ne[2]);
-    a3 = i3 / (dd.ne[3] / da.ne[3]);
-}
-
-// grid (ceil(M / MV_ROWS), b2*b3), block 32*MV_ROWS. A rows contiguous (nb0 = element size).
+// grid (ceil(M / MV_ROWS), b2*b3 or n_used*n_tokens), block 32*MV_ROWS. A rows contiguous (nb0 = element size).
 extern "C" __global__ void __launch_bounds__(32 * MV_ROWS)
-k_mv_float(const char* a, const char* b, char* d, TDesc da, TDesc db, TDesc dd, int ta, int tb, int ncols, int vec) {
+k_mv_float(const char* a, const char* b, char* d, const char* ids, unsigned int* status, TDesc da, TDesc db, TDesc dd,
+           TDesc di, int ta, int tb, int ncols, int vec, int n_used) {
     const int lane = threadIdx.x & 31;
     const long long m = (long long)blockIdx.x * MV_ROWS + (threadIdx.x >> 5);
     if (m >= da.ne[1]) return;
-    long long i2, i3, a2, a3;
-    batch_offsets(da, dd, blockIdx.y, i2, i3, a2, a3);
-    const char* arow = a + m * da.nb[1] + a2 * da.nb[2] + a3 * da.nb[3];
-    const char* bbase = b + i2 * db.nb[2] + i3 * db.nb[3];
+    const char* abase;
+    long long bcol, dcol, act_row0;
+    if (!mv_bases(a, ids, status, da, db, dd, di, n_used, abase, bcol, dcol, act_row0)) return;
+    const char* arow = abase + m * da.nb[1];
+    const char* bbase = b + bcol;
     const long long K = da.ne[0];
     float acc[MV_MAX_COLS];
 #pragma unroll
@@ -85,7 +71,7 @@ k_mv_float(const char* a, const char* b, char* d, TDesc da, TDesc db, TDesc dd, 
     for (int c = 0; c < MV_MAX_COLS; ++c) {
         if (c >= ncols) break;
         const float s = warp_sum(acc[c]);
-        if (lane == 0) *(float*)(d + m * dd.nb[0] + c * dd.nb[1] + i2 * dd.nb[2] + i3 * dd.nb[3]) = s;
+        if (lane == 0) *(float*)(d + dcol + m * dd.nb[0] + c * dd.nb[1]) = s;
     }
 }
 

@@ -7,7 +7,7 @@
 //   k_mv_<type>     weights x quantized activations. Each warp stages a chunk of its weight row in shared memory
 //                   with wide, coalesced loads; then each lane takes one 32-element unit (a legacy block, or one
 //                   eighth of a K-quant super-block) and all activation columns.
-#include "quants.cuh"
+#include "matmul.cuh"
 
 #define MVQ_ROWS 4
 #define MVQ_MAX_COLS 8
@@ -222,21 +222,22 @@ GGML_HD float dot_unit(int type, const uint8_t* blk, int s, const int* x, float 
 // One kernel per weight type (k_mv_q4_0, ..., k_mv_q6_k): the type is a compile-time constant of the inner loop.
 template <int TA>
 __device__ __forceinline__ void mv_q(const char* a, const char* qx, const char* dx, const char* sx, char* d,
-                                     const TDesc& da, const TDesc& dd, int ncols, int vec) {
+                                     const char* ids, unsigned int* status, const TDesc& da, const TDesc& db,
+                                     const TDesc& dd, const TDesc& di, int ncols, int vec, int n_used) {
     __shared__ __align__(16) uint8_t stage[MVQ_ROWS][MVQ_CHUNK];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long m = (long long)blockIdx.x * MVQ_ROWS + warp;
     if (m >= da.ne[1]) return;
-    const long long i2 = blockIdx.y % dd.ne[2], i3 = blockIdx.y / dd.ne[2];
-    const long long a2 = i2 / (dd.ne[2] / da.ne[2]), a3 = i3 / (dd.ne[3] / da.ne[3]);
-    const uint8_t* arow = (const uint8_t*)a + m * da.nb[1] + a2 * da.nb[2] + a3 * da.nb[3];
+    const char* abase;
+    long long bcol, dcol, act_row0;  // bcol unused: activations come quantized, by row
+    if (!mv_bases(a, ids, status, da, db, dd, di, n_used, abase, bcol, dcol, act_row0)) return;
+    const uint8_t* arow = (const uint8_t*)abase + m * da.nb[1];
     const long long K = da.ne[0];
     constexpr int qk = (TA == GT_Q2_K || TA == GT_Q3_K || TA == GT_Q4_K || TA == GT_Q5_K || TA == GT_Q6_K) ? 256 : 32;
     constexpr bool kquant = qk == 256;
     constexpr int per_chunk = kquant ? 4 : 32;  // weight blocks per chunk
     const int bsize = qsize_of(TA);
     const long long nblocks = K / qk;
-    const long long act_row0 = (long long)dd.ne[1] * (i2 + dd.ne[2] * i3);  // activation row of column 0
     uint8_t* buf = stage[warp];
     float acc[MVQ_MAX_COLS];
 #pragma unroll
@@ -279,15 +280,15 @@ __device__ __forceinline__ void mv_q(const char* a, const char* qx, const char* 
     for (int c = 0; c < MVQ_MAX_COLS; ++c) {
         if (c >= ncols) break;
         const float v = warp_sum(acc[c]);
-        if (lane == 0) *(float*)(d + m * dd.nb[0] + c * dd.nb[1] + i2 * dd.nb[2] + i3 * dd.nb[3]) = v;
+        if (lane == 0) *(float*)(d + dcol + m * dd.nb[0] + c * dd.nb[1]) = v;
     }
 }
 
-#define MV_Q_KERNEL(NAME, TYPE)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * MVQ_ROWS)                                                    \
-        NAME(const char* a, const char* qx, const char* dx, const char* sx, char* d, TDesc da, TDesc dd, int ncols, \
-             int vec) {                                                                                            \
-        mv_q<TYPE>(a, qx, dx, sx, d, da, dd, ncols, vec);                                                          \
+#define MV_Q_KERNEL(NAME, TYPE)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * MVQ_ROWS)                                                  \
+        NAME(const char* a, const char* qx, const char* dx, const char* sx, char* d, const char* ids,             \
+             unsigned int* status, TDesc da, TDesc db, TDesc dd, TDesc di, int ncols, int vec, int n_used) {      \
+        mv_q<TYPE>(a, qx, dx, sx, d, ids, status, da, db, dd, di, ncols, vec, n_used);                           \
     }
 
 MV_Q_KERNEL(k_mv_q4_0, GT_Q4_0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import MAX_GRID_Y, Args, BindContext, Launch, binder, rows_grid, src, type_id
+from ggml_cuda.ops._base import MAX_GRID_Y, STATUS, Args, BindContext, Launch, binder, rows_grid, src, type_id
 
 __all__ = ["K_QUANTS", "MMVQ_TYPES", "MV_MAX_COLS", "matmul_path", "mvq_kernel", "mvq_vec_width"]
 
@@ -29,6 +29,7 @@ K_QUANTS: Final = frozenset({GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLTy
 #: weight types of the quantized matrix-vector kernel
 MMVQ_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0} | K_QUANTS)
 FLOAT_WEIGHTS: Final = frozenset({GGMLType.F32, GGMLType.F16, GGMLType.BF16})
+_ZERO4: Final = (0, 0, 0, 0)
 
 
 def matmul_path(a_type: GGMLType, n_cols: int, compute_capability: tuple[int, int]) -> str:
@@ -89,8 +90,8 @@ def _mv_float(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext) -> list[Laun
         and b.nb[0] == 4
         and _aligned(16, pa, a.nb[1], a.nb[2], a.nb[3], pb, b.nb[1], b.nb[2], b.nb[3])
     )
-    args = Args().ptr(pa).ptr(pb).ptr(ctx.ptr(node)).tdesc(a).tdesc(b).tdesc(node)
-    args.i32(type_id(a.type)).i32(type_id(b.type)).i32(b.ne[1]).i32(vec)
+    args = Args().ptr(pa).ptr(pb).ptr(ctx.ptr(node)).ptr(0).ptr(0).tdesc(a).tdesc(b).tdesc(node).desc(_ZERO4, _ZERO4)
+    args.i32(type_id(a.type)).i32(type_id(b.type)).i32(b.ne[1]).i32(vec).i32(1)
     grid = (-(-a.ne[1] // MV_ROWS), b.ne[2] * b.ne[3], 1)
     return [Launch.of("matmul", "k_mv_float", grid, (32 * MV_ROWS, 1, 1), args)]
 
@@ -110,7 +111,9 @@ def mvq_vec_width(a: Tensor, a_ptr: int) -> int:
     return 2
 
 
-def _mv_q(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext) -> list[Launch]:
+def _mv_q(
+    node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, ids: Tensor | None = None
+) -> list[Launch]:
     k = a.ne[0]
     rows = b.nrows
     act_qk = 256 if a.type in K_QUANTS else 32
@@ -122,9 +125,15 @@ def _mv_q(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext) -> list[Launch]:
     quant.i64(n_act_blocks)
     launches = [Launch.of("matmul_q", "k_quantize_act", (-(-n_act_blocks // 8), 1, 1), (256, 1, 1), quant)]
     pa = ctx.ptr(a)
-    mv = Args().ptr(pa).ptr(qx).ptr(dx).ptr(sx).ptr(ctx.ptr(node)).tdesc(a).tdesc(node)
-    mv.i32(b.ne[1]).i32(mvq_vec_width(a, pa))
-    grid = (-(-a.ne[1] // MV_ROWS), b.ne[2] * b.ne[3], 1)
+    mv = Args().ptr(pa).ptr(qx).ptr(dx).ptr(sx).ptr(ctx.ptr(node))
+    if ids is None:
+        mv.ptr(0).ptr(0).tdesc(a).tdesc(b).tdesc(node).desc(_ZERO4, _ZERO4)
+        mv.i32(b.ne[1]).i32(mvq_vec_width(a, pa)).i32(1)
+        grid = (-(-a.ne[1] // MV_ROWS), b.ne[2] * b.ne[3], 1)
+    else:
+        mv.ptr(ctx.ptr(ids)).ptr(STATUS).tdesc(a).tdesc(b).tdesc(node).tdesc(ids)
+        mv.i32(1).i32(mvq_vec_width(a, pa)).i32(ids.ne[0])
+        grid = (-(-a.ne[1] // MV_ROWS), ids.ne[0] * ids.ne[1], 1)
     launches.append(Launch.of("matmul_q", mvq_kernel(a.type), grid, (32 * MV_ROWS, 1, 1), mv))
     return launches
 
@@ -171,3 +180,42 @@ def _gemm(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, path: str) -> li
     grid = (-(-b.ne[1] // 128), -(-a.ne[1] // 128), batch)
     launches.append(Launch.of("matmul", kernel, grid, (256, 1, 1), args))
     return launches
+
+
+# ------------------------------------------------------------------------------------------------ MUL_MAT_ID
+
+
+def _mul_mat_id_ok(node: Tensor) -> bool:
+    a, b, ids = src(node, 0), src(node, 1), src(node, 2)
+    return (
+        (a.type in FLOAT_WEIGHTS or a.type in MMVQ_TYPES)
+        and b.type in (GGMLType.F32, GGMLType.F16)
+        and ids.type == GGMLType.I32
+        and node.type == GGMLType.F32
+        and a.is_contiguous_rows
+        and ids.ne[0] * ids.ne[1] <= MAX_GRID_Y
+    )
+
+
+@binder(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+def _bind_mul_mat_id(node: Tensor, ctx: BindContext) -> list[Launch]:
+    """One matrix-vector product per (expert slot, token): out[:, e, t] = as[:, :, ids[e, t]] · b[:, e % b1, t].
+
+    Every token reads its experts' weights anew (no grouping of tokens by expert): right for generation, slow
+    for long prompts.
+    """
+    a, b, ids = src(node, 0), src(node, 1), src(node, 2)
+    if a.type in MMVQ_TYPES:
+        return _mv_q(node, a, b, ctx, ids)
+    pa, pb = ctx.ptr(a), ctx.ptr(b)
+    vec = (
+        a.ne[0] % 8 == 0
+        and b.type == GGMLType.F32
+        and b.nb[0] == 4
+        and _aligned(16, pa, a.nb[1], a.nb[2], pb, b.nb[1], b.nb[2])
+    )
+    args = Args().ptr(pa).ptr(pb).ptr(ctx.ptr(node)).ptr(ctx.ptr(ids)).ptr(STATUS)
+    args.tdesc(a).tdesc(b).tdesc(node).tdesc(ids)
+    args.i32(type_id(a.type)).i32(type_id(b.type)).i32(1).i32(vec).i32(ids.ne[0])
+    grid = (-(-a.ne[1] // MV_ROWS), ids.ne[0] * ids.ne[1], 1)
+    return [Launch.of("matmul", "k_mv_float", grid, (32 * MV_ROWS, 1, 1), args)]
