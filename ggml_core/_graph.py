@@ -15,6 +15,7 @@ __all__ = ["DEFAULT_GRAPH_SIZE", "Graph", "build_graph"]
 DEFAULT_GRAPH_SIZE: Final = 2048
 
 _uids = itertools.count(1)
+_COMPUTE: Final = TensorFlag.COMPUTE.value
 
 
 class Graph:
@@ -71,7 +72,7 @@ class Graph:
             t, i = stack.pop()
             if i == 0:
                 if t.op != GGMLOp.NONE:
-                    t.flags |= TensorFlag.COMPUTE
+                    t.flags = int(t.flags) | _COMPUTE
                 if t.id in self._visited:
                     continue
                 self._visited.add(t.id)
@@ -87,7 +88,7 @@ class Graph:
                 if s.id not in self._visited:
                     stack.append((s, 0))
                 elif s.op != GGMLOp.NONE:
-                    s.flags |= TensorFlag.COMPUTE
+                    s.flags = int(s.flags) | _COMPUTE
                 continue
             self._append(t)
 

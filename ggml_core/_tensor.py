@@ -79,7 +79,7 @@ class Tensor:
     op: GGMLOp
     #: ggml's 64 bytes of op parameters, as 16 int32 (floats are stored bit-cast, as ggml does)
     op_params: np.ndarray
-    #: TensorFlag bits
+    #: TensorFlag bits, kept as a plain int (IntFlag arithmetic is many times slower in hot loops)
     flags: int
     #: the op's operands, up to 10 (None for absent ones)
     src: list[Tensor | None]
@@ -206,18 +206,15 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         """``ggml_nbytes``: bytes from the first to one past the last element, following the strides."""
-        if any(n <= 0 for n in self.ne):
+        ne0, ne1, ne2, ne3 = self.ne
+        if ne0 <= 0 or ne1 <= 0 or ne2 <= 0 or ne3 <= 0:
             return 0
+        nb0, nb1, nb2, nb3 = self.nb
+        tail = (ne1 - 1) * nb1 + (ne2 - 1) * nb2 + (ne3 - 1) * nb3
         bs = self.type.block_size
         if bs == 1:
-            size = self.type.type_size
-            for i in range(MAX_DIMS):
-                size += (self.ne[i] - 1) * self.nb[i]
-            return size
-        size = self.ne[0] * self.nb[0] // bs
-        for i in range(1, MAX_DIMS):
-            size += (self.ne[i] - 1) * self.nb[i]
-        return size
+            return self.type.type_size + (ne0 - 1) * nb0 + tail
+        return ne0 * nb0 // bs + tail
 
     @property
     def row_size(self) -> int:
@@ -350,17 +347,17 @@ class Tensor:
 
     def set_input(self) -> Tensor:
         """Mark as a graph input (``ggml_set_input``)."""
-        self.flags |= TensorFlag.INPUT
+        self.flags = int(self.flags) | TensorFlag.INPUT.value
         return self
 
     def set_output(self) -> Tensor:
         """Mark as a graph output (``ggml_set_output``): the allocator never reuses its memory."""
-        self.flags |= TensorFlag.OUTPUT
+        self.flags = int(self.flags) | TensorFlag.OUTPUT.value
         return self
 
     def set_param(self) -> Tensor:
         """Mark as a trainable parameter."""
-        self.flags |= TensorFlag.PARAM
+        self.flags = int(self.flags) | TensorFlag.PARAM.value
         return self
 
     # ------------------------------------------------------------------------------------------------ data
