@@ -10,11 +10,11 @@ reference to float rounding (measured NMSE ~1e-13 against the CPU plugin; ~1e-5 
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
-from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl._dispatch import (
     FLOAT_TYPES,
@@ -31,12 +31,29 @@ from ggml_opencl._dispatch import (
     mem_of,
     roundup,
     targs,
+    targs_view,
 )
 
-__all__ = ["ACTIVATION_ROUNDING", "MV_MAX_COLUMNS", "PACK_LIMIT"]
+
+def cl_copy(queue: Any, host: np.ndarray, mem: Any, offset: int) -> None:
+    """Blocking device-to-host read of ``host.nbytes`` bytes at ``offset``."""
+    import pyopencl as cl
+
+    cl.enqueue_copy(queue, host, mem, src_offset=offset, is_blocking=True)
+
+
+def cl_write(queue: Any, mem: Any, host: np.ndarray) -> None:
+    """Blocking host-to-device write at offset 0."""
+    import pyopencl as cl
+
+    cl.enqueue_copy(queue, mem, np.ascontiguousarray(host), is_blocking=True)
+
+__all__ = ["ACTIVATION_ROUNDING", "GROUPED_MIN_ROWS", "MV_MAX_COLUMNS", "PACK_LIMIT"]
 
 #: columns (activation rows) up to which the matrix-vector kernel is used (MV_NMAX in matmul.cl)
 MV_MAX_COLUMNS: Final = 8
+#: token-slot pairs from which MUL_MAT_ID groups the rows by expert and multiplies with the packed GEMM
+GROUPED_MIN_ROWS: Final = 32
 #: the most bytes of packed f32 weights per launch; larger weight matrices are packed and multiplied in row chunks
 PACK_LIMIT: Final = 256 * 2**20
 
@@ -118,9 +135,27 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
         steps.append(enqueue_nd(launcher, "k_mul_mv", (M * ls, batches), (ls, 1), args))
         return chain(*steps)
 
-    # weights → f32 panels, in chunks of rows small enough for the scratch buffer
+    steps += _packed_gemm(launcher, targs(launcher, a), a.type, a.ne, r2, r3, bargs, out, batches, N)
+    return chain(*steps)
+
+
+def _packed_gemm(
+    launcher: Launcher,
+    a_args: list[Any],
+    a_type: GGMLType,
+    a_ne: tuple[int, int, int, int],
+    r2: int,
+    r3: int,
+    bargs: list[Any],
+    out: list[Any],
+    batches: int,
+    n: int,
+) -> list[Thunk]:
+    """k_pack_a + k_gemm launches for weights ``a_args`` (``a_ne``), in row chunks that fit the scratch buffer."""
+    info = launcher.info
+    K, M = a_ne[0], a_ne[1]
     tm, tn = info.gemm_tm, info.gemm_tn
-    n_mats = a.ne[2] * a.ne[3]
+    n_mats = a_ne[2] * a_ne[3]
     limit = min(PACK_LIMIT, info.max_alloc)
     rows = max(tm, (limit // (4 * K * n_mats)) // tm * tm)
     rows = min(rows, roundup(M, tm))
@@ -128,15 +163,16 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     ls0, ls1 = info.gemm_ls
     while ls0 * ls1 > launcher.local_size("k_gemm", ls0 * ls1):  # the kernel's limit on this device
         ls0, ls1 = max(1, ls0 // 2), max(1, ls1 // 2)
+    steps: list[Thunk] = []
     for m_base in range(0, M, rows):
         mc = min(rows, roundup(M - m_base, tm))
-        pack = [*targs(launcher, a), np.int32(a.type), np.int32(m_base), np.int32(mc), at]
+        pack = [*a_args, np.int32(a_type), np.int32(m_base), np.int32(mc), at]
         steps.append(enqueue(launcher, "k_pack_a", (K + 31) // 32 * mc * n_mats, pack))
-        gs = (roundup((N + tn - 1) // tn, ls0), roundup(mc // tm, ls1), batches)
-        args = [at, np.int32(K), np.int32(mc), np.int32(min(mc, M - m_base)), np.int32(a.ne[2]), np.int32(r2),
+        gs = (roundup((n + tn - 1) // tn, ls0), roundup(mc // tm, ls1), batches)
+        args = [at, np.int32(K), np.int32(mc), np.int32(min(mc, M - m_base)), np.int32(a_ne[2]), np.int32(r2),
                 np.int32(r3), *bargs, *out, np.int32(m_base)]
         steps.append(enqueue_nd(launcher, "k_gemm", gs, (ls0, ls1, 1), args))
-    return chain(*steps)
+    return steps
 
 
 # ------------------------------------------------------------------------------------------------ MUL_MAT_ID
@@ -159,6 +195,8 @@ def _mul_mat_id_ok(info: DeviceInfo, node: Tensor) -> bool:
 def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
     a, b, ids = node.src[0], node.src[1], node.src[2]
     assert a is not None and b is not None and ids is not None
+    if ids.ne[0] * ids.ne[1] >= GROUPED_MIN_ROWS:
+        return _grouped_mul_mat_id(launcher, node, a, b, ids)
     mode = ACTIVATION_ROUNDING[a.type]
     blk = 256 if mode == _R_Q8_K else 32
     K = a.ne[0]
@@ -172,6 +210,56 @@ def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
         enqueue(launcher, "k_pack_b", (K + blk - 1) // blk * b.nrows, pack),
         enqueue_nd(launcher, "k_mul_mat_id", (groups * ls,), (ls,), args),
     )
+
+
+def _grouped_mul_mat_id(launcher: Launcher, node: Tensor, a: Tensor, b: Tensor, ids: Tensor) -> Thunk:
+    """Many token-slot pairs: read the routing, then one packed GEMM per expert over the rows that chose it.
+
+    Like ggml's GPU backends this waits for the queue to read ``ids`` (a host sync point per node).
+    """
+    K, M, n_expert = a.ne[0], a.ne[1], a.ne[2]
+    n_used, n_tok, b1 = ids.ne[0], ids.ne[1], b.ne[1]
+    n_rows = n_used * n_tok
+    mode = ACTIVATION_ROUNDING[a.type]
+    blk = 256 if mode == _R_Q8_K else 32
+    ids_mem, ids_off = mem_of(launcher, ids)
+    span = (n_tok - 1) * ids.nb[1] + (n_used - 1) * ids.nb[0] + 4
+    queue, name = launcher.queue, launcher.name
+
+    def run() -> None:
+        raw = np.empty(span, np.uint8)
+        cl_copy(queue, raw, ids_mem, ids_off)
+        offs = np.arange(n_tok)[:, None] * ids.nb[1] + np.arange(n_used)[None, :] * ids.nb[0]  # bytes, any strides
+        choice = np.ascontiguousarray(raw[offs[..., None] + np.arange(4)]).view(np.int32)[..., 0].astype(np.int64)
+        if choice.size and (choice.min() < 0 or choice.max() >= n_expert):
+            bad = int(choice[(choice < 0) | (choice >= n_expert)][0])
+            raise ComputeError(node, name, f"expert index {bad} is outside 0..{n_expert - 1}")
+        tok, slot = np.divmod(np.arange(n_rows), n_used)
+        experts = choice.reshape(-1)
+        order = np.argsort(experts, kind="stable")
+        triples = np.stack([slot[order] % b1, tok[order], slot[order]], axis=1).astype(np.int32)
+        rows_buf = launcher.scratch("rows", triples.nbytes)
+        cl_write(queue, rows_buf, triples)
+        bp = launcher.scratch("b", n_rows * K * 4)
+        tmp = launcher.scratch("tmp", n_rows * M * 4)
+        pack = [*targs(launcher, b), np.int32(b.type), np.int32(mode), np.int32(blk), rows_buf, np.int32(n_rows), bp]
+        enqueue(launcher, "k_pack_b_rows", (K + blk - 1) // blk * n_rows, pack)()
+        counts = np.bincount(experts, minlength=n_expert)
+        start = 0
+        for expert in range(n_expert):
+            cnt = int(counts[expert])
+            if not cnt:
+                continue
+            a_view = targs_view(launcher, a, (K, M, 1, 1), expert * a.nb[2])
+            bargs = [bp, np.uint64(start * K * 4), np.int64(K), np.int64(0), np.int64(0), np.int32(cnt), np.int32(1)]
+            out = [tmp, np.uint64(start * M * 4), np.int64(M), np.int64(0), np.int64(0)]
+            for step in _packed_gemm(launcher, a_view, a.type, (K, M, 1, 1), 1, 1, bargs, out, 1, cnt):
+                step()
+            start += cnt
+        scatter = [tmp, np.int32(M), rows_buf, np.int32(n_rows), *targs(launcher, node)]
+        enqueue(launcher, "k_scatter_rows", M * n_rows, scatter)()
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------ OUT_PROD

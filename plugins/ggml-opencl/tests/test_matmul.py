@@ -107,3 +107,45 @@ def test_matches_numpy_on_a_large_product(ocl: OpenCLDevice) -> None:
     got = out.to_numpy().reshape(300, 256)
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
     buf.free()
+
+
+def _mul_mat_id_case(w: GGMLType, n_expert: int, n_used: int, b_one: bool, m: int, n_tok: int, k: int) -> Case:
+    from ggml_core.testing._inputs import unique_indices
+
+    def build(ctx: g.Context) -> Built:
+        as_ = ctx.new_tensor(w, [k, m, n_expert], "as")
+        b = ctx.new_tensor(T.F32, [k, 1 if b_one else n_used, n_tok], "b")
+        ids = ctx.new_tensor(T.I32, [n_used, n_tok], "ids")
+        return Built(ops.mul_mat_id(as_, b, ids), [as_, b, ids], {ids: unique_indices(n_expert)})
+
+    params = {"type_a": w, "n_mats": n_expert, "n_used": n_used, "b": b_one, "m": m, "n": n_tok, "k": k}
+    return Case("MUL_MAT_ID", params, build, lambda a, b, i: ref.mul_mat_id(a, b, i, w), Check.nmse(5e-4))
+
+
+@pytest.mark.parametrize("w", [T.F32, T.F16, T.Q4_0, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("b_one", [False, True])
+def test_mul_mat_id_grouped_by_expert(w: GGMLType, b_one: bool, ocl: OpenCLDevice, cpu: g.Device) -> None:
+    """From GROUPED_MIN_ROWS token-slot pairs on, the rows are grouped per expert and multiplied by the GEMM."""
+    n_tok = ops_matmul.GROUPED_MIN_ROWS  # 2 slots each: twice the threshold
+    _check(_mul_mat_id_case(w, 6, 2, b_one, 40, n_tok, 256), ocl, cpu, 1e-10)
+    _check(_mul_mat_id_case(w, 6, 2, b_one, 40, 3, 256), ocl, cpu, 1e-10)  # the per-row dot kernel
+
+
+@pytest.mark.parametrize("n_tok", [3, 40])
+def test_mul_mat_id_bad_expert_is_reported(n_tok: int, ocl: OpenCLDevice) -> None:
+    ctx = g.Context("moe")
+    as_ = ctx.new_tensor(T.F32, [32, 8, 4], "experts")
+    b = ctx.new_tensor(T.F32, [32, 2, n_tok], "b")
+    ids = ctx.new_tensor(T.I32, [2, n_tok], "ids")
+    out = ops.mul_mat_id(as_, b, ids)
+    graph = g.build_graph(out)
+    buf = g.alloc_ctx_tensors(ctx, ocl.buffer_type())
+    as_.set_data(np.ones((4, 8, 32), np.float32))
+    b.set_data(np.ones((n_tok, 2, 32), np.float32))
+    bad = np.tile(np.array([[0, 1]], np.int32), (n_tok, 1))
+    bad[-1, 1] = 4
+    ids.set_data(bad)
+    be = ocl.init_backend()
+    with pytest.raises(g.ComputeError, match=r"out of range|outside"):
+        be.graph_compute(graph)
+    buf.free()

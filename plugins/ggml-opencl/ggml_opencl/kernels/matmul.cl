@@ -64,20 +64,8 @@ kernel void k_pack_a(TENSOR(a), int a_t, int m_base, int Mc, global float* at, l
 #define R_BF16 4
 
 // b -> contiguous f32 rows [batch][N][K]; one work-item per block of `blk` values (32 or 256; 32 when no rounding)
-kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, long n_items) {
-    const int K = b_ne.s0;
-    ITEM4(((int4)((K + blk - 1) / blk, b_ne.s1, b_ne.s2, b_ne.s3)), n_items)
-    const int c = i0, n = i1;
-    global const uchar* row = AT(b, 0, n, i2, i3);
-    global float* out = bp + (flat(0, n, i2, i3, b_ne) / b_ne.s0) * K + c * blk;
-    const int k0 = c * blk, kn = min(K - k0, blk);
-    float x[256];
-    if (b_t == T_F32 && b_nb.s0 == 4) {
-        global const float* src = (global const float*)row + k0;
-        for (int k = 0; k < kn; ++k) x[k] = src[k];
-    } else {
-        for (int k = 0; k < kn; ++k) x[k] = load_f(row + (long)(k0 + k) * b_nb.s0, b_t);
-    }
+// round kn (<= 256) staged values the way `mode` says and write them to out
+inline void pack_block(const float* x, int kn, int mode, global float* out) {
     if (mode == R_Q8_0) {  // d = amax / 127 (stored as f16), q = roundf(x / d)
         float amax = 0.0f;
         for (int k = 0; k < kn; ++k) amax = fmax(amax, fabs(x[k]));
@@ -99,6 +87,42 @@ kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, lo
     } else {
         for (int k = 0; k < kn; ++k) out[k] = x[k];
     }
+}
+
+// stage values [k0, k0 + kn) of a row of b (any float type, fast path for packed f32)
+inline void stage_row(global const uchar* row, long nb0, int t, int k0, int kn, float* x) {
+    if (t == T_F32 && nb0 == 4) {
+        global const float* src = (global const float*)row + k0;
+        for (int k = 0; k < kn; ++k) x[k] = src[k];
+    } else {
+        for (int k = 0; k < kn; ++k) x[k] = load_f(row + (long)(k0 + k) * nb0, t);
+    }
+}
+
+kernel void k_pack_b(TENSOR(b), int b_t, int mode, int blk, global float* bp, long n_items) {
+    const int K = b_ne.s0;
+    ITEM4(((int4)((K + blk - 1) / blk, b_ne.s1, b_ne.s2, b_ne.s3)), n_items)
+    const int k0 = i0 * blk, kn = min(K - k0, blk);
+    float x[256];
+    stage_row(AT(b, 0, i1, i2, i3), b_nb.s0, b_t, k0, kn, x);
+    pack_block(x, kn, mode, bp + (flat(0, i1, i2, i3, b_ne) / b_ne.s0) * K + k0);
+}
+
+// rows[3r .. 3r+2] = (row of b, token, slot): row r of bp is b[:, row, token], rounded like k_pack_b
+kernel void k_pack_b_rows(TENSOR(b), int b_t, int mode, int blk, global const int* rows, int n_rows,
+                          global float* bp, long n_items) {
+    const int K = b_ne.s0;
+    ITEM4(((int4)((K + blk - 1) / blk, n_rows, 1, 1)), n_items)
+    const int k0 = i0 * blk, kn = min(K - k0, blk);
+    float x[256];
+    stage_row(AT(b, 0, rows[3 * i1], rows[3 * i1 + 1], 0), b_nb.s0, b_t, k0, kn, x);
+    pack_block(x, kn, mode, bp + (long)i1 * K + k0);
+}
+
+// dst[m, slot, token] = tmp[r, m] for the (row, token, slot) triple r
+kernel void k_scatter_rows(global const float* tmp, int M, global const int* rows, int n_rows, TENSOR(d), long n) {
+    ITEM4(((int4)(M, n_rows, 1, 1)), n)
+    *(global float*)AT(d, i0, rows[3 * i1 + 2], rows[3 * i1 + 1], 0) = tmp[(long)i1 * M + i0];
 }
 
 // C[n, m_base + m] for a GEMM_TN x GEMM_TM tile per work-item. at: panels of this M chunk (Mc rows per matrix);
