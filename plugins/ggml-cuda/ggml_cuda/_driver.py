@@ -321,9 +321,11 @@ class PyCudaDriver(Driver):
     # ---- streams and events -------------------------------------------------------------------------------
 
     def stream_create(self, ordinal: int) -> Any:
-        """``cuStreamCreate`` (non-blocking with respect to the legacy default stream)."""
+        """``cuStreamCreate`` with default flags: the stream is ordered with the legacy default stream, so the
+        synchronous copies (which run there, and may return before a pageable upload's DMA has finished) always
+        complete before kernels queued after them, and see the results of kernels queued before them."""
         with self._call(ordinal, "cuStreamCreate"):
-            return self._cuda.Stream(flags=1)
+            return self._cuda.Stream(flags=0)
 
     def stream_synchronize(self, ordinal: int, stream: Any) -> None:
         """``cuStreamSynchronize``: this is where errors of earlier asynchronous work surface."""
