@@ -26,6 +26,11 @@ from ggml_cuda._device import CUDADevice
 from ggml_cuda._stream import CUDABackend
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register this suite's markers (it also runs from the repository root, outside this package's config)."""
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU with pycuda (skipped with the reason otherwise)")
+
+
 @pytest.fixture()
 def driver() -> FakeDriver:
     """A fake driver with one sm_90 device of 1 GiB."""
