@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 import types
@@ -135,6 +136,13 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def _prune_siblings(current: Path) -> None:
+    """Remove the caches of other source versions next to ``current`` (best effort: they can never load again)."""
+    for old in current.parent.glob("numba-*"):
+        if old != current and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+
+
 _cache_root: list[str | None] = []
 
 
@@ -148,6 +156,8 @@ def cache_dir() -> str | None:
     candidates = [Path(user) / "ggml-cpu" / tag] if user else []
     candidates += [Path(__file__).parent / "__pycache__" / tag, Path(xdg) / "ggml-cpu" / tag]
     found = next((str(c) for c in candidates if _writable(c)), None)
+    if found is not None:
+        _prune_siblings(Path(found))
     if found is None:
         _log_once("cache", logging.WARNING, "ggml-cpu: no writable directory for numba's cache; compiling each run")
     _cache_root.append(found)

@@ -18,17 +18,18 @@ from typing import Any
 
 from ggml_cpu.kernels.qdot import _jit
 
-__all__ = ["dot_i8x32", "dot_nib", "dot_nib5", "dot_q", "dot_q16"]
+__all__ = ["dot_i8x32", "dot_nib", "dot_nib5", "dot_q", "dot_q16", "dot_q_halves"]
 
 dot_i8x32: Any = None
 dot_nib: Any = None
 dot_nib5: Any = None
 dot_q: Any = None
 dot_q16: Any = None
+dot_q_halves: Any = None
 
 
 def _build() -> None:
-    global dot_i8x32, dot_nib, dot_nib5, dot_q, dot_q16
+    global dot_i8x32, dot_nib, dot_nib5, dot_q, dot_q16, dot_q_halves
     from llvmlite import ir
     from numba import types
     from numba.core.extending import intrinsic
@@ -84,15 +85,15 @@ def _build() -> None:
             lo = builder.and_(wv, const(16, 15))
             hi = builder.lshr(wv, const(16, 4))
             q = builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
+            # bit j of qh → 16 in lane j, in byte lanes: lane j holds byte j/8 of qh, tested against 1 << (j % 8)
             h32 = builder.trunc(args[2], i32) if args[2].type.width > 32 else args[2]
-            hv = builder.shuffle_vector(
-                builder.insert_element(ir.Constant(vec(i32, 32), None), h32, ir.Constant(i32, 0)),
-                ir.Constant(vec(i32, 32), None),
-                ir.Constant(vec(i32, 32), [0] * 32),
+            hbytes = builder.bitcast(h32, vec(i8, 4))
+            spread = builder.shuffle_vector(
+                hbytes, ir.Constant(vec(i8, 4), None), ir.Constant(vec(i32, 32), [j // 8 for j in range(32)])
             )
-            lanes = ir.Constant(vec(i32, 32), list(range(32)))
-            bits = builder.and_(builder.lshr(hv, lanes), ir.Constant(vec(i32, 32), [1] * 32))
-            q = builder.or_(q, builder.shl(builder.trunc(bits, vec(i8, 32)), const(32, 4)))
+            bit = ir.Constant(vec(i8, 32), [1 << (j % 8) for j in range(32)])
+            has = builder.icmp_unsigned("!=", builder.and_(spread, bit), const(32, 0))
+            q = builder.or_(q, builder.select(has, const(32, 16), const(32, 0)))
             return reduce_dot(builder, q, load(context, builder, sig.args[3], args[3], args[4], 32), 32)
 
         return types.int32(w, wo, qh, x, xo), codegen
@@ -126,8 +127,30 @@ def _build() -> None:
 
         return _dot_q
 
+    @intrinsic
+    def _dot_q_halves(
+        typingctx: Any, a: Any, ao: Any, ash: Any, b: Any, bo: Any, bsh: Any, bmask: Any, x: Any, xo: Any
+    ) -> Any:
+        """``dot_q`` over 32 lanes, returned as the two sums of lanes 0-15 and 16-31 (Q6_K's sub-blocks of 16)."""
+
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            av = load(context, builder, sig.args[0], args[0], args[1], 32)
+            q = builder.and_(builder.lshr(av, splat(builder, args[2], 32)), const(32, 15))
+            bv = load(context, builder, sig.args[3], args[3], args[4], 32)
+            hb = builder.and_(builder.lshr(bv, splat(builder, args[5], 32)), splat(builder, args[6], 32))
+            q = builder.or_(q, builder.shl(hb, const(32, 4)))
+            xv = load(context, builder, sig.args[7], args[7], args[8], 32)
+            # two full-width dot products (the pattern LLVM maps to vpdpbusd): lanes 0-15 only, and all lanes
+            low = builder.and_(q, ir.Constant(vec(i8, 32), [255] * 16 + [0] * 16))
+            first = reduce_dot(builder, low, xv, 32)
+            halves = [first, builder.sub(reduce_dot(builder, q, xv, 32), first)]
+            pair = context.make_tuple(builder, sig.return_type, halves)
+            return pair
+
+        return types.UniTuple(types.int32, 2)(a, ao, ash, b, bo, bsh, bmask, x, xo), codegen
+
     dot_nib, dot_nib5, dot_i8x32 = _dot_nib, _dot_nib5, _dot_i8x32
-    dot_q, dot_q16 = make_dot_q(32), make_dot_q(16)
+    dot_q, dot_q16, dot_q_halves = make_dot_q(32), make_dot_q(16), _dot_q_halves
 
 
 if _jit.enabled():
