@@ -94,6 +94,16 @@ def _mul_mat_graph(dev: Any, wtype: str, m: int, n: int, k: int, weights: np.nda
     return backend, graph, buf
 
 
+def _computer(backend: Any, graph: g.Graph) -> Callable[[], None]:
+    """A closure queueing ``graph`` on ``backend``."""
+    return lambda: backend.graph_compute_async(graph)
+
+
+def _cupy_product(x: Any, w: Any) -> Callable[[], object]:
+    """A closure computing ``x @ w.T`` with cuBLAS."""
+    return lambda: x @ w.T
+
+
 def bench_gemm(dev: Any, size: int, loops: int, repeat: int, rng: np.random.Generator) -> dict[str, Any]:
     """f16 and f32 GEMM size³: ours vs cuBLAS (CuPy)."""
     import cupy as cp
@@ -102,12 +112,12 @@ def bench_gemm(dev: Any, size: int, loops: int, repeat: int, rng: np.random.Gene
     flop = 2.0 * size**3
     for wtype, cp_type in (("f16", cp.float16), ("f32", cp.float32)):
         backend, graph, buf = _mul_mat_graph(dev, wtype, size, size, size, None, rng)
-        ours = gpu_time(dev, backend.stream, lambda b=backend, gr=graph: b.graph_compute_async(gr), loops, repeat)
+        ours = gpu_time(dev, backend.stream, _computer(backend, graph), loops, repeat)
         backend.free()
         buf.free()
         x = cp.asarray(rng.uniform(-1, 1, (size, size)), dtype=cp_type)
         w = cp.asarray(rng.uniform(-1, 1, (size, size)), dtype=cp_type)
-        ref = cupy_time(lambda x=x, w=w: x @ w.T, loops, repeat)
+        ref = cupy_time(_cupy_product(x, w), loops, repeat)
         del x, w
         cp.get_default_memory_pool().free_all_blocks()
         ratio = ref / ours
@@ -144,7 +154,7 @@ def bench_matvec(dev: Any, types: list[str], size: int, copy_bw: float, loops: i
         qt = g.as_type(t)
         sample = quantize(rng.uniform(-1, 1, (64, size)).astype(np.float32), qt).reshape(64, -1)
         backend, graph, buf = _mul_mat_graph(dev, t, size, 1, size, sample, rng)
-        sec = gpu_time(dev, backend.stream, lambda b=backend, gr=graph: b.graph_compute_async(gr), loops, repeat)
+        sec = gpu_time(dev, backend.stream, _computer(backend, graph), loops, repeat)
         backend.free()
         buf.free()
         moved = size * sample.shape[1] + size * 4 + size * 4  # weights, activations, result

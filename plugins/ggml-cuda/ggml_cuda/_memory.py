@@ -66,7 +66,7 @@ class CUDABuffer(Buffer):
         host = src.host_array()
         if host is None:
             return False
-        self._write(dst_offset, memoryview(host[src_offset : src_offset + size]))
+        self._write(dst_offset, memoryview(host[src_offset : src_offset + size].data))
         return True
 
     def _free(self) -> None:
@@ -131,7 +131,7 @@ class PinnedBuffer(Buffer):
 
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
         if isinstance(src, CUDABuffer):
-            out = memoryview(self.mem[dst_offset : dst_offset + size])
+            out = memoryview(self.mem[dst_offset : dst_offset + size].data)
             src._read(src_offset, out)
             return True
         host = src.host_array()

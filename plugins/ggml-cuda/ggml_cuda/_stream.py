@@ -146,7 +146,7 @@ class CUDABackend(Backend):
             return
         nodes, self._status_nodes = self._status_nodes, []
         word = np.zeros(1, np.uint32)
-        drv.copy_dtoh(ordinal, memoryview(word).cast("B"), int(self._status), None)
+        drv.copy_dtoh(ordinal, memoryview(word.data).cast("B"), int(self._status), None)
         if word[0]:
             drv.memset(ordinal, int(self._status), 0, 4, None)
             names = ", ".join(n.describe() for n in nodes[:4])

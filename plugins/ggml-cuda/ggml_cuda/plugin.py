@@ -45,7 +45,7 @@ class CUDAReg(BackendReg):
         self._compiler = compiler
         self.driver: Driver | None = None
 
-    @property  # type: ignore[override]
+    @property
     def unavailable_reason(self) -> str | None:
         """Why there are no CUDA devices (None when there are some); looks for the devices on first use.
 

@@ -17,7 +17,18 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import MAX_GRID_Y, STATUS, Args, BindContext, Launch, binder, rows_grid, src, type_id
+from ggml_cuda.ops._base import (
+    MAX_GRID_Y,
+    STATUS,
+    Args,
+    BindContext,
+    Launch,
+    Scratch,
+    binder,
+    rows_grid,
+    src,
+    type_id,
+)
 
 __all__ = ["K_QUANTS", "MMVQ_TYPES", "MV_MAX_COLS", "matmul_path", "mvq_kernel", "mvq_vec_width"]
 
@@ -145,8 +156,9 @@ def _gemm(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, path: str) -> li
     in_type = GGMLType.F32 if wide else half
     esize = in_type.type_size
     # weights: used in place when already in the input type with packed rows, else converted to scratch
-    a_ptr: int | object = ctx.ptr(a)
-    a_ne, a_nb = a.ne, a.nb
+    a_ptr: int | Scratch = ctx.ptr(a)
+    a_ne: tuple[int, ...] = a.ne
+    a_nb: tuple[int, ...] = a.nb
     if a.type != in_type:
         a_scr = ctx.scratch(a.nelements * esize)
         kernel = "k_dequant_rows" if a.type.is_quantized else "k_convert_rows"
@@ -156,8 +168,9 @@ def _gemm(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, path: str) -> li
         a_ptr = a_scr
         a_ne, a_nb = _packed_desc(a, esize)
     # activations: used in place when f32 with packed rows on the f32 path, else converted
-    b_ptr: int | object = ctx.ptr(b)
-    b_ne, b_nb = b.ne, b.nb
+    b_ptr: int | Scratch = ctx.ptr(b)
+    b_ne: tuple[int, ...] = b.ne
+    b_nb: tuple[int, ...] = b.nb
     if not (wide and b.type == GGMLType.F32 and b.nb[0] == 4):
         b_scr = ctx.scratch(b.nelements * esize)
         conv = Args().ptr(ctx.ptr(b)).ptr(b_scr).tdesc(b).i32(type_id(b.type)).i32(type_id(in_type))
@@ -165,7 +178,7 @@ def _gemm(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, path: str) -> li
         launches.append(Launch.of("matmul", "k_convert_rows", grid, block, conv))
         b_ptr = b_scr
         b_ne, b_nb = _packed_desc(b, esize)
-    args = Args().ptr(a_ptr).ptr(b_ptr).ptr(ctx.ptr(node))  # type: ignore[arg-type]
+    args = Args().ptr(a_ptr).ptr(b_ptr).ptr(ctx.ptr(node))
     args.desc(a_ne, a_nb).desc(b_ne, b_nb).tdesc(node)
     batch = b.ne[2] * b.ne[3]
     if wide:
