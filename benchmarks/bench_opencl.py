@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]``
 
 Prints medians of ``--repeat`` runs (after a warm-up that builds and caches the kernels), each measurement timed
-alternately with its baseline so that both see the same load:
+in alternating blocks with its baseline so that both see the same load:
 
 1. SGEMM ``size``³ f32: our MUL_MAT graph (weights packed and multiplied on the device) in GFLOP/s, numpy's
    ``b @ a.T`` in GFLOP/s, and the ratio (the target is ≥ 0.5×).
@@ -29,15 +29,23 @@ from ggml_core import ops
 
 
 def _paired_median_s(fa: Callable[[], object], fb: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Medians of two functions timed alternately, so that both see the same machine load."""
+    """Medians of two functions timed in alternating blocks, so that both see the same machine load.
+
+    Blocks (not single calls) with a pause between them: numpy's BLAS threads and PoCL's worker threads keep
+    spinning for a moment after their work, and would otherwise slow down whichever runs next.
+    """
     fa()
     fb()
-    ta, tb = [], []
-    for _ in range(repeat):
+    ta: list[float] = []
+    tb: list[float] = []
+    block = max(1, repeat // 3)
+    while len(ta) < repeat:
         for fn, out in ((fa, ta), (fb, tb)):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
+            time.sleep(0.05)
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
     return statistics.median(ta), statistics.median(tb)
 
 
@@ -70,7 +78,7 @@ def bench_quantized(dev: g.Device, types: list[str], size: int, repeat: int, rng
     """Quantized weights against f32 weights, as a matrix product and as a matrix-vector product."""
     for label, (m, n, k) in (("matmul", (size, size, size)), ("matvec", (4096, 1, 4096))):
         f32_run = _mul_mat_runner(dev, "f32", m, n, k, rng)
-        print(f"MUL_MAT {label} M={m} N={n} K={k} (each type timed alternately with f32 weights):")
+        print(f"MUL_MAT {label} M={m} N={n} K={k} (each type timed in alternating blocks with f32 weights):")
         for t in types:
             tq, base = _paired_median_s(_mul_mat_runner(dev, t, m, n, k, rng), f32_run, repeat)
             print(f"    {t:>6} weights {tq * 1e3:8.2f} ms   f32 weights {base * 1e3:8.2f} ms   ratio {tq / base:5.2f}x")
