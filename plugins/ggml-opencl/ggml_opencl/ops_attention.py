@@ -1,4 +1,5 @@
-"""Attention ops (kernels in ``attention.cl``): SOFT_MAX (ext), ROPE (NORMAL/NEOX, YaRN), FLASH_ATTN_EXT, DIAG_MASK."""
+"""Attention ops (kernels in ``attention.cl``): SOFT_MAX (ext), ROPE (NORMAL, NEOX, MROPE, IMROPE, VISION; YaRN,
+channel offset), FLASH_ATTN_EXT, DIAG_MASK."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import Launcher, Thunk, enqueue, enqueue_nd, kernel, local_mem, targs
+from ggml_opencl._dispatch import Launcher, Thunk, enqueue, enqueue_nd, int4, kernel, local_mem, targs
 
 __all__ = ["alibi_params", "yarn_corr_dims"]
 
@@ -89,18 +90,29 @@ def yarn_corr_dims(
     return float(max(0, start)), float(min(n_dims - 1, end))
 
 
+_ROPE_MODES = (0, 2, 8, 24, 40)  # NORMAL, NEOX, MROPE, VISION, IMROPE
+_ROPE_MROPE, _ROPE_VISION = 8, 24
+
+
 def _rope_ok(info: DeviceInfo, node: Tensor) -> bool:
     a, p, f = node.src[0], node.src[1], node.src[2]
+    if a is None or p is None:
+        return False
+    mode, n_dims, n_offs = node.op_param_i32(2), node.op_param_i32(1), node.op_param_i32(15)
+    sections = [node.op_param_i32(i) for i in range(11, 15)]
+    n_pairs = a.ne[0] // 2 if mode == _ROPE_VISION else n_dims // 2
+    if mode not in _ROPE_MODES or a.ne[0] % 2 or n_offs % 2 or n_offs < 0 or n_offs + n_dims > a.ne[0]:
+        return False
+    if mode & _ROPE_MROPE and (sum(sections) <= 0 or sum(sections) > a.ne[0] or min(sections) < 0):
+        return False
+    if mode == _ROPE_VISION and (n_dims * 2 != a.ne[0] or n_offs != 0):
+        return False
     return (
-        a is not None
-        and p is not None
-        and a.type in (GGMLType.F32, GGMLType.F16)
+        a.type in (GGMLType.F32, GGMLType.F16)
         and node.type == a.type
         and node.ne == a.ne
-        and a.ne[0] % 2 == 0
         and p.type == GGMLType.I32
-        and node.op_param_i32(2) in (0, 2)
-        and (f is None or f.type == GGMLType.F32)
+        and (f is None or (f.type == GGMLType.F32 and f.nelements >= n_pairs))
     )
 
 
@@ -108,7 +120,7 @@ def _rope_ok(info: DeviceInfo, node: Tensor) -> bool:
 def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
     a, pos, ff = node.src[0], node.src[1], node.src[2]
     assert a is not None and pos is not None
-    n_dims, mode, n_ctx_orig = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(4)
+    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
     freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
     corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
@@ -116,8 +128,10 @@ def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
     if ext_factor != 0.0:
         mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
     args = [
-        np.int32(mode == 2),
+        np.int32(mode),
         np.int32(n_dims),
+        np.int32(n_offs),
+        int4([node.op_param_i32(i) for i in range(11, 15)]),
         np.float32(theta_scale),
         np.float32(freq_scale),
         np.float32(ext_factor),

@@ -42,29 +42,56 @@ kernel void k_soft_max(float scale, float max_bias, float m0, float m1, int n_he
     for (int i = lid; i < n; i += ls) *(global float*)(y + i * d_nb.s0) *= inv;
 }
 
-// ROPE: one work-item per pair j of (head i1, token i2, i3). NORMAL rotates (2j, 2j+1), NEOX (j, j + n_dims/2);
-// elements past n_dims are copied. theta advances by repeated float multiplication, as ggml's cache does.
-kernel void k_rope(int neox, int n_dims, float theta_scale, float freq_scale, float ext_factor, float mscale,
-                   float corr0, float corr1, TENSOR(a), int t, TENSOR(p), int has_ff, TENSOR(f), TENSOR(d), long n) {
+#define ROPE_NORMAL 0
+#define ROPE_NEOX 2
+#define ROPE_MROPE 8
+#define ROPE_VISION 24
+#define ROPE_IMROPE 40
+
+// ROPE: one work-item per pair slot j (ne0 / 2 per row) of (head i1, token i2, i3).
+// NORMAL rotates (lo + 2i, lo + 2i + 1), NEOX/MROPE/IMROPE (lo + i, lo + i + n_dims/2), VISION (i, i + n_dims),
+// with lo = n_offs; channels outside the rotated range are copied. Multi-section modes take the position of the
+// pair's section (t, h, w, e: pos[i2 + k * ne2]). theta advances by repeated float multiplication, as ggml's cache.
+kernel void k_rope(int mode, int n_dims, int n_offs, int4 sect, float theta_scale, float freq_scale,
+                   float ext_factor, float mscale, float corr0, float corr1, TENSOR(a), int t, TENSOR(p), int has_ff,
+                   TENSOR(f), TENSOR(d), long n) {
     ITEM4(((int4)(a_ne.s0 / 2, a_ne.s1, a_ne.s2, a_ne.s3)), n)
-    const int j = i0;
-    if (2 * j >= n_dims) {
+    const int j = i0, nh = n_dims / 2, vision = mode == ROPE_VISION;
+    const int lo = n_offs, hi = n_offs + n_dims;
+    if (!vision && (2 * j < lo || 2 * j >= hi)) {
         store_f(AT(d, 2 * j, i1, i2, i3), t, load_f(AT(a, 2 * j, i1, i2, i3), t));
         store_f(AT(d, 2 * j + 1, i1, i2, i3), t, load_f(AT(a, 2 * j + 1, i1, i2, i3), t));
         return;
     }
-    float theta_extrap = (float)*(global const int*)AT(p, i2, 0, 0, 0);
-    for (int k = 0; k < j; ++k) theta_extrap *= theta_scale;
-    if (has_ff) theta_extrap = theta_extrap / *(global const float*)AT(f, j, 0, 0, 0);
+    const int i = vision ? j : j - lo / 2;  // the pair's index in the rotation
+    int k0, k1;
+    if (vision) { k0 = i; k1 = i + n_dims; }
+    else if (mode == ROPE_NORMAL) { k0 = lo + 2 * i; k1 = k0 + 1; }
+    else { k0 = lo + i; k1 = lo + i + nh; }
+    int which = 0, power = i;
+    if (mode & ROPE_MROPE) {
+        const int sector = i % (sect.s0 + sect.s1 + sect.s2 + sect.s3);
+        const int s01 = sect.s0 + sect.s1, s012 = s01 + sect.s2;
+        if (mode == ROPE_IMROPE) {
+            const int r = sector % 3;
+            which = (r == 0 && sector < 3 * sect.s0) ? 0 : (r == 1 && sector < 3 * sect.s1) ? 1
+                  : (r == 2 && sector < 3 * sect.s2) ? 2 : 3;
+        } else {
+            which = sector < sect.s0 ? 0 : sector < s01 ? 1 : sector < s012 ? 2 : 3;
+        }
+        if (vision) power = sector - (which == 0 ? 0 : which == 1 ? sect.s0 : which == 2 ? s01 : s012);
+    }
+    float theta_extrap = (float)*(global const int*)AT(p, i2 + which * a_ne.s2, 0, 0, 0);
+    for (int k = 0; k < power; ++k) theta_extrap *= theta_scale;
+    if (has_ff) theta_extrap = theta_extrap / *(global const float*)AT(f, i, 0, 0, 0);
     const float theta_interp = freq_scale * theta_extrap;
     float theta = theta_interp;
     if (ext_factor != 0.0f) {
-        const float y = ((float)j - corr0) / fmax(0.001f, corr1 - corr0);
+        const float y = ((float)i - corr0) / fmax(0.001f, corr1 - corr0);
         const float ramp = (1.0f - fmin(1.0f, fmax(0.0f, y))) * ext_factor;
-        theta = theta_interp * (1.0f - ramp) + theta_extrap * ramp;
+        theta = fma(theta_interp, 1.0f - ramp, theta_extrap * ramp);  // ggml's compilers fuse this one
     }
     const float c = cos(theta) * mscale, s = sin(theta) * mscale;
-    const int k0 = neox ? j : 2 * j, k1 = neox ? j + n_dims / 2 : 2 * j + 1;
     const float x0 = load_f(AT(a, k0, i1, i2, i3), t), x1 = load_f(AT(a, k1, i1, i2, i3), t);
     store_f(AT(d, k0, i1, i2, i3), t, x0 * c - x1 * s);
     store_f(AT(d, k1, i1, i2, i3), t, x0 * s + x1 * c);
