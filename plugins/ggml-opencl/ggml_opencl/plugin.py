@@ -529,7 +529,6 @@ class OpenCLReg(BackendReg):
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._reason: str | None = None
         self._environ = environ
-        self._enum_lock = threading.Lock()
         #: devices found but not exposed (filtered out or failing to build), with the reason
         self.skipped: dict[str, str] = {}
         super().__init__("OpenCL", description="OpenCL devices through pyopencl", priority=10)
