@@ -1,0 +1,272 @@
+"""One TCP connection to an RPC server: connect, HELLO (version check), requests with timeouts, clear failures.
+
+A connection is shared by every device and backend of its endpoint (as ggml's per-endpoint dispatcher) and is
+serialised by a lock. Commands without an answer (SET_TENSOR, GRAPH_COMPUTE, ...) are only *sent*; the server runs
+commands in order, so the next answered command waits for them, and a server that refused one of them (it closes
+the connection) or died meanwhile is reported then, naming the commands that were still unanswered. A failed
+connection stays failed: the server freed its buffers when it closed, so nothing can continue silently.
+
+Environment: ``GGML_RPC_TIMEOUT`` (seconds to wait for any answer or send, default 300),
+``GGML_RPC_CONNECT_TIMEOUT`` (default 10).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Final
+
+from ggml_rpc.protocol import (
+    FIXED_RESPONSE_SIZE,
+    GGML_CORE_MARK,
+    HELLO_CAPS_SIZE,
+    PROTO_VERSION,
+    Cmd,
+    RPCError,
+    RPCVersionError,
+    recv_exact,
+    recv_into_exact,
+    send_frame,
+)
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "Connection", "connection", "disconnect_all", "parse_endpoint"]
+
+#: seconds to wait for an answer (a graph computed remotely counts; raise it for very slow servers)
+DEFAULT_TIMEOUT: Final = 300.0
+#: seconds to wait for the TCP connection and the HELLO answer
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+
+_U64: Final = struct.Struct("<Q")
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``) → (host, port); ValueError naming the endpoint otherwise."""
+    text = endpoint.strip()
+    host, sep, port_s = text.rpartition(":")
+    if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ValueError(f"RPC endpoint {endpoint!r}: expected HOST:PORT with a port in 1..65535, e.g. 127.0.0.1:50052")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port_s)
+
+
+def _env_seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: must be positive")
+    return value
+
+
+class Connection:
+    """A connected, version-checked client socket to one endpoint.
+
+    :param endpoint: ``host:port``
+    :param timeout: seconds for any answer or send (default ``GGML_RPC_TIMEOUT`` or 300)
+    :param connect_timeout: seconds for connecting and HELLO (default ``GGML_RPC_CONNECT_TIMEOUT`` or 10)
+    """
+
+    def __init__(self, endpoint: str, *, timeout: float | None = None, connect_timeout: float | None = None) -> None:
+        self.endpoint = endpoint
+        self.host, self.port = parse_endpoint(endpoint)
+        self.timeout = timeout if timeout is not None else _env_seconds("GGML_RPC_TIMEOUT", DEFAULT_TIMEOUT)
+        self.connect_timeout = (
+            connect_timeout
+            if connect_timeout is not None
+            else _env_seconds("GGML_RPC_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT)
+        )
+        self.lock = threading.RLock()
+        #: why the connection failed (set once; every later call raises with it)
+        self.failed: str | None = None
+        #: the server's protocol version
+        self.version: tuple[int, int, int] = (0, 0, 0)
+        #: True when the server is a ggml-core server (it understands the extension commands)
+        self.ggml_core = False
+        #: the last GRAPH_COMPUTE payload sent per remote device (GRAPH_RECOMPUTE when the next one is equal)
+        self.last_graph: dict[int, bytes] = {}
+        #: commands sent since the last answer (to name them if the server fails)
+        self._unanswered: list[str] = []
+        self._sock: socket.socket | None = None
+        self._connect()
+
+    def __repr__(self) -> str:
+        state = "failed" if self.failed else "open"
+        return f"Connection({self.endpoint!r}, {state}, v{'.'.join(map(str, self.version))})"
+
+    # ----------------------------------------------------------------------------------------------- setup
+
+    def _connect(self) -> None:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise RPCError(
+                self.endpoint, f"cannot connect: {exc} (is ggml-rpc-server / ggml-core rpc-server running?)"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        try:
+            send_frame(sock, Cmd.HELLO, [bytes(HELLO_CAPS_SIZE)])
+            size = _U64.unpack(recv_exact(sock, 8))[0]
+            if size != FIXED_RESPONSE_SIZE[Cmd.HELLO]:
+                raise RPCVersionError(
+                    self.endpoint, f"HELLO answer has {size} bytes, protocol 7 has 28: not an RPC 7.x server"
+                )
+            rsp = recv_exact(sock, size)
+        except RPCError:
+            self.close()
+            raise
+        except (OSError, EOFError) as exc:
+            self.close()
+            raise RPCVersionError(
+                self.endpoint,
+                f"the server closed the connection during HELLO ({exc}): it probably speaks an RPC protocol older "
+                f"than {PROTO_VERSION[0]}.x (llama.cpp builds before protocol 7); update the server",
+            ) from exc
+        self.version = (rsp[0], rsp[1], rsp[2])
+        if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
+            self.close()
+            mine = ".".join(map(str, PROTO_VERSION))
+            raise RPCVersionError(
+                self.endpoint,
+                f"speaks RPC protocol {'.'.join(map(str, self.version))}, this client speaks {mine} "
+                f"(it accepts {PROTO_VERSION[0]}.0 up to {PROTO_VERSION[0]}.{PROTO_VERSION[1]}); "
+                "use matching versions of the server and ggml-rpc",
+            )
+        self.ggml_core = rsp[3] == GGML_CORE_MARK
+        sock.settimeout(self.timeout)
+
+    def close(self) -> None:
+        """Close the socket (the server then frees this connection's buffers)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed or failed."""
+        return self._sock is None
+
+    # ----------------------------------------------------------------------------------------------- requests
+
+    def _live(self, cmd: Cmd) -> socket.socket:
+        if self.failed is not None:
+            raise RPCError(self.endpoint, f"cannot send {cmd.name}: the connection failed earlier ({self.failed})")
+        if self._sock is None:
+            raise RPCError(self.endpoint, f"cannot send {cmd.name}: the connection is closed")
+        return self._sock
+
+    def _fail(self, cmd: Cmd, exc: BaseException) -> RPCError:
+        pending = [n for n in self._unanswered if n != cmd.name]
+        after = f" (unanswered before it: {', '.join(dict.fromkeys(pending))})" if pending else ""
+        if isinstance(exc, TimeoutError | socket.timeout):
+            what = f"no answer within {self.timeout:g} s (GGML_RPC_TIMEOUT)"
+        elif isinstance(exc, EOFError | ConnectionResetError | BrokenPipeError):
+            what = (
+                "the server closed the connection: it refused a message or stopped (see the server's log); "
+                "its buffers are gone"
+            )
+        else:
+            what = f"{type(exc).__name__}: {exc}"
+        self.failed = f"{what}, during {cmd.name}{after}"
+        self.close()
+        return RPCError(self.endpoint, self.failed)
+
+    def send(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+        """Send a command that has no answer."""
+        with self.lock:
+            sock = self._live(cmd)
+            try:
+                send_frame(sock, cmd, parts)
+            except (OSError, EOFError) as exc:
+                raise self._fail(cmd, exc) from exc
+            self._unanswered.append(cmd.name)
+
+    def request(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = (), size: int | None = None) -> bytes:
+        """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size)."""
+        want = FIXED_RESPONSE_SIZE[cmd] if size is None else size
+        out = bytearray(want)
+        self.request_into(cmd, parts, memoryview(out))
+        return bytes(out)
+
+    def request_into(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], out: memoryview) -> None:
+        """Send a command and read its answer (exactly ``out.nbytes`` bytes) straight into ``out``."""
+        with self.lock:
+            sock = self._live(cmd)
+            self._unanswered.append(cmd.name)
+            try:
+                send_frame(sock, cmd, parts)
+                got = _U64.unpack(recv_exact(sock, 8))[0]
+                if got != out.nbytes:
+                    raise EOFError(f"answer of {got} bytes, expected {out.nbytes}: malformed answer")
+                if got:
+                    recv_into_exact(sock, out)
+            except (OSError, EOFError) as exc:
+                raise self._fail(cmd, exc) from exc
+            self._unanswered.clear()
+
+    def request_variable(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], limit: int) -> bytes:
+        """Send a command whose answer has a server-chosen size of at most ``limit`` bytes."""
+        with self.lock:
+            sock = self._live(cmd)
+            self._unanswered.append(cmd.name)
+            try:
+                send_frame(sock, cmd, parts)
+                got = _U64.unpack(recv_exact(sock, 8))[0]
+                if got > limit:
+                    raise EOFError(f"answer of {got} bytes, more than the {limit} allowed: malformed answer")
+                data = bytes(recv_exact(sock, got))
+            except (OSError, EOFError) as exc:
+                raise self._fail(cmd, exc) from exc
+            self._unanswered.clear()
+            return data
+
+    def sync(self) -> None:
+        """Wait until the server has run every command sent so far (a DEVICE_COUNT round trip if any is pending)."""
+        with self.lock:
+            if self._unanswered:
+                self.request(Cmd.DEVICE_COUNT)
+
+    def forget_graphs(self) -> None:
+        """The server dropped its stored graphs (a buffer was freed): the next compute sends the whole graph."""
+        self.last_graph.clear()
+
+
+# ================================================================================================ shared connections
+
+_connections: dict[str, Connection] = {}
+_connections_lock = threading.Lock()
+
+
+def connection(endpoint: str) -> Connection:
+    """The process-wide connection to ``endpoint``: reused while healthy, else a new one (as ggml's dispatcher).
+
+    llama.cpp's server serves one client at a time, so a second socket from this process would wait forever.
+    """
+    host, port = parse_endpoint(endpoint)
+    key = f"{host}:{port}"
+    with _connections_lock:
+        conn = _connections.get(key)
+        if conn is None or conn.failed is not None or conn.closed:
+            conn = Connection(endpoint)
+            _connections[key] = conn
+        return conn
+
+
+def disconnect_all() -> None:
+    """Close every shared connection (their remote buffers are freed by the servers)."""
+    with _connections_lock:
+        conns = list(_connections.values())
+        _connections.clear()
+    for c in conns:
+        with c.lock:
+            c.close()

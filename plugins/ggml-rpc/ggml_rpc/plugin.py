@@ -1,0 +1,446 @@
+"""The RPC client plugin: checks → buffers → backend → device → registration.
+
+Each endpoint of ``GGML_RPC_SERVERS=host:port,host:port`` (or :func:`add_server`, or ``ggml-core run --rpc``)
+becomes a registry ``RPC[host:port]`` whose devices are the server's devices, named ``RPC0``, ``RPC1``, ... in
+the order they are found (as ggml). A remote device has one buffer type (the server's alignment and maximum
+size); tensor reads and writes are bounds-checked here before they are sent; graphs go as GRAPH_COMPUTE, or as
+GRAPH_RECOMPUTE when the graph is byte-for-byte the one sent last time; large weights try the server's hash cache
+first (SET_TENSOR_HASH).
+
+``supports_op``: ggml's client answers "yes" to everything. Here a ggml-core server (it marks its HELLO answer) is
+asked (GGML-core extension command, answers cached per op signature); for any other server (llama.cpp's) the
+answer is the local CPU plugin's op set, which llama.cpp's CPU backend covers, so nodes the local CPU could not
+run either are never sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from ggml_core import (
+    API_VERSION,
+    AllocationError,
+    Backend,
+    BackendReg,
+    Buffer,
+    BufferType,
+    BufferUsage,
+    Device,
+    DeviceCaps,
+    DeviceProps,
+    DeviceType,
+    GGMLOp,
+    Graph,
+    Tensor,
+    TensorError,
+    hookimpl,
+)
+from ggml_rpc import _fnv
+from ggml_rpc.client import Connection, connection, parse_endpoint
+from ggml_rpc.protocol import (
+    EXT_DEVICE_INFO_MAX,
+    HASH_THRESHOLD,
+    RPC_TENSOR,
+    SET_TENSOR_HEADER,
+    U32_MAX,
+    Cmd,
+)
+from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
+
+__all__ = [
+    "RPCBackend",
+    "RPCBuffer",
+    "RPCBufferType",
+    "RPCDevice",
+    "RPCReg",
+    "add_server",
+    "configured_endpoints",
+]
+
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_U32_U64: Final = struct.Struct("<IQ")
+_U64_U8: Final = struct.Struct("<QB")
+#: ops whose op_params hold a function pointer: never sent anywhere
+_CUSTOM_OPS: Final = frozenset({GGMLOp.MAP_CUSTOM1, GGMLOp.MAP_CUSTOM2, GGMLOp.MAP_CUSTOM3, GGMLOp.CUSTOM})
+#: ops whose remote allocation may be larger than their bytes (ggml's ``ggml_op_alloc_size_may_expand``)
+_MAY_EXPAND: Final = frozenset(
+    {GGMLOp.FLASH_ATTN_EXT, GGMLOp.MUL_MAT, GGMLOp.MUL_MAT_ID, GGMLOp.CUMSUM, GGMLOp.ARGSORT, GGMLOp.TOP_K}
+)
+_NO_LIMIT: Final = 2**63 - 1
+
+
+# ================================================================================================ checks
+
+
+def _local_cpu_supports() -> Callable[[Tensor], bool] | None:
+    """The CPU plugin's op predicate (the op set assumed for servers that cannot be asked), if installed."""
+    try:
+        from ggml_cpu import kernels
+    except ImportError:
+        return None
+    fn: Callable[[Tensor], bool] = kernels.supports
+    return fn
+
+
+def configured_endpoints() -> list[str]:
+    """Endpoints from ``GGML_RPC_SERVERS`` then :func:`add_server`, without duplicates, in order."""
+    out: list[str] = []
+    for text in [*os.environ.get("GGML_RPC_SERVERS", "").split(","), *_added]:
+        ep = text.strip()
+        if ep:
+            host, port = parse_endpoint(ep)
+            key = f"{host}:{port}"
+            if key not in out:
+                out.append(key)
+    return out
+
+
+# ================================================================================================ buffers
+
+
+class RPCBuffer(Buffer):
+    """A buffer allocated by the server (``remote_ptr``), addressed from its remote ``base`` address."""
+
+    def __init__(self, buffer_type: RPCBufferType, size: int, remote_ptr: int, base: int) -> None:
+        super().__init__(buffer_type, size)
+        self.conn = buffer_type.device.conn
+        self.remote_ptr = remote_ptr
+        self.base = base
+        #: (connection, handle, base) — what :mod:`ggml_rpc.serialize` needs to address tensors in this buffer
+        self.rpc_remote = (self.conn, remote_ptr, base)
+
+    def _raw(self, offset: int, size: int) -> bytes:
+        """A byte tensor (I8, ``ne=[size]``) at ``offset`` for buffer-relative reads and writes."""
+        return RPC_TENSOR.pack(
+            0, 24, self.remote_ptr, size, 1, 1, 1, 1, size, size, size, 0, *([0] * 16), 0, *([0] * 10),
+            0, 0, self.base + offset, b"", 0,
+        )  # fmt: skip
+
+    def _chunks(self, offset: int, size: int) -> list[tuple[int, int]]:
+        step = U32_MAX & ~0xFFFF  # an I8 tensor's ne[0] is 32-bit on the wire
+        return [(o, min(step, offset + size - o)) for o in range(offset, offset + size, step)]
+
+    # ---- raw byte access (buffer offsets) -------------------------------------------------------------------
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        for o, n in self._chunks(offset, data.nbytes):
+            part = data[o - offset : o - offset + n]
+            self.conn.send(Cmd.SET_TENSOR, [self._raw(o, n), SET_TENSOR_HEADER.pack(0, 0), part])
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        for o, n in self._chunks(offset, out.nbytes):
+            part = out[o - offset :][:n]
+            self.conn.request_into(Cmd.GET_TENSOR, [self._raw(o, n), _U64.pack(0), _U64.pack(n)], part)
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        for o, n in self._chunks(offset, size):
+            self.conn.send(Cmd.MEMSET_TENSOR, [self._raw(o, n), _U64.pack(0), _U64.pack(n), bytes([value])])
+
+    # ---- tensor access: the real tensor goes on the wire, as ggml's client sends it ------------------------
+
+    def set_tensor(self, t: Tensor, data: memoryview, offset: int = 0) -> None:
+        """SET_TENSOR (after SET_TENSOR_HASH for weights over 10 MiB when the hash is fast here)."""
+        mv = memoryview(data).cast("B")
+        self._tensor_span(t, offset, mv.nbytes)
+        if not mv.nbytes:
+            return
+        rt = serialize_tensor(t, self.conn)
+        cache_flag = 0
+        if mv.nbytes > HASH_THRESHOLD and self.usage == BufferUsage.WEIGHTS and _fnv.fast():
+            digest = _fnv.fnv1a64(mv)
+            hit = self.conn.request(Cmd.SET_TENSOR_HASH, [rt, _U64.pack(offset), _U64.pack(digest)])
+            if hit[0]:
+                return
+            cache_flag = 1
+        self.conn.send(Cmd.SET_TENSOR, [rt, SET_TENSOR_HEADER.pack(cache_flag, offset), mv])
+
+    def get_tensor(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
+        """GET_TENSOR straight into ``out``."""
+        mv = memoryview(out).cast("B")
+        self._tensor_span(t, offset, mv.nbytes)
+        if mv.nbytes:
+            rt = serialize_tensor(t, self.conn)
+            self.conn.request_into(Cmd.GET_TENSOR, [rt, _U64.pack(offset), _U64.pack(mv.nbytes)], mv)
+
+    def memset_tensor(self, t: Tensor, value: int, offset: int = 0, size: int | None = None) -> None:
+        """MEMSET_TENSOR."""
+        if size is None:
+            size = t.nbytes - offset
+        if not 0 <= value <= 255:
+            raise ValueError(f"memset value must be a byte, got {value}")
+        self._tensor_span(t, offset, size)
+        if size:
+            rt = serialize_tensor(t, self.conn)
+            self.conn.send(Cmd.MEMSET_TENSOR, [rt, _U64.pack(offset), _U64.pack(size), bytes([value])])
+
+    def cpy_tensor(self, src: Tensor, dst: Tensor) -> bool:
+        """COPY_TENSOR when both tensors live on this connection's server; False otherwise (a staged copy)."""
+        if src.buffer is None or src.data_offset is None:
+            raise TensorError(src, "source is not allocated")
+        if src.nbytes != dst.nbytes:
+            raise TensorError(dst, f"copy needs equal sizes: source has {src.nbytes} bytes, destination {dst.nbytes}")
+        self._tensor_span(dst, 0, dst.nbytes)
+        src.buffer._tensor_span(src, 0, src.nbytes)
+        if not isinstance(src.buffer, RPCBuffer) or src.buffer.conn is not self.conn:
+            return False
+        if not dst.nbytes:
+            return True
+        rsp = self.conn.request(Cmd.COPY_TENSOR, [serialize_tensor(src, self.conn), serialize_tensor(dst, self.conn)])
+        return bool(rsp[0])
+
+    def clear(self, value: int = 0) -> None:
+        """BUFFER_CLEAR."""
+        self._span("clear", 0, self.size)
+        self.conn.send(Cmd.BUFFER_CLEAR, [_U64_U8.pack(self.remote_ptr, value & 0xFF)])
+
+    def init_tensor(self, tensor: Tensor) -> None:
+        """INIT_TENSOR for quantized tensors whose rows a server may pad (as ggml's client)."""
+        if tensor.type.is_quantized and tensor.ne[0] % 512 and tensor.view_src is None and fits_wire(tensor):
+            self.conn.send(Cmd.INIT_TENSOR, [serialize_tensor(tensor, self.conn)])
+
+    def _free(self) -> None:
+        if self.conn.failed is None and not self.conn.closed:
+            self.conn.send(Cmd.FREE_BUFFER, [_U64.pack(self.remote_ptr)])
+        self.conn.forget_graphs()  # the server drops its stored graphs when a buffer goes
+
+
+class RPCBufferType(BufferType):
+    """``RPC<n>[host:port]``: memory of one remote device."""
+
+    device: RPCDevice
+
+    def __init__(self, device: RPCDevice, alignment: int, max_size: int) -> None:
+        super().__init__(f"{device.name}[{device.conn.endpoint}]", device, alignment=alignment, max_size=max_size)
+        self._alloc_sizes: dict[tuple[Any, ...], int] = {}
+
+    def alloc_size(self, tensor: Tensor) -> int:
+        """GET_ALLOC_SIZE where a server may pad (quantized rows, ops that may expand), else the tensor's bytes."""
+        n = tensor.nbytes
+        padded_type = tensor.type.is_quantized and tensor.ne[0] % 512 and tensor.view_src is None
+        if not (padded_type or tensor.op in _MAY_EXPAND) or not fits_wire(tensor):
+            return n
+        key = (int(tensor.type), int(tensor.op), tensor.op_params.tobytes(), tensor.ne, tensor.nb)
+        got = self._alloc_sizes.get(key)
+        if got is None:
+            dev = self.device
+            srcs = [serialize_tensor(s if s is not None and fits_wire(s) else None, dev.conn) for s in tensor.src]
+            me = serialize_tensor(tensor, dev.conn)
+            rsp = dev.conn.request(Cmd.GET_ALLOC_SIZE, [_U32.pack(dev.index), me, *srcs])
+            got = _U64.unpack(rsp)[0]
+            self._alloc_sizes[key] = got
+        return max(got, n)
+
+    def _alloc(self, size: int) -> Buffer:
+        dev = self.device
+        rsp = dev.conn.request(Cmd.ALLOC_BUFFER, [_U32_U64.pack(dev.index, size)])
+        ptr, remote_size = struct.unpack("<QQ", rsp)
+        if ptr == 0:
+            free, _ = dev.memory()
+            raise AllocationError(dev.name, size, free, f"the server at {dev.conn.endpoint} could not allocate it")
+        if remote_size < size:
+            raise AllocationError(dev.name, size, None, f"the server answered a buffer of only {remote_size} bytes")
+        base = _U64.unpack(dev.conn.request(Cmd.BUFFER_GET_BASE, [_U64.pack(ptr)]))[0]
+        return RPCBuffer(self, size, ptr, base)
+
+
+# ================================================================================================ backend
+
+
+class RPCBackend(Backend):
+    """A stream on a remote device: graphs are sent and run in order; :meth:`synchronize` waits for them."""
+
+    device: RPCDevice
+
+    def graph_compute_async(self, graph: Graph) -> None:
+        """GRAPH_COMPUTE, or GRAPH_RECOMPUTE when this device's last graph was byte-for-byte the same."""
+        if not graph.nodes:
+            return
+        dev = self.device
+        conn = dev.conn
+        payload = serialize_graph(dev.index, graph, conn)
+        with conn.lock:
+            if conn.last_graph.get(dev.index) == payload:
+                conn.send(Cmd.GRAPH_RECOMPUTE, [_U32.pack(dev.index)])
+                return
+            conn.last_graph[dev.index] = payload
+            conn.send(Cmd.GRAPH_COMPUTE, [payload])
+
+    def synchronize(self) -> None:
+        """Wait until the server has finished everything sent (one round trip when anything is pending)."""
+        self.device.conn.sync()
+
+
+# ================================================================================================ device
+
+
+class RPCDevice(Device):
+    """Device ``index`` of the server at ``conn.endpoint``."""
+
+    type = DeviceType.GPU
+    caps = DeviceCaps(asynchronous=True, host_buffer=False, buffer_from_host_ptr=False, events=False)
+
+    def __init__(self, conn: Connection, index: int, name: str) -> None:
+        self.conn = conn
+        self.index = index
+        self.info: dict[str, Any] = {}
+        if conn.ggml_core:
+            raw = conn.request_variable(Cmd.EXT_DEVICE_INFO, [_U32.pack(index)], EXT_DEVICE_INFO_MAX)
+            try:
+                loaded = json.loads(raw.decode("utf-8"))
+                self.info = loaded if isinstance(loaded, dict) else {}
+            except (UnicodeDecodeError, ValueError):
+                self.info = {}
+        if self.info:
+            remote = f"{self.info.get('name', '?')}: {self.info.get('description', '')}"
+            desc = f"{remote} (ggml-core server {conn.endpoint})"
+        else:
+            desc = f"device {index} of the RPC server {conn.endpoint}"
+        super().__init__(name, desc, device_id=f"{conn.endpoint}/{index}")
+        alignment = _U64.unpack(conn.request(Cmd.GET_ALIGNMENT, [_U32.pack(index)]))[0]
+        max_size = _U64.unpack(conn.request(Cmd.GET_MAX_SIZE, [_U32.pack(index)]))[0]
+        if alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
+            raise TensorError(name, f"the server answered an unusable alignment {alignment}")
+        self._buft = RPCBufferType(self, alignment, min(max_size, _NO_LIMIT) or _NO_LIMIT)
+        self._supports: dict[tuple[Any, ...], bool] = {}
+        self._cpu_supports = _local_cpu_supports()
+        self._lock = threading.Lock()
+
+    def memory(self) -> tuple[int, int]:
+        """GET_DEVICE_MEMORY: (free, total) bytes on the server."""
+        free, total = struct.unpack("<QQ", self.conn.request(Cmd.GET_DEVICE_MEMORY, [_U32.pack(self.index)]))
+        return free, total
+
+    def props(self) -> DeviceProps:
+        """The usual properties, with the endpoint and protocol version (and the remote device, if known)."""
+        p = super().props()
+        p.extra.update(
+            {
+                "endpoint": self.conn.endpoint,
+                "remote_index": self.index,
+                "protocol": ".".join(map(str, self.conn.version)),
+                "server": "ggml-core" if self.conn.ggml_core else "ggml (llama.cpp)",
+            }
+        )
+        if self.info:
+            p.extra["remote_device"] = self.info
+        return p
+
+    def buffer_type(self) -> BufferType:
+        """The remote device's memory."""
+        return self._buft
+
+    def init_backend(self, params: str | None = None) -> Backend:
+        """A stream on the remote device (``params`` are not used)."""
+        return RPCBackend(self)
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """Only this device's own remote memory."""
+        return buft is self._buft
+
+    def supports_op(self, op: Tensor) -> bool:
+        """Asked of a ggml-core server (cached); the local CPU plugin's answer for other servers."""
+        if op.op in _CUSTOM_OPS or not fits_wire(op) or any(s is not None and not fits_wire(s) for s in op.src):
+            return False
+        if not self.conn.ggml_core:
+            return True if self._cpu_supports is None else bool(self._cpu_supports(op))
+        key = (
+            int(op.op), op.op_params.tobytes(), int(op.type), op.ne, op.nb, op.view_src is not None,
+            *((int(s.type), s.ne, s.nb, s.view_src is not None) if s is not None else None for s in op.src),
+        )  # fmt: skip
+        with self._lock:
+            got = self._supports.get(key)
+        if got is None:
+            srcs = [serialize_tensor(s, None) for s in op.src]
+            rsp = self.conn.request(Cmd.EXT_SUPPORTS_OP, [_U32.pack(self.index), serialize_tensor(op, None), *srcs])
+            got = bool(rsp[0])
+            with self._lock:
+                self._supports[key] = got
+        return got
+
+
+# ================================================================================================ registration
+
+
+#: device names already given out, per (endpoint, index): ``RPC0``, ``RPC1``, ... in discovery order (as ggml)
+_names: dict[tuple[str, int], str] = {}
+_added: list[str] = []
+_names_lock = threading.Lock()
+
+
+def _device_name(endpoint: str, index: int) -> str:
+    with _names_lock:
+        return _names.setdefault((endpoint, index), f"RPC{len(_names)}")
+
+
+class RPCReg(BackendReg):
+    """``RPC[host:port]``: the devices of one server, found when first asked for (one connection, shared)."""
+
+    def __init__(self, endpoint: str) -> None:
+        host, port = parse_endpoint(endpoint)
+        self.endpoint = f"{host}:{port}"
+        super().__init__(f"RPC[{self.endpoint}]", description=f"ggml RPC server at {self.endpoint}", priority=-1)
+
+    def enumerate_devices(self) -> list[Device]:
+        """Connect (HELLO), ask DEVICE_COUNT, make one device per remote device."""
+        conn = connection(self.endpoint)
+        (count,) = _U32.unpack(conn.request(Cmd.DEVICE_COUNT))
+        if count > 64:
+            raise ValueError(f"{self.name}: the server reports {count} devices; at most 64 are accepted")
+        return [RPCDevice(conn, i, _device_name(self.endpoint, i)) for i in range(count)]
+
+    def add_server(self, endpoint: str) -> None:
+        """ggml's ``ggml_backend_rpc_add_server`` proc address (see :func:`add_server`)."""
+        add_server(endpoint)
+
+    def features(self) -> dict[str, str]:
+        """The protocol spoken and the hash used for the tensor cache."""
+        return {"RPC protocol": "7.0.0", "hash cache": "FNV-1a 64 (numba)" if _fnv.fast() else "off (no numba)"}
+
+
+class _ServerPlugin:
+    """A plugin object that registers one endpoint into a registry that is already loaded."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
+    @hookimpl
+    def ggml_api_version(self) -> int:
+        return API_VERSION
+
+    @hookimpl
+    def ggml_register_backends(self, register: Callable[[BackendReg], None]) -> None:
+        register(RPCReg(self.endpoint))
+
+
+def add_server(endpoint: str, registry: Any | None = None) -> str:
+    """Use the server at ``endpoint`` (``host:port``); returns its registry name ``RPC[host:port]``.
+
+    Registries loaded later pick it up; ``registry`` (an already loaded :class:`ggml_core.backend.registry.Registry`)
+    gets it now. Connecting happens when its devices are first asked for.
+    """
+    host, port = parse_endpoint(endpoint)
+    key = f"{host}:{port}"
+    if key not in _added:
+        _added.append(key)
+    if registry is not None and not any(r.name == f"RPC[{key}]" for r in registry.regs):
+        registry.register_plugin(_ServerPlugin(key), f"rpc[{key}]", distribution="ggml-rpc")
+    return f"RPC[{key}]"
+
+
+@hookimpl
+def ggml_api_version() -> int:
+    """This plugin speaks the current plugin API."""
+    return API_VERSION
+
+
+@hookimpl
+def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+    """One registry per configured endpoint (none configured: nothing to register)."""
+    for endpoint in configured_endpoints():
+        register(RPCReg(endpoint))

@@ -1,0 +1,279 @@
+"""ggml's RPC protocol 7.0.0 on the wire: commands, message layouts, the 296-byte ``rpc_tensor``, framing, limits.
+
+Written from the measured wire format (``shared/reference/ggml-rpc-v7.md``) and checked against llama.cpp's own
+``ggml-rpc-server`` (commit 0c1e570). Everything is little-endian and packed::
+
+    request : | cmd u8 | payload_size u64 | payload |
+    response: | payload_size u64 | payload |        (only for commands that have one)
+
+The first command of a connection is HELLO. There are no error frames: a server that dislikes a message closes
+the connection. A ggml-core server marks its HELLO answer with :data:`GGML_CORE_MARK` in the padding byte, which
+llama.cpp's client ignores; only then does a ggml-core client use the two extension commands (device info and
+``supports_op``), which llama.cpp's server would refuse.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ggml_core import GGMLError, GGMLOp
+from ggml_core._tensor import MAX_DIMS, MAX_NAME, MAX_OP_PARAMS, MAX_SRC
+
+__all__ = [
+    "EXT_DEVICE_INFO_MAX",
+    "FIXED_REQUEST_SIZE",
+    "FIXED_RESPONSE_SIZE",
+    "GGML_CORE_MARK",
+    "GGML_OP_COUNT",
+    "HASH_THRESHOLD",
+    "HELLO_CAPS_SIZE",
+    "PROTO_VERSION",
+    "RPC_TENSOR",
+    "RPC_TENSOR_SIZE",
+    "SET_TENSOR_HEADER",
+    "U32_MAX",
+    "Cmd",
+    "RPCError",
+    "RPCVersionError",
+    "RpcTensor",
+    "recv_exact",
+    "recv_into_exact",
+    "send_frame",
+]
+
+#: the protocol version spoken here (``RPC_PROTO_{MAJOR,MINOR,PATCH}_VERSION``)
+PROTO_VERSION: Final = (7, 0, 0)
+#: protocol 7.0.0 pins ggml's op enum at 101 entries: op ids travel as numbers
+GGML_OP_COUNT: Final = 101
+if len(GGMLOp) != GGML_OP_COUNT:  # ggml's static_assert: a changed op enum needs a new protocol version
+    raise ImportError(
+        f"ggml_core.GGMLOp has {len(GGMLOp)} entries but RPC protocol 7.0.0 pins {GGML_OP_COUNT}; "
+        "the op numbering no longer matches ggml's"
+    )
+
+#: bytes of ``conn_caps`` in HELLO (all zero: plain TCP)
+HELLO_CAPS_SIZE: Final = 24
+#: the HELLO answer's padding byte from a ggml-core server (llama.cpp's servers send 0)
+GGML_CORE_MARK: Final = 0xC7
+#: the most bytes a device-info answer may have
+EXT_DEVICE_INFO_MAX: Final = 1 << 16
+#: llama.cpp's client tries SET_TENSOR_HASH first for weights larger than this
+HASH_THRESHOLD: Final = 10 * 1024 * 1024
+#: the largest value of the wire's 32-bit ``ne``/``nb`` fields
+U32_MAX: Final = 2**32 - 1
+
+
+class Cmd(enum.IntEnum):
+    """``enum rpc_cmd`` (HELLO must stay 14), plus the ggml-core extensions (sent only to marked servers)."""
+
+    ALLOC_BUFFER = 0
+    GET_ALIGNMENT = 1
+    GET_MAX_SIZE = 2
+    BUFFER_GET_BASE = 3
+    FREE_BUFFER = 4
+    BUFFER_CLEAR = 5
+    SET_TENSOR = 6
+    SET_TENSOR_HASH = 7
+    GET_TENSOR = 8
+    COPY_TENSOR = 9
+    GRAPH_COMPUTE = 10
+    GET_DEVICE_MEMORY = 11
+    INIT_TENSOR = 12
+    GET_ALLOC_SIZE = 13
+    HELLO = 14
+    DEVICE_COUNT = 15
+    GRAPH_RECOMPUTE = 16
+    MEMSET_TENSOR = 17
+    NONE = 18  #: the client's internal sync marker; never sent
+    COUNT = 19  #: every id from here on is unknown to llama.cpp's server
+    EXT_DEVICE_INFO = 0xC0  #: ggml-core: ``u32 device`` → UTF-8 JSON (name, description, type)
+    EXT_SUPPORTS_OP = 0xC1  #: ggml-core: ``u32 device, rpc_tensor op, rpc_tensor srcs[10]`` → ``u8``
+
+
+# ================================================================================================ rpc_tensor
+
+#: ``struct rpc_tensor`` (296 bytes, packed): id, type, buffer, ne[4] u32, nb[4] u32, op, op_params[16], flags,
+#: src[10], view_src, view_offs, data, name[64], use_count
+RPC_TENSOR: Final = struct.Struct("<QIQ4I4II16ii10QQQQ64si")
+RPC_TENSOR_SIZE: Final = RPC_TENSOR.size
+assert RPC_TENSOR_SIZE == 296
+assert len(RPC_TENSOR.unpack(bytes(RPC_TENSOR_SIZE))) == 44 and MAX_OP_PARAMS == 64 and MAX_SRC == 10 and MAX_DIMS == 4
+
+
+@dataclass(frozen=True, slots=True)
+class RpcTensor:
+    """One ``rpc_tensor`` as plain Python values (see the field table in the module documentation)."""
+
+    id: int
+    type: int
+    buffer: int
+    ne: tuple[int, int, int, int]
+    nb: tuple[int, int, int, int]
+    op: int
+    op_params: tuple[int, ...]
+    flags: int
+    src: tuple[int, ...]
+    view_src: int
+    view_offs: int
+    data: int
+    name: bytes
+    use_count: int = 0
+
+    @classmethod
+    def unpack_from(cls, buf: bytes | bytearray | memoryview, offset: int = 0) -> RpcTensor:
+        """Decode the 296 bytes at ``offset``."""
+        v = RPC_TENSOR.unpack_from(buf, offset)
+        return cls(
+            id=v[0],
+            type=v[1],
+            buffer=v[2],
+            ne=(v[3], v[4], v[5], v[6]),
+            nb=(v[7], v[8], v[9], v[10]),
+            op=v[11],
+            op_params=v[12:28],
+            flags=v[28],
+            src=v[29:39],
+            view_src=v[39],
+            view_offs=v[40],
+            data=v[41],
+            name=v[42],
+            use_count=v[43],
+        )
+
+    def pack(self) -> bytes:
+        """The 296 wire bytes (raises ``struct.error`` for a value outside its field)."""
+        return RPC_TENSOR.pack(
+            self.id,
+            self.type,
+            self.buffer,
+            *self.ne,
+            *self.nb,
+            self.op,
+            *self.op_params,
+            self.flags,
+            *self.src,
+            self.view_src,
+            self.view_offs,
+            self.data,
+            self.name,
+            self.use_count,
+        )
+
+    @property
+    def name_str(self) -> str:
+        """The name up to its first NUL, decoded leniently."""
+        return self.name.split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+#: the null tensor (``serialize_tensor(nullptr)``): all zero bytes
+NULL_TENSOR: Final = bytes(RPC_TENSOR_SIZE)
+
+#: SET_TENSOR's header after the rpc_tensor: ``u8 cache_flag, u64 offset``
+SET_TENSOR_HEADER: Final = struct.Struct("<BQ")
+
+
+# ================================================================================================ message sizes
+
+#: payload sizes of the commands whose request has a fixed size (the server refuses any other size)
+FIXED_REQUEST_SIZE: Final[dict[Cmd, int]] = {
+    Cmd.ALLOC_BUFFER: 12,
+    Cmd.GET_ALIGNMENT: 4,
+    Cmd.GET_MAX_SIZE: 4,
+    Cmd.BUFFER_GET_BASE: 8,
+    Cmd.FREE_BUFFER: 8,
+    Cmd.BUFFER_CLEAR: 9,
+    Cmd.SET_TENSOR_HASH: RPC_TENSOR_SIZE + 16,
+    Cmd.GET_TENSOR: RPC_TENSOR_SIZE + 16,
+    Cmd.COPY_TENSOR: 2 * RPC_TENSOR_SIZE,
+    Cmd.GET_DEVICE_MEMORY: 4,
+    Cmd.INIT_TENSOR: RPC_TENSOR_SIZE,
+    Cmd.GET_ALLOC_SIZE: 4 + (1 + MAX_SRC) * RPC_TENSOR_SIZE,
+    Cmd.HELLO: HELLO_CAPS_SIZE,
+    Cmd.DEVICE_COUNT: 0,
+    Cmd.GRAPH_RECOMPUTE: 4,
+    Cmd.MEMSET_TENSOR: RPC_TENSOR_SIZE + 17,
+    Cmd.EXT_DEVICE_INFO: 4,
+    Cmd.EXT_SUPPORTS_OP: 4 + (1 + MAX_SRC) * RPC_TENSOR_SIZE,
+}
+
+#: payload sizes of fixed-size responses (GET_TENSOR answers exactly the bytes asked for; EXT_DEVICE_INFO varies)
+FIXED_RESPONSE_SIZE: Final[dict[Cmd, int]] = {
+    Cmd.ALLOC_BUFFER: 16,
+    Cmd.GET_ALIGNMENT: 8,
+    Cmd.GET_MAX_SIZE: 8,
+    Cmd.BUFFER_GET_BASE: 8,
+    Cmd.SET_TENSOR_HASH: 1,
+    Cmd.COPY_TENSOR: 1,
+    Cmd.GET_DEVICE_MEMORY: 16,
+    Cmd.GET_ALLOC_SIZE: 8,
+    Cmd.HELLO: 4 + HELLO_CAPS_SIZE,
+    Cmd.DEVICE_COUNT: 4,
+    Cmd.EXT_SUPPORTS_OP: 1,
+}
+
+#: the frame header of a request: command byte and payload size
+_REQUEST_HEADER: Final = struct.Struct("<BQ")
+
+
+# ================================================================================================ errors
+
+
+class RPCError(GGMLError, ConnectionError):
+    """A remote RPC server cannot be reached, went away, timed out or answered something malformed.
+
+    :param endpoint: ``host:port``
+    :param message: what happened (and, where known, during which command)
+    """
+
+    def __init__(self, endpoint: str, message: str) -> None:
+        super().__init__(f"RPC server {endpoint}: {message}")
+        self.endpoint = endpoint
+
+
+class RPCVersionError(RPCError):
+    """The server speaks another major protocol version (or a newer minor one) than 7.0."""
+
+
+# ================================================================================================ framing
+
+
+def send_frame(sock: socket.socket, cmd: int, parts: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+    """Send one request: ``cmd``, the total size of ``parts``, then the parts (small frames in one write)."""
+    size = sum(memoryview(p).nbytes for p in parts)
+    head = _REQUEST_HEADER.pack(cmd, size)
+    if size <= 1 << 16:
+        sock.sendall(b"".join([head, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)]))
+        return
+    sock.sendall(head)
+    for p in parts:
+        sock.sendall(p)
+
+
+def recv_into_exact(sock: socket.socket, out: memoryview) -> None:
+    """Fill ``out`` from ``sock``; ``EOFError`` when the peer closes first (timeouts raise ``TimeoutError``)."""
+    out = out.cast("B") if out.format != "B" else out
+    got, n = 0, out.nbytes
+    while got < n:
+        k = sock.recv_into(out[got:], min(n - got, 1 << 24))
+        if k == 0:
+            raise EOFError(f"connection closed after {got} of {n} bytes")
+        got += k
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytearray:
+    """Read exactly ``n`` bytes (the caller bounds ``n`` before calling)."""
+    out = bytearray(n)
+    if n:
+        recv_into_exact(sock, memoryview(out))
+    return out
+
+
+def name_bytes(name: str) -> bytes:
+    """A tensor name as the 64-byte NUL-padded field (at most 63 bytes of UTF-8, cut on a character boundary)."""
+    raw = name.encode("utf-8")[: MAX_NAME - 1]
+    return raw.decode("utf-8", errors="ignore").encode("utf-8")

@@ -1,0 +1,260 @@
+"""The listening server: binds (loopback by default), accepts clients, one thread and one :class:`Session` each.
+
+ggml's RPC protocol has no authentication: anyone who can connect can allocate memory and run graphs. The server
+therefore binds to 127.0.0.1 unless told otherwise and warns loudly when it is not loopback. At most
+``max_clients`` connections are served at once; further clients wait in the listen backlog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import tempfile
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ggml_core import Device, DeviceType
+from ggml_rpc import _fnv
+from ggml_rpc.protocol import RPC_TENSOR_SIZE
+from ggml_rpc.server._session import Session
+
+__all__ = ["DEFAULT_PORT", "RPCServer", "ServerLimits", "default_devices", "is_loopback"]
+
+log = logging.getLogger("ggml_rpc.server")
+
+#: llama.cpp's rpc-server port
+DEFAULT_PORT: Final = 50052
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one connection may ask for; every size is checked against these before memory is allocated."""
+
+    #: nodes per graph
+    max_nodes: int = 1 << 16
+    #: tensors per graph message
+    max_tensors: int = 1 << 18
+    #: buffers alive per connection
+    max_buffers: int = 1 << 14
+    #: bytes allocated per connection (None: as much as the device has free)
+    max_bytes: int | None = None
+    #: seconds a client may stay silent between commands (None: forever, as llama.cpp's server)
+    idle_timeout: float | None = None
+    #: seconds for the rest of a message once its first byte arrived
+    frame_timeout: float = 60.0
+    #: seconds to send HELLO after connecting
+    hello_timeout: float = 10.0
+    #: connections served at once
+    max_clients: int = 4
+
+    @property
+    def max_graph_bytes(self) -> int:
+        """The largest GRAPH_COMPUTE payload the node and tensor limits allow."""
+        return 12 + 8 * self.max_nodes + RPC_TENSOR_SIZE * self.max_tensors
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def default_devices(devices: Sequence[Device]) -> list[Device]:
+    """llama.cpp's choice: every accelerator (not CPU, not ACCEL), else the CPU; remote devices never."""
+    local = [d for d in devices if not type(d).__module__.startswith("ggml_rpc")]
+    acc = [d for d in local if d.type not in (DeviceType.CPU, DeviceType.ACCEL)]
+    return acc or [d for d in local if d.type == DeviceType.CPU][:1]
+
+
+class RPCServer:
+    """Serves ``devices`` over ggml's RPC protocol 7.0.0.
+
+    :param devices: the devices to expose, as device 0, 1, ... of the protocol
+    :param host: the address to bind (default loopback)
+    :param port: the port (0: any free port; see :attr:`address`)
+    :param cache_dir: where SET_TENSOR_HASH finds tensors by hash (None: no cache)
+    :param limits: per-connection limits
+    :param n_threads: threads for each backend (None: the backends' default)
+    """
+
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        limits: ServerLimits | None = None,
+        n_threads: int | None = None,
+    ) -> None:
+        if not devices:
+            raise ValueError("RPCServer needs at least one device")
+        self.devices = list(devices)
+        self.host, self.port = host, port
+        self.limits = limits or ServerLimits()
+        self.n_threads = n_threads
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self._listener: socket.socket | None = None
+        self._stop = threading.Event()
+        self._slots = threading.Semaphore(self.limits.max_clients)
+        self._device_locks = [threading.RLock() for _ in self.devices]
+        self._sessions: set[Session] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._accept_thread: threading.Thread | None = None
+        #: connections served so far
+        self.n_connections = 0
+        #: commands served, by name (plus "cache hits"), over all connections
+        self.stats: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------------------------------------- lifecycle
+
+    def bind(self) -> tuple[str, int]:
+        """Create the listening socket; returns the bound (host, port)."""
+        if not is_loopback(self.host):
+            log.warning(
+                "!!! binding to %s, which is not loopback: ggml's RPC protocol has NO authentication; anyone who "
+                "can reach this port can allocate memory and run graphs on this machine. Only do this on a "
+                "trusted, private network. !!!",
+                self.host,
+            )
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(8)
+        sock.settimeout(0.2)
+        self._listener = sock
+        self.host, self.port = sock.getsockname()[:2]
+        return self.host, self.port
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the server listens on."""
+        return f"{self.host}:{self.port}"
+
+    def serve_forever(self) -> None:
+        """Accept and serve clients until :meth:`shutdown`."""
+        if self._listener is None:
+            self.bind()
+        assert self._listener is not None
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.2):
+                continue
+            try:
+                conn, peer = self._listener.accept()
+            except TimeoutError:
+                self._slots.release()
+                continue
+            except OSError:
+                self._slots.release()
+                if self._stop.is_set():
+                    break
+                raise
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = Session(self, conn, f"{peer[0]}:{peer[1]}")
+            thread = threading.Thread(target=self._serve, args=(session,), name=f"rpc-{peer[1]}", daemon=True)
+            with self._lock:
+                self._sessions.add(session)
+                self._threads = [t for t in self._threads if t.is_alive()]
+                self._threads.append(thread)
+                self.n_connections += 1
+            thread.start()
+
+    def _serve(self, session: Session) -> None:
+        log.info("client %s connected", session.peer)
+        try:
+            session.run()
+        finally:
+            with self._lock:
+                self._sessions.discard(session)
+            self._slots.release()
+            log.info("client %s gone after %d commands", session.peer, session.commands)
+
+    def start(self) -> RPCServer:
+        """Bind and serve in a background thread; returns self (use :attr:`address`)."""
+        if self._listener is None:
+            self.bind()
+        self._accept_thread = threading.Thread(target=self.serve_forever, name="rpc-accept", daemon=True)
+        self._accept_thread.start()
+        return self
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop accepting, close every connection, wait for the threads."""
+        self._stop.set()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        with self._lock:
+            sessions = list(self._sessions)
+            threads = list(self._threads)
+        for s in sessions:
+            with contextlib.suppress(OSError):
+                s.sock.shutdown(socket.SHUT_RDWR)
+        for t in threads:
+            t.join(timeout)
+
+    def __enter__(self) -> RPCServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def active_sessions(self) -> int:
+        """Connections being served now."""
+        with self._lock:
+            return len(self._sessions)
+
+    # ----------------------------------------------------------------------------------------------- shared state
+
+    def count(self, what: str) -> None:
+        """Count one served command (or event) in :attr:`stats`."""
+        with self._lock:
+            self.stats[what] += 1
+
+    @contextlib.contextmanager
+    def device_lock(self, index: int) -> Iterator[None]:
+        """Serialise work on one device across connections."""
+        with self._device_locks[index]:
+            yield
+
+    def cache_path(self, digest: int) -> Path | None:
+        """The cache file of a hash, if it exists."""
+        if self.cache_dir is None:
+            return None
+        path = self.cache_dir / f"{digest & (2**64 - 1):016x}"
+        return path if path.is_file() else None
+
+    def cache_store(self, data: bytes | bytearray | memoryview) -> None:
+        """Store data under its FNV-1a hash (written to a temporary file, then renamed)."""
+        assert self.cache_dir is not None
+        digest = _fnv.fnv1a64(data)
+        path = self.cache_dir / f"{digest:016x}"
+        if path.exists():
+            return
+        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            log.info("cached %d bytes as %s", memoryview(data).nbytes, path.name)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            log.warning("could not write cache file %s: %s", path, exc)

@@ -1,0 +1,427 @@
+"""One client connection on the server: HELLO first, then one command at a time, each checked before it acts.
+
+Sizes are checked before anything is allocated: fixed-size commands must have their exact size, SET_TENSOR's
+data must fit the tensor it names (its header is read and checked first), GRAPH_COMPUTE is bounded by the node
+and tensor limits. Any violation raises :class:`Refused`; the session then logs one line and closes this
+connection only. The buffers a connection allocated are freed when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import struct
+from typing import TYPE_CHECKING, Final
+
+from ggml_core import AllocationError, Backend, Context, Device, GGMLError, Graph, Tensor
+from ggml_rpc import _fnv
+from ggml_rpc.protocol import (
+    FIXED_REQUEST_SIZE,
+    GGML_CORE_MARK,
+    HELLO_CAPS_SIZE,
+    PROTO_VERSION,
+    RPC_TENSOR_SIZE,
+    SET_TENSOR_HEADER,
+    Cmd,
+    RpcTensor,
+    recv_exact,
+    recv_into_exact,
+)
+from ggml_rpc.server._graph import build_graph, parse_graph
+from ggml_rpc.server._rebuild import rebuild_node
+from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout, extent
+
+if TYPE_CHECKING:
+    from ggml_rpc.server._server import RPCServer
+
+__all__ = ["Session"]
+
+log = logging.getLogger("ggml_rpc.server")
+
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_2U64: Final = struct.Struct("<QQ")
+_SET_HEAD: Final = RPC_TENSOR_SIZE + SET_TENSOR_HEADER.size
+_STREAM_CHUNK: Final = 1 << 22
+
+
+class Session:
+    """Serves one connection of ``server`` on ``sock`` until the client leaves or a message is refused."""
+
+    def __init__(self, server: RPCServer, sock: socket.socket, peer: str) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.limits = server.limits
+        self.devices: list[Device] = server.devices
+        self.buffers = BufferTable(self.limits.max_buffers, self.limits.max_bytes or 2**63)
+        self.backends: list[Backend | None] = [None] * len(self.devices)
+        #: the last graph computed per device, with the context keeping its tensors (GRAPH_RECOMPUTE)
+        self.stored: dict[int, tuple[Graph, Context]] = {}
+        self.commands = 0
+
+    # ----------------------------------------------------------------------------------------------- loop
+
+    def run(self) -> None:
+        """Serve until the end; never raises."""
+        try:
+            self._hello()
+            while self._one():
+                self.commands += 1
+        except Refused as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except (EOFError, ConnectionError) as exc:
+            log.info("connection from %s closed: %s", self.peer, exc)
+        except TimeoutError:
+            log.warning("closing connection from %s: no complete message in time", self.peer)
+        except OSError as exc:
+            log.info("connection from %s failed: %s", self.peer, exc)
+        except Exception:
+            log.exception("closing connection from %s after an internal error", self.peer)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Free this connection's buffers and close its socket."""
+        self.stored.clear()
+        for rec in self.buffers:
+            with contextlib.suppress(Exception):
+                self.buffers.remove(rec.handle)
+                rec.buffer.free()
+        for be in self.backends:
+            if be is not None:
+                with contextlib.suppress(Exception):
+                    be.free()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _read(self, n: int) -> bytearray:
+        return recv_exact(self.sock, n)
+
+    def _respond(self, payload: bytes | bytearray | memoryview = b"") -> None:
+        mv = memoryview(payload).cast("B")
+        if mv.nbytes <= 1 << 16:
+            self.sock.sendall(_U64.pack(mv.nbytes) + bytes(mv))
+        else:
+            self.sock.sendall(_U64.pack(mv.nbytes))
+            self.sock.sendall(mv)
+
+    def _hello(self) -> None:
+        self.sock.settimeout(self.limits.hello_timeout)
+        cmd = self._read(1)[0]
+        if cmd != Cmd.HELLO:
+            raise Refused(f"the first command must be HELLO (14), got {cmd}")
+        (size,) = _U64.unpack(self._read(8))
+        if size != HELLO_CAPS_SIZE:
+            raise Refused(f"HELLO of {size} bytes, protocol 7 has {HELLO_CAPS_SIZE}: the client needs protocol 7.x")
+        self._read(size)  # connection capabilities (RDMA); TCP only here, so ignored
+        major, minor, patch = PROTO_VERSION
+        self._respond(bytes([major, minor, patch, GGML_CORE_MARK]) + bytes(HELLO_CAPS_SIZE))
+
+    def _one(self) -> bool:
+        """Serve one command; False when the client closed the connection between commands."""
+        self.sock.settimeout(self.limits.idle_timeout)
+        first = self.sock.recv(1)
+        if not first:
+            return False
+        self.sock.settimeout(self.limits.frame_timeout)
+        (size,) = _U64.unpack(self._read(8))
+        try:
+            cmd = Cmd(first[0])
+        except ValueError:
+            raise Refused(f"unknown command {first[0]}") from None
+        if cmd == Cmd.HELLO:
+            raise Refused("HELLO may only be the first command")
+        fixed = FIXED_REQUEST_SIZE.get(cmd)
+        if fixed is not None:
+            if size != fixed:
+                raise Refused(f"{cmd.name} with a payload of {size} bytes; protocol 7 has {fixed}")
+            handler = _FIXED.get(cmd)
+            if handler is None:
+                raise Refused(f"command {cmd.name} is not accepted")
+            handler(self, self._read(size))
+        elif cmd == Cmd.SET_TENSOR:
+            self._set_tensor(size)
+        elif cmd == Cmd.GRAPH_COMPUTE:
+            self._graph_compute(size)
+        else:
+            raise Refused(f"command {cmd.name} ({int(cmd)}) is not accepted")
+        self.server.count(cmd.name)
+        return True
+
+    # ----------------------------------------------------------------------------------------------- helpers
+
+    def _device(self, index: int, what: str) -> Device:
+        if index >= len(self.devices):
+            raise Refused(f"{what}: device {index} does not exist (this server has {len(self.devices)})")
+        return self.devices[index]
+
+    def _backend(self, index: int) -> Backend:
+        be = self.backends[index]
+        if be is None:
+            be = self.devices[index].init_backend()
+            if self.server.n_threads:
+                be.set_n_threads(self.server.n_threads)
+            self.backends[index] = be
+        return be
+
+    def _tensor(self, rt: RpcTensor, what: str) -> tuple[Tensor, Remote, int]:
+        """A bound stand-alone tensor for ``rt`` (memory checked), its buffer record and its extent."""
+        t, rec, off, n = self.buffers.locate(rt, what)
+        assert rec is not None
+        ctx = Context("rpc")
+        x = Tensor(ctx, t, rt.ne, nb=rt.nb, name=rt.name_str)
+        x.buffer, x.data_offset = rec.buffer, off
+        return x, rec, n
+
+    def _range(self, what: str, rt: RpcTensor, offset: int, size: int, limit: int) -> None:
+        if offset > limit or size > limit - offset:
+            raise Refused(f"{what} {rt.name_str!r}: {size} bytes at offset {offset} leave its {limit} bytes")
+
+    def _lock(self, rec: Remote) -> contextlib.AbstractContextManager[object]:
+        return self.server.device_lock(rec.device)
+
+    # ----------------------------------------------------------------------------------------------- commands
+
+    def _device_count(self, _: bytearray) -> None:
+        self._respond(_U32.pack(len(self.devices)))
+
+    def _alloc_buffer(self, p: bytearray) -> None:
+        index, size = struct.unpack("<IQ", p)
+        dev = self._device(index, "ALLOC_BUFFER")
+        buft = dev.buffer_type()
+        why = self.buffers.room_for(size)
+        if why is None and size > buft.max_size:
+            why = f"over {dev.name}'s largest buffer ({buft.max_size} bytes)"
+        if why is None and size > dev.memory()[0]:
+            why = f"more than {dev.name}'s free memory"
+        if why is None:
+            try:
+                with self.server.device_lock(index):
+                    buf = buft.alloc_buffer(size)
+            except (AllocationError, MemoryError, ValueError) as exc:
+                why = str(exc)
+        if why is not None:
+            log.info("%s: ALLOC_BUFFER of %d bytes on %s refused: %s", self.peer, size, dev.name, why)
+            self._respond(_2U64.pack(0, 0))  # ggml's answer for a failed allocation
+            return
+        rec = self.buffers.add(buf, index)
+        self._respond(_2U64.pack(rec.handle, buf.size))
+
+    def _get_alignment(self, p: bytearray) -> None:
+        dev = self._device(_U32.unpack(p)[0], "GET_ALIGNMENT")
+        self._respond(_U64.pack(dev.buffer_type().alignment))
+
+    def _get_max_size(self, p: bytearray) -> None:
+        dev = self._device(_U32.unpack(p)[0], "GET_MAX_SIZE")
+        self._respond(_U64.pack(min(dev.buffer_type().max_size, self.buffers.max_bytes)))
+
+    def _get_device_memory(self, p: bytearray) -> None:
+        dev = self._device(_U32.unpack(p)[0], "GET_DEVICE_MEMORY")
+        free, total = dev.memory()
+        self._respond(_2U64.pack(max(0, free), max(0, total)))
+
+    def _buffer_get_base(self, p: bytearray) -> None:
+        rec = self.buffers.get(_U64.unpack(p)[0], "BUFFER_GET_BASE")
+        self._respond(_U64.pack(rec.base))
+
+    def _free_buffer(self, p: bytearray) -> None:
+        rec = self.buffers.remove(_U64.unpack(p)[0])
+        self.stored.clear()  # stored graphs may use it (as ggml)
+        with self._lock(rec):
+            rec.buffer.free()
+
+    def _buffer_clear(self, p: bytearray) -> None:
+        handle, value = struct.unpack("<QB", p)
+        rec = self.buffers.get(handle, "BUFFER_CLEAR")
+        with self._lock(rec):
+            rec.buffer.clear(value)
+
+    def _set_tensor(self, size: int) -> None:
+        if size < _SET_HEAD:
+            raise Refused(f"SET_TENSOR with a payload of {size} bytes, shorter than its {_SET_HEAD}-byte header")
+        head = self._read(_SET_HEAD)
+        rt = RpcTensor.unpack_from(head)
+        cache_flag, offset = SET_TENSOR_HEADER.unpack_from(head, RPC_TENSOR_SIZE)
+        n = size - _SET_HEAD
+        t, rec, limit = self._tensor(rt, "SET_TENSOR")
+        self._range("SET_TENSOR", rt, offset, n, limit)  # checked before a byte of data is read
+        start = t.data_offset + offset if t.data_offset is not None else 0
+        host = rec.buffer.host_array()
+        with self._lock(rec):
+            if host is not None and host.flags.writeable:
+                view = memoryview(host[start : start + n])
+                recv_into_exact(self.sock, view)
+                data: bytes | bytearray | memoryview = view
+            else:
+                data = self._read(n)
+                rec.buffer.write(start, data)
+        if cache_flag and self.server.cache_dir is not None and n:
+            self.server.cache_store(data)
+
+    def _set_tensor_hash(self, p: bytearray) -> None:
+        rt = RpcTensor.unpack_from(p)
+        offset, digest = _2U64.unpack_from(p, RPC_TENSOR_SIZE)
+        t, rec, limit = self._tensor(rt, "SET_TENSOR_HASH")
+        path = self.server.cache_path(digest)
+        if path is None:
+            self._respond(b"\0")
+            return
+        n = path.stat().st_size
+        if offset > limit or n > limit - offset:
+            log.info("%s: cached %s does not fit tensor %r; answered 'not cached'", self.peer, path.name, rt.name_str)
+            self._respond(b"\0")
+            return
+        data = path.read_bytes()
+        if len(data) != n or (_fnv.fast() and _fnv.fnv1a64(data) != digest):
+            log.warning("cache file %s does not hold the data of its hash; ignored", path)
+            self._respond(b"\0")
+            return
+        assert t.data_offset is not None
+        with self._lock(rec):
+            rec.buffer.write(t.data_offset + offset, data)
+        self.server.count("cache hits")
+        log.info("%s: %d bytes of %r served from the cache (%s)", self.peer, n, rt.name_str, path.name)
+        self._respond(b"\1")
+
+    def _get_tensor(self, p: bytearray) -> None:
+        rt = RpcTensor.unpack_from(p)
+        offset, n = _2U64.unpack_from(p, RPC_TENSOR_SIZE)
+        t, rec, limit = self._tensor(rt, "GET_TENSOR")
+        self._range("GET_TENSOR", rt, offset, n, limit)
+        assert t.data_offset is not None
+        start = t.data_offset + offset
+        host = rec.buffer.host_array()
+        with self._lock(rec):
+            out = memoryview(host[start : start + n]) if host is not None else rec.buffer.read(start, n)
+            self._respond(out)
+
+    def _memset_tensor(self, p: bytearray) -> None:
+        rt = RpcTensor.unpack_from(p)
+        offset, n, value = struct.unpack_from("<QQB", p, RPC_TENSOR_SIZE)
+        t, rec, limit = self._tensor(rt, "MEMSET_TENSOR")
+        self._range("MEMSET_TENSOR", rt, offset, n, limit)
+        if n:
+            with self._lock(rec):
+                rec.buffer.memset_tensor(t, value, offset, n)
+
+    def _copy_tensor(self, p: bytearray) -> None:
+        src_rt = RpcTensor.unpack_from(p)
+        dst_rt = RpcTensor.unpack_from(p, RPC_TENSOR_SIZE)
+        src, src_rec, n_src = self._tensor(src_rt, "COPY_TENSOR source")
+        dst, dst_rec, n_dst = self._tensor(dst_rt, "COPY_TENSOR destination")
+        if n_src != n_dst:
+            raise Refused(f"COPY_TENSOR: source has {n_src} bytes, destination {n_dst}")
+        with self._lock(dst_rec), self._lock(src_rec):
+            try:
+                ok = dst_rec.buffer.cpy_tensor(src, dst)
+            except GGMLError as exc:
+                raise Refused(f"COPY_TENSOR: {exc}") from exc
+        self._respond(b"\1" if ok else b"\0")
+
+    def _init_tensor(self, p: bytearray) -> None:
+        rt = RpcTensor.unpack_from(p)
+        if rt.buffer == 0:
+            check_layout(rt, "INIT_TENSOR")
+            return  # ggml logs and carries on
+        t, rec, _ = self._tensor(rt, "INIT_TENSOR")
+        with self._lock(rec):
+            rec.buffer.init_tensor(t)
+
+    def _get_alloc_size(self, p: bytearray) -> None:
+        index = _U32.unpack_from(p)[0]
+        dev = self._device(index, "GET_ALLOC_SIZE")
+        rt = RpcTensor.unpack_from(p, 4)
+        t_type = check_layout(rt, "GET_ALLOC_SIZE")
+        ctx = Context("rpc")
+        t = Tensor(ctx, t_type, rt.ne, nb=rt.nb, name=rt.name_str)
+        for i in range(10):
+            s = RpcTensor.unpack_from(p, 4 + (1 + i) * RPC_TENSOR_SIZE)
+            if s.id:
+                t.src[i] = Tensor(ctx, check_layout(s, "GET_ALLOC_SIZE source"), s.ne, nb=s.nb, name=s.name_str)
+        buft = dev.buffer_type()
+        if rt.buffer:
+            buft = self.buffers.get(rt.buffer, "GET_ALLOC_SIZE").buffer.buffer_type
+        try:
+            size = max(buft.alloc_size(t), extent(t_type, rt.ne, rt.nb))
+        except (GGMLError, ValueError) as exc:
+            raise Refused(f"GET_ALLOC_SIZE {rt.name_str!r}: {exc}") from exc
+        self._respond(_U64.pack(size))
+
+    def _graph_compute(self, size: int) -> None:
+        if size > self.limits.max_graph_bytes:
+            raise Refused(f"GRAPH_COMPUTE of {size} bytes; this server accepts at most {self.limits.max_graph_bytes}")
+        msg = parse_graph(self._read(size), self.limits.max_nodes, self.limits.max_tensors)
+        dev = self._device(msg.device, "GRAPH_COMPUTE")
+        self.stored.pop(msg.device, None)
+
+        def usable(rec: Remote) -> bool:
+            return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
+
+        graph, ctx = build_graph(msg, self.buffers, dev, usable)
+        self._compute(msg.device, graph)
+        self.stored[msg.device] = (graph, ctx)
+
+    def _graph_recompute(self, p: bytearray) -> None:
+        index = _U32.unpack(p)[0]
+        self._device(index, "GRAPH_RECOMPUTE")
+        stored = self.stored.get(index)
+        if stored is None:
+            raise Refused(f"GRAPH_RECOMPUTE: no graph stored for device {index}")
+        self._compute(index, stored[0])
+
+    def _compute(self, index: int, graph: Graph) -> None:
+        be = self._backend(index)
+        with self.server.device_lock(index):
+            try:
+                be.graph_compute(graph)
+            except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
+                raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+
+    def _device_info(self, p: bytearray) -> None:
+        dev = self._device(_U32.unpack(p)[0], "EXT_DEVICE_INFO")
+        info = {"name": dev.name, "description": dev.description, "type": dev.type.name}
+        self._respond(json.dumps(info).encode("utf-8")[:65536])
+
+    def _supports_op(self, p: bytearray) -> None:
+        dev = self._device(_U32.unpack_from(p)[0], "EXT_SUPPORTS_OP")
+        rt = RpcTensor.unpack_from(p, 4)
+        ctx = Context("rpc-supports")
+        try:
+            srcs: list[Tensor | None] = []
+            for i in range(10):
+                s = RpcTensor.unpack_from(p, 4 + (1 + i) * RPC_TENSOR_SIZE)
+                if not s.id or (s.id == rt.id and i == 1):
+                    srcs.append(None)
+                    continue
+                x = Tensor(ctx, check_layout(s, "EXT_SUPPORTS_OP source"), s.ne, nb=s.nb, name=s.name_str)
+                srcs.append(x)
+            check_layout(rt, "EXT_SUPPORTS_OP")
+            ok = bool(dev.supports_op(rebuild_node(rt, srcs, ctx))) if rt.op else True
+        except (Refused, GGMLError, ValueError, NotImplementedError) as exc:
+            log.debug("%s: EXT_SUPPORTS_OP answered no: %s", self.peer, exc)
+            ok = False
+        self._respond(b"\1" if ok else b"\0")
+
+
+_FIXED: Final = {
+    Cmd.ALLOC_BUFFER: Session._alloc_buffer,
+    Cmd.GET_ALIGNMENT: Session._get_alignment,
+    Cmd.GET_MAX_SIZE: Session._get_max_size,
+    Cmd.BUFFER_GET_BASE: Session._buffer_get_base,
+    Cmd.FREE_BUFFER: Session._free_buffer,
+    Cmd.BUFFER_CLEAR: Session._buffer_clear,
+    Cmd.SET_TENSOR_HASH: Session._set_tensor_hash,
+    Cmd.GET_TENSOR: Session._get_tensor,
+    Cmd.COPY_TENSOR: Session._copy_tensor,
+    Cmd.GET_DEVICE_MEMORY: Session._get_device_memory,
+    Cmd.INIT_TENSOR: Session._init_tensor,
+    Cmd.GET_ALLOC_SIZE: Session._get_alloc_size,
+    Cmd.DEVICE_COUNT: Session._device_count,
+    Cmd.GRAPH_RECOMPUTE: Session._graph_recompute,
+    Cmd.MEMSET_TENSOR: Session._memset_tensor,
+    Cmd.EXT_DEVICE_INFO: Session._device_info,
+    Cmd.EXT_SUPPORTS_OP: Session._supports_op,
+}
