@@ -10,16 +10,13 @@ tensor the thunks touch keeps its buffer, offset and the buffer its memory; this
 C-speed list comparisons (a fraction of a microsecond per node), and the graph is re-planned when anything moved.
 Shapes, types and op parameters are fixed when a tensor is created, so they are not re-checked.
 
-Threads: :class:`Threads` applies the backend's setting to numba's pool (per calling thread) and to BLAS (through
-``threadpoolctl`` when it is installed, else OpenBLAS's own ``*_set_num_threads``), only when it changes.
+Threads: :class:`ggml_cpu.threads.Threads` applies the backend's setting to numba's pool, BLAS and the plugin's
+worker pool before each replay (see :mod:`ggml_cpu.threads`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import logging
 import operator
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -29,96 +26,14 @@ import numpy as np
 from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag
 from ggml_cpu import kernels
 from ggml_cpu.kernels import matmul, qdot
+from ggml_cpu.threads import Threads
 
-__all__ = ["Engine", "Plan", "Threads", "blas_threads_control", "default_threads", "describe"]
-
-_LOG: Final = logging.getLogger("ggml_cpu")
+__all__ = ["Engine", "Plan", "describe"]
 
 _BINDING: Final = operator.attrgetter("buffer", "data_offset")
 _SRC: Final = operator.attrgetter("src")
 
 Thunk = Callable[[], None]
-
-
-# ================================================================================================ threads
-
-
-def _openblas_setter() -> Callable[[int], None] | None:
-    """OpenBLAS's ``*_set_num_threads`` from the library numpy loaded (Linux: found in /proc/self/maps)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
-    except OSError:
-        return None
-    names = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads64_")
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in (*names, "openblas_set_num_threads"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes, fn.restype = [ctypes.c_int], None
-                return _int_caller(fn)
-    return None
-
-
-def _int_caller(fn: Any) -> Callable[[int], None]:
-    def call(n: int) -> None:
-        fn(int(n))
-
-    return call
-
-
-def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:
-    """How BLAS threads are set here: (description, setter or None)."""
-    try:
-        from threadpoolctl import ThreadpoolController  # optional; used when the user has it
-    except ImportError:
-        setter = _openblas_setter()
-        return ("OpenBLAS set_num_threads", setter) if setter else ("none (BLAS keeps its own setting)", None)
-    controller = ThreadpoolController()
-    return "threadpoolctl", lambda n: controller.limit(limits=int(n), user_api="blas")
-
-
-class Threads:
-    """Applies one thread count to numba's kernels and to BLAS, only when it changed since the last call."""
-
-    _blas: tuple[str, Callable[[int], None] | None] | None = None
-    _blas_current: int | None = None
-
-    def __init__(self, n_threads: int) -> None:
-        self.n_threads = n_threads
-
-    @classmethod
-    def blas(cls) -> tuple[str, Callable[[int], None] | None]:
-        """The BLAS thread control (looked up once per process)."""
-        if cls._blas is None:
-            cls._blas = blas_threads_control()
-            if cls._blas[1] is None:
-                _LOG.info("ggml-cpu: cannot set BLAS threads here (%s)", cls._blas[0])
-        return cls._blas
-
-    def apply(self) -> None:
-        """Set numba's threads for the calling thread and BLAS's (process-wide) to ``n_threads``."""
-        qdot.set_threads(self.n_threads)
-        if Threads._blas_current != self.n_threads:
-            setter = self.blas()[1]
-            if setter is not None:
-                try:
-                    setter(self.n_threads)
-                except Exception as exc:  # noqa: BLE001 - thread control is best effort
-                    _LOG.info("ggml-cpu: setting BLAS threads failed: %s", exc)
-            Threads._blas_current = self.n_threads
-
-
-def default_threads() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 # ================================================================================================ plans
@@ -251,7 +166,7 @@ def describe() -> dict[str, str]:
     reason = qdot.disabled_reason()
     out = {
         "compiled kernels": f"numba ({qdot.max_threads()} threads max)" if reason is None else f"off: {reason}",
-        "BLAS threads": Threads.blas()[0],
+        "BLAS threads": Threads.blas_description(),
     }
     if reason is None:
         out["kernel cache"] = qdot.cache_dir() or "none (read-only)"

@@ -29,8 +29,9 @@ from ggml_core import (
     hookimpl,
 )
 from ggml_cpu import kernels
-from ggml_cpu.engine import Engine, default_threads, describe
+from ggml_cpu.engine import Engine, describe
 from ggml_cpu.kernels.matmul import WeightsCache
+from ggml_cpu.threads import default_threads
 
 __all__ = ["CPUBackend", "CPUBuffer", "CPUBufferType", "CPUDevice", "CPUReg", "cpu_reg"]
 

@@ -37,6 +37,7 @@ __all__ = [
     "KernelSpec",
     "cache_dir",
     "compile_seconds",
+    "current_threads",
     "disabled_reason",
     "enabled",
     "get",
@@ -101,6 +102,11 @@ def compile_seconds() -> dict[str, float]:
 def max_threads() -> int:
     """The most threads the compiled kernels can use (numba's pool size; 1 without numba)."""
     return int(_numba.config.NUMBA_NUM_THREADS) if _numba is not None else 1
+
+
+def current_threads() -> int:
+    """numba's thread setting for the calling thread (1 without numba)."""
+    return int(_numba.get_num_threads()) if _numba is not None else 1
 
 
 def set_threads(n: int) -> None:

@@ -3,7 +3,7 @@
 Each kernel writes ``out[r - r0] = dequantize(w[r])`` for ``r0 <= r < r1`` with exactly the float32 operations of
 ``ggml_core.quants.dequantize`` (ggml's ``dequantize_row_*``), bit for bit, except that Q4_1 and Q5_1 write only
 ``q·d`` and put the block minima ``m`` in ``mins`` (``out + m`` is the full dequantization): the product then adds
-``m·s`` with Q8_1's f16-rounded ``s`` as ggml does. Rows run in parallel.
+``m·s`` with Q8_1's f16-rounded ``s`` as ggml does. Serial: the tile route runs them on its own workers.
 
 Signature :data:`SIGNATURE`: ``w`` (M, row bytes) uint8, ``wi`` the same as int8, ``r0``, ``r1``, ``lut`` (f16 →
 f32 table), ``out`` float32 (≥ r1−r0, K), ``mins`` float32 (≥ r1−r0, K/32; Q4_1/Q5_1 only, else any shape).
@@ -18,7 +18,6 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot._blocks import f16_at, scale_min_k4, u32_at
-from ggml_cpu.kernels.qdot._jit import prange
 
 __all__ = ["SIGNATURE", "SPECS"]
 
@@ -29,7 +28,7 @@ def _deq_q4_0(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -45,7 +44,7 @@ def _deq_q4_1(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -62,7 +61,7 @@ def _deq_q5_0(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -81,7 +80,7 @@ def _deq_q5_1(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -101,7 +100,7 @@ def _deq_q8_0(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 32
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         rowi = wi[r0 + r]
         dst = out[r]
@@ -116,7 +115,7 @@ def _deq_q4_k(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -138,7 +137,7 @@ def _deq_q5_k(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         dst = out[r]
         for b in range(nb):
@@ -161,7 +160,7 @@ def _deq_q6_k(
     w: np.ndarray, wi: np.ndarray, r0: int, r1: int, lut: np.ndarray, out: np.ndarray, mins: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     nb = out.shape[1] // 256
-    for r in prange(r1 - r0):
+    for r in range(r1 - r0):
         row = w[r0 + r]
         rowi = wi[r0 + r]
         dst = out[r]
@@ -185,12 +184,12 @@ def _deq_q6_k(
 
 #: compiled-kernel specs per weight type
 SPECS: Final = {
-    GGMLType.Q4_0: _jit.KernelSpec(_deq_q4_0, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q4_1: _jit.KernelSpec(_deq_q4_1, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q5_0: _jit.KernelSpec(_deq_q5_0, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q5_1: _jit.KernelSpec(_deq_q5_1, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q8_0: _jit.KernelSpec(_deq_q8_0, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q4_K: _jit.KernelSpec(_deq_q4_k, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q5_K: _jit.KernelSpec(_deq_q5_k, SIGNATURE, parallel=True, readonly=(0, 1)),
-    GGMLType.Q6_K: _jit.KernelSpec(_deq_q6_k, SIGNATURE, parallel=True, readonly=(0, 1)),
+    GGMLType.Q4_0: _jit.KernelSpec(_deq_q4_0, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q4_1: _jit.KernelSpec(_deq_q4_1, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q5_0: _jit.KernelSpec(_deq_q5_0, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q5_1: _jit.KernelSpec(_deq_q5_1, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q8_0: _jit.KernelSpec(_deq_q8_0, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q4_K: _jit.KernelSpec(_deq_q4_k, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q5_K: _jit.KernelSpec(_deq_q5_k, SIGNATURE, readonly=(0, 1)),
+    GGMLType.Q6_K: _jit.KernelSpec(_deq_q6_k, SIGNATURE, readonly=(0, 1)),
 }

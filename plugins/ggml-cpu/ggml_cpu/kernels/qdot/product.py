@@ -6,7 +6,8 @@ type's dot type first) by one of two routes:
 * **block kernels** (few activation rows, the decode case): integer dot products on the quantized blocks
   themselves (:mod:`.legacy`, :mod:`.kquants`) — the weights are read once, as they are stored;
 * **tiles** (many rows, the prompt case): a tile of weight rows is dequantized into a reused float32 buffer
-  (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile.
+  (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile; with several threads each worker of
+  :func:`ggml_cpu.threads.parallel_for` dequantizes and multiplies its own tiles with single-threaded BLAS.
 
 Without numba (or for types without compiled kernels) the tile route runs with ``ggml_core.quants``' numpy
 dequantizers: slower, same numbers, same bounded memory.
@@ -23,6 +24,7 @@ from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels.qdot import _jit, dequant, kquants, legacy
 from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations
+from ggml_cpu.threads import current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
@@ -121,15 +123,25 @@ def _tile_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) 
     m, k = out.shape[1], acts.q.shape[1]
     xd = acts.dequantized()
     step = tile_rows(k, m)
-    tile = _scratch("tile", (step, k))
-    mins = _scratch("mins", (step, k // 32))
     s = acts.s.reshape(acts.d.shape) if wtype in _MIN_TYPES else None
-    for r0 in range(0, m, step):
-        r1 = min(m, r0 + step)
-        dequantize_rows(w, wtype, r0, r1, tile, mins)
-        np.matmul(xd, tile[: r1 - r0].T, out=out[:, r0:r1])
-        if s is not None:
-            out[:, r0:r1] += s @ mins[: r1 - r0].T
+    n_tiles = -(-m // step)
+    workers = min(current_threads(), n_tiles)
+
+    def work(first: int) -> None:
+        tile = _scratch("tile", (step, k))
+        mins = _scratch("mins", (step, k // 32))
+        for r0 in range(first * step, m, workers * step):
+            r1 = min(m, r0 + step)
+            dequantize_rows(w, wtype, r0, r1, tile, mins)
+            np.matmul(xd, tile[: r1 - r0].T, out=out[:, r0:r1])
+            if s is not None:
+                out[:, r0:r1] += s @ mins[: r1 - r0].T
+
+    if workers <= 1:
+        work(0)
+        return
+    with single_threaded_blas():
+        parallel_for(work, workers)
 
 
 def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, route: str = "auto") -> None:

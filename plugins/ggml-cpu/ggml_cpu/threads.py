@@ -1,0 +1,188 @@
+"""Thread control for the CPU backend: one setting for BLAS, numba's kernels and the plugin's own worker pool.
+
+Two thread pools that wait by spinning (OpenMP's under numba's ``parallel=True`` kernels, OpenBLAS's) fight over
+the cores when their work interleaves: on 2 cores, dequantizing a tile with numba's threads and then multiplying it
+with OpenBLAS's made a batch-32 product 8× slower than one thread. So each route keeps to one pool:
+
+* the block kernels (few activation rows) run on numba's pool (``parallel=True``);
+* large products run tile by tile on :func:`parallel_for`'s workers, each dequantizing *and* multiplying its own
+  tiles with single-threaded BLAS (:func:`single_threaded_blas`) — like ggml, one pool does everything;
+* plain f32 products are one BLAS call on BLAS's own threads.
+
+:class:`Threads` applies the backend's ``n_threads`` to numba (per calling thread) and to BLAS (process-wide, through
+``threadpoolctl`` when it is installed, else OpenBLAS's ``*_set_num_threads`` found in the loaded libraries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+__all__ = [
+    "Threads",
+    "blas_threads_control",
+    "current_threads",
+    "default_threads",
+    "parallel_for",
+    "single_threaded_blas",
+]
+
+_LOG: Final = logging.getLogger("ggml_cpu")
+
+
+def default_threads() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------------------------ BLAS
+
+
+def _int_caller(fn: Any) -> Callable[[int], None]:
+    def call(n: int) -> None:
+        fn(int(n))
+
+    return call
+
+
+def _openblas_setter() -> Callable[[int], None] | None:
+    """OpenBLAS's ``*_set_num_threads`` from the library numpy loaded (Linux: found in /proc/self/maps)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return None
+    names = (
+        "scipy_openblas_set_num_threads64_",
+        "scipy_openblas_set_num_threads",
+        "openblas_set_num_threads64_",
+        "openblas_set_num_threads",
+    )
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in names:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_int], None
+                return _int_caller(fn)
+    return None
+
+
+def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:
+    """How BLAS threads are set here: (description, setter or None)."""
+    try:
+        from threadpoolctl import ThreadpoolController  # optional; used when the user has it
+    except ImportError:
+        setter = _openblas_setter()
+        return ("OpenBLAS set_num_threads", setter) if setter else ("none (BLAS keeps its own setting)", None)
+    controller = ThreadpoolController()
+
+    def limit(n: int) -> None:
+        controller.limit(limits=int(n), user_api="blas")
+
+    return "threadpoolctl", limit
+
+
+_blas: tuple[str, Callable[[int], None] | None] | None = None
+_blas_lock = threading.Lock()
+_blas_current: list[int | None] = [None]
+
+
+def _blas_control() -> tuple[str, Callable[[int], None] | None]:
+    global _blas
+    if _blas is None:
+        _blas = blas_threads_control()
+        if _blas[1] is None:
+            _LOG.info("ggml-cpu: cannot set BLAS threads here (%s)", _blas[0])
+    return _blas
+
+
+def _set_blas(n: int) -> None:
+    setter = _blas_control()[1]
+    if setter is not None and _blas_current[0] != n:
+        try:
+            setter(n)
+        except Exception as exc:  # noqa: BLE001 - thread control is best effort
+            _LOG.info("ggml-cpu: setting BLAS threads failed: %s", exc)
+        _blas_current[0] = n
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS on one thread inside the block (the workers of :func:`parallel_for` are the parallelism)."""
+    with _blas_lock:
+        before = _blas_current[0] or default_threads()
+        _set_blas(1)
+        try:
+            yield
+        finally:
+            _set_blas(before)
+
+
+# ------------------------------------------------------------------------------------------------ pool
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def current_threads() -> int:
+    """The thread count the engine set for the calling thread (numba's setting; 1 without numba)."""
+    from ggml_cpu.kernels.qdot import _jit  # the kernels import this module: import here, not at the top
+
+    return _jit.current_threads()
+
+
+def parallel_for(fn: Callable[[int], None], n_tasks: int) -> None:
+    """``fn(i)`` for every ``i < n_tasks``: task 0 on the calling thread, the others on the plugin's worker pool."""
+    global _pool
+    if n_tasks <= 1:
+        if n_tasks == 1:
+            fn(0)
+        return
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, default_threads() - 1), thread_name_prefix="ggml-cpu")
+        pool = _pool
+    futures = [pool.submit(fn, i) for i in range(1, n_tasks)]
+    try:
+        fn(0)
+    finally:
+        for f in futures:
+            f.result()
+
+
+# ------------------------------------------------------------------------------------------------ setting
+
+
+class Threads:
+    """Applies one thread count to numba's kernels and to BLAS, only when it changed."""
+
+    def __init__(self, n_threads: int) -> None:
+        self.n_threads = n_threads
+
+    @staticmethod
+    def blas_description() -> str:
+        """How BLAS threads are controlled here."""
+        return _blas_control()[0]
+
+    def apply(self) -> None:
+        """Set numba's threads for the calling thread and BLAS's (process-wide) to ``n_threads``."""
+        from ggml_cpu.kernels.qdot import _jit
+
+        _jit.set_threads(self.n_threads)
+        if _blas_current[0] != self.n_threads:
+            with _blas_lock:
+                _set_blas(self.n_threads)
