@@ -47,6 +47,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--split-mode", "-sm", choices=["none", "layer"], default="layer", help="how to share layers")
     g.add_argument("--tensor-split", "-ts", type=_float_list, help="share per device, e.g. 3,1")
     g.add_argument("--main-gpu", "-mg", type=int, default=0, help="device index for --split-mode none")
+    g.add_argument("--rpc", type=_names, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
     c = p.add_argument_group("context")
     c.add_argument("--ctx-size", "-c", type=int, help="KV cache cells (default: what prompt and generation need)")
     c.add_argument("--batch-size", "-b", type=int, default=512, help="prompt tokens per batch")
@@ -83,8 +84,10 @@ def add_parser(sub: Any, name: str) -> None:
 def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: bool) -> Any:
     """ModelParams from the shared flags; the default model spreads over every device unless told otherwise."""
     from ggml_core.backend.registry import get_registry
+    from ggml_core.cli.rpc_server import use_rpc_servers
     from ggml_core.models import ModelParams, PlacementRequest
 
+    use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
     devices, split = args.device, args.tensor_split
     if default_model and devices is None:
         devices = [d.name for d in get_registry().devices()]
