@@ -2,7 +2,7 @@
 # The GPU check of ggml-cuda in one command, under 8 minutes; fails loudly, never hangs (every step has a limit).
 #
 # Run from the repository root on a machine with an NVIDIA GPU, its driver, CUDA's nvcc, Python 3.12 and CuPy, with
-# the wheels of docs/cuda.md ("Preparing the wheels") carried in .whl/cuda. With the device tool:
+# the wheels that scripts/prepare-wheels.sh puts in .whl/cuda (see docs/cuda.md) carried along. With the device tool:
 #
 #     run(command="bash plugins/ggml-cuda/scripts/device-check.sh", carry=[".whl/cuda"], timeout_s=540)
 #
@@ -106,6 +106,17 @@ install_pycuda() {
     build_pycuda_sdist && pycuda_works
 }
 
+# the CUDA toolkit root: the first of $CUDA_HOME, nvcc's own folder (nvcc may be a wrapper script), /usr/local/cuda
+# that holds include/cuda.h
+cuda_toolkit_root() {
+    local c
+    for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" \
+        "$(nvcc -v --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)" /usr/local/cuda; do
+        [ -n "$c" ] && [ -f "$c/include/cuda.h" ] && { echo "$c"; return 0; }
+    done
+    return 1
+}
+
 build_pycuda_sdist() {
     local sdist src libdir real cuda_root
     sdist=$(ls "$WHEELS"/sdist/pycuda-*.tar.gz 2>/dev/null | head -1)
@@ -118,7 +129,7 @@ build_pycuda_sdist() {
     [ -n "$real" ] || real=$(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 2>/dev/null | head -1)
     [ -n "$real" ] || { echo "libcuda.so.1 not found"; return 1; }
     ln -sf "$real" "$libdir/libcuda.so"
-    cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
+    cuda_root=$(cuda_toolkit_root) || { echo "cuda.h not found (set CUDA_HOME)"; return 1; }
     cat >"$src/siteconf.py" <<EOF
 BOOST_INC_DIR = []
 BOOST_LIB_DIR = []
@@ -166,7 +177,7 @@ run_bench() {
 }
 
 # ---------------------------------------------------------------------------------------------------------- main
-export -f environment install_tree pycuda_works install_pycuda build_pycuda_sdist devices precompile run_tests run_bench
+export -f cuda_toolkit_root environment install_tree pycuda_works install_pycuda build_pycuda_sdist devices precompile run_tests run_bench
 say "ggml-cuda device check: budget ${BUDGET}s, results in $OUT"
 step "environment" 30 'environment | tee "$OUT/env.txt"'
 ok=1
