@@ -134,6 +134,7 @@ class Session:
             raise Refused(f"unknown command {first[0]}") from None
         if cmd == Cmd.HELLO:
             raise Refused("HELLO may only be the first command")
+        self.server.count(cmd.name)
         fixed = FIXED_REQUEST_SIZE.get(cmd)
         if fixed is not None:
             if size != fixed:
@@ -148,7 +149,6 @@ class Session:
             self._graph_compute(size)
         else:
             raise Refused(f"command {cmd.name} ({int(cmd)}) is not accepted")
-        self.server.count(cmd.name)
         return True
 
     # ----------------------------------------------------------------------------------------------- helpers
