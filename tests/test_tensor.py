@@ -227,3 +227,18 @@ def test_results_go_to_the_enclosing_build_context() -> None:
     assert g.current_context() is None
     z = ops.scale(w, 1.0)  # outside: the first operand's context, as ggml
     assert z.ctx is weights
+
+
+def test_rope_yarn_corr_dims_follows_ggml() -> None:
+    low, high = ops.rope_yarn_corr_dims(128, 4096, 10000.0, 32.0, 1.0)
+    assert (low, high) == (20.0, 46.0)
+    assert ops.rope_yarn_corr_dims(64, 4096, 10000.0, 1e9, 1e-9) == (0.0, 63.0)  # clamped to [0, n_dims - 1]
+    nan_low, nan_high = ops.rope_yarn_corr_dims(64, 0, 10000.0, 0.0, 0.0)  # C passes NaN through, never raises
+    assert np.isnan(nan_low) and np.isnan(nan_high)
+    ggml = pytest.importorskip("ggml", reason="ggml-python (the real ggml) is not installed")
+    import ctypes
+
+    for args in [(128, 4096, 10000.0, 32.0, 1.0), (64, 2048, 500000.0, 16.0, 2.0), (96, 512, 1e6, 64.0, 0.5)]:
+        dims = (ctypes.c_float * 2)()
+        ggml.ggml_rope_yarn_corr_dims(*args, dims)
+        assert ops.rope_yarn_corr_dims(*args) == (dims[0], dims[1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ggml_core._tensor import Tensor
@@ -24,6 +26,7 @@ __all__ = [
     "rope_ext",
     "rope_multi",
     "rope_set_offset",
+    "rope_yarn_corr_dims",
     "soft_max",
     "soft_max_add_sinks",
     "soft_max_ext",
@@ -212,6 +215,31 @@ def rope_set_offset(a: Tensor, n_offs: int) -> Tensor:
     )
     a.set_op_param_i32(15, n_offs)
     return a
+
+
+def rope_yarn_corr_dims(
+    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
+) -> tuple[float, float]:
+    """``ggml_rope_yarn_corr_dims``: the [low, high] range of rotary pairs over which YaRN ramps, in float32 steps.
+
+    Each end is ``n_dims * log(n_ctx_orig / (beta * 2π)) / (2 log(freq_base))``, floored (low) or ceiled (high),
+    then clamped with C's ``MAX(0, low)`` and ``MIN(n_dims - 1, high)``. As in C, degenerate parameters
+    (``n_ctx_orig = 0``, ``beta = 0``) give NaN or infinities rather than an error: kernels use the range only when
+    ``ext_factor != 0``. Shared by every backend so that they agree bit for bit.
+    """
+    f32 = np.float32
+
+    def corr_dim(n_rot: float) -> np.float32:
+        with np.errstate(all="ignore"):
+            ratio = f32(n_ctx_orig) / (f32(n_rot) * f32(2.0) * f32(math.pi))
+            return f32(f32(n_dims) * np.log(ratio) / (f32(2.0) * np.log(f32(freq_base))))
+
+    start = float(np.floor(corr_dim(beta_fast)))
+    end = float(np.ceil(corr_dim(beta_slow)))
+    # C's MAX(a, b) = a > b ? a : b and MIN(a, b) = a < b ? a : b: a NaN argument passes through
+    low = 0.0 if start < 0.0 else start
+    high = float(n_dims - 1) if n_dims - 1 < end else end
+    return low, high
 
 
 # ---------------------------------------------------------------------------------------------- flash attention

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl._dispatch import Launcher, Thunk, enqueue, enqueue_nd, int4, kernel, local_mem, targs
 
@@ -70,24 +71,6 @@ def _bind_soft_max(launcher: Launcher, node: Tensor) -> Thunk:
 
 
 # ---------------------------------------------------------------------------------------------- ROPE
-
-
-def yarn_corr_dims(
-    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
-) -> tuple[float, float]:
-    """ggml's ``rope_yarn_corr_dims``: the [low, high] pair range of the YaRN ramp (float32 steps)."""
-
-    def corr_dim(n_rot: float) -> float:
-        with np.errstate(all="ignore"):
-            return float(
-                np.float32(n_dims)
-                * np.log(np.float32(n_ctx_orig) / (np.float32(n_rot) * np.float32(2.0 * math.pi)))
-                / (np.float32(2.0) * np.log(np.float32(freq_base)))
-            )
-
-    start = math.floor(corr_dim(beta_fast))
-    end = math.ceil(corr_dim(beta_slow))
-    return float(max(0, start)), float(min(n_dims - 1, end))
 
 
 _ROPE_MODES = (0, 2, 8, 24, 40)  # NORMAL, NEOX, MROPE, VISION, IMROPE

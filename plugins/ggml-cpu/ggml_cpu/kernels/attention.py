@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel, store
 
 __all__ = ["alibi_slopes", "rope_cos_sin", "theta_powers", "yarn_corr_dims"]
@@ -77,24 +78,6 @@ def _bind_soft_max(node: Tensor) -> Thunk:
 
 
 # ------------------------------------------------------------------------------------------------ ROPE
-
-
-def yarn_corr_dims(
-    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
-) -> tuple[float, float]:
-    """``ggml_rope_yarn_corr_dims`` in float32: the [low, high] pair range of the YaRN ramp (NaN stays NaN)."""
-
-    def corr_dim(n_rot: float) -> np.float32:
-        with np.errstate(all="ignore"):
-            ratio = _F32(n_ctx_orig) / (_F32(n_rot) * _F32(2.0) * _F32(math.pi))
-            return _F32(n_dims) * np.log(ratio) / (_F32(2.0) * np.log(_F32(freq_base)))
-
-    start = float(np.floor(corr_dim(beta_fast)))
-    end = float(np.ceil(corr_dim(beta_slow)))
-    # C's MAX(a, b) = a > b ? a : b and MIN(a, b) = a < b ? a : b (a NaN argument wins)
-    low = 0.0 if start < 0.0 else start
-    high = float(n_dims - 1) if n_dims - 1 < end else end
-    return low, high
 
 
 #: ggml's rope modes (op_params[2])

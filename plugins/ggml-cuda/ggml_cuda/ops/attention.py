@@ -12,6 +12,7 @@ from typing import Final
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_cuda.ops._base import MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, binder, rows_grid, src, type_id
 
 __all__ = ["FA_MAX_HEAD", "alibi_bases", "rope_constants", "yarn_corr_dims"]
@@ -61,26 +62,6 @@ def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
 
 
 # ---------------------------------------------------------------------------------------------- ROPE
-
-
-def yarn_corr_dims(
-    n_dims: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float
-) -> tuple[float, float]:
-    """ggml's ``rope_yarn_corr_dims`` in float32: floor/ceil of the correction dimensions, then C's
-    ``MAX(0, start)`` and ``MIN(n_dims - 1, end)`` (a NaN stays NaN; the kernel uses them only with YaRN on).
-    """
-    f32 = np.float32
-
-    def corr_dim(n_rot: float) -> float:
-        with np.errstate(all="ignore"):
-            ratio = f32(n_ctx_orig) / (f32(n_rot) * f32(2.0) * f32(math.pi))
-            return float(f32(n_dims) * np.log(ratio) / (f32(2.0) * np.log(f32(freq_base))))
-
-    start = float(np.floor(corr_dim(beta_fast)))
-    end = float(np.ceil(corr_dim(beta_slow)))
-    low = 0.0 if start < 0.0 else start
-    high = float(n_dims - 1) if n_dims - 1 < end else end
-    return low, high
 
 
 def rope_constants(node: Tensor) -> dict[str, float | int]:
