@@ -44,6 +44,10 @@ for p in plugins/*/; do
 done
 say "building wheels: ${PACKAGES[*]}"
 "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$DIST" "${PACKAGES[@]}" >/dev/null
+# setuptools leaves build/ and *.egg-info beside each source tree: remove them, they shadow nothing but confuse readers
+for p in "${PACKAGES[@]}"; do
+    rm -rf "$p/build/lib" "$p/build/bdist."* "$p"/*.egg-info
+done
 
 WHEELS=()
 CUDA_WHEEL=""
