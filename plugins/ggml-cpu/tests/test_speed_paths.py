@@ -283,7 +283,36 @@ def test_backend_params_are_checked() -> None:
         gc.init_backend("CPU", "n_threads=0")
 
 
-# ------------------------------------------------------------------------------------------------ fallback
+# ------------------------------------------------------------------------------------------------ fallbacks
+
+
+_GENERIC_SIMD = """
+import numpy as np
+from ggml_core import GGMLType
+from ggml_core.quants import quantize, dequantize
+from ggml_cpu.kernels import qdot
+from ggml_cpu.kernels.qdot import _simd
+assert not _simd.HAS_VNNI
+r = np.random.default_rng(0)
+x = r.standard_normal((2, 512)).astype(np.float32)
+for t in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
+    w = quantize(r.standard_normal((24, 512)).astype(np.float32), t)
+    out = np.empty((2, 24), np.float32)
+    qdot.qmatmul(w, t, x, out, route="block")
+    ref = dequantize(quantize(x, GGMLType.Q8_K), GGMLType.Q8_K).astype(np.float64) @ dequantize(w, t).T
+    assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), t
+print("ok")
+"""
+
+
+def test_generic_partial_sums_without_vnni() -> None:
+    """The K-quant kernels' portable partial sums (used on CPUs without VNNI) give the same results."""
+    pytest.importorskip("numba")
+    if qdot.disabled_reason() is not None:
+        pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
+    env = {**os.environ, "GGML_CPU_VNNI": "0"}
+    done = subprocess.run([sys.executable, "-c", _GENERIC_SIMD], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
 
 
 _FALLBACK = """

@@ -118,7 +118,8 @@ def set_threads(n: int) -> None:
 
 
 def _sources_hash() -> str:
-    h = hashlib.sha256(f"{_numba.__version__} {_numba.config.CPU_NAME}".encode())
+    """Hash of this package's sources and of numba / llvmlite's versions (what the compiled code depends on)."""
+    h = hashlib.sha256(_numba.__version__.encode())
     try:
         import llvmlite
 
@@ -128,7 +129,13 @@ def _sources_hash() -> str:
     for path in sorted(Path(__file__).parent.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    return h.hexdigest()[:12]
+
+
+def _settings_hash() -> str:
+    """Hash of the settings that change the generated code for the same sources (target CPU, VNNI switch)."""
+    cpu = getattr(_numba.config, "CPU_NAME", None)
+    return hashlib.sha256(f"{cpu} vnni={os.environ.get('GGML_CPU_VNNI', '')}".encode()).hexdigest()[:6]
 
 
 def _writable(path: Path) -> bool:
@@ -142,10 +149,10 @@ def _writable(path: Path) -> bool:
         return False
 
 
-def _prune_siblings(current: Path) -> None:
+def _prune_siblings(current: Path, sources: str) -> None:
     """Remove the caches of other source versions next to ``current`` (best effort: they can never load again)."""
     for old in current.parent.glob("numba-*"):
-        if old != current and old.is_dir():
+        if not old.name.startswith(f"numba-{sources}-") and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -156,14 +163,15 @@ def cache_dir() -> str | None:
     """The directory holding the compiled kernels of this version of the package (None: no writable location)."""
     if _cache_root:
         return _cache_root[0]
-    tag = f"numba-{_sources_hash()}"
+    sources = _sources_hash()
+    tag = f"numba-{sources}-{_settings_hash()}"
     user = os.environ.get("NUMBA_CACHE_DIR")
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     candidates = [Path(user) / "ggml-cpu" / tag] if user else []
     candidates += [Path(__file__).parent / "__pycache__" / tag, Path(xdg) / "ggml-cpu" / tag]
     found = next((str(c) for c in candidates if _writable(c)), None)
     if found is not None:
-        _prune_siblings(Path(found))
+        _prune_siblings(Path(found), sources)
     if found is None:
         _log_once("cache", logging.WARNING, "ggml-cpu: no writable directory for numba's cache; compiling each run")
     _cache_root.append(found)

@@ -54,7 +54,9 @@ class QActs:
         """The rows as float32 ``q·d``, exactly what :func:`ggml_core.quants.dequantize` returns for them."""
         bl = DOT_TYPES[self.type]
         n, k = self.q.shape
-        return (self.q.reshape(n, k // bl, bl).astype(np.float32) * self.d[..., None]).reshape(n, k)
+        out = self.q.astype(np.float32)
+        out.reshape(n, k // bl, bl)[...] *= self.d[..., None]  # in place: one float32 copy of the rows at a time
+        return out
 
     def to_bytes(self) -> np.ndarray:
         """ggml's block bytes ``(N, row_bytes)`` (for tests: they must equal ``quantize(x, type)``)."""
