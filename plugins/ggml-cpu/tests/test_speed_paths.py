@@ -136,7 +136,7 @@ def _mul_mat_case(name: str, n: int, permuted_b: bool) -> tuple[CpuGraph, gc.Ten
 
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16", *QUANT_TYPES, "q3_k"])
-@pytest.mark.parametrize("n", [2, 12])
+@pytest.mark.parametrize("n", [2, 12, 20])  # 2·n activation rows per weight slice: block kernels, then tiles
 def test_mul_mat_graph_matches_reference_path(name: str, n: int) -> None:
     for permuted in (False, True):
         g, out = _mul_mat_case(name, n, permuted)
@@ -188,7 +188,7 @@ def _weights_graph(backend: gc.Backend, n: int) -> tuple[gc.Tensor, gc.Tensor, g
 
 def test_weights_cache_same_results_and_only_weight_buffers() -> None:
     plain = gc.init_backend("CPU")
-    y1, y2, _, graph = _weights_graph(plain, 12)
+    y1, y2, _, graph = _weights_graph(plain, qdot.MAX_VEC_ROWS + 4)  # the cache serves the large-batch route
     plain.graph_compute(graph)
     ref1, ref2 = y1.to_numpy().copy(), y2.to_numpy().copy()
     cached = gc.init_backend("CPU", "weights_cache=1")
@@ -294,10 +294,10 @@ from ggml_cpu.kernels import qdot
 from ggml_cpu.kernels.qdot import _simd
 assert not _simd.HAS_VNNI
 r = np.random.default_rng(0)
-x = r.standard_normal((2, 512)).astype(np.float32)
+x = r.standard_normal((5, 512)).astype(np.float32)  # a group of four rows and one more
 for t in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
     w = quantize(r.standard_normal((24, 512)).astype(np.float32), t)
-    out = np.empty((2, 24), np.float32)
+    out = np.empty((5, 24), np.float32)
     qdot.qmatmul(w, t, x, out, route="block")
     ref = dequantize(quantize(x, GGMLType.Q8_K), GGMLType.Q8_K).astype(np.float64) @ dequantize(w, t).T
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), t

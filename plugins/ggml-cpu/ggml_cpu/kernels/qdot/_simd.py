@@ -1,20 +1,23 @@
 """Integer block dot products as explicit LLVM vector IR (numba intrinsics), the core of every quantized kernel.
 
-Each intrinsic loads the packed quants of one (sub-)block as a byte vector, unpacks them with vector shifts and
-masks into unsigned 8-bit lanes, and returns ``Σ q[j]·x[j]`` as int32 against int8 activations, written as
-``reduce.add(mul(zext q, sext x))``. LLVM lowers that pattern to the best the target has (``vpdpbusd`` with
-AVX-VNNI / AVX512-VNNI, ``pmaddubsw`` + ``pmaddwd`` with AVX2, ``udot``/``sdot`` or widening multiplies on ARM), so
-the Python kernels around these calls stay portable. Plain numba loops cannot get there: numba widens every
-integer product to int64, which quarters the SIMD width (Q4_0 matrix-vector: 1.5 ms as a loop, 0.7 ms here).
+Each intrinsic loads the packed quants of one block (legacy types: 32 weights) or super-block (K-quants: 256) as
+byte vectors, unpacks them with vector shifts and masks into unsigned 8-bit lanes **once**, and dots them with the
+int8 activations of ``R`` rows (``R`` = 1 or 4: several activation rows share the unpacking). Products are written
+as ``reduce.add(mul(zext q, sext x))``, which LLVM lowers to what the target has (``vpdpbusd`` with AVX-VNNI /
+AVX512-VNNI, ``pmaddubsw`` + ``pmaddwd`` with AVX2, widening multiplies elsewhere), so the Python kernels around
+these calls stay portable. Plain numba loops cannot get there: numba widens every integer product to int64, which
+quarters the SIMD width (Q4_0 matrix-vector: 1.5 ms as a loop, 0.7 ms with these intrinsics, on one core).
 
-Where sub-blocks carry their own scales (Q6_K: 16 per super-block), one horizontal sum per sub-block costs more
-than the products. :data:`dot_q6_k_block` instead keeps 4-byte partial sums in a vector (``vpdpbusd``'s lanes),
-multiplies them by the scales lane-wise and reduces once per super-block. Where the CPU has VNNI (and numba
-targets the host CPU) that uses the ``vpdpbusd`` intrinsic; elsewhere (or with ``GGML_CPU_VNNI=0``) the same
-partial sums are written generically (correct on every target, slower).
+Where sub-blocks carry their own scales (K-quants), one horizontal sum per sub-block would cost more than the
+products: the K-quant intrinsics keep 4-byte partial sums in a vector (``vpdpbusd``'s lanes), multiply them by the
+scales lane-wise and reduce once per super-block. Where the CPU has VNNI (and numba targets the host CPU) that uses
+the ``vpdpbusd`` intrinsic; elsewhere (or with ``GGML_CPU_VNNI=0``) the same partial sums are written generically
+(correct on every target, slower).
 
-Bounds: the intrinsics read ``arr[off : off + lanes]`` without checks; the kernels index whole blocks of arrays
-whose shapes the Python entry points validate.
+Operands: ``w`` a weight row (uint8, or int8 for Q8_0), ``wo`` the block's byte offset in it, ``xq`` the int8
+activations (N, K) C-contiguous, ``n0`` the first of the ``R`` activation rows, ``xo`` the block's first column,
+``bsums`` Q8_K's int32 sums per 16 (N, K/16) and ``bo`` the super-block's first of them. Bounds are not checked:
+the kernels index whole blocks of arrays whose shapes the Python entry points validate.
 """
 
 from __future__ import annotations
@@ -27,169 +30,110 @@ from ggml_cpu.kernels.qdot import _jit
 
 __all__ = [
     "HAS_VNNI",
-    "dot_i8x32",
+    "dot_i8",
+    "dot_i8_4",
     "dot_nib",
     "dot_nib5",
-    "dot_q",
-    "dot_q4_k_block",
-    "dot_q5_k_block",
-    "dot_q6_k_block",
-    "dot_q16",
-    "dot_q_halves",
+    "dot_nib5_4",
+    "dot_nib_4",
+    "dot_q4_k",
+    "dot_q4_k_4",
+    "dot_q5_k",
+    "dot_q5_k_4",
+    "dot_q6_k",
+    "dot_q6_k_4",
 ]
 
-#: True when the kernels use the x86 ``vpdpbusd`` instruction directly (set by ``_build``)
+#: True when the kernels use the x86 ``vpdpbusd`` instruction directly (set when the intrinsics are built)
 HAS_VNNI = False
-dot_q4_k_block: Any = None
-dot_q5_k_block: Any = None
-dot_q6_k_block: Any = None
 
-dot_i8x32: Any = None
-dot_nib: Any = None
-dot_nib5: Any = None
-dot_q: Any = None
-dot_q16: Any = None
-dot_q_halves: Any = None
+# one activation row (→ int32, or (int32, int32) for Q4_K/Q5_K) and four rows (→ a tuple of 4 or 8)
+dot_nib: Any = None  #: Q4_0, Q4_1: Σ (nibble quants)·x over one block of 32
+dot_nib_4: Any = None
+dot_nib5: Any = None  #: Q5_0, Q5_1: the same with the fifth bits from the 32-bit ``qh`` argument
+dot_nib5_4: Any = None
+dot_i8: Any = None  #: Q8_0: Σ q·x with signed quants
+dot_i8_4: Any = None
+dot_q4_k: Any = None  #: Q4_K super-block: (Σ scale·Σq·x, Σ min·bsum)
+dot_q4_k_4: Any = None
+dot_q5_k: Any = None  #: Q5_K super-block: as Q4_K
+dot_q5_k_4: Any = None
+dot_q6_k: Any = None  #: Q6_K super-block: Σ scale·Σ(q−32)·x
+dot_q6_k_4: Any = None
 
 
 def _build() -> None:
-    global dot_i8x32, dot_nib, dot_nib5, dot_q, dot_q16, dot_q_halves, HAS_VNNI
-    global dot_q4_k_block, dot_q5_k_block, dot_q6_k_block
     import llvmlite.binding as llvm
     import numba
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.core.extending import intrinsic
 
     i8, i32 = ir.IntType(8), ir.IntType(32)
+    v8 = ir.VectorType(i32, 8)
 
     def vec(t: ir.Type, n: int) -> ir.VectorType:
         return ir.VectorType(t, n)
 
-    def splat(builder: ir.IRBuilder, value: ir.Value, n: int) -> ir.Value:
-        """``value`` (an integer of any width) truncated to i8 and broadcast to ``n`` lanes."""
-        v8 = builder.trunc(value, i8) if value.type.width > 8 else value
-        undef = ir.Constant(vec(i8, n), None)
-        first = builder.insert_element(undef, v8, ir.Constant(i32, 0))
-        return builder.shuffle_vector(first, undef, ir.Constant(vec(i32, n), [0] * n))
-
-    def load(context: Any, builder: ir.IRBuilder, aty: Any, arr: ir.Value, off: ir.Value, n: int) -> ir.Value:
-        data = context.make_array(aty)(context, builder, arr).data
-        ptr = builder.gep(data, [off], inbounds=True)
-        return builder.load(builder.bitcast(ptr, vec(i8, n).as_pointer()), align=1)
-
-    def reduce_dot(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, n: int, q_signed: bool = False) -> ir.Value:
-        wide = vec(i32, n)
-        qw = builder.sext(q, wide) if q_signed else builder.zext(q, wide)
-        prod = builder.mul(qw, builder.sext(x, wide))
-        name = f"llvm.vector.reduce.add.v{n}i32"
-        mod = builder.module
-        fn = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(i32, [wide]), name)
-        return builder.call(fn, [prod])
-
     def const(n: int, value: int) -> ir.Constant:
-        return ir.Constant(vec(i8, n), [value] * n)
+        return ir.Constant(vec(i8, n), [value & 0xFF] * n)
 
-    @intrinsic
-    def _dot_nib(typingctx: Any, w: Any, wo: Any, x: Any, xo: Any) -> Any:
-        """Σ_j<16 (w[wo+j] & 15)·x[xo+j] + (w[wo+j] >> 4)·x[xo+16+j]  (Q4_0, Q4_1)."""
+    def declare(builder: ir.IRBuilder, name: str, fnty: ir.FunctionType) -> ir.Function:
+        mod = builder.module
+        return mod.globals.get(name) or ir.Function(mod, fnty, name)
 
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            wv = load(context, builder, sig.args[0], args[0], args[1], 16)
-            lo = builder.and_(wv, const(16, 15))
-            hi = builder.lshr(wv, const(16, 4))
-            q = builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
-            return reduce_dot(builder, q, load(context, builder, sig.args[2], args[2], args[3], 32), 32)
-
-        return types.int32(w, wo, x, xo), codegen
-
-    @intrinsic
-    def _dot_nib5(typingctx: Any, w: Any, wo: Any, qh: Any, x: Any, xo: Any) -> Any:
-        """Like ``dot_nib`` with a fifth bit per quant: bit j of the 32-bit ``qh`` for quant j  (Q5_0, Q5_1)."""
-
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            wv = load(context, builder, sig.args[0], args[0], args[1], 16)
-            lo = builder.and_(wv, const(16, 15))
-            hi = builder.lshr(wv, const(16, 4))
-            q = builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
-            # bit j of qh → 16 in lane j, in byte lanes: lane j holds byte j/8 of qh, tested against 1 << (j % 8)
-            h32 = builder.trunc(args[2], i32) if args[2].type.width > 32 else args[2]
-            hbytes = builder.bitcast(h32, vec(i8, 4))
-            spread = builder.shuffle_vector(
-                hbytes, ir.Constant(vec(i8, 4), None), ir.Constant(vec(i32, 32), [j // 8 for j in range(32)])
-            )
-            bit = ir.Constant(vec(i8, 32), [1 << (j % 8) for j in range(32)])
-            has = builder.icmp_unsigned("!=", builder.and_(spread, bit), const(32, 0))
-            q = builder.or_(q, builder.select(has, const(32, 16), const(32, 0)))
-            return reduce_dot(builder, q, load(context, builder, sig.args[3], args[3], args[4], 32), 32)
-
-        return types.int32(w, wo, qh, x, xo), codegen
-
-    @intrinsic
-    def _dot_i8x32(typingctx: Any, w: Any, wo: Any, x: Any, xo: Any) -> Any:
-        """Σ_j<32 w[wo+j]·x[xo+j] with both int8 (the bytes of ``w`` read as signed)  (Q8_0)."""
-
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            wv = load(context, builder, sig.args[0], args[0], args[1], 32)
-            return reduce_dot(builder, wv, load(context, builder, sig.args[2], args[2], args[3], 32), 32, True)
-
-        return types.int32(w, wo, x, xo), codegen
-
-    def make_dot_q(n: int) -> Callable[..., Any]:
-        @intrinsic
-        def _dot_q(
-            typingctx: Any, a: Any, ao: Any, ash: Any, b: Any, bo: Any, bsh: Any, bmask: Any, x: Any, xo: Any
-        ) -> Any:
-            """Σ_j<n q_j·x[xo+j], q_j = ((a[ao+j] >> ash) & 15) | (((b[bo+j] >> bsh) & bmask) << 4)  (K-quants)."""
-
-            def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-                av = load(context, builder, sig.args[0], args[0], args[1], n)
-                q = builder.and_(builder.lshr(av, splat(builder, args[2], n)), const(n, 15))
-                bv = load(context, builder, sig.args[3], args[3], args[4], n)
-                hb = builder.and_(builder.lshr(bv, splat(builder, args[5], n)), splat(builder, args[6], n))
-                q = builder.or_(q, builder.shl(hb, const(n, 4)))
-                return reduce_dot(builder, q, load(context, builder, sig.args[7], args[7], args[8], n), n)
-
-            return types.int32(a, ao, ash, b, bo, bsh, bmask, x, xo), codegen
-
-        return _dot_q
-
-    @intrinsic
-    def _dot_q_halves(
-        typingctx: Any, a: Any, ao: Any, ash: Any, b: Any, bo: Any, bsh: Any, bmask: Any, x: Any, xo: Any
-    ) -> Any:
-        """``dot_q`` over 32 lanes, returned as the two sums of lanes 0-15 and 16-31 (Q6_K's sub-blocks of 16)."""
-
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            av = load(context, builder, sig.args[0], args[0], args[1], 32)
-            q = builder.and_(builder.lshr(av, splat(builder, args[2], 32)), const(32, 15))
-            bv = load(context, builder, sig.args[3], args[3], args[4], 32)
-            hb = builder.and_(builder.lshr(bv, splat(builder, args[5], 32)), splat(builder, args[6], 32))
-            q = builder.or_(q, builder.shl(hb, const(32, 4)))
-            xv = load(context, builder, sig.args[7], args[7], args[8], 32)
-            # two full-width dot products (the pattern LLVM maps to vpdpbusd): lanes 0-15 only, and all lanes
-            low = builder.and_(q, ir.Constant(vec(i8, 32), [255] * 16 + [0] * 16))
-            first = reduce_dot(builder, low, xv, 32)
-            halves = [first, builder.sub(reduce_dot(builder, q, xv, 32), first)]
-            pair = context.make_tuple(builder, sig.return_type, halves)
-            return pair
-
-        return types.UniTuple(types.int32, 2)(a, ao, ash, b, bo, bsh, bmask, x, xo), codegen
+    def reduce_add(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+        n = v.type.count
+        return builder.call(declare(builder, f"llvm.vector.reduce.add.v{n}i32", ir.FunctionType(i32, [v.type])), [v])
 
     host = getattr(numba.config, "CPU_NAME", None) is None  # numba compiles for this very CPU
     feats = llvm.get_host_cpu_features() if host else {}
     vnni = bool(feats.get("avxvnni") or (feats.get("avx512vnni") and feats.get("avx512vl")))
     vnni = vnni and os.environ.get("GGML_CPU_VNNI", "1") != "0"
 
+    class Operands:
+        """Typed access to an intrinsic's array arguments."""
+
+        def __init__(self, context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> None:
+            self.context, self.builder, self.sig, self.args = context, builder, sig, args
+
+        def _array(self, i: int) -> Any:
+            return self.context.make_array(self.sig.args[i])(self.context, self.builder, self.args[i])
+
+        def plus(self, v: ir.Value, k: int) -> ir.Value:
+            return self.builder.add(v, ir.Constant(v.type, k))
+
+        def bytes(self, i: int, off: ir.Value, n: int) -> ir.Value:
+            """``n`` bytes of the 1-D array argument ``i`` from element ``off``."""
+            ptr = self.builder.gep(self._array(i).data, [off], inbounds=True)
+            return self.builder.load(self.builder.bitcast(ptr, vec(i8, n).as_pointer()), align=1)
+
+        def row_ptr(self, i: int, row: ir.Value, col: ir.Value) -> ir.Value:
+            """Pointer to element (row, col) of the C-contiguous 2-D array argument ``i``."""
+            ary = self._array(i)
+            width = cgutils.unpack_tuple(self.builder, ary.shape, 2)[1]
+            return self.builder.gep(ary.data, [self.builder.add(self.builder.mul(row, width), col)], inbounds=True)
+
+        def row_bytes(self, i: int, row: ir.Value, col: ir.Value, n: int) -> ir.Value:
+            ptr = self.row_ptr(i, row, col)
+            return self.builder.load(self.builder.bitcast(ptr, vec(i8, n).as_pointer()), align=1)
+
+        def row_i32(self, i: int, row: ir.Value, col: ir.Value, n: int) -> ir.Value:
+            ptr = self.row_ptr(i, row, col)
+            return self.builder.load(self.builder.bitcast(ptr, vec(i32, n).as_pointer()), align=4)
+
+    def dot(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, q_signed: bool = False) -> ir.Value:
+        """Σ q·x as int32 (the pattern LLVM maps to vpdpbusd / pmaddubsw)."""
+        wide = vec(i32, q.type.count)
+        qw = builder.sext(q, wide) if q_signed else builder.zext(q, wide)
+        return reduce_add(builder, builder.mul(qw, builder.sext(x, wide)))
+
     def quad_sums(builder: ir.IRBuilder, q: ir.Value, x: ir.Value) -> ir.Value:
         """<8 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for 32 unsigned q and signed x bytes (``vpdpbusd``)."""
-        v8 = vec(i32, 8)
         if vnni:
-            name = "llvm.x86.avx512.vpdpbusd.256"
-            mod = builder.module
-            fn = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(v8, [v8, v8, v8]), name)
-            zero = ir.Constant(v8, [0] * 8)
-            return builder.call(fn, [zero, builder.bitcast(q, v8), builder.bitcast(x, v8)])
+            fn = declare(builder, "llvm.x86.avx512.vpdpbusd.256", ir.FunctionType(v8, [v8, v8, v8]))
+            return builder.call(fn, [ir.Constant(v8, [0] * 8), builder.bitcast(q, v8), builder.bitcast(x, v8)])
         prod = builder.mul(builder.zext(q, vec(i32, 32)), builder.sext(x, vec(i32, 32)))
         undef = ir.Constant(vec(i32, 32), None)
         total = None
@@ -198,117 +142,158 @@ def _build() -> None:
             total = part if total is None else builder.add(total, part)
         return total
 
-    def reduce_i32(builder: ir.IRBuilder, v: ir.Value, n: int) -> ir.Value:
-        name = f"llvm.vector.reduce.add.v{n}i32"
-        mod = builder.module
-        fn = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(i32, [vec(i32, n)]), name)
-        return builder.call(fn, [v])
+    def broadcast(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+        first = builder.insert_element(ir.Constant(v8, None), v, ir.Constant(i32, 0))
+        return builder.shuffle_vector(first, ir.Constant(v8, None), ir.Constant(v8, [0] * 8))
 
-    @intrinsic
-    def _dot_q6_k_block(typingctx: Any, row: Any, o: Any, x: Any, xo: Any, bsums: Any, bo: Any) -> Any:
-        """One Q6_K super-block at ``row[o:o+210]`` against ``x[xo:xo+256]`` with Q8_K ``bsums[bo:bo+16]``:
-        ``Σ_t scale_t · Σ_{j in t} (q_j - 32)·x_j`` over its 16 sub-blocks ``t`` (an int32)."""
+    def tuple_of(op: Operands, values: list[ir.Value]) -> ir.Value:
+        return op.context.make_tuple(op.builder, op.sig.return_type, values) if len(values) > 1 else values[0]
+
+    def result(n: int) -> Any:
+        return types.UniTuple(types.int32, n) if n > 1 else types.int32
+
+    # ---- unpacking: each returns [(q vector of 32 unsigned (or signed) bytes, activation column offset), ...]
+
+    def unpack_nib(op: Operands) -> ir.Value:
+        b = op.builder
+        w = op.bytes(0, op.args[1], 16)
+        lo, hi = b.and_(w, const(16, 15)), b.lshr(w, const(16, 4))
+        return b.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
+
+    def fifth_bits(op: Operands, q: ir.Value, qh: ir.Value) -> ir.Value:
+        """q | 16 where bit j of the 32-bit ``qh`` is set (byte lanes: lane j tests byte j/8 against 1 << j%8)."""
+        b = op.builder
+        h32 = b.trunc(qh, i32) if qh.type.width > 32 else qh
+        spread = b.shuffle_vector(
+            b.bitcast(h32, vec(i8, 4)),
+            ir.Constant(vec(i8, 4), None),
+            ir.Constant(vec(i32, 32), [j // 8 for j in range(32)]),
+        )
+        bit = ir.Constant(vec(i8, 32), [(1 << (j % 8)) & 0xFF for j in range(32)])
+        has = b.icmp_unsigned("!=", b.and_(spread, bit), const(32, 0))
+        return b.or_(q, b.select(has, const(32, 16), const(32, 0)))
+
+    def legacy(kind: str, rows: int) -> Callable[..., Any]:
+        """A block of 32 against ``rows`` activation rows → ``rows`` int32 (Q4_x: nib, Q5_x: nib5, Q8_0: i8)."""
 
         def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            rty, xty, bty = sig.args[0], sig.args[2], sig.args[4]
-            off = args[1]
+            op = Operands(context, builder, sig, args)
+            if kind == "i8":
+                q = op.bytes(0, args[1], 32)
+            elif kind == "nib":
+                q = unpack_nib(op)
+            else:
+                q = fifth_bits(op, unpack_nib(op), args[2])
+            xi = 3 if kind == "nib5" else 2  # position of xq among the arguments
+            n0, xo = args[xi + 1], args[xi + 2]
+            sums = [dot(builder, q, op.row_bytes(xi, op.plus(n0, r), xo, 32), kind == "i8") for r in range(rows)]
+            return tuple_of(op, sums)
 
-            def at(base: ir.Value, k: int) -> ir.Value:
-                return builder.add(base, ir.Constant(base.type, k))
+        if kind == "nib5":
 
-            scales = builder.sext(load(context, builder, rty, args[0], at(off, 192), 16), vec(i32, 16))
-            acc = ir.Constant(vec(i32, 8), [0] * 8)
-            for h in range(2):
-                qh = load(context, builder, rty, args[0], at(off, 128 + h * 32), 32)
-                for q in range(4):
-                    ql = load(context, builder, rty, args[0], at(off, h * 64 + (q & 1) * 32), 32)
-                    lo = builder.and_(builder.lshr(ql, const(32, (q >> 1) * 4)), const(32, 15))
-                    hi = builder.shl(builder.and_(builder.lshr(qh, const(32, 2 * q)), const(32, 3)), const(32, 4))
-                    xv = load(context, builder, xty, args[2], at(args[3], h * 128 + q * 32), 32)
-                    t = h * 8 + q * 2
-                    pick = ir.Constant(vec(i32, 8), [t] * 4 + [t + 1] * 4)
-                    sc = builder.shuffle_vector(scales, ir.Constant(vec(i32, 16), None), pick)
-                    acc = builder.add(acc, builder.mul(quad_sums(builder, builder.or_(lo, hi), xv), sc))
-            bdata = context.make_array(bty)(context, builder, args[4]).data
-            bptr = builder.gep(bdata, [args[5]], inbounds=True)
-            bs = builder.load(builder.bitcast(bptr, vec(i32, 16).as_pointer()), align=4)
-            offset = builder.mul(reduce_i32(builder, builder.mul(scales, bs), 16), ir.Constant(i32, 32))
-            return builder.sub(reduce_i32(builder, acc, 8), offset)
+            def typer5(typingctx: Any, w: Any, wo: Any, qh: Any, xq: Any, n0: Any, xo: Any) -> Any:
+                return result(rows)(w, wo, qh, xq, n0, xo), codegen
 
-        return types.int32(row, o, x, xo, bsums, bo), codegen
+            return intrinsic(typer5)
 
-    def make_k45(with_qh: bool) -> Callable[..., Any]:
-        @intrinsic
-        def _dot_k45_block(typingctx: Any, row: Any, o: Any, x: Any, xo: Any, bsums: Any, bo: Any) -> Any:
-            """One Q4_K (``with_qh`` False) or Q5_K super-block against ``x[xo:xo+256]`` and Q8_K ``bsums``:
-            ``(Σ_j scale_j · Σ_{i in j} q_i·x_i,  Σ_j min_j · bsum_j)`` over its 8 sub-blocks of 32."""
+        def typer(typingctx: Any, w: Any, wo: Any, xq: Any, n0: Any, xo: Any) -> Any:
+            return result(rows)(w, wo, xq, n0, xo), codegen
 
-            def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-                rty, xty, bty = sig.args[0], sig.args[2], sig.args[4]
-                off = args[1]
+        return intrinsic(typer)
 
-                def at(base: ir.Value, k: int) -> ir.Value:
-                    return builder.add(base, ir.Constant(base.type, k))
+    def k45(with_qh: bool, rows: int) -> Callable[..., Any]:
+        """A Q4_K (or Q5_K) super-block against ``rows`` rows → (Σ scale·Σq·x, Σ min·bsum) per row."""
 
-                data = context.make_array(rty)(context, builder, args[0]).data
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            op = Operands(context, builder, sig, args)
+            b, off = builder, args[1]
+            n0, xo, bo = args[3], args[4], args[6]
 
-                def byte(k: int) -> ir.Value:  # scales[k] (the 12 packed bytes at o+4) as i32
-                    ptr = builder.gep(data, [at(off, 4 + k)], inbounds=True)
-                    return builder.zext(builder.load(ptr), i32)
+            def sbyte(k: int) -> ir.Value:  # scales[k] of the 12 packed bytes at o+4, as i32
+                return b.zext(b.load(b.gep(op._array(0).data, [op.plus(off, 4 + k)], inbounds=True)), i32)
 
-                def c(v: int) -> ir.Constant:
-                    return ir.Constant(i32, v)
+            def c(v: int) -> ir.Constant:
+                return ir.Constant(i32, v)
 
-                scs, mns = [], []
-                for j in range(8):  # ggml's get_scale_min_k4
-                    if j < 4:
-                        scs.append(builder.and_(byte(j), c(63)))
-                        mns.append(builder.and_(byte(j + 4), c(63)))
-                    else:
-                        hi_s = builder.shl(builder.lshr(byte(j - 4), c(6)), c(4))
-                        hi_m = builder.shl(builder.lshr(byte(j), c(6)), c(4))
-                        scs.append(builder.or_(builder.and_(byte(j + 4), c(15)), hi_s))
-                        mns.append(builder.or_(builder.lshr(byte(j + 4), c(4)), hi_m))
-                v8 = vec(i32, 8)
-                acc = ir.Constant(v8, [0] * 8)
-                qs0 = 48 if with_qh else 16
-                qh = load(context, builder, rty, args[0], at(off, 16), 32) if with_qh else None
-                for j in range(8):
-                    qs = load(context, builder, rty, args[0], at(off, qs0 + (j >> 1) * 32), 32)
-                    q = builder.and_(builder.lshr(qs, const(32, (j & 1) * 4)), const(32, 15))
-                    if qh is not None:
-                        bit = builder.and_(builder.lshr(qh, const(32, j)), const(32, 1))
-                        q = builder.or_(q, builder.shl(bit, const(32, 4)))
-                    xv = load(context, builder, xty, args[2], at(args[3], j * 32), 32)
-                    sc = builder.shuffle_vector(
-                        builder.insert_element(ir.Constant(v8, None), scs[j], c(0)),
-                        ir.Constant(v8, None),
-                        ir.Constant(v8, [0] * 8),
-                    )
-                    acc = builder.add(acc, builder.mul(quad_sums(builder, q, xv), sc))
-                bdata = context.make_array(bty)(context, builder, args[4]).data
-                bptr = builder.gep(bdata, [args[5]], inbounds=True)
-                bs = builder.load(builder.bitcast(bptr, vec(i32, 16).as_pointer()), align=4)
-                undef16 = ir.Constant(vec(i32, 16), None)
-                pairs = builder.add(
-                    builder.shuffle_vector(bs, undef16, ir.Constant(v8, [2 * i for i in range(8)])),
-                    builder.shuffle_vector(bs, undef16, ir.Constant(v8, [2 * i + 1 for i in range(8)])),
+            scales, mins = ir.Constant(v8, None), ir.Constant(v8, None)
+            for j in range(8):  # ggml's get_scale_min_k4
+                if j < 4:
+                    sc, mn = b.and_(sbyte(j), c(63)), b.and_(sbyte(j + 4), c(63))
+                else:
+                    sc = b.or_(b.and_(sbyte(j + 4), c(15)), b.shl(b.lshr(sbyte(j - 4), c(6)), c(4)))
+                    mn = b.or_(b.lshr(sbyte(j + 4), c(4)), b.shl(b.lshr(sbyte(j), c(6)), c(4)))
+                scales, mins = b.insert_element(scales, sc, c(j)), b.insert_element(mins, mn, c(j))
+            qh = op.bytes(0, op.plus(off, 16), 32) if with_qh else None
+            accs = [ir.Constant(v8, [0] * 8) for _ in range(rows)]
+            for j in range(8):
+                qs = op.bytes(0, op.plus(off, (48 if with_qh else 16) + (j >> 1) * 32), 32)
+                q = b.and_(b.lshr(qs, const(32, (j & 1) * 4)), const(32, 15))
+                if qh is not None:
+                    q = b.or_(q, b.shl(b.and_(b.lshr(qh, const(32, j)), const(32, 1)), const(32, 4)))
+                sc = b.shuffle_vector(scales, ir.Constant(v8, None), ir.Constant(v8, [j] * 8))
+                for r in range(rows):
+                    x = op.row_bytes(2, op.plus(n0, r), op.plus(xo, j * 32), 32)
+                    accs[r] = b.add(accs[r], b.mul(quad_sums(b, q, x), sc))
+            out = []
+            undef16 = ir.Constant(vec(i32, 16), None)
+            for r in range(rows):
+                bs = op.row_i32(5, op.plus(n0, r), bo, 16)
+                pairs = b.add(
+                    b.shuffle_vector(bs, undef16, ir.Constant(v8, [2 * i for i in range(8)])),
+                    b.shuffle_vector(bs, undef16, ir.Constant(v8, [2 * i + 1 for i in range(8)])),
                 )
-                mv = ir.Constant(v8, None)
-                for j in range(8):
-                    mv = builder.insert_element(mv, mns[j], c(j))
-                summ = reduce_i32(builder, builder.mul(mv, pairs), 8)
-                return context.make_tuple(builder, sig.return_type, [reduce_i32(builder, acc, 8), summ])
+                out += [reduce_add(b, accs[r]), reduce_add(b, b.mul(mins, pairs))]
+            return tuple_of(op, out)
 
-            return types.UniTuple(types.int32, 2)(row, o, x, xo, bsums, bo), codegen
+        def typer(typingctx: Any, w: Any, o: Any, xq: Any, n0: Any, xo: Any, bsums: Any, bo: Any) -> Any:
+            return result(2 * rows)(w, o, xq, n0, xo, bsums, bo), codegen
 
-        return _dot_k45_block
+        return intrinsic(typer)
 
+    def q6k(rows: int) -> Callable[..., Any]:
+        """A Q6_K super-block against ``rows`` rows → Σ_t scale_t·Σ_{j in t}(q_j − 32)·x_j per row."""
+
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            op = Operands(context, builder, sig, args)
+            b, off = builder, args[1]
+            n0, xo, bo = args[3], args[4], args[6]
+            scales = b.sext(op.bytes(0, op.plus(off, 192), 16), vec(i32, 16))
+            accs = [ir.Constant(v8, [0] * 8) for _ in range(rows)]
+            for h in range(2):
+                qh = op.bytes(0, op.plus(off, 128 + h * 32), 32)
+                for q in range(4):
+                    ql = op.bytes(0, op.plus(off, h * 64 + (q & 1) * 32), 32)
+                    lo = b.and_(b.lshr(ql, const(32, (q >> 1) * 4)), const(32, 15))
+                    hi = b.shl(b.and_(b.lshr(qh, const(32, 2 * q)), const(32, 3)), const(32, 4))
+                    qv = b.or_(lo, hi)
+                    t = h * 8 + q * 2  # the quarter's two sub-blocks of 16: lanes 0-3 and 4-7 of the partial sums
+                    sc = b.shuffle_vector(
+                        scales, ir.Constant(vec(i32, 16), None), ir.Constant(v8, [t] * 4 + [t + 1] * 4)
+                    )
+                    for r in range(rows):
+                        x = op.row_bytes(2, op.plus(n0, r), op.plus(xo, h * 128 + q * 32), 32)
+                        accs[r] = b.add(accs[r], b.mul(quad_sums(b, qv, x), sc))
+            out = []
+            for r in range(rows):
+                bs = op.row_i32(5, op.plus(n0, r), bo, 16)
+                offset = b.mul(reduce_add(b, b.mul(scales, bs)), ir.Constant(i32, 32))
+                out.append(b.sub(reduce_add(b, accs[r]), offset))
+            return tuple_of(op, out)
+
+        def typer(typingctx: Any, w: Any, o: Any, xq: Any, n0: Any, xo: Any, bsums: Any, bo: Any) -> Any:
+            return result(rows)(w, o, xq, n0, xo, bsums, bo), codegen
+
+        return intrinsic(typer)
+
+    global HAS_VNNI, dot_nib, dot_nib_4, dot_nib5, dot_nib5_4, dot_i8, dot_i8_4
+    global dot_q4_k, dot_q4_k_4, dot_q5_k, dot_q5_k_4, dot_q6_k, dot_q6_k_4
     HAS_VNNI = vnni
-    dot_q4_k_block, dot_q5_k_block = make_k45(False), make_k45(True)
-    dot_q6_k_block = _dot_q6_k_block
-    dot_nib, dot_nib5, dot_i8x32 = _dot_nib, _dot_nib5, _dot_i8x32
-    dot_q, dot_q16, dot_q_halves = make_dot_q(32), make_dot_q(16), _dot_q_halves
+    dot_nib, dot_nib_4 = legacy("nib", 1), legacy("nib", 4)
+    dot_nib5, dot_nib5_4 = legacy("nib5", 1), legacy("nib5", 4)
+    dot_i8, dot_i8_4 = legacy("i8", 1), legacy("i8", 4)
+    dot_q4_k, dot_q4_k_4 = k45(False, 1), k45(False, 4)
+    dot_q5_k, dot_q5_k_4 = k45(True, 1), k45(True, 4)
+    dot_q6_k, dot_q6_k_4 = q6k(1), q6k(4)
 
 
 if _jit.enabled():

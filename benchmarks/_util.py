@@ -1,0 +1,110 @@
+"""Shared benchmark helpers: medians of repeated runs, paired with a same-run baseline, and JSON results.
+
+Numbers on a shared machine are noisy: every measurement here is a median, and a measurement that has a baseline
+is timed alternately with it (``paired_ms``) so both see the same load; compare the ratios.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Results", "machine", "median_ms", "paired_ms", "times_ms"]
+
+
+def times_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
+    """Wall times of ``repeat`` calls in milliseconds, after ``warmup`` untimed calls (garbage collector off)."""
+    for _ in range(warmup):
+        fn()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def median_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn`` in milliseconds."""
+    return statistics.median(times_ms(fn, repeat, warmup))
+
+
+def paired_ms(
+    ours: Callable[[], object], base: Callable[[], object], repeat: int, warmup: int = 1
+) -> tuple[float, float]:
+    """Medians (ms) of two functions timed alternately, so that both see the same machine load."""
+    for _ in range(warmup):
+        ours()
+        base()
+    ta: list[float] = []
+    tb: list[float] = []
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            for fn, acc in ((ours, ta), (base, tb)):
+                t0 = time.perf_counter()
+                fn()
+                acc.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        if enabled:
+            gc.enable()
+    return statistics.median(ta), statistics.median(tb)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_average": [round(v, 2) for v in load],
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+class Results:
+    """Rows of one benchmark run, printed as they come and written as JSON at the end."""
+
+    def __init__(self, benchmark: str, settings: dict[str, Any]) -> None:
+        self.data: dict[str, Any] = {"benchmark": benchmark, "machine": machine(), "settings": settings, "rows": []}
+
+    def add(self, section: str, name: str, **fields: Any) -> dict[str, Any]:
+        """Record one measurement (floats rounded for readability)."""
+        row = {"section": section, "name": name}
+        row.update({k: round(v, 6) if isinstance(v, float) else v for k, v in fields.items()})
+        self.data["rows"].append(row)
+        return row
+
+    def write_json(self, path: str) -> None:
+        """Write everything to ``path`` (``-``: standard output)."""
+        text = json.dumps(self.data, indent=2)
+        if path == "-":
+            print(text)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
