@@ -295,18 +295,19 @@ from ggml_cpu.kernels.qdot import _simd
 assert not _simd.HAS_VNNI
 r = np.random.default_rng(0)
 x = r.standard_normal((5, 512)).astype(np.float32)  # a group of four rows and one more
-for t in (GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
+for t in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
     w = quantize(r.standard_normal((24, 512)).astype(np.float32), t)
     out = np.empty((5, 24), np.float32)
     qdot.qmatmul(w, t, x, out, route="block")
-    ref = dequantize(quantize(x, GGMLType.Q8_K), GGMLType.Q8_K).astype(np.float64) @ dequantize(w, t).T
+    dot = qdot.DOT_TYPE[t]
+    ref = dequantize(quantize(x, dot), dot).astype(np.float64) @ dequantize(w, t).T
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), t
 print("ok")
 """
 
 
 def test_generic_partial_sums_without_vnni() -> None:
-    """The K-quant kernels' portable partial sums (used on CPUs without VNNI) give the same results."""
+    """The kernels' portable partial sums (used on CPUs without VNNI) give the same results."""
     pytest.importorskip("numba")
     if qdot.disabled_reason() is not None:
         pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")

@@ -1,23 +1,23 @@
 """Integer block dot products as explicit LLVM vector IR (numba intrinsics), the core of every quantized kernel.
 
-Each intrinsic loads the packed quants of one block (legacy types: 32 weights) or super-block (K-quants: 256) as
-byte vectors, unpacks them with vector shifts and masks into unsigned 8-bit lanes **once**, and dots them with the
-int8 activations of ``R`` rows (``R`` = 1 or 4: several activation rows share the unpacking). Products are written
-as ``reduce.add(mul(zext q, sext x))``, which LLVM lowers to what the target has (``vpdpbusd`` with AVX-VNNI /
-AVX512-VNNI, ``pmaddubsw`` + ``pmaddwd`` with AVX2, widening multiplies elsewhere), so the Python kernels around
-these calls stay portable. Plain numba loops cannot get there: numba widens every integer product to int64, which
-quarters the SIMD width (Q4_0 matrix-vector: 1.5 ms as a loop, 0.7 ms with these intrinsics, on one core).
+Plain numba loops cannot reach the hardware's int8 dot products: numba widens every integer product to int64, which
+quarters the SIMD width (Q4_0 matrix-vector: 4.1 ms as a plain loop, 1.5 ms with SLP vectorisation, 0.65 ms here,
+one core). These intrinsics build the vector code themselves:
 
-Where sub-blocks carry their own scales (K-quants), one horizontal sum per sub-block would cost more than the
-products: the K-quant intrinsics keep 4-byte partial sums in a vector (``vpdpbusd``'s lanes), multiply them by the
-scales lane-wise and reduce once per super-block. Where the CPU has VNNI (and numba targets the host CPU) that uses
-the ``vpdpbusd`` intrinsic; elsewhere (or with ``GGML_CPU_VNNI=0``) the same partial sums are written generically
-(correct on every target, slower).
+* quants are loaded as byte vectors and unpacked with vector shifts and masks into 8-bit lanes, **once** per block
+  for up to four activation rows;
+* :func:`quad_sums` forms 8 lanes of exact partial sums ``Σ_{4 bytes} q·x`` (unsigned × signed bytes): the
+  ``vpdpbusd`` instruction where the CPU has VNNI and numba targets the host CPU, otherwise the same sums written
+  generically (correct on every target, slower; also forced by ``GGML_CPU_VNNI=0``). Signed quants (Q4_0, Q5_0 after
+  their offset, Q8_0) go in as ``|q|`` with the activation's sign flipped where ``q < 0``, as ggml's kernels do;
+* the partial sums are scaled lane-wise — by the sub-block scales (K-quants: integer, one horizontal sum per
+  super-block) or by ``d_w·d_x`` as floats (legacy types: an 8-lane float accumulator per row, one horizontal sum
+  per row) — so no horizontal sum is paid per small block.
 
-Operands: ``w`` a weight row (uint8, or int8 for Q8_0), ``wo`` the block's byte offset in it, ``xq`` the int8
-activations (N, K) C-contiguous, ``n0`` the first of the ``R`` activation rows, ``xo`` the block's first column,
-``bsums`` Q8_K's int32 sums per 16 (N, K/16) and ``bo`` the super-block's first of them. Bounds are not checked:
-the kernels index whole blocks of arrays whose shapes the Python entry points validate.
+Operands: ``w`` a weight row (uint8), ``o`` a block's byte offset in it, ``xq`` the int8 activations (N, K)
+C-contiguous, ``n0`` the first of the activation rows, ``xo`` the block's first column, ``bsums`` Q8_K's int32 sums
+per 16 (N, K/16) and ``bo`` the super-block's first of them. Bounds are not checked: the kernels index whole blocks
+of arrays whose shapes the Python entry points validate.
 """
 
 from __future__ import annotations
@@ -30,12 +30,7 @@ from ggml_cpu.kernels.qdot import _jit
 
 __all__ = [
     "HAS_VNNI",
-    "dot_i8",
-    "dot_i8_4",
-    "dot_nib",
-    "dot_nib5",
-    "dot_nib5_4",
-    "dot_nib_4",
+    "ROW_DOTS",
     "dot_q4_k",
     "dot_q4_k_4",
     "dot_q5_k",
@@ -48,18 +43,14 @@ __all__ = [
 HAS_VNNI = False
 
 # one activation row (→ int32, or (int32, int32) for Q4_K/Q5_K) and four rows (→ a tuple of 4 or 8)
-dot_nib: Any = None  #: Q4_0, Q4_1: Σ (nibble quants)·x over one block of 32
-dot_nib_4: Any = None
-dot_nib5: Any = None  #: Q5_0, Q5_1: the same with the fifth bits from the 32-bit ``qh`` argument
-dot_nib5_4: Any = None
-dot_i8: Any = None  #: Q8_0: Σ q·x with signed quants
-dot_i8_4: Any = None
 dot_q4_k: Any = None  #: Q4_K super-block: (Σ scale·Σq·x, Σ min·bsum)
 dot_q4_k_4: Any = None
 dot_q5_k: Any = None  #: Q5_K super-block: as Q4_K
 dot_q5_k_4: Any = None
 dot_q6_k: Any = None  #: Q6_K super-block: Σ scale·Σ(q−32)·x
 dot_q6_k_4: Any = None
+#: legacy type name → (whole row against 1 activation row, against 4 rows), each → float32
+ROW_DOTS: dict[str, tuple[Any, Any]] = {}
 
 
 def _build() -> None:
@@ -123,12 +114,6 @@ def _build() -> None:
             ptr = self.row_ptr(i, row, col)
             return self.builder.load(self.builder.bitcast(ptr, vec(i32, n).as_pointer()), align=4)
 
-    def dot(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, q_signed: bool = False) -> ir.Value:
-        """Σ q·x as int32 (the pattern LLVM maps to vpdpbusd / pmaddubsw)."""
-        wide = vec(i32, q.type.count)
-        qw = builder.sext(q, wide) if q_signed else builder.zext(q, wide)
-        return reduce_add(builder, builder.mul(qw, builder.sext(x, wide)))
-
     def quad_sums(builder: ir.IRBuilder, q: ir.Value, x: ir.Value) -> ir.Value:
         """<8 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for 32 unsigned q and signed x bytes (``vpdpbusd``)."""
         if vnni:
@@ -152,14 +137,6 @@ def _build() -> None:
     def result(n: int) -> Any:
         return types.UniTuple(types.int32, n) if n > 1 else types.int32
 
-    # ---- unpacking: each returns [(q vector of 32 unsigned (or signed) bytes, activation column offset), ...]
-
-    def unpack_nib(op: Operands) -> ir.Value:
-        b = op.builder
-        w = op.bytes(0, op.args[1], 16)
-        lo, hi = b.and_(w, const(16, 15)), b.lshr(w, const(16, 4))
-        return b.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
-
     def fifth_bits(op: Operands, q: ir.Value, qh: ir.Value) -> ir.Value:
         """q | 16 where bit j of the 32-bit ``qh`` is set (byte lanes: lane j tests byte j/8 against 1 << j%8)."""
         b = op.builder
@@ -172,34 +149,6 @@ def _build() -> None:
         bit = ir.Constant(vec(i8, 32), [(1 << (j % 8)) & 0xFF for j in range(32)])
         has = b.icmp_unsigned("!=", b.and_(spread, bit), const(32, 0))
         return b.or_(q, b.select(has, const(32, 16), const(32, 0)))
-
-    def legacy(kind: str, rows: int) -> Callable[..., Any]:
-        """A block of 32 against ``rows`` activation rows → ``rows`` int32 (Q4_x: nib, Q5_x: nib5, Q8_0: i8)."""
-
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            op = Operands(context, builder, sig, args)
-            if kind == "i8":
-                q = op.bytes(0, args[1], 32)
-            elif kind == "nib":
-                q = unpack_nib(op)
-            else:
-                q = fifth_bits(op, unpack_nib(op), args[2])
-            xi = 3 if kind == "nib5" else 2  # position of xq among the arguments
-            n0, xo = args[xi + 1], args[xi + 2]
-            sums = [dot(builder, q, op.row_bytes(xi, op.plus(n0, r), xo, 32), kind == "i8") for r in range(rows)]
-            return tuple_of(op, sums)
-
-        if kind == "nib5":
-
-            def typer5(typingctx: Any, w: Any, wo: Any, qh: Any, xq: Any, n0: Any, xo: Any) -> Any:
-                return result(rows)(w, wo, qh, xq, n0, xo), codegen
-
-            return intrinsic(typer5)
-
-        def typer(typingctx: Any, w: Any, wo: Any, xq: Any, n0: Any, xo: Any) -> Any:
-            return result(rows)(w, wo, xq, n0, xo), codegen
-
-        return intrinsic(typer)
 
     def k45(with_qh: bool, rows: int) -> Callable[..., Any]:
         """A Q4_K (or Q5_K) super-block against ``rows`` rows → (Σ scale·Σq·x, Σ min·bsum) per row."""
@@ -285,15 +234,100 @@ def _build() -> None:
 
         return intrinsic(typer)
 
-    global HAS_VNNI, dot_nib, dot_nib_4, dot_nib5, dot_nib5_4, dot_i8, dot_i8_4
-    global dot_q4_k, dot_q4_k_4, dot_q5_k, dot_q5_k_4, dot_q6_k, dot_q6_k_4
+    f32 = ir.FloatType()
+    vf8 = ir.VectorType(f32, 8)
+
+    def signed_pair(b: ir.IRBuilder, q: ir.Value, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(|q|, x·sign(q)) for signed q: their unsigned × signed products are q·x (|x| ≤ 127, as Q8 gives)."""
+        neg = b.icmp_signed("<", q, const(32, 0))
+        return b.select(neg, b.sub(const(32, 0), q), q), b.select(neg, b.sub(const(32, 0), x), x)
+
+    def legacy_row(kind: str, rows: int) -> Callable[..., Any]:
+        """A whole weight row of ``nb`` legacy blocks against ``rows`` activation rows → float32 per row.
+
+        Per block the integer partial sums (``quad_sums``, exact) become floats, are scaled by ``d_w·d_x`` and added
+        to an 8-lane float accumulator; one horizontal sum per row. Q4_1/Q5_1 add ``m·s`` per block (scalar).
+        """
+        size = {"q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24, "q8_0": 34}[kind]
+        qs_at = {"q4_0": 2, "q4_1": 4, "q5_0": 6, "q5_1": 8, "q8_0": 2}[kind]
+        has_min = kind in ("q4_1", "q5_1")
+
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            op = Operands(context, builder, sig, args)
+            b = builder
+            n0, nb = args[2], args[6]
+            lut = op._array(5).data
+            accs = [cgutils.alloca_once_value(b, ir.Constant(vf8, [0.0] * 8)) for _ in range(rows)]
+            mins = [cgutils.alloca_once_value(b, ir.Constant(f32, 0.0)) for _ in range(rows)] if has_min else []
+            rdata = op._array(0).data
+
+            def f16(off: ir.Value) -> ir.Value:
+                lo = b.zext(b.load(b.gep(rdata, [off], inbounds=True)), ir.IntType(64))
+                hi = b.zext(b.load(b.gep(rdata, [op.plus(off, 1)], inbounds=True)), ir.IntType(64))
+                idx = b.or_(lo, b.shl(hi, ir.Constant(ir.IntType(64), 8)))
+                return b.load(b.gep(lut, [idx], inbounds=True))
+
+            with cgutils.for_range(b, nb) as loop:
+                blk = loop.index
+                o = b.mul(blk, ir.Constant(blk.type, size))
+                d = f16(o)
+                if kind == "q8_0":
+                    q = op.bytes(0, op.plus(o, qs_at), 32)
+                else:
+                    w = op.bytes(0, op.plus(o, qs_at), 16)
+                    q = b.shuffle_vector(
+                        b.and_(w, const(16, 15)), b.lshr(w, const(16, 4)), ir.Constant(vec(i32, 32), list(range(32)))
+                    )
+                    if kind in ("q5_0", "q5_1"):
+                        q = fifth_bits_at(op, q, op.plus(o, 2 if kind == "q5_0" else 4))
+                    if kind in ("q4_0", "q5_0"):
+                        q = b.sub(q, const(32, 8 if kind == "q4_0" else 16))
+                mn = f16(op.plus(o, 2)) if has_min else None
+                xo = b.mul(blk, ir.Constant(blk.type, 32))
+                for r in range(rows):
+                    nr = op.plus(n0, r)
+                    x = op.row_bytes(1, nr, xo, 32)
+                    if kind in ("q4_1", "q5_1"):
+                        qa, xa = q, x
+                    else:
+                        qa, xa = signed_pair(b, q, x)
+                    part = b.sitofp(quad_sums(b, qa, xa), vf8)
+                    scale = b.fmul(d, b.load(op.row_ptr(3, nr, blk)))
+                    lanes = b.shuffle_vector(
+                        b.insert_element(ir.Constant(vf8, None), scale, ir.Constant(i32, 0)),
+                        ir.Constant(vf8, None),
+                        ir.Constant(v8, [0] * 8),
+                    )
+                    b.store(b.fadd(b.load(accs[r]), b.fmul(part, lanes)), accs[r])
+                    if mn is not None:
+                        b.store(b.fadd(b.load(mins[r]), b.fmul(mn, b.load(op.row_ptr(4, nr, blk)))), mins[r])
+            fred = declare(b, "llvm.vector.reduce.fadd.v8f32", ir.FunctionType(f32, [f32, vf8]))
+            out = []
+            for r in range(rows):
+                total = b.call(fred, [ir.Constant(f32, 0.0), b.load(accs[r])])
+                out.append(b.fadd(total, b.load(mins[r])) if has_min else total)
+            return op.context.make_tuple(b, op.sig.return_type, out) if rows > 1 else out[0]
+
+        def typer(typingctx: Any, w: Any, xq: Any, n0: Any, xd: Any, xs: Any, lut: Any, nb: Any) -> Any:
+            res = types.UniTuple(types.float32, rows) if rows > 1 else types.float32
+            return res(w, xq, n0, xd, xs, lut, nb), codegen
+
+        return intrinsic(typer)
+
+    def fifth_bits_at(op: Operands, q: ir.Value, at: ir.Value) -> ir.Value:
+        """``fifth_bits`` with the 32-bit mask read from the row at byte ``at``."""
+        b = op.builder
+        ptr = b.gep(op._array(0).data, [at], inbounds=True)
+        qh = b.load(b.bitcast(ptr, i32.as_pointer()), align=1)
+        return fifth_bits(op, q, qh)
+
+    global HAS_VNNI, dot_q4_k, dot_q4_k_4, dot_q5_k, dot_q5_k_4, dot_q6_k, dot_q6_k_4
     HAS_VNNI = vnni
-    dot_nib, dot_nib_4 = legacy("nib", 1), legacy("nib", 4)
-    dot_nib5, dot_nib5_4 = legacy("nib5", 1), legacy("nib5", 4)
-    dot_i8, dot_i8_4 = legacy("i8", 1), legacy("i8", 4)
     dot_q4_k, dot_q4_k_4 = k45(False, 1), k45(False, 4)
     dot_q5_k, dot_q5_k_4 = k45(True, 1), k45(True, 4)
     dot_q6_k, dot_q6_k_4 = q6k(1), q6k(4)
+    for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+        ROW_DOTS[name] = (legacy_row(name, 1), legacy_row(name, 4))
 
 
 if _jit.enabled():
