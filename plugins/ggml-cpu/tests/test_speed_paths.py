@@ -26,7 +26,7 @@ import ggml_core as gc
 from ggml_core import BufferUsage, ComputeError, Context, GGMLType, ops
 from ggml_core.quants import dequantize, quantize
 from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.matmul import WeightsCache, mul_mat_reference
+from ggml_cpu.kernels.matmul import WeightsCache, expert_product, mul_mat_reference
 
 QUANT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 MIN_TYPES = {GGMLType.Q4_1, GGMLType.Q5_1}
@@ -113,6 +113,29 @@ def test_block_kernels_compile_for_every_listed_type() -> None:
     if qdot.disabled_reason() is not None:
         pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
     assert {t for t in qdot.BLOCK_KERNEL_TYPES if qdot.block_kernels_ready(t)} == set(qdot.BLOCK_KERNEL_TYPES)
+
+
+@pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q4_0", "q4_1", "q6_k"])
+def test_expert_product_helper(name: str) -> None:
+    """The per-expert helper offered to MUL_MAT_ID: MUL_MAT's numerics on one expert's raw rows."""
+    t = gc.as_type(name)
+    r = rng(8)
+    w = r.standard_normal((12, 256)).astype(np.float32)
+    x = _rows(r, 6, 256)
+    if t.is_quantized:
+        raw, ref = quantize(w, t), _reference(quantize(w, t), t, x)
+    elif t == GGMLType.BF16:
+        raw = quantize(w, t).view(np.uint16)
+        wv = (raw.astype(np.uint32) << 16).view(np.float32)
+        xv = (quantize(x, t).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        ref = xv.astype(np.float64) @ wv.T
+    else:
+        raw = w.astype(t.np_dtype)
+        xv = x.astype(np.float16).astype(np.float32) if t == GGMLType.F16 else x
+        ref = xv.astype(np.float64) @ raw.astype(np.float64).T
+    got = expert_product(raw, t, x)
+    assert got.shape == (6, 12)
+    assert np.abs(got - ref).max() <= 2e-6 * np.abs(ref).max()
 
 
 def test_qmatmul_rejects_mismatched_shapes() -> None:
