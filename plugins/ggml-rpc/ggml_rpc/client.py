@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
@@ -93,6 +94,8 @@ class Connection:
         self.ggml_core = False
         #: the last GRAPH_COMPUTE payload sent per remote device (GRAPH_RECOMPUTE when the next one is equal)
         self.last_graph: dict[int, bytes] = {}
+        #: commands sent so far, by name (for benchmarks and tests)
+        self.counts: Counter[str] = Counter()
         #: commands sent since the last answer (to name them if the server fails)
         self._unanswered: list[str] = []
         self._sock: socket.socket | None = None
@@ -190,6 +193,7 @@ class Connection:
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc) from exc
             self._unanswered.append(cmd.name)
+            self.counts[cmd.name] += 1
 
     def request(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = (), size: int | None = None) -> bytes:
         """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size)."""
@@ -203,6 +207,7 @@ class Connection:
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
+            self.counts[cmd.name] += 1
             try:
                 send_frame(sock, cmd, parts)
                 got = _U64.unpack(recv_exact(sock, 8))[0]
@@ -219,6 +224,7 @@ class Connection:
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
+            self.counts[cmd.name] += 1
             try:
                 send_frame(sock, cmd, parts)
                 got = _U64.unpack(recv_exact(sock, 8))[0]

@@ -8,10 +8,27 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Sequence
+from pathlib import Path
 
+import numpy as np
+
+from ggml_core import Context, Device, GGMLType, alloc_ctx_tensors, build_graph, ops
+from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_rpc.protocol import NULL_TENSOR, RPC_TENSOR, Cmd
 
-__all__ = ["RawClient", "raw_tensor", "server_alive"]
+TOKENS = [1, 5, 9, 3, 7, 2, 11, 4]
+
+__all__ = [
+    "TOKENS",
+    "RawClient",
+    "layer_graph",
+    "layer_inputs",
+    "raw_tensor",
+    "rel",
+    "run_layer",
+    "server_alive",
+    "split_logits",
+]
 
 TIMEOUT = 10.0
 
@@ -124,3 +141,72 @@ def server_alive(address: str) -> bool:
 
 
 NULL = NULL_TENSOR
+
+
+# ------------------------------------------------------------------------------------------------ graphs, models
+
+
+def layer_graph(ctx: Context, wtype: str) -> tuple[list, object]:
+    """A LLaMA-style block: rms_norm, matmuls with quantized weights, RoPE, soft_max attention, SwiGLU."""
+    e, t, h, d = 64, 6, 4, 16
+    x = ctx.new_tensor("f32", (e, t), name="x")
+    wq, wk, wv = (ctx.new_tensor(wtype, (e, e), name=n) for n in ("wq", "wk", "wv"))
+    wg, wu = ctx.new_tensor(wtype, (e, 96), name="wg"), ctx.new_tensor(wtype, (e, 96), name="wu")
+    wd = ctx.new_tensor(wtype, (96, e), name="wd")
+    pos = ctx.new_tensor("i32", (t,), name="pos")
+    mask = ctx.new_tensor("f32", (t, t), name="mask")
+    n = ops.rms_norm(x, 1e-5)
+    q = ops.rope_ext(ops.reshape_3d(ops.mul_mat(wq, n), d, h, t), pos, None, d, 2, 0, 1e4, 1, 0, 1, 32, 1)
+    k = ops.rope_ext(ops.reshape_3d(ops.mul_mat(wk, n), d, h, t), pos, None, d, 2, 0, 1e4, 1, 0, 1, 32, 1)
+    v = ops.reshape_3d(ops.mul_mat(wv, n), d, h, t)
+    kq = ops.soft_max_ext(ops.mul_mat(ops.cont(ops.permute(k, 0, 2, 1, 3)), ops.permute(q, 0, 2, 1, 3)), mask, 0.25)
+    kqv = ops.mul_mat(ops.cont(ops.permute(v, 1, 2, 0, 3)), kq)
+    att = ops.add(x, ops.cont_2d(ops.permute(kqv, 0, 2, 1, 3), e, t))
+    out = ops.add(att, ops.mul_mat(wd, ops.swiglu_split(ops.mul_mat(wg, att), ops.mul_mat(wu, att))))
+    return [x, wq, wk, wv, wg, wu, wd, pos, mask], out
+
+
+def layer_inputs(tensors: list, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tensors:
+        if t.type == GGMLType.I32:
+            out.append(np.arange(t.nelements, dtype=np.int32) * 3)
+        elif t.name == "mask":
+            out.append(np.triu(np.full((t.ne[1], t.ne[0]), -np.inf, np.float32), 1))
+        else:
+            out.append(rng.uniform(-1, 1, (t.ne[1], t.ne[0])).astype(np.float32))
+    return out
+
+
+def run_layer(device: Device, wtype: str, seeds: list[int]) -> list[np.ndarray]:
+    ctx = Context()
+    ins, out = layer_graph(ctx, wtype)
+    be = device.init_backend()
+    buf = alloc_ctx_tensors(ctx, be)
+    g = build_graph(out)
+    got = []
+    for s in seeds:
+        for t, v in zip(ins, layer_inputs(ins, s), strict=True):
+            t.set_data(v)
+        be.graph_compute(g)
+        got.append(out.to_numpy())
+    buf.free()
+    return got
+
+
+def split_logits(path: Path, devices: list[str], split: list[float] | None) -> tuple[np.ndarray, np.ndarray, Model]:
+    """(prompt logits, token-by-token logits, the model) with layers over ``devices``."""
+    params = ModelParams(
+        placement=PlacementRequest(devices=devices, tensor_split=split), kv_type="f32", n_ctx=64, progress=False
+    )
+    with Model.load(path, params) as m:
+        prompt = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        steps = np.concatenate([m.decode([t]) for t in TOKENS])
+        return prompt, steps, m
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest difference relative to the largest reference value."""
+    return float(np.abs(a - b).max() / np.abs(b).max())

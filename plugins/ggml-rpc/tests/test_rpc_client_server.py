@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rpc_helpers import run_layer
 
 from ggml_core import (
     BufferUsage,
@@ -91,61 +92,12 @@ def test_copy_between_buffers_of_one_server(rpc_dev: RPCDevice, server: RPCServe
     assert server.stats["COPY_TENSOR"] == 1
 
 
-def _layer_graph(ctx: Context, wtype: str) -> tuple[list, object]:
-    """A LLaMA-style block: rms_norm, matmuls with quantized weights, RoPE, soft_max attention, SwiGLU."""
-    e, t, h, d = 64, 6, 4, 16
-    x = ctx.new_tensor("f32", (e, t), name="x")
-    wq, wk, wv = (ctx.new_tensor(wtype, (e, e), name=n) for n in ("wq", "wk", "wv"))
-    wg, wu = ctx.new_tensor(wtype, (e, 96), name="wg"), ctx.new_tensor(wtype, (e, 96), name="wu")
-    wd = ctx.new_tensor(wtype, (96, e), name="wd")
-    pos = ctx.new_tensor("i32", (t,), name="pos")
-    mask = ctx.new_tensor("f32", (t, t), name="mask")
-    n = ops.rms_norm(x, 1e-5)
-    q = ops.rope_ext(ops.reshape_3d(ops.mul_mat(wq, n), d, h, t), pos, None, d, 2, 0, 1e4, 1, 0, 1, 32, 1)
-    k = ops.rope_ext(ops.reshape_3d(ops.mul_mat(wk, n), d, h, t), pos, None, d, 2, 0, 1e4, 1, 0, 1, 32, 1)
-    v = ops.reshape_3d(ops.mul_mat(wv, n), d, h, t)
-    kq = ops.soft_max_ext(ops.mul_mat(ops.cont(ops.permute(k, 0, 2, 1, 3)), ops.permute(q, 0, 2, 1, 3)), mask, 0.25)
-    kqv = ops.mul_mat(ops.cont(ops.permute(v, 1, 2, 0, 3)), kq)
-    att = ops.add(x, ops.cont_2d(ops.permute(kqv, 0, 2, 1, 3), e, t))
-    out = ops.add(att, ops.mul_mat(wd, ops.swiglu_split(ops.mul_mat(wg, att), ops.mul_mat(wu, att))))
-    return [x, wq, wk, wv, wg, wu, wd, pos, mask], out
-
-
-def _inputs(tensors: list, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for t in tensors:
-        if t.type == GGMLType.I32:
-            out.append(np.arange(t.nelements, dtype=np.int32) * 3)
-        elif t.name == "mask":
-            out.append(np.triu(np.full((t.ne[1], t.ne[0]), -np.inf, np.float32), 1))
-        else:
-            out.append(rng.uniform(-1, 1, (t.ne[1], t.ne[0])).astype(np.float32))
-    return out
-
-
-def _run(device: Device, wtype: str, seeds: list[int]) -> list[np.ndarray]:
-    ctx = Context()
-    ins, out = _layer_graph(ctx, wtype)
-    be = device.init_backend()
-    buf = alloc_ctx_tensors(ctx, be)
-    g = build_graph(out)
-    got = []
-    for s in seeds:
-        for t, v in zip(ins, _inputs(ins, s), strict=True):
-            t.set_data(v)
-        be.graph_compute(g)
-        got.append(out.to_numpy())
-    buf.free()
-    return got
-
-
 @pytest.mark.parametrize("wtype", ["f32", "f16", "q8_0", "q4_0"])
 def test_graphs_compute_remotely_as_on_the_local_cpu(
     rpc_dev: RPCDevice, cpu: Device, server: RPCServer, wtype: str
 ) -> None:
-    want = _run(cpu, wtype, [1, 2, 3])
-    got = _run(rpc_dev, wtype, [1, 2, 3])
+    want = run_layer(cpu, wtype, [1, 2, 3])
+    got = run_layer(rpc_dev, wtype, [1, 2, 3])
     for w, x in zip(want, got, strict=True):
         np.testing.assert_array_equal(x, w)  # the server runs the same CPU kernels: identical bits
     # the graph went once; the two later computes of the unchanged graph were GRAPH_RECOMPUTE

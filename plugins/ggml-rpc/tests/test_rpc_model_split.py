@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rpc_helpers import rel, split_logits
 
 from ggml_core.cli import main
-from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
+from ggml_core.models import scheduler_available
 from ggml_core.models.default_model import write_default_model
 from ggml_rpc import RPCReg
 from ggml_rpc.server import RPCServer
-
-TOKENS = [1, 5, 9, 3, 7, 2, 11, 4]
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
 
@@ -27,29 +26,13 @@ def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_default_model(tmp_path_factory.mktemp("model") / "default.gguf")
 
 
-def split_logits(path: Path, devices: list[str], split: list[float] | None) -> tuple[np.ndarray, np.ndarray, Model]:
-    """(prompt logits, token-by-token logits, the model) with layers over ``devices``."""
-    params = ModelParams(
-        placement=PlacementRequest(devices=devices, tensor_split=split), kv_type="f32", n_ctx=64, progress=False
-    )
-    with Model.load(path, params) as m:
-        prompt = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        steps = np.concatenate([m.decode([t]) for t in TOKENS])
-        return prompt, steps, m
-
-
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(a - b).max() / np.abs(b).max())
-
-
 def test_cpu_plus_one_rpc_device(model_path: Path, server: RPCServer, rpc_registry: Callable[..., list[str]]) -> None:
     (rpc,) = rpc_registry(server)
     cpu_prompt, cpu_steps, _ = split_logits(model_path, ["CPU"], None)
     prompt, steps, m = split_logits(model_path, ["CPU", rpc], [1, 1])
     assert {s.name for s in m.placement.shares if s.layers} == {"CPU", rpc}
     assert m.executor.n_splits >= 2
-    assert _rel(prompt, cpu_prompt) < 1e-6 and _rel(steps, cpu_steps) < 1e-6
+    assert rel(prompt, cpu_prompt) < 1e-6 and rel(steps, cpu_steps) < 1e-6
     assert server.stats["GRAPH_COMPUTE"] > 0 and server.stats["SET_TENSOR"] > 0
 
 
@@ -61,7 +44,7 @@ def test_cpu_plus_two_rpc_devices(
     cpu_prompt, cpu_steps, _ = split_logits(model_path, ["CPU"], None)
     prompt, steps, m = split_logits(model_path, ["CPU", *names], [1, 1, 2])
     assert {s.name for s in m.placement.shares if s.layers} == {"CPU", *names}
-    assert _rel(prompt, cpu_prompt) < 1e-6 and _rel(steps, cpu_steps) < 1e-6
+    assert rel(prompt, cpu_prompt) < 1e-6 and rel(steps, cpu_steps) < 1e-6
     assert s1.stats["GRAPH_COMPUTE"] > 0 and s2.stats["GRAPH_COMPUTE"] > 0
 
 
@@ -80,5 +63,5 @@ def test_run_command_with_rpc_flag(
     finally:
         reset_registry()
     cpu, split = np.load(tmp_path / "cpu.npy"), np.load(tmp_path / "split.npy")
-    assert _rel(split, cpu) < 1e-5
+    assert rel(split, cpu) < 1e-5
     assert server.stats["GRAPH_COMPUTE"] > 0  # the remote device took layers

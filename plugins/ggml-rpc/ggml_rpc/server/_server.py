@@ -117,7 +117,7 @@ class RPCServer:
         self._accept_thread: threading.Thread | None = None
         #: connections served so far
         self.n_connections = 0
-        #: commands received, by name (plus "cache hits"), over all connections
+        #: commands received, by name, over all connections; also "cache hits", "refused", "internal errors"
         self.stats: Counter[str] = Counter()
 
     # ----------------------------------------------------------------------------------------------- lifecycle

@@ -71,6 +71,7 @@ class Session:
             while self._one():
                 self.commands += 1
         except Refused as exc:
+            self.server.count("refused")
             log.warning("closing connection from %s: %s", self.peer, exc)
         except (EOFError, ConnectionError) as exc:
             log.info("connection from %s closed: %s", self.peer, exc)
@@ -379,6 +380,7 @@ class Session:
                 be.graph_compute(graph)
             except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
                 raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+        self.server.count("graphs computed")
 
     def _device_info(self, p: bytearray) -> None:
         dev = self._device(_U32.unpack(p)[0], "EXT_DEVICE_INFO")

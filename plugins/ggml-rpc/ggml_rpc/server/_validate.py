@@ -1,7 +1,8 @@
 """What the server checks about every received tensor, and the per-connection table of buffer handles.
 
 A tensor is accepted only when its type id is a ggml type, ``ne[0]`` is a multiple of the block size, a quantized
-tensor's blocks are packed (``nb[0]`` is the block size in bytes), its buffer handle was handed out *to this
+tensor's blocks are packed (``nb[0]`` is the block size in bytes), no two elements overlap (strides cannot make a
+small buffer look like a huge tensor), its buffer handle was handed out *to this
 connection*, and every byte it spans — from ``data`` to ``data + nbytes`` with its own strides — lies inside that
 buffer. Handles and base addresses are per-connection numbers, not pointers: nothing a client sends is ever
 dereferenced.
@@ -44,6 +45,12 @@ def check_layout(rt: RpcTensor, what: str = "tensor") -> GGMLType:
         raise Refused(f"{label}: {t.traits.name} blocks must be packed (nb[0]={rt.nb[0]}, block bytes {t.type_size})")
     if rt.flags & ~KNOWN_FLAGS:
         raise Refused(f"{label}: unknown flag bits {rt.flags & ~KNOWN_FLAGS:#x}")
+    n = extent(t, rt.ne, rt.nb)
+    described = rt.ne[0] // t.block_size * t.type_size * rt.ne[1] * rt.ne[2] * rt.ne[3]
+    if described > n:
+        # ggml never aliases elements (broadcasting happens in kernels, not strides); refusing it bounds the work
+        # a kernel can be made to do per byte of memory
+        raise Refused(f"{label}: ne={list(rt.ne)}, nb={list(rt.nb)} make elements overlap ({described} bytes in {n})")
     return t
 
 

@@ -63,7 +63,10 @@ void fill_inputs(const std::vector<ggml_tensor *> & inputs, uint64_t seed) {
     }
 }
 
-std::vector<float> run_case(ggml_backend_t backend, const Builder & build, uint64_t seed, int repeats) {
+// with `fallback` (the CPU) the graph runs through ggml_backend_sched, as llama.cpp runs graphs: its split graphs keep
+// their uid between computes, so the RPC client sends GRAPH_RECOMPUTE for the later rounds
+std::vector<float> run_case(ggml_backend_t backend, ggml_backend_t fallback, const Builder & build, uint64_t seed,
+                            int repeats) {
     ggml_init_params params = {64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(params);
     std::vector<ggml_tensor *> inputs;
@@ -71,16 +74,25 @@ std::vector<float> run_case(ggml_backend_t backend, const Builder & build, uint6
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    ggml_backend_sched_t sched = nullptr;
+    if (fallback) {
+        ggml_backend_t backends[2] = {backend, fallback};
+        sched = ggml_backend_sched_new(backends, nullptr, 2, GGML_DEFAULT_GRAPH_SIZE, false, true);
+    }
     std::vector<float> result;
-    for (int r = 0; r < repeats; r++) {  // later rounds: new inputs, the same graph (GRAPH_RECOMPUTE)
+    for (int r = 0; r < repeats; r++) {  // later rounds: new inputs, the same graph
         fill_inputs(inputs, seed + r);
-        if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
+        const ggml_status st = sched ? ggml_backend_sched_graph_compute(sched, gf) : ggml_backend_graph_compute(backend, gf);
+        if (st != GGML_STATUS_SUCCESS) {
             fprintf(stderr, "compute failed\n");
             exit(1);
         }
         std::vector<float> got(ggml_nelements(out));
         ggml_backend_tensor_get(out, got.data(), 0, got.size() * sizeof(float));
         result.insert(result.end(), got.begin(), got.end());
+    }
+    if (sched) {
+        ggml_backend_sched_free(sched);
     }
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
@@ -186,8 +198,8 @@ int main(int argc, char ** argv) {
 
     int failures = 0;
     for (auto & [name, build] : cases) {
-        std::vector<float> want = run_case(cpu, build, 1234, 2);
-        std::vector<float> got = run_case(rpc, build, 1234, 2);
+        std::vector<float> want = run_case(cpu, nullptr, build, 1234, 2);
+        std::vector<float> got = run_case(rpc, cpu, build, 1234, 2);
         double diff = 0, scale = 0;
         for (size_t i = 0; i < want.size(); i++) {
             diff = std::fmax(diff, std::fabs((double) got[i] - (double) want[i]));

@@ -1,0 +1,121 @@
+"""Interoperability with llama.cpp (commit 0c1e570 from the llama-cpp-python 0.3.36 sdist, RPC protocol 7.0.0).
+
+- our client against llama.cpp's ``ggml-rpc-server``: a LLaMA model split over CPU + that server gives the CPU-alone
+  logits, and a LLaMA-style block computed there matches our CPU;
+- llama.cpp's own RPC client (``ggml_backend_rpc_add_server`` + ggml's public API, tests/interop/
+  rpc_client_harness.cpp) against our server: its graphs match ggml's CPU backend, GRAPH_RECOMPUTE and the
+  SET_TENSOR_HASH cache are used, nothing is refused;
+- the numbering our wire format relies on matches the headers the binaries were built from.
+
+The first run downloads the sdist and builds (~65-110 s on 2 cores); later runs use the cache. Needs cmake, a C/C++
+compiler and network access once; skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_cpp_interop import LlamaCppTools, Unavailable, llama_cpp_server, llama_cpp_tools
+from rpc_helpers import rel, run_layer, split_logits
+
+from ggml_core import Device, GGMLOp, GGMLType
+from ggml_core.models import scheduler_available
+from ggml_core.models.default_model import write_default_model
+from ggml_rpc import RPCDevice, RPCReg, _fnv
+from ggml_rpc.server import RPCServer
+
+
+@pytest.fixture(scope="module")
+def tools() -> LlamaCppTools:
+    try:
+        return llama_cpp_tools()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture()
+def llama_server(tools: LlamaCppTools, tmp_path: Path) -> str:
+    with llama_cpp_server(tools, tmp_path / "ggml-rpc-server.log") as endpoint:
+        yield endpoint  # type: ignore[misc]
+
+
+def test_headers_match_our_numbering(tools: LlamaCppTools) -> None:
+    ggml_h = (tools.include / "ggml.h").read_text()
+    ops = re.findall(r"GGML_OP_(\w+)", ggml_h[ggml_h.index("enum ggml_op {") : ggml_h.index("GGML_OP_COUNT,")])
+    assert ops == [op.name for op in GGMLOp]
+    types = dict(re.findall(r"^\s*GGML_TYPE_(\w+)\s*=\s*(\d+),", ggml_h, re.M))  # not the commented-out ones
+    types.pop("COUNT", None)
+    assert {k: int(v) for k, v in types.items()} == {t.name: int(t) for t in GGMLType}
+    rpc_h = (tools.include / "ggml-rpc.h").read_text()
+    version = [int(re.search(rf"RPC_PROTO_{p}_VERSION\s+(\d+)", rpc_h).group(1)) for p in ("MAJOR", "MINOR", "PATCH")]  # type: ignore[union-attr]
+    assert version == [7, 0, 0]
+    rpc_cpp = (tools.include / "ggml-rpc.cpp.txt").read_text()
+    cmds = re.findall(r"RPC_CMD_(\w+)", rpc_cpp[rpc_cpp.index("enum rpc_cmd {") : rpc_cpp.index("RPC_CMD_COUNT,")])
+    from ggml_rpc.protocol import Cmd
+
+    assert cmds == [c.name for c in Cmd if c < Cmd.COUNT]
+
+
+def test_our_client_against_llama_cpp_server(
+    llama_server: str, cpu: Device, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev = RPCReg(llama_server).devices[0]
+    assert isinstance(dev, RPCDevice) and not dev.conn.ggml_core and dev.conn.version == (7, 0, 0)
+    free, total = dev.memory()
+    assert 0 < free <= total
+    # a LLaMA-style block with quantized weights: ggml's CPU kernels there, ours here
+    for wtype in ("f32", "f16", "q8_0", "q4_0"):
+        want = run_layer(cpu, wtype, [1, 2])
+        got = run_layer(dev, wtype, [1, 2])
+        for w, g in zip(want, got, strict=True):
+            assert rel(g, w) < 1e-4, wtype
+
+
+@pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
+def test_model_split_over_cpu_and_llama_cpp_server(
+    llama_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ggml_core.backend.registry import get_registry, reset_registry
+
+    path = write_default_model(tmp_path / "default.gguf")
+    monkeypatch.setenv("GGML_RPC_SERVERS", llama_server)
+    reset_registry()
+    try:
+        (rpc,) = [d.name for d in get_registry().get_reg(f"RPC[{llama_server}]").devices]
+        cpu_prompt, cpu_steps, _ = split_logits(path, ["CPU"], None)
+        prompt, steps, m = split_logits(path, ["CPU", rpc], [1, 1])
+        assert {s.name for s in m.placement.shares if s.layers} == {"CPU", rpc}
+        assert m.executor.n_splits >= 2
+    finally:
+        monkeypatch.delenv("GGML_RPC_SERVERS")
+        reset_registry()
+    # ggml's kernels on the remote side sum in their own order: float32 rounding over 4 layers
+    assert rel(prompt, cpu_prompt) < 1e-4 and rel(steps, cpu_steps) < 1e-4
+    assert np.argmax(prompt, -1).tolist() == np.argmax(cpu_prompt, -1).tolist()
+
+
+def test_llama_cpp_client_against_our_server(
+    tools: LlamaCppTools, make_server: Callable[..., RPCServer], tmp_path: Path
+) -> None:
+    server = make_server(cache_dir=tmp_path / "cache")
+    proc = subprocess.run(
+        [str(tools.harness), server.address], capture_output=True, text=True, timeout=600, check=False
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    cases = re.findall(r"^CASE (\S+) (\S+) (\S+)$", out, re.M)
+    assert len(cases) == 10, out
+    for name, diff, scale in cases:
+        assert float(diff) <= 1e-5 * max(1.0, float(scale)), f"{name}: {diff} (scale {scale})\n{out}"
+    assert "WEIGHTS round=0 same" in out and "WEIGHTS round=1 same" in out
+    assert server.stats["refused"] == 0 and server.stats["internal errors"] == 0
+    assert server.stats["graphs computed"] == 20
+    assert server.stats["GRAPH_RECOMPUTE"] >= 9  # each case's second compute re-ran the stored graph
+    assert server.stats["SET_TENSOR_HASH"] == 2  # weights over 10 MiB try the cache first
+    if _fnv.fast():
+        assert server.stats["cache hits"] == 1  # the second upload of the same weights sent no data
