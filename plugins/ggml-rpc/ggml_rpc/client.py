@@ -236,10 +236,16 @@ class Connection:
             self._unanswered.clear()
             return data
 
-    def sync(self) -> None:
-        """Wait until the server has run every command sent so far (a DEVICE_COUNT round trip if any is pending)."""
+    def sync(self, *, graphs_only: bool = False) -> None:
+        """Wait until the server has run every command sent so far (a DEVICE_COUNT round trip if any is pending).
+
+        With ``graphs_only`` the round trip is made only when a graph is still unanswered: tensor writes need no
+        wait (the bytes left this process when ``send`` returned, and everything later on this connection is
+        ordered after them).
+        """
         with self.lock:
-            if self._unanswered:
+            pending = self._unanswered
+            if pending and (not graphs_only or "GRAPH_COMPUTE" in pending or "GRAPH_RECOMPUTE" in pending):
                 self.request(Cmd.DEVICE_COUNT)
 
     def forget_graphs(self) -> None:

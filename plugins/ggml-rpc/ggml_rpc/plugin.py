@@ -272,8 +272,13 @@ class RPCBackend(Backend):
             conn.send(Cmd.GRAPH_COMPUTE, [payload])
 
     def synchronize(self) -> None:
-        """Wait until the server has finished everything sent (one round trip when anything is pending)."""
-        self.device.conn.sync()
+        """Wait until the server has computed the graphs sent (one round trip when one is pending).
+
+        Tensor writes are not waited for: the data left this process when they returned, and every later command
+        on the connection — a read, a graph — runs after them on the server (a refused write is reported by the
+        next command that has an answer).
+        """
+        self.device.conn.sync(graphs_only=True)
 
 
 # ================================================================================================ device
