@@ -169,5 +169,6 @@ def describe() -> dict[str, str]:
         "BLAS threads": Threads.blas_description(),
     }
     if reason is None:
-        out["kernel cache"] = qdot.cache_dir() or "none (read-only)"
+        loaded = qdot.numba_loaded()
+        out["kernel cache"] = (qdot.cache_dir() or "none (read-only)") if loaded else "(numba loads at the first use)"
     return out

@@ -211,7 +211,7 @@ def _weights_graph(backend: gc.Backend, n: int) -> tuple[gc.Tensor, gc.Tensor, g
 
 def test_weights_cache_same_results_and_only_weight_buffers() -> None:
     plain = gc.init_backend("CPU")
-    y1, y2, _, graph = _weights_graph(plain, qdot.MAX_VEC_ROWS + 4)  # the cache serves the large-batch route
+    y1, y2, _, graph = _weights_graph(plain, qdot.vec_rows_limit() + 4)  # the cache serves the large-batch route
     plain.graph_compute(graph)
     ref1, ref2 = y1.to_numpy().copy(), y2.to_numpy().copy()
     cached = gc.init_backend("CPU", "weights_cache=1")
@@ -289,11 +289,16 @@ def test_abort_callback_and_errors_name_the_node() -> None:
 
 def test_threads_reach_the_compiled_kernels() -> None:
     numba = pytest.importorskip("numba")
+    if qdot.disabled_reason() is not None:
+        pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
     backend = gc.init_backend("CPU", "n_threads=1")
     assert backend.n_threads == 1  # type: ignore[attr-defined]
-    _, _, _, _, graph = _adds(backend)
-    backend.graph_compute(graph)
-    assert numba.get_num_threads() == 1
+    ctx = Context("threads")
+    w, x = ctx.new_tensor("q4_0", [64, 8]), ctx.new_tensor("f32", [64, 1])
+    graph = gc.build_graph(ops.mul_mat(w, x))
+    gc.alloc_ctx_tensors(ctx, backend)
+    backend.graph_compute(graph)  # the first quantized product loads numba: the setting must still apply
+    assert qdot.numba_loaded() and numba.get_num_threads() == 1
     backend.set_n_threads(2)
     backend.graph_compute(graph)
     assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)

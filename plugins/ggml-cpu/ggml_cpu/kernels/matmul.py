@@ -8,7 +8,7 @@ Routes (chosen once, when the node is bound):
 
 * **f32 weights** — one BLAS call into the output (``np.matmul(..., out=)``), no copies of the operands;
 * **quantized weights** — :func:`ggml_cpu.kernels.qdot.qmatmul`: integer block kernels for up to
-  ``MAX_VEC_ROWS`` activation rows, dequantized tiles + BLAS above; never a full float32 copy of the weights,
+  ``vec_rows_limit()`` activation rows, dequantized tiles + BLAS above; never a full float32 copy of the weights,
   unless the backend's opt-in :class:`WeightsCache` holds one;
 * **f16 / bf16 weights** — converted tile by tile (bounded memory), then BLAS;
 * anything else (types without a fast route) — :func:`mul_mat_reference`, the straightforward numpy definition,
@@ -111,7 +111,7 @@ class WeightsCache:
 
     Only tensors in buffers marked :attr:`BufferUsage.WEIGHTS` are cached (never the KV cache or activations),
     keyed by their memory; the weights must not change while cached (call :meth:`clear` after writing them). A
-    copy costs 4 bytes per weight (Q4_0: 7× its size). Used for products with more than ``MAX_VEC_ROWS``
+    copy costs 4 bytes per weight (Q4_0: 7× its size). Used for products with more than ``vec_rows_limit()``
     activation rows; decoding keeps reading the quantized blocks, which is faster.
 
     :param max_bytes: stop adding entries beyond this many bytes (None: no limit)
@@ -266,7 +266,7 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
         out = arr(node)
         w = arr(a)
         n_rows = x.shape[2] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
-        hit = cache.get(a) if cache is not None and n_rows > qdot.MAX_VEC_ROWS else None
+        hit = cache.get(a) if cache is not None and n_rows > qdot.vec_rows_limit() else None
         for i3, i2, xs, os_ in _groups(a, b, x, out):
             target, done = _into(os_, xs.shape[0], m)
             if hit is not None:

@@ -4,22 +4,28 @@
 use and falls back to numpy when numba is missing or a kernel fails to compile.
 """
 
-from ggml_cpu.kernels.qdot._jit import cache_dir, compile_seconds, disabled_reason, max_threads, set_threads
+from ggml_cpu.kernels.qdot._jit import (
+    cache_dir,
+    compile_seconds,
+    disabled_reason,
+    max_threads,
+    numba_loaded,
+    set_threads,
+)
 from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations, quantize_activations_numpy
 from ggml_cpu.kernels.qdot.product import (
     BLOCK_KERNEL_TYPES,
     DOT_TYPE,
-    MAX_VEC_ROWS,
     block_kernels_ready,
     dequantize_rows,
     qmatmul,
     tile_rows,
+    vec_rows_limit,
 )
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
     "DOT_TYPE",
-    "MAX_VEC_ROWS",
     "QActs",
     "block_kernels_ready",
     "cache_dir",
@@ -27,9 +33,11 @@ __all__ = [
     "dequantize_rows",
     "disabled_reason",
     "max_threads",
+    "numba_loaded",
     "qmatmul",
     "quantize_activations",
     "quantize_activations_numpy",
     "set_threads",
     "tile_rows",
+    "vec_rows_limit",
 ]

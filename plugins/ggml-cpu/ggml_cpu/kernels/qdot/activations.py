@@ -17,7 +17,6 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants import quantize
 from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot._jit import prange
 
 __all__ = ["DOT_TYPES", "QActs", "quantize_activations", "quantize_activations_numpy"]
 
@@ -79,87 +78,6 @@ class QActs:
         return out.reshape(n, nb * size)
 
 
-# ------------------------------------------------------------------------------------------------ kernels
-# Written in the numba subset; plain Python is never asked to run them (see _jit).
-
-
-def _q8_32_rows(x: np.ndarray, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Q8_0 / Q8_1 quants of rows ``x`` (N, K): ``d = amax/127``, ``q = roundf(x/d)``; returns # non-finite."""
-    n_rows, k = x.shape
-    nb = k // 32
-    bad = 0
-    for r in prange(n_rows):
-        for b in range(nb):
-            o = b * 32
-            amax = np.float32(0.0)
-            for j in range(32):
-                a = abs(x[r, o + j])
-                if not (a <= np.float32(3.4028235e38)):
-                    bad += 1
-                amax = amax if amax > a else a
-            dd = amax / np.float32(127.0)
-            inv = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
-            total = 0
-            for j in range(32):
-                v = x[r, o + j] * inv
-                t = np.trunc(v)
-                if abs(v - t) >= np.float32(0.5):
-                    t = t + (np.float32(1.0) if v > 0 else np.float32(-1.0))
-                qi = np.int8(np.int32(t))
-                q[r, o + j] = qi
-                total += qi
-            d[r, b] = dd
-            sums[r, b] = total
-    return bad
-
-
-def _q8_k_rows(x: np.ndarray, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Q8_K quants of rows ``x`` (N, K): ``iscale = -127/max``, ``q = min(127, rint(iscale·x))``, bsums per 16."""
-    n_rows, k = x.shape
-    nb = k // 256
-    bad = 0
-    for r in prange(n_rows):
-        for b in range(nb):
-            o = b * 256
-            amax = np.float32(0.0)
-            vmax = np.float32(0.0)
-            for j in range(256):
-                v = x[r, o + j]
-                a = abs(v)
-                if not (a <= np.float32(3.4028235e38)):
-                    bad += 1
-                if a > amax:
-                    amax = a
-                    vmax = v
-            if amax == np.float32(0.0):
-                d[r, b] = np.float32(0.0)
-                for j in range(256):
-                    q[r, o + j] = 0
-                for j in range(16):
-                    sums[r, b * 16 + j] = 0
-                continue
-            iscale = np.float32(-127.0) / vmax
-            for g in range(16):
-                total = 0
-                for j in range(16):
-                    qi = np.int32(np.rint(iscale * x[r, o + g * 16 + j]))
-                    qi = qi if qi < 127 else 127
-                    q[r, o + g * 16 + j] = np.int8(qi)
-                    total += qi
-                sums[r, b * 16 + g] = total
-            d[r, b] = np.float32(1.0) / iscale
-    return bad
-
-
-_SIG_32: Final = "int64(float32[:, ::1], int8[:, ::1], float32[:, ::1], int32[:, ::1])"
-_SPECS: Final = {
-    (32, False): _jit.KernelSpec(_q8_32_rows, _SIG_32, name="q8_32_rows", readonly=(0,)),
-    (32, True): _jit.KernelSpec(_q8_32_rows, _SIG_32, parallel=True, name="q8_32_rows_par", readonly=(0,)),
-    (256, False): _jit.KernelSpec(_q8_k_rows, _SIG_32, name="q8_k_rows", readonly=(0,)),
-    (256, True): _jit.KernelSpec(_q8_k_rows, _SIG_32, parallel=True, name="q8_k_rows_par", readonly=(0,)),
-}
-
-
 # ------------------------------------------------------------------------------------------------ entry points
 
 
@@ -173,7 +91,11 @@ def quantize_activations(x: np.ndarray, dot: GGMLType) -> QActs:
     bl = DOT_TYPES[dot]
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = x.shape
-    fn = _jit.get(_SPECS[bl, x.size >= _PARALLEL_MIN])
+    fn = None
+    if _jit.enabled():
+        from ggml_cpu.kernels.qdot._act_kernels import SPECS
+
+        fn = _jit.get(SPECS[bl, x.size >= _PARALLEL_MIN])
     if fn is None:
         return quantize_activations_numpy(x, dot)
     q = np.empty((n, k), np.int8)

@@ -16,24 +16,24 @@ dequantizers: slower, same numbers, same bounded memory.
 from __future__ import annotations
 
 import threading
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
 from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
-from ggml_cpu.kernels.qdot import _jit, _simd, dequant, kquants, legacy
+from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations
 from ggml_cpu.threads import current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
     "DOT_TYPE",
-    "MAX_VEC_ROWS",
     "block_kernels_ready",
     "dequantize_rows",
     "qmatmul",
     "tile_rows",
+    "vec_rows_limit",
 ]
 
 #: the activation dot type per weight type (ggml's ``vec_dot_type``)
@@ -50,16 +50,44 @@ DOT_TYPE: Final = {
     GGMLType.Q6_K: GGMLType.Q8_K,
 }
 
-_DOT_SPECS: Final = {**legacy.SPECS, **kquants.SPECS}
-_DEQ_SPECS: Final = dequant.SPECS
+#: weight types with compiled block kernels (:mod:`.legacy`, :mod:`.kquants`)
+BLOCK_KERNEL_TYPES: Final = frozenset(
+    {
+        GGMLType.Q4_0,
+        GGMLType.Q4_1,
+        GGMLType.Q5_0,
+        GGMLType.Q5_1,
+        GGMLType.Q8_0,
+        GGMLType.Q4_K,
+        GGMLType.Q5_K,
+        GGMLType.Q6_K,
+    }
+)
 
-#: weight types with compiled block kernels
-BLOCK_KERNEL_TYPES: Final = frozenset(_DOT_SPECS)
+_specs: list[tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]] = []
 
-#: up to this many activation rows the block kernels run; above it, dequantized tiles and BLAS. With VNNI the
-#: integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K at 32 rows:
-#: 4.4 ms against 20 ms on 2 cores); without it the portable partial sums are slower and the tiles win sooner.
-MAX_VEC_ROWS: Final = 32 if _simd.HAS_VNNI else 8
+
+def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
+    """(block-kernel specs, tile-dequantizer specs, VNNI?) — importing the kernel modules, and numba, on first use."""
+    if not _specs:
+        if _jit.enabled():
+            from ggml_cpu.kernels.qdot import _simd, dequant, kquants, legacy
+
+            _specs.append(({**legacy.SPECS, **kquants.SPECS}, dict(dequant.SPECS), _simd.HAS_VNNI))
+        else:
+            _specs.append(({}, {}, False))
+    return _specs[0]
+
+
+def vec_rows_limit() -> int:
+    """Up to this many activation rows the block kernels run; above it, dequantized tiles and BLAS.
+
+    With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
+    at 32 rows: 4.4 ms against 20 ms on 2 cores); without it the portable partial sums are slower and tiles win
+    sooner.
+    """
+    return 32 if _kernels()[2] else 8
+
 
 #: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
 _MIN_TYPES: Final = frozenset({GGMLType.Q4_1, GGMLType.Q5_1})
@@ -87,7 +115,7 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
-    spec = _DOT_SPECS.get(wtype)
+    spec = _kernels()[0].get(wtype)
     return spec is not None and _jit.get(spec) is not None
 
 
@@ -98,7 +126,7 @@ def tile_rows(k: int, m: int) -> int:
 
 def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.ndarray, mins: np.ndarray) -> None:
     """Rows ``r0:r1`` of the byte rows ``w`` into ``out[: r1-r0]`` (Q4_1/Q5_1: ``q·d`` here and ``m`` in ``mins``)."""
-    spec = _DEQ_SPECS.get(wtype)
+    spec = _kernels()[1].get(wtype)
     fn = _jit.get(spec) if spec is not None else None
     if fn is not None:
         fn(w, w.view(np.int8), r0, r1, _F16, out, mins)
@@ -113,7 +141,8 @@ def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.nd
 
 
 def _block_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> bool:
-    fn = _jit.get(_DOT_SPECS[wtype])
+    spec = _kernels()[0].get(wtype)
+    fn = _jit.get(spec) if spec is not None else None
     if fn is None:
         return False
     xs = acts.s.reshape(acts.d.shape) if acts.s.size else acts.d
@@ -163,7 +192,7 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     if not can_dequantize(wtype) or wtype not in DOT_TYPE:
         raise ValueError(f"qmatmul: no dot product for {wtype.name} weights")
     acts = quantize_activations(x, DOT_TYPE[wtype])
-    use_block = route == "block" or (route == "auto" and n <= MAX_VEC_ROWS)
+    use_block = route == "block" or (route == "auto" and n <= vec_rows_limit())
     if use_block and wtype in BLOCK_KERNEL_TYPES and _block_product(w, wtype, acts, out):
         return
     _tile_product(w, wtype, acts, out)
