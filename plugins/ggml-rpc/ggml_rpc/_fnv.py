@@ -34,7 +34,7 @@ def _compile() -> Callable[[np.ndarray, int], int] | None:
         except ImportError:
             return None
 
-        @numba.njit(cache=False, nogil=True)  # type: ignore[misc]
+        @numba.njit(cache=False, nogil=True)
         def loop(data: np.ndarray, h: int) -> int:  # pragma: no cover - compiled
             acc = np.uint64(h)
             prime = np.uint64(FNV_PRIME)

@@ -18,7 +18,7 @@ import socket
 import struct
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from ggml_rpc.protocol import (
@@ -204,37 +204,44 @@ class Connection:
 
     def request_into(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], out: memoryview) -> None:
         """Send a command and read its answer (exactly ``out.nbytes`` bytes) straight into ``out``."""
-        with self.lock:
-            sock = self._live(cmd)
-            self._unanswered.append(cmd.name)
-            self.counts[cmd.name] += 1
-            try:
-                send_frame(sock, cmd, parts)
-                got = _U64.unpack(recv_exact(sock, 8))[0]
-                if got != out.nbytes:
-                    raise EOFError(f"answer of {got} bytes, expected {out.nbytes}: malformed answer")
-                if got:
-                    recv_into_exact(sock, out)
-            except (OSError, EOFError) as exc:
-                raise self._fail(cmd, exc) from exc
-            self._unanswered.clear()
+
+        def read(sock: socket.socket, got: int) -> None:
+            if got != out.nbytes:
+                raise EOFError(f"answer of {got} bytes, expected {out.nbytes}: malformed answer")
+            if got:
+                recv_into_exact(sock, out)
+
+        self._exchange(cmd, parts, read)
 
     def request_variable(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], limit: int) -> bytes:
         """Send a command whose answer has a server-chosen size of at most ``limit`` bytes."""
+        data = bytearray()
+
+        def read(sock: socket.socket, got: int) -> None:
+            if got > limit:
+                raise EOFError(f"answer of {got} bytes, more than the {limit} allowed: malformed answer")
+            data.extend(recv_exact(sock, got))
+
+        self._exchange(cmd, parts, read)
+        return bytes(data)
+
+    def _exchange(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        read: Callable[[socket.socket, int], None],
+    ) -> None:
+        """Send ``cmd``, read the answer's size, let ``read`` take the answer; any failure fails the connection."""
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
             try:
                 send_frame(sock, cmd, parts)
-                got = _U64.unpack(recv_exact(sock, 8))[0]
-                if got > limit:
-                    raise EOFError(f"answer of {got} bytes, more than the {limit} allowed: malformed answer")
-                data = bytes(recv_exact(sock, got))
+                read(sock, _U64.unpack(recv_exact(sock, 8))[0])
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc) from exc
             self._unanswered.clear()
-            return data
 
     def sync(self, *, graphs_only: bool = False) -> None:
         """Wait until the server has run every command sent so far (a DEVICE_COUNT round trip if any is pending).

@@ -41,19 +41,23 @@ def _f(rt: RpcTensor, i: int) -> float:
     return float(_F32.unpack(_I32.pack(rt.op_params[i]))[0])
 
 
+def _ints(rt: RpcTensor) -> tuple[int, int, int, int, int, int]:
+    """The first six op_params (convolution strides, paddings, dilations)."""
+    p = rt.op_params
+    return p[0], p[1], p[2], p[3], p[4], p[5]
+
+
 def _u64(rt: RpcTensor, i: int) -> int:
     """op_params[i:i+2] as one size_t (VIEW's byte offset)."""
     return (rt.op_params[i] & 0xFFFFFFFF) | ((rt.op_params[i + 1] & 0xFFFFFFFF) << 32)
 
 
-def _need(rt: RpcTensor, s: Srcs, *slots: int) -> list[Tensor]:
-    out = []
-    for i in slots:
-        t = s[i]
-        if t is None:
-            raise Refused(f"node {rt.name_str!r} ({GGMLOp(rt.op).name}): operand src[{i}] is missing")
-        out.append(t)
-    return out
+def _t(rt: RpcTensor, s: Srcs, i: int) -> Tensor:
+    """Operand ``src[i]``, which this op requires."""
+    t = s[i]
+    if t is None:
+        raise Refused(f"node {rt.name_str!r} ({GGMLOp(rt.op).name}): operand src[{i}] is missing")
+    return t
 
 
 def _inplace(rt: RpcTensor) -> bool:
@@ -64,75 +68,77 @@ def _inplace(rt: RpcTensor) -> bool:
 
 
 def _binary(fn: Callable[..., Tensor]) -> Rebuilder:
-    return lambda rt, s, ctx: fn(*_need(rt, s, 0, 1), inplace=_inplace(rt))
+    return lambda rt, s, ctx: fn(_t(rt, s, 0), _t(rt, s, 1), inplace=_inplace(rt))
 
 
 def _unary_like(fn: Callable[..., Tensor]) -> Rebuilder:
-    return lambda rt, s, ctx: fn(*_need(rt, s, 0), inplace=_inplace(rt))
+    return lambda rt, s, ctx: fn(_t(rt, s, 0), inplace=_inplace(rt))
 
 
 def _plain1(fn: Callable[[Tensor], Tensor]) -> Rebuilder:
-    return lambda rt, s, ctx: fn(*_need(rt, s, 0))
+    return lambda rt, s, ctx: fn(_t(rt, s, 0))
 
 
 def _eps(fn: Callable[..., Tensor]) -> Rebuilder:
-    return lambda rt, s, ctx: fn(*_need(rt, s, 0), _f(rt, 0), inplace=_inplace(rt))
+    return lambda rt, s, ctx: fn(_t(rt, s, 0), _f(rt, 0), inplace=_inplace(rt))
 
 
 def _set_like(fn: Callable[..., Tensor]) -> Rebuilder:
     def build(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
         p = rt.op_params
-        return fn(*_need(rt, s, 0, 1), p[0], p[1], p[2], p[3], inplace=bool(p[4]))
+        return fn(_t(rt, s, 0), _t(rt, s, 1), p[0], p[1], p[2], p[3], inplace=bool(p[4]))
 
     return build
 
 
 def _cpy(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     if rt.src[1] == rt.id:  # ggml_cast: src[1] is the result itself
         return ops.cast(a, GGMLType(rt.type))
-    return ops.cpy(a, *_need(rt, s, 1))
+    return ops.cpy(a, _t(rt, s, 1))
 
 
 def _repeat_back(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     shape = ctx.new_tensor(a.type, rt.ne)  # carries only the target shape, as ggml's b does
     return ops.repeat_back(a, shape)
 
 
 def _mul_mat(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    t = ops.mul_mat(*_need(rt, s, 0, 1))
+    t = ops.mul_mat(_t(rt, s, 0), _t(rt, s, 1))
     if rt.op_params[0]:
         ops.mul_mat_set_prec(t, Prec(rt.op_params[0]))
     return t
 
 
 def _view(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     ne, nb = rt.ne, rt.nb
     return ops.view_4d(a, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], _u64(rt, 0))
 
 
 def _soft_max(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     t = ops.soft_max_ext(a, s[1], _f(rt, 0), _f(rt, 1), inplace=_inplace(rt))
     return ops.soft_max_add_sinks(t, s[2]) if s[2] is not None else t
 
 
 def _rope(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    a, pos = _need(rt, s, 0, 1)
+    a, pos = _t(rt, s, 0), _t(rt, s, 1)
     p = rt.op_params
-    floats = [_f(rt, i) for i in range(5, 11)]
+    base, scale, ext, attn, fast, slow = (_f(rt, i) for i in range(5, 11))
     if p[2] & ops.ROPE_TYPE_MROPE:
         sections = (p[11], p[12], p[13], p[14])
-        t = ops.rope_multi(a, pos, s[2], p[1], sections, p[2], p[4], *floats, inplace=_inplace(rt))
+        t = ops.rope_multi(
+            a, pos, s[2], p[1], sections, p[2], p[4], base, scale, ext, attn, fast, slow, inplace=_inplace(rt)
+        )
     else:
-        t = ops.rope_ext(a, pos, s[2], p[1], p[2], p[4], *floats, inplace=_inplace(rt))
+        t = ops.rope_ext(a, pos, s[2], p[1], p[2], p[4], base, scale, ext, attn, fast, slow, inplace=_inplace(rt))
     return ops.rope_set_offset(t, p[15]) if p[15] else t
 
 
 def _flash_attn(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    q, k, v = _need(rt, s, 0, 1, 2)
+    q, k, v = _t(rt, s, 0), _t(rt, s, 1), _t(rt, s, 2)
     t = ops.flash_attn_ext(q, k, v, s[3], _f(rt, 0), _f(rt, 1), _f(rt, 2))
     if rt.op_params[3]:
         ops.flash_attn_ext_set_prec(t, Prec(rt.op_params[3]))
@@ -140,7 +146,7 @@ def _flash_attn(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
 
 
 def _unary(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     op = UnaryOp(rt.op_params[0])
     if op == UnaryOp.XIELU:
         # ggml stores derived parameters (softplus of the user's); the builder cannot be re-run from them,
@@ -153,7 +159,7 @@ def _unary(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
 
 
 def _glu(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     op, swapped = GluOp(rt.op_params[0]), rt.op_params[1]
     if op == GluOp.SWIGLU_OAI:
         return ops.swiglu_oai(a, s[1], _f(rt, 2), _f(rt, 3))
@@ -163,7 +169,7 @@ def _glu(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
 
 
 def _pad(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
-    (a,) = _need(rt, s, 0)
+    a = _t(rt, s, 0)
     p = rt.op_params
     fn = ops.pad_ext_circular if p[8] else ops.pad_ext
     return fn(a, *p[:8])
@@ -172,7 +178,7 @@ def _pad(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
 REBUILDERS: Final[dict[GGMLOp, Rebuilder]] = {
     GGMLOp.DUP: _unary_like(ops.dup),
     GGMLOp.ADD: _binary(ops.add),
-    GGMLOp.ADD_ID: lambda rt, s, ctx: ops.add_id(*_need(rt, s, 0, 1, 2)),
+    GGMLOp.ADD_ID: lambda rt, s, ctx: ops.add_id(_t(rt, s, 0), _t(rt, s, 1), _t(rt, s, 2)),
     GGMLOp.ADD1: _binary(ops.add1),
     GGMLOp.ACC: _set_like(ops.acc),
     GGMLOp.SUB: _binary(ops.sub),
@@ -188,56 +194,56 @@ REBUILDERS: Final[dict[GGMLOp, Rebuilder]] = {
     GGMLOp.CUMSUM: _plain1(ops.cumsum),
     GGMLOp.MEAN: _plain1(ops.mean),
     GGMLOp.ARGMAX: _plain1(ops.argmax),
-    GGMLOp.COUNT_EQUAL: lambda rt, s, ctx: ops.count_equal(*_need(rt, s, 0, 1)),
-    GGMLOp.REPEAT: lambda rt, s, ctx: ops.repeat_4d(*_need(rt, s, 0), *rt.ne),
+    GGMLOp.COUNT_EQUAL: lambda rt, s, ctx: ops.count_equal(_t(rt, s, 0), _t(rt, s, 1)),
+    GGMLOp.REPEAT: lambda rt, s, ctx: ops.repeat_4d(_t(rt, s, 0), *rt.ne),
     GGMLOp.REPEAT_BACK: _repeat_back,
-    GGMLOp.CONCAT: lambda rt, s, ctx: ops.concat(*_need(rt, s, 0, 1), rt.op_params[0]),
+    GGMLOp.CONCAT: lambda rt, s, ctx: ops.concat(_t(rt, s, 0), _t(rt, s, 1), rt.op_params[0]),
     GGMLOp.NORM: _eps(ops.norm),
     GGMLOp.RMS_NORM: _eps(ops.rms_norm),
     GGMLOp.GROUP_NORM: lambda rt, s, ctx: ops.group_norm(
-        *_need(rt, s, 0), rt.op_params[0], _f(rt, 1), inplace=_inplace(rt)
+        _t(rt, s, 0), rt.op_params[0], _f(rt, 1), inplace=_inplace(rt)
     ),
     GGMLOp.L2_NORM: _eps(ops.l2_norm),
     GGMLOp.MUL_MAT: _mul_mat,
-    GGMLOp.MUL_MAT_ID: lambda rt, s, ctx: ops.mul_mat_id(*_need(rt, s, 0, 1, 2)),
-    GGMLOp.OUT_PROD: lambda rt, s, ctx: ops.out_prod(*_need(rt, s, 0, 1)),
-    GGMLOp.SCALE: lambda rt, s, ctx: ops.scale_bias(*_need(rt, s, 0), _f(rt, 0), _f(rt, 1), inplace=_inplace(rt)),
+    GGMLOp.MUL_MAT_ID: lambda rt, s, ctx: ops.mul_mat_id(_t(rt, s, 0), _t(rt, s, 1), _t(rt, s, 2)),
+    GGMLOp.OUT_PROD: lambda rt, s, ctx: ops.out_prod(_t(rt, s, 0), _t(rt, s, 1)),
+    GGMLOp.SCALE: lambda rt, s, ctx: ops.scale_bias(_t(rt, s, 0), _f(rt, 0), _f(rt, 1), inplace=_inplace(rt)),
     GGMLOp.SET: _set_like(ops.set),
     GGMLOp.CPY: _cpy,
-    GGMLOp.CONT: lambda rt, s, ctx: ops.cont_4d(*_need(rt, s, 0), *rt.ne),
-    GGMLOp.RESHAPE: lambda rt, s, ctx: ops.reshape_4d(*_need(rt, s, 0), *rt.ne),
+    GGMLOp.CONT: lambda rt, s, ctx: ops.cont_4d(_t(rt, s, 0), *rt.ne),
+    GGMLOp.RESHAPE: lambda rt, s, ctx: ops.reshape_4d(_t(rt, s, 0), *rt.ne),
     GGMLOp.VIEW: _view,
-    GGMLOp.PERMUTE: lambda rt, s, ctx: ops.permute(*_need(rt, s, 0), *rt.op_params[:4]),
+    GGMLOp.PERMUTE: lambda rt, s, ctx: ops.permute(_t(rt, s, 0), *rt.op_params[:4]),
     GGMLOp.TRANSPOSE: _plain1(ops.transpose),
-    GGMLOp.GET_ROWS: lambda rt, s, ctx: ops.get_rows(*_need(rt, s, 0, 1)),
+    GGMLOp.GET_ROWS: lambda rt, s, ctx: ops.get_rows(_t(rt, s, 0), _t(rt, s, 1)),
     # ggml's operand order: src0 = rows, src1 = indices, src2 = destination
-    GGMLOp.SET_ROWS: lambda rt, s, ctx: ops.set_rows(*_need(rt, s, 2, 0, 1)),
+    GGMLOp.SET_ROWS: lambda rt, s, ctx: ops.set_rows(_t(rt, s, 2), _t(rt, s, 0), _t(rt, s, 1)),
     GGMLOp.DIAG: _plain1(ops.diag),
-    GGMLOp.DIAG_MASK_INF: lambda rt, s, ctx: ops.diag_mask_inf(*_need(rt, s, 0), rt.op_params[0], _inplace(rt)),
-    GGMLOp.DIAG_MASK_ZERO: lambda rt, s, ctx: ops.diag_mask_zero(*_need(rt, s, 0), rt.op_params[0], _inplace(rt)),
+    GGMLOp.DIAG_MASK_INF: lambda rt, s, ctx: ops.diag_mask_inf(_t(rt, s, 0), rt.op_params[0], _inplace(rt)),
+    GGMLOp.DIAG_MASK_ZERO: lambda rt, s, ctx: ops.diag_mask_zero(_t(rt, s, 0), rt.op_params[0], _inplace(rt)),
     GGMLOp.SOFT_MAX: _soft_max,
     GGMLOp.ROPE: _rope,
-    GGMLOp.CLAMP: lambda rt, s, ctx: ops.clamp(*_need(rt, s, 0), _f(rt, 0), _f(rt, 1)),
-    GGMLOp.CONV_TRANSPOSE_1D: lambda rt, s, ctx: ops.conv_transpose_1d(*_need(rt, s, 0, 1), *rt.op_params[:3]),
+    GGMLOp.CLAMP: lambda rt, s, ctx: ops.clamp(_t(rt, s, 0), _f(rt, 0), _f(rt, 1)),
+    GGMLOp.CONV_TRANSPOSE_1D: lambda rt, s, ctx: ops.conv_transpose_1d(_t(rt, s, 0), _t(rt, s, 1), *rt.op_params[:3]),
     GGMLOp.IM2COL: lambda rt, s, ctx: ops.im2col(
-        *_need(rt, s, 0, 1), *rt.op_params[:6], bool(rt.op_params[6]), GGMLType(rt.type)
+        _t(rt, s, 0), _t(rt, s, 1), *_ints(rt), is_2d=bool(rt.op_params[6]), dst_type=GGMLType(rt.type)
     ),
-    GGMLOp.CONV_2D: lambda rt, s, ctx: ops.conv_2d_direct(*_need(rt, s, 0, 1), *rt.op_params[:6]),
-    GGMLOp.CONV_2D_DW: lambda rt, s, ctx: ops.conv_2d_dw_direct(*_need(rt, s, 0, 1), *rt.op_params[:6]),
-    GGMLOp.CONV_TRANSPOSE_2D: lambda rt, s, ctx: ops.conv_transpose_2d_p0(*_need(rt, s, 0, 1), rt.op_params[0]),
-    GGMLOp.POOL_1D: lambda rt, s, ctx: ops.pool_1d(*_need(rt, s, 0), PoolOp(rt.op_params[0]), *rt.op_params[1:4]),
-    GGMLOp.POOL_2D: lambda rt, s, ctx: ops.pool_2d(*_need(rt, s, 0), PoolOp(rt.op_params[0]), *rt.op_params[1:7]),
-    GGMLOp.UPSCALE: lambda rt, s, ctx: ops.interpolate(*_need(rt, s, 0), *rt.ne, rt.op_params[0]),
+    GGMLOp.CONV_2D: lambda rt, s, ctx: ops.conv_2d_direct(_t(rt, s, 0), _t(rt, s, 1), *_ints(rt)),
+    GGMLOp.CONV_2D_DW: lambda rt, s, ctx: ops.conv_2d_dw_direct(_t(rt, s, 0), _t(rt, s, 1), *_ints(rt)),
+    GGMLOp.CONV_TRANSPOSE_2D: lambda rt, s, ctx: ops.conv_transpose_2d_p0(_t(rt, s, 0), _t(rt, s, 1), rt.op_params[0]),
+    GGMLOp.POOL_1D: lambda rt, s, ctx: ops.pool_1d(_t(rt, s, 0), PoolOp(rt.op_params[0]), *rt.op_params[1:4]),
+    GGMLOp.POOL_2D: lambda rt, s, ctx: ops.pool_2d(_t(rt, s, 0), PoolOp(rt.op_params[0]), *rt.op_params[1:7]),
+    GGMLOp.UPSCALE: lambda rt, s, ctx: ops.interpolate(_t(rt, s, 0), *rt.ne, rt.op_params[0]),
     GGMLOp.PAD: _pad,
-    GGMLOp.PAD_REFLECT_1D: lambda rt, s, ctx: ops.pad_reflect_1d(*_need(rt, s, 0), *rt.op_params[:2]),
-    GGMLOp.ROLL: lambda rt, s, ctx: ops.roll(*_need(rt, s, 0), *rt.op_params[:4]),
+    GGMLOp.PAD_REFLECT_1D: lambda rt, s, ctx: ops.pad_reflect_1d(_t(rt, s, 0), *rt.op_params[:2]),
+    GGMLOp.ROLL: lambda rt, s, ctx: ops.roll(_t(rt, s, 0), *rt.op_params[:4]),
     GGMLOp.ARANGE: lambda rt, s, ctx: ops.arange(ctx, _f(rt, 0), _f(rt, 1), _f(rt, 2)),
-    GGMLOp.TIMESTEP_EMBEDDING: lambda rt, s, ctx: ops.timestep_embedding(*_need(rt, s, 0), *rt.op_params[:2]),
-    GGMLOp.ARGSORT: lambda rt, s, ctx: ops.argsort(*_need(rt, s, 0), SortOrder(rt.op_params[0])),
-    GGMLOp.TOP_K: lambda rt, s, ctx: ops.top_k(*_need(rt, s, 0), rt.ne[0]),
-    GGMLOp.LEAKY_RELU: lambda rt, s, ctx: ops.leaky_relu(*_need(rt, s, 0), _f(rt, 0), inplace=_inplace(rt)),
-    GGMLOp.TRI: lambda rt, s, ctx: ops.tri(*_need(rt, s, 0), TriType(rt.op_params[0])),
-    GGMLOp.FILL: lambda rt, s, ctx: ops.fill(*_need(rt, s, 0), _f(rt, 0), inplace=_inplace(rt)),
+    GGMLOp.TIMESTEP_EMBEDDING: lambda rt, s, ctx: ops.timestep_embedding(_t(rt, s, 0), *rt.op_params[:2]),
+    GGMLOp.ARGSORT: lambda rt, s, ctx: ops.argsort(_t(rt, s, 0), SortOrder(rt.op_params[0])),
+    GGMLOp.TOP_K: lambda rt, s, ctx: ops.top_k(_t(rt, s, 0), rt.ne[0]),
+    GGMLOp.LEAKY_RELU: lambda rt, s, ctx: ops.leaky_relu(_t(rt, s, 0), _f(rt, 0), inplace=_inplace(rt)),
+    GGMLOp.TRI: lambda rt, s, ctx: ops.tri(_t(rt, s, 0), TriType(rt.op_params[0])),
+    GGMLOp.FILL: lambda rt, s, ctx: ops.fill(_t(rt, s, 0), _f(rt, 0), inplace=_inplace(rt)),
     GGMLOp.FLASH_ATTN_EXT: _flash_attn,
     GGMLOp.UNARY: _unary,
     GGMLOp.GLU: _glu,

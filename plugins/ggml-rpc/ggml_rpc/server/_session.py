@@ -253,7 +253,7 @@ class Session:
         host = rec.buffer.host_array()
         with self._lock(rec):
             if host is not None and host.flags.writeable:
-                view = memoryview(host[start : start + n])
+                view = memoryview(host[start : start + n].data)
                 recv_into_exact(self.sock, view)
                 data: bytes | bytearray | memoryview = view
             else:
@@ -296,7 +296,7 @@ class Session:
         start = t.data_offset + offset
         host = rec.buffer.host_array()
         with self._lock(rec):
-            out = memoryview(host[start : start + n]) if host is not None else rec.buffer.read(start, n)
+            out = host[start : start + n].data if host is not None else rec.buffer.read(start, n)
             self._respond(out)
 
     def _memset_tensor(self, p: bytearray) -> None:

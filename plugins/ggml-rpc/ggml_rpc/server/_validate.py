@@ -10,6 +10,7 @@ dereferenced.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -98,7 +99,7 @@ class BufferTable:
     def __len__(self) -> int:
         return len(self._by_handle)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Remote]:
         return iter(list(self._by_handle.values()))
 
     def room_for(self, size: int) -> str | None:
