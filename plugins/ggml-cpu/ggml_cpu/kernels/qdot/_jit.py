@@ -135,12 +135,17 @@ def compile_seconds() -> dict[str, float]:
     return dict(_compile_seconds)
 
 
+_max_threads: list[int] = []
+
+
 def max_threads() -> int:
     """The most threads the compiled kernels can use (numba's pool size: the CPUs, unless NUMBA_NUM_THREADS)."""
     if _numba is not None:
         return int(_numba.config.NUMBA_NUM_THREADS)
-    env = os.environ.get("NUMBA_NUM_THREADS", "")
-    return int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+    if not _max_threads:  # asked on every compute: no system call after the first (one costs BLAS ~50 µs here)
+        env = os.environ.get("NUMBA_NUM_THREADS", "")
+        _max_threads.append(int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1))
+    return _max_threads[0]
 
 
 def current_threads() -> int:
