@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["add_parser", "run", "use_rpc_servers"]
+__all__ = ["add_parser", "loopback_warning", "run", "use_rpc_servers"]
 
 _MISSING = "the ggml-rpc plugin is not installed: install ggml-rpc (pip install -e plugins/ggml-rpc)"
 
@@ -34,6 +34,21 @@ def use_rpc_servers(endpoints: Sequence[str] | None) -> None:
     known = [e.strip() for e in os.environ.get("GGML_RPC_SERVERS", "").split(",") if e.strip()]
     os.environ["GGML_RPC_SERVERS"] = ",".join(dict.fromkeys([*known, *endpoints]))
     reset_registry()
+
+
+def loopback_warning(host: str) -> str | None:
+    """The warning printed when ``host`` is not a loopback address (None for loopback)."""
+    from ggml_rpc.server import is_loopback
+
+    if is_loopback(host):
+        return None
+    bar = "!" * 72
+    return (
+        f"\n{bar}\nWARNING: binding to {host!r}, which is not loopback.\n"
+        "ggml's RPC protocol has no authentication and no encryption: anyone who can reach this port can\n"
+        "allocate memory and run graphs here. Never expose it to an open network.\n"
+        f"{bar}\n"
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -73,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from ggml_core.backend.registry import get_registry
     from ggml_rpc.protocol import PROTO_VERSION
-    from ggml_rpc.server import RPCServer, ServerLimits, default_devices, is_loopback
+    from ggml_rpc.server import RPCServer, ServerLimits, default_devices
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -90,15 +105,9 @@ def run(args: argparse.Namespace) -> int:
         max_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
         idle_timeout=args.idle_timeout,
     )
-    if not is_loopback(args.host):
-        bar = "!" * 72
-        print(
-            f"\n{bar}\nWARNING: binding to {args.host!r}, which is not loopback.\n"
-            "ggml's RPC protocol has no authentication and no encryption: anyone who can reach this port can\n"
-            "allocate memory and run graphs here. Never expose it to an open network.\n"
-            f"{bar}\n",
-            file=sys.stderr,
-        )
+    warning = loopback_warning(args.host)
+    if warning:
+        print(warning, file=sys.stderr)
     server = RPCServer(devices, args.host, args.port, cache_dir=args.cache_dir, limits=limits, n_threads=args.threads)
     server.bind()
     print(f"ggml-core RPC server, protocol v{'.'.join(map(str, PROTO_VERSION))}")

@@ -65,3 +65,24 @@ def test_run_command_with_rpc_flag(
     cpu, split = np.load(tmp_path / "cpu.npy"), np.load(tmp_path / "split.npy")
     assert rel(split, cpu) < 1e-5
     assert server.stats["GRAPH_COMPUTE"] > 0  # the remote device took layers
+
+
+def test_a_server_can_serve_opencl(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """Any ggml-core device can be served: OpenCL0 (PoCL here) behind the server; its op set is asked remotely."""
+    from ggml_core import DeviceNotFoundError, get_registry
+
+    try:
+        ocl = get_registry().get_device("OpenCL0")
+    except DeviceNotFoundError:
+        pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
+    server = make_server([ocl])
+    (rpc,) = rpc_registry(server)
+    assert "OpenCL0" in get_registry().get_device(rpc).description
+    cpu_prompt, _, _ = split_logits(model_path, ["CPU"], None)
+    prompt, _, m = split_logits(model_path, ["CPU", rpc], [1, 1])
+    assert {s.name for s in m.placement.shares if s.layers} == {"CPU", rpc}
+    assert rel(prompt, cpu_prompt) < 1e-4  # another device sums in another order
+    assert server.stats["EXT_SUPPORTS_OP"] > 0 and server.stats["graphs computed"] > 0
+    assert server.stats["refused"] == 0

@@ -1,0 +1,100 @@
+"""``ggml-core rpc-server`` (serves, says what it serves, warns off loopback, says to install ggml-rpc when it is
+missing) and ``use_rpc_servers`` behind ``ggml-core run --rpc``."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ggml_core.cli import main
+from ggml_core.cli.rpc_server import loopback_warning, use_rpc_servers
+from ggml_rpc import Connection
+from ggml_rpc.protocol import Cmd
+from ggml_rpc.server import is_loopback
+
+
+def test_rpc_server_command_serves_until_stopped() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(line.strip().startswith("0:") for line in lines):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+        text = "".join(lines)
+        assert "protocol v7.0.0" in text and "local cache : n/a" in text and "0: CPU" in text, text
+        endpoint = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("endpoint"))
+        assert endpoint.startswith("127.0.0.1:")  # loopback unless told otherwise
+        conn = Connection(endpoint, timeout=10)
+        assert conn.ggml_core and conn.request(Cmd.DEVICE_COUNT) == b"\x01\x00\x00\x00"
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_warning_off_loopback() -> None:
+    assert loopback_warning("127.0.0.1") is None and loopback_warning("::1") is None
+    assert loopback_warning("localhost") is None
+    text = loopback_warning("0.0.0.0")
+    assert text is not None and "no authentication" in text and "Never expose" in text
+    assert is_loopback("127.0.0.5") and not is_loopback("10.0.0.1") and not is_loopback("example.org")
+
+
+def test_missing_plugin_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ggml_rpc" else real(name, *a))
+    assert main(["rpc-server"]) == 2
+    assert "install ggml-rpc" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="install ggml-rpc"):
+        use_rpc_servers(["127.0.0.1:1"])
+
+
+def test_use_rpc_servers_extends_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from ggml_core.backend.registry import reset_registry
+
+    monkeypatch.setenv("GGML_RPC_SERVERS", "127.0.0.1:1")
+    try:
+        use_rpc_servers(["127.0.0.1:2", "127.0.0.1:1"])
+        assert os.environ["GGML_RPC_SERVERS"] == "127.0.0.1:1,127.0.0.1:2"
+        use_rpc_servers(None)  # nothing asked: nothing changes
+        assert os.environ["GGML_RPC_SERVERS"] == "127.0.0.1:1,127.0.0.1:2"
+    finally:
+        monkeypatch.delenv("GGML_RPC_SERVERS")
+        reset_registry()
+
+
+def test_an_unreachable_server_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from ggml_core.backend.registry import get_registry, reset_registry
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    monkeypatch.setenv("GGML_RPC_SERVERS", f"127.0.0.1:{port}")
+    reset_registry()
+    try:
+        reg = get_registry()
+        names = [d.name for d in reg.devices()]
+        assert "CPU" in names  # the other devices are still there
+        rpc = reg.get_reg(f"RPC[127.0.0.1:{port}]")
+        assert rpc.unavailable_reason is not None and "cannot connect" in rpc.unavailable_reason
+    finally:
+        monkeypatch.delenv("GGML_RPC_SERVERS")
+        reset_registry()
