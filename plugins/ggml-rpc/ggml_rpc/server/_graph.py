@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
 
 from ggml_core import Buffer, Context, Device, GGMLError, GGMLOp, Graph, Tensor, TensorFlag
 from ggml_rpc.protocol import RPC_TENSOR_SIZE, RpcTensor
@@ -28,17 +29,29 @@ _U32: Final = struct.Struct("<I")
 _COMPUTE: Final = int(TensorFlag.COMPUTE)
 
 
-@dataclass
 class GraphMessage:
-    """A parsed GRAPH_COMPUTE payload."""
+    """A parsed GRAPH_COMPUTE payload; each ``rpc_tensor`` is decoded when first looked up (by id)."""
 
-    device: int
-    node_ids: list[int]
-    tensors: dict[int, RpcTensor]
+    def __init__(self, device: int, node_ids: list[int], payload: bytes | bytearray, offsets: dict[int, int]) -> None:
+        self.device = device
+        self.node_ids = node_ids
+        self._payload = payload
+        self._offsets = offsets
+        self._decoded: dict[int, RpcTensor] = {}
+
+    def get(self, tid: int) -> RpcTensor | None:
+        """The tensor with id ``tid``, or None when the message has none."""
+        rt = self._decoded.get(tid)
+        if rt is None:
+            at = self._offsets.get(tid)
+            if at is None:
+                return None
+            rt = self._decoded[tid] = RpcTensor.unpack_from(self._payload, at)
+        return rt
 
 
 def parse_graph(payload: bytes | bytearray, max_nodes: int, max_tensors: int) -> GraphMessage:
-    """Split the payload, checking counts against the limits and the exact size."""
+    """Split the payload, checking counts against the limits and the exact size (tensors are decoded lazily)."""
     n = len(payload)
     if n < 12:
         raise Refused(f"GRAPH_COMPUTE: payload of {n} bytes is shorter than its 12-byte header")
@@ -55,15 +68,17 @@ def parse_graph(payload: bytes | bytearray, max_nodes: int, max_tensors: int) ->
     if n != want:
         raise Refused(f"GRAPH_COMPUTE: payload of {n} bytes, but {n_nodes} nodes and {n_tensors} tensors need {want}")
     node_ids = list(struct.unpack_from(f"<{n_nodes}Q", payload, 8))
-    tensors: dict[int, RpcTensor] = {}
-    for i in range(n_tensors):
-        rt = RpcTensor.unpack_from(payload, pos + 4 + i * RPC_TENSOR_SIZE)
-        if rt.id == 0:
+    first = pos + 4
+    words = RPC_TENSOR_SIZE // 8
+    ids = np.frombuffer(payload, dtype="<u8", count=n_tensors * words, offset=first)[::words].tolist()
+    offsets: dict[int, int] = {}
+    for i, tid in enumerate(ids):  # each record starts with its id
+        if tid == 0:
             raise Refused(f"GRAPH_COMPUTE: tensor #{i} has id 0, which means 'no tensor'")
-        if rt.id in tensors:
-            raise Refused(f"GRAPH_COMPUTE: tensor id {rt.id:#x} is sent twice")
-        tensors[rt.id] = rt
-    return GraphMessage(device, node_ids, tensors)
+        if tid in offsets:
+            raise Refused(f"GRAPH_COMPUTE: tensor id {tid:#x} is sent twice")
+        offsets[tid] = first + i * RPC_TENSOR_SIZE
+    return GraphMessage(device, node_ids, payload, offsets)
 
 
 class _Builder:
@@ -79,7 +94,7 @@ class _Builder:
         self.node_pos: dict[int, int] = {}
 
     def rt(self, tid: int, user: str) -> RpcTensor:
-        rt = self.msg.tensors.get(tid)
+        rt = self.msg.get(tid)
         if rt is None:
             raise Refused(f"GRAPH_COMPUTE: {user} refers to tensor id {tid:#x}, which is not in the message")
         return rt
@@ -199,7 +214,7 @@ def build_graph(
     for pos, tid in enumerate(msg.node_ids):
         if tid in b.memo:  # built earlier as the memory of a view: only nodes of op NONE can be
             t = b.memo[tid]
-            if t.op != GGMLOp.NONE or b.msg.tensors[tid].op != GGMLOp.NONE:
+            if t.op != GGMLOp.NONE:
                 raise Refused(f"GRAPH_COMPUTE: node #{pos} was used before it is computed")
         else:
             t = b.node(tid, pos)

@@ -315,7 +315,8 @@ class Session:
         dst, dst_rec, n_dst = self._tensor(dst_rt, "COPY_TENSOR destination")
         if n_src != n_dst:
             raise Refused(f"COPY_TENSOR: source has {n_src} bytes, destination {n_dst}")
-        with self._lock(dst_rec), self._lock(src_rec):
+        low, high = sorted((src_rec.device, dst_rec.device))  # in index order: no deadlock between connections
+        with self.server.device_lock(low), self.server.device_lock(high):
             try:
                 ok = dst_rec.buffer.cpy_tensor(src, dst)
             except GGMLError as exc:
