@@ -17,6 +17,7 @@ worker pool before each replay (see :mod:`ggml_cpu.threads`).
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -51,13 +52,17 @@ class Plan:
     srcs: list[list[Tensor | None]]
     memory: list[tuple[Buffer, Any]] = field(default_factory=list)
 
+    def memory_current(self) -> bool:
+        """True while every buffer the plan uses still holds the memory it had (not freed, not replaced)."""
+        return all(buf.host_array() is mem for buf, mem in self.memory)
+
     def valid_for(self, graph: Graph) -> bool:
         """True while the graph, its operands and every tensor's memory are as they were when planned."""
         return (
             graph.nodes == self.graph_nodes
             and list(map(_SRC, self.graph_nodes)) == self.srcs
             and list(map(_BINDING, self.tensors)) == self.bindings
-            and all(buf.host_array() is mem for buf, mem in self.memory)
+            and self.memory_current()
         )
 
 
@@ -78,14 +83,16 @@ class Engine:
     :param n_threads: threads for BLAS and the compiled kernels
     """
 
-    #: plans kept per engine (oldest dropped first)
-    MAX_PLANS: Final = 64
+    #: plans kept per engine (oldest dropped first). A plan's views keep its buffers' memory alive, so plans are
+    #: also dropped when their graph is garbage-collected and when a buffer they use was freed or replaced.
+    MAX_PLANS: Final = 16
 
     def __init__(self, name: str, n_threads: int) -> None:
         self.name = name
         self.threads = Threads(n_threads)
         self.weights_cache: matmul.WeightsCache | None = None
         self._plans: dict[int, Plan] = {}
+        self._finalizers: dict[int, weakref.finalize] = {}
         #: how many times a graph was (re-)planned; tests read it
         self.n_plans = 0
 
@@ -118,12 +125,20 @@ class Engine:
             srcs=[list(n.src) for n in graph.nodes],
             memory=[(b, b.host_array()) for b in buffers.values()],
         )
-        self._plans.pop(graph.uid, None)
+        stale = [uid for uid, p in self._plans.items() if not p.memory_current()]
+        for uid in [*stale, graph.uid]:
+            self._plans.pop(uid, None)
         if len(self._plans) >= self.MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
+        if graph.uid not in self._finalizers:
+            self._finalizers[graph.uid] = weakref.finalize(graph, self._drop, graph.uid)
         self._plans[graph.uid] = plan
         self.n_plans += 1
         return plan
+
+    def _drop(self, uid: int) -> None:
+        self._plans.pop(uid, None)
+        self._finalizers.pop(uid, None)
 
     def forget(self) -> None:
         """Drop every plan (the next compute re-binds)."""

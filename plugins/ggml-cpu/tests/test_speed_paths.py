@@ -271,6 +271,27 @@ def test_plan_is_reused_until_the_graph_changes() -> None:
     assert engine.n_plans == 4
 
 
+def test_plans_do_not_keep_freed_memory_alive() -> None:
+    """A plan's views hold its buffers' memory: plans go with their graph, and when a buffer they use is freed."""
+    import gc as pygc
+
+    backend = gc.init_backend("CPU")
+    engine = backend.engine  # type: ignore[attr-defined]
+    _, _, _, _, graph = _adds(backend)
+    backend.graph_compute(graph)
+    assert len(engine._plans) == 1
+    del graph
+    pygc.collect()
+    assert len(engine._plans) == 0
+    _, a, _, _, first = _adds(backend)
+    backend.graph_compute(first)
+    assert a.buffer is not None
+    a.buffer.free()
+    _, _, _, _, second = _adds(backend)
+    backend.graph_compute(second)  # planning the next graph drops the plan over freed memory
+    assert list(engine._plans) == [second.uid]
+
+
 def test_abort_callback_and_errors_name_the_node() -> None:
     backend = gc.init_backend("CPU")
     _, _, _, y, graph = _adds(backend)
