@@ -5,7 +5,7 @@
 //     CASE <name> <max |rpc - cpu|> <max |cpu|>
 //
 // Written for ggml-core's interop test (tests/test_interop_llama_cpp.py); it only uses ggml's public API.
-// Usage: rpc_client_harness HOST:PORT
+// Usage: rpc_client_harness HOST:PORT [--no-weights]
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -213,7 +213,8 @@ int main(int argc, char ** argv) {
     }
 
     // weights over 10 MiB: SET_TENSOR_HASH (miss) then SET_TENSOR with cache_flag, then a hit on the second upload
-    for (int round = 0; round < 2; round++) {
+    const bool weights = !(argc > 2 && std::string(argv[2]) == "--no-weights");
+    for (int round = 0; weights && round < 2; round++) {
         ggml_init_params params = {2 * ggml_tensor_overhead(), nullptr, true};
         ggml_context * ctx = ggml_init(params);
         ggml_tensor * w = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3 * 1024 * 1024);  // 12 MiB
