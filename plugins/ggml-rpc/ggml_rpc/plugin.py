@@ -446,6 +446,11 @@ def ggml_api_version() -> int:
 
 @hookimpl
 def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
-    """One registry per configured endpoint (none configured: nothing to register)."""
-    for endpoint in configured_endpoints():
+    """One registry per configured endpoint; with none, an empty ``RPC`` registry that says how to add one."""
+    endpoints = configured_endpoints()
+    for endpoint in endpoints:
         register(RPCReg(endpoint))
+    if not endpoints:
+        reg = BackendReg("RPC", [], description="ggml RPC client (no servers configured)", priority=-1)
+        reg.unavailable_reason = "no RPC servers: set GGML_RPC_SERVERS=host:port,... or use ggml-core run --rpc"
+        register(reg)
