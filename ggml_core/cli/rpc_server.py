@@ -60,7 +60,11 @@ def add_parser(sub: Any, name: str) -> None:
     p = sub.add_parser(
         name,
         help="serve local devices over ggml's RPC protocol (llama.cpp --rpc compatible)",
-        description=(__doc__ or "").replace("``", ""),
+        description=(
+            "Serve local devices over ggml's RPC protocol 7.0.0: ggml-core clients (--rpc, GGML_RPC_SERVERS) and "
+            "llama.cpp (--rpc) can use them.\n\nThe protocol has no authentication: the server binds to 127.0.0.1 "
+            "unless --host says otherwise, and then warns. Needs the ggml-rpc plugin package."
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", "-H", default="127.0.0.1", help="address to bind (default 127.0.0.1; see the warning)")
