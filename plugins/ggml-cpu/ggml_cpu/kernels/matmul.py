@@ -49,6 +49,8 @@ VEC_DOT_TYPE: Final[dict[GGMLType, GGMLType]] = {
 
 #: float32 bytes per converted f16 / bf16 weight tile
 _TILE_BYTES: Final = 4 << 20
+#: f16 / bf16 operands up to this many float32 bytes are converted whole (transient memory)
+_WHOLE_BYTES: Final = 16 << 20
 
 
 def activations_as_dot_type(x: np.ndarray, wtype: GGMLType) -> np.ndarray:
@@ -236,6 +238,14 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
     wtype = a.type
     k, m = a.ne[0], a.ne[1]
     step = max(16, min(m, _TILE_BYTES // (4 * max(k, 1))))
+    if 4 * a.nelements <= _WHOLE_BYTES and (cache is None or not cache.eligible(a)):
+        # small (a KV cache, a small matrix): one conversion and one batched product beat tiles per weight slice
+
+        def run_whole() -> None:
+            x = activations_as_dot_type(f32(b), wtype)
+            np.copyto(arr(node), matmul_4d(_float_rows_f32(arr(a), wtype), x))
+
+        return run_whole
 
     def run() -> None:
         x = activations_as_dot_type(f32(b), wtype)

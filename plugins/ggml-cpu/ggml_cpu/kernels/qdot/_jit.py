@@ -76,6 +76,11 @@ def _load() -> None:
         if _env_disabled():
             _reason = "disabled by GGML_CPU_NUMBA=0"
         else:
+            if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
+                # numba's OpenMP workers otherwise spin after every parallel kernel and starve BLAS's threads (and
+                # BLAS's spinning starves them): on 2 cores a BLAS call followed by a small kernel took 8 ms instead
+                # of 0.3. Read when numba first launches its pool, after this point.
+                os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
             try:
                 import numba
             except Exception as exc:  # noqa: BLE001 - any import failure means: no compiled kernels

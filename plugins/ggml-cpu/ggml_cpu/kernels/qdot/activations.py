@@ -24,7 +24,7 @@ __all__ = ["DOT_TYPES", "QActs", "quantize_activations", "quantize_activations_n
 DOT_TYPES: Final = {GGMLType.Q8_0: 32, GGMLType.Q8_1: 32, GGMLType.Q8_K: 256}
 
 #: below this many elements the serial quantizer is used (a parallel launch costs more than the work)
-_PARALLEL_MIN: Final = 1 << 16
+_PARALLEL_MIN: Final = 1 << 18
 
 
 @dataclass(frozen=True)

@@ -113,10 +113,15 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buf[:size].reshape(shape)
 
 
+#: below this much work (weights × activation rows) a product runs on the calling thread: waking a thread pool
+#: costs more (about 35 µs here) than the work
+_SERIAL_WORK: Final = 1 << 20
+
+
 def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
-    spec = _kernels()[0].get(wtype)
-    return spec is not None and _jit.get(spec) is not None
+    specs = _kernels()[0].get(wtype)
+    return specs is not None and all(_jit.get(spec) is not None for spec in specs)
 
 
 def tile_rows(k: int, m: int) -> int:
@@ -141,8 +146,9 @@ def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.nd
 
 
 def _block_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> bool:
-    spec = _kernels()[0].get(wtype)
-    fn = _jit.get(spec) if spec is not None else None
+    specs = _kernels()[0].get(wtype)
+    small = out.size * acts.q.shape[1] < _SERIAL_WORK or current_threads() == 1
+    fn = _jit.get(specs[1 if small else 0]) if specs is not None else None
     if fn is None:
         return False
     xs = acts.s.reshape(acts.d.shape) if acts.s.size else acts.d
