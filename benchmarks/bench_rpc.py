@@ -12,7 +12,10 @@ Measured, as medians of ``--repeat`` runs in this one run:
 - ``SET_TENSOR``: one ``set_tensor`` of ``--mib`` MiB plus the round trip that waits for the server to have it;
 - ``GET_TENSOR``: one ``get_tensor`` of the same bytes, straight into a preallocated array;
 - per token: decode steps of the embedded default model (4 layers) on the CPU alone and split 1:1 over the CPU and
-  the loopback device, with the commands each token sends.
+  each loopback device, with the commands each token sends.
+
+Targets are measured in rotation (one transfer or decode step each, round after round), so that the load of a
+shared machine hits all of them alike.
 
 Numbers are noisy on a shared machine; compare the ratios.
 """
@@ -26,8 +29,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +49,7 @@ while True:
     op, n = head[0], struct.unpack("<Q", head[1:])[0]
     if op == 0:   # receive n bytes, answer one byte
         got = 0
-        while got < n: got += conn.recv_into(mv[got:n])
+        while got < n: got += conn.recv_into(mv[got:n], min(n - got, 1 << 24))
         conn.sendall(b"\1")
     else:         # send n bytes
         conn.sendall(mv[:n])
@@ -80,102 +84,116 @@ def _ours() -> Iterator[str]:
     return _process(cmd, lambda line: line.split(":", 1)[1].strip() if line.strip().startswith("endpoint") else None)
 
 
-def _median_ms(fn: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+class _Raw:
+    """A plain socket to a Python peer process that reads (or sends) the bytes and answers one byte."""
+
+    def __init__(self, port: str, nbytes: int) -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.n = nbytes
+        self.data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+        self.out = memoryview(bytearray(nbytes))
+
+    def put(self) -> None:
+        import struct
+
+        self.sock.sendall(struct.pack("<BQ", 0, self.n))
+        self.sock.sendall(self.data)
+        self.sock.recv(1)
+
+    def get(self) -> None:
+        import struct
+
+        self.sock.sendall(struct.pack("<BQ", 1, self.n))
+        got = 0
+        while got < self.n:
+            got += self.sock.recv_into(self.out[got:])
+
+    def close(self) -> None:
+        self.sock.close()
 
 
-def raw_socket(nbytes: int, repeat: int) -> tuple[float, float]:
-    """(send ms, receive ms) of ``nbytes`` through a plain socket to a Python peer process."""
-    import socket
-    import struct
+class _Rpc:
+    """SET_TENSOR (+ the round trip that waits for it) and GET_TENSOR of one tensor on an RPC device."""
 
-    with _process([sys.executable, "-c", _RAW_PEER, str(nbytes)], lambda line: line.strip()) as port:
-        s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
-        out = memoryview(bytearray(nbytes))
+    def __init__(self, endpoint: str, nbytes: int) -> None:
+        from ggml_rpc import RPCReg
 
-        def send() -> None:
-            s.sendall(struct.pack("<BQ", 0, nbytes))
-            s.sendall(data)
-            s.recv(1)
+        self.dev = RPCReg(endpoint).devices[0]
+        ctx = Context()
+        self.t = ctx.new_tensor("i8", (nbytes,))
+        self.buf = alloc_ctx_tensors(ctx, self.dev.buffer_type())
+        self.data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+        self.out = np.empty(nbytes, np.uint8)
 
-        def recv() -> None:
-            s.sendall(struct.pack("<BQ", 1, nbytes))
-            got = 0
-            while got < nbytes:
-                got += s.recv_into(out[got:])
+    def put(self) -> None:
+        self.buf.set_tensor(self.t, memoryview(self.data))
+        self.dev.conn.sync()
 
-        result = _median_ms(send, repeat), _median_ms(recv, repeat)
-        s.close()
-        return result
+    def get(self) -> None:
+        self.buf.get_tensor(self.t, memoryview(self.out))
+
+    def close(self) -> None:
+        assert np.array_equal(self.out, self.data)
+        self.buf.free()
 
 
-def rpc_transfer(endpoint: str, nbytes: int, repeat: int) -> tuple[float, float]:
-    """(SET_TENSOR ms, GET_TENSOR ms) of ``nbytes`` to and from the RPC device at ``endpoint``."""
-    from ggml_rpc import RPCReg, disconnect_all
-
-    dev = RPCReg(endpoint).devices[0]
-    ctx = Context()
-    t = ctx.new_tensor("i8", (nbytes,))
-    buf = alloc_ctx_tensors(ctx, dev.buffer_type())
-    data = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
-    out = np.empty(nbytes, np.uint8)
-
-    def put() -> None:
-        buf.set_tensor(t, memoryview(data))
-        dev.conn.sync()
-
-    def get() -> None:
-        buf.get_tensor(t, memoryview(out))
-
-    result = _median_ms(put, repeat), _median_ms(get, repeat)
-    assert np.array_equal(out, data)
-    buf.free()
-    disconnect_all()
-    return result
+def transfers(targets: dict[str, object], repeat: int) -> dict[str, tuple[float, float]]:
+    """Median (put ms, get ms) per target, measured in rotation so that machine load hits every target alike."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in targets}
+    for _ in range(repeat + 1):  # the first round warms up (page faults, socket buffers)
+        for name, tgt in targets.items():
+            for i, fn in enumerate((tgt.put, tgt.get)):  # type: ignore[attr-defined]
+                t0 = time.perf_counter()
+                fn()
+                times[name][i].append((time.perf_counter() - t0) * 1e3)
+    return {name: (statistics.median(p[1:]), statistics.median(g[1:])) for name, (p, g) in times.items()}
 
 
-def per_token(endpoint: str | None, tokens: int, model: Path) -> tuple[float, dict[str, float]]:
-    """(median ms per decoded token, commands per token) on the CPU alone (None) or split with ``endpoint``."""
+def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, tuple[float, dict[str, float]]]:
+    """Median ms per decoded token and commands per token: the CPU alone, and split 1:1 with each endpoint.
+
+    Every configuration is loaded at once and the decode steps run in rotation, so that load hits them alike.
+    """
     import os
 
     from ggml_core.models import Model, ModelParams, PlacementRequest
-    from ggml_rpc import disconnect_all
 
-    if endpoint:
-        os.environ["GGML_RPC_SERVERS"] = endpoint
-    else:
-        os.environ.pop("GGML_RPC_SERVERS", None)
+    os.environ["GGML_RPC_SERVERS"] = ",".join(endpoints.values())
     reset_registry()
-    devices = ["CPU"]
-    if endpoint:
-        devices.append(get_registry().get_reg(f"RPC[{endpoint}]").devices[0].name)
-    params = ModelParams(
-        placement=PlacementRequest(devices=devices, tensor_split=[1, 1] if endpoint else None),
-        n_ctx=256,
-        progress=False,
-    )
-    counts: dict[str, float] = {}
-    with Model.load(model, params) as m:
+    configs = {"CPU alone": (["CPU"], None)}
+    for name, ep in endpoints.items():
+        configs[f"CPU + {name}"] = (["CPU", get_registry().get_reg(f"RPC[{ep}]").devices[0].name], [1.0, 1.0])
+    models = {}
+    for name, (devices, split) in configs.items():
+        req = PlacementRequest(devices=devices, tensor_split=split)
+        models[name] = Model.load(model, ModelParams(placement=req, n_ctx=256, progress=False))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    before: dict[str, dict[str, int]] = {}
+    for name, m in models.items():
         m.process_prompt([1, 2, 3, 4])
         m.decode([5])  # warm-up: the first decode graph is planned and sent
-        conn = getattr(m.placement.devices[0], "conn", None) if endpoint else None
-        before = dict(conn.counts) if conn is not None else {}
-        times = []
-        for i in range(tokens):
+        conn = getattr(m.placement.devices[0], "conn", None)
+        before[name] = dict(conn.counts) if conn is not None else {}
+    for i in range(tokens):
+        for name, m in models.items():
             t0 = time.perf_counter()
             m.decode([6 + i % 50])
-            times.append((time.perf_counter() - t0) * 1e3)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    out = {}
+    for name, m in models.items():
+        conn = getattr(m.placement.devices[0], "conn", None)
+        counts = {}
         if conn is not None:
-            counts = {k: (v - before.get(k, 0)) / tokens for k, v in conn.counts.items() if v - before.get(k, 0)}
-    disconnect_all()
-    return statistics.median(times), counts
+            counts = {
+                k: (v - before[name].get(k, 0)) / tokens for k, v in conn.counts.items() if v - before[name].get(k, 0)
+            }
+        out[name] = (statistics.median(times[name]), counts)
+        m.close()
+    os.environ.pop("GGML_RPC_SERVERS", None)
+    return out
 
 
 def main() -> int:
@@ -188,10 +206,8 @@ def main() -> int:
     nbytes = args.mib << 20
     gb = nbytes / 1e9
 
-    print(f"loopback transfers of {args.mib} MiB, medians of {args.repeat}")
-    raw_put, raw_get = raw_socket(nbytes, args.repeat)
-    rows = [("raw socket", raw_put, raw_get)]
-    servers: list[tuple[str, Callable[[], Iterator[str]]]] = [("ggml-core rpc-server", _ours)]
+    print(f"loopback transfers of {args.mib} MiB, medians of {args.repeat} (targets measured in rotation)")
+    servers: list[tuple[str, Callable[[], Any]]] = [("ggml-core rpc-server", _ours)]
     if args.llama_cpp:
         exe = Path.home() / ".cache" / "ggml-core" / "llama-rpc-server-0c1e570" / "ggml-rpc-server"
         if exe.is_file():
@@ -199,28 +215,38 @@ def main() -> int:
             servers.append(("llama.cpp ggml-rpc-server", lambda: _llama(exe, port)))
         else:
             print(f"  (no llama.cpp server at {exe}: run the interop test once to build it)")
-    endpoints = {}
-    for name, start in servers:
-        with start() as ep:
-            put, get = rpc_transfer(ep, nbytes, args.repeat)
-        rows.append((name, put, get))
-        endpoints[name] = start
+    with ExitStack() as stack:
+        raw_port = stack.enter_context(_process([sys.executable, "-c", _RAW_PEER, str(nbytes)], lambda x: x.strip()))
+        targets: dict[str, Any] = {"raw socket": _Raw(raw_port, nbytes)}
+        for name, start in servers:
+            targets[name] = _Rpc(stack.enter_context(start()), nbytes)
+        result = transfers(targets, args.repeat)
+        for tgt in targets.values():
+            tgt.close()
+        from ggml_rpc import disconnect_all
+
+        disconnect_all()
+    raw_put, raw_get = result["raw socket"]
     print(f"  {'':28}{'SET (GB/s)':>12}{'vs raw':>8}{'GET (GB/s)':>12}{'vs raw':>8}")
-    for name, put, get in rows:
+    for name, (put, get) in result.items():
         print(f"  {name:28}{gb / put * 1e3:12.2f}{raw_put / put:8.2f}{gb / get * 1e3:12.2f}{raw_get / get:8.2f}")
 
     from ggml_core.models.default_model import write_default_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model = write_default_model(Path(tmp) / "default.gguf")
-        print(f"\nper decoded token, default model (4 layers), medians of {args.tokens} tokens")
-        cpu_ms, _ = per_token(None, args.tokens, model)
-        print(f"  {'CPU alone':36}{cpu_ms:9.2f} ms")
-        for name, start in servers:
-            with start() as ep:
-                ms, counts = per_token(ep, args.tokens, model)
+        print(f"\nper decoded token, default model (4 layers), medians of {args.tokens} tokens (in rotation)")
+        with ExitStack() as stack:
+            eps = {name: stack.enter_context(start()) for name, start in servers}
+            res = per_token(eps, args.tokens, model)
+            from ggml_rpc import disconnect_all
+
+            disconnect_all()
+        cpu_ms = res["CPU alone"][0]
+        for name, (ms, counts) in res.items():
             what = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
-            print(f"  {'CPU + ' + name:36}{ms:9.2f} ms  (+{ms - cpu_ms:.2f} ms per token; per token: {what})")
+            extra = f"  (+{ms - cpu_ms:.2f} ms per token; per token: {what})" if counts else ""
+            print(f"  {name:36}{ms:9.2f} ms{extra}")
     reset_registry()
     return 0
 
@@ -237,7 +263,7 @@ def _free_port() -> int:
 def _llama(exe: Path, port: str) -> Iterator[str]:
     import socket
 
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", port, "-t", "2"], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", port, "-t", "1"], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:

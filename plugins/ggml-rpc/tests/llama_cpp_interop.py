@@ -171,11 +171,14 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def llama_cpp_server(tools: LlamaCppTools, log: Path) -> Iterator[str]:
-    """Run llama.cpp's ggml-rpc-server on 127.0.0.1 (a free port); yields ``host:port``; stopped afterwards."""
+    """Run llama.cpp's ggml-rpc-server on 127.0.0.1 (a free port); yields ``host:port``; stopped afterwards.
+
+    One thread: ggml's OpenMP threads spin while they wait, which on a small shared machine starves the rest.
+    """
     port = _free_port()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(tools.server), "-H", "127.0.0.1", "-p", str(port), "-t", "2"], stdout=out, stderr=subprocess.STDOUT
+            [str(tools.server), "-H", "127.0.0.1", "-p", str(port), "-t", "1"], stdout=out, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + 30
