@@ -2,7 +2,8 @@
 
 MUL_MAT_ID multiplies, for every token ``t`` and slot ``e``, the expert matrix ``as[:, :, ids[e, t]]`` with the
 activation column ``b[:, e % b.ne[1], t]``. Like ggml's CPU, the activations are first rounded through the expert
-type's dot type (see :mod:`ggml_cpu.kernels.matmul`); only the experts that some token picked are dequantized.
+type's dot type, with MUL_MAT's own kernels per expert (:func:`ggml_cpu.kernels.matmul.expert_product`: block
+kernels on the quantized rows, never a full f32 copy); only the experts that some token picked are touched.
 """
 
 from __future__ import annotations
@@ -10,40 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.quants import can_dequantize, dequantize, quantize
+from ggml_core.quants import can_dequantize
 from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel
-from ggml_cpu.kernels.matmul import VEC_DOT_TYPE, activations_as_dot_type
+from ggml_cpu.kernels.matmul import VEC_DOT_TYPE, expert_product
 
 __all__: list[str] = []
-
-#: weight types whose dot product adds ``min · s`` with s = f16(d·Σq) of the Q8_1 activation block
-_MIN_TYPES = frozenset({GGMLType.Q4_1, GGMLType.Q5_1})
-
-
-def _f16_field(raw: np.ndarray, block_bytes: int, offset: int) -> np.ndarray:
-    """The f16 at byte ``offset`` of every block of byte rows ``raw`` (..., row_bytes) as float32 (..., n_blocks)."""
-    blocks = raw.reshape(*raw.shape[:-1], -1, block_bytes)
-    return np.ascontiguousarray(blocks[..., offset : offset + 2]).view(np.float16)[..., 0].astype(np.float32)
-
-
-def _expert_product(wraw: np.ndarray, wtype: GGMLType, x: np.ndarray) -> np.ndarray:
-    """Rows ``x`` (n, K) times one expert's weight rows ``wraw`` (M, row bytes or K values) → (n, M)."""
-    if wtype.is_quantized:
-        w = dequantize(np.ascontiguousarray(wraw), wtype)
-    elif wtype == GGMLType.BF16:
-        w = (wraw.astype(np.uint32) << 16).view(np.float32)
-    else:
-        w = wraw.astype(np.float32)
-    if wtype not in _MIN_TYPES:
-        return activations_as_dot_type(x, wtype) @ w.T
-    # Q4_1/Q5_1 · Q8_1: Σ_b d_w d_x Σ q_w q_x + m_w s_x, where s_x = f16(d_x Σ q_x) is stored in the Q8_1 block
-    xq = quantize(np.ascontiguousarray(x, dtype=np.float32), GGMLType.Q8_1)
-    xd = dequantize(xq, GGMLType.Q8_1)
-    s_x = _f16_field(xq, GGMLType.Q8_1.type_size, 2)  # (n, n_blocks)
-    m_w = _f16_field(np.ascontiguousarray(wraw), wtype.type_size, 2)  # (M, n_blocks)
-    block_sum = xd.reshape(xd.shape[0], -1, wtype.block_size).sum(axis=-1, dtype=np.float32)
-    return xd @ w.T + (s_x - block_sum) @ m_w.T
-
 
 def _mul_mat_id_ok(node: Tensor) -> bool:
     as_, b, ids = node.src[0], node.src[1], node.src[2]
@@ -75,7 +47,7 @@ def _bind_mul_mat_id(node: Tensor) -> Thunk:
         for expert in np.unique(idx):
             t_sel, e_sel = np.nonzero(idx == expert)
             rows = np.ascontiguousarray(slot_rows[t_sel, e_sel], dtype=np.float32)
-            out[t_sel, e_sel, :] = _expert_product(weights[int(expert)], wtype, rows)
+            out[t_sel, e_sel, :] = expert_product(weights[int(expert)], wtype, rows)
 
     if n_tokens == 0 or n_used == 0:
         return lambda: None
