@@ -75,20 +75,30 @@ def soft_max_ext(a: Tensor, mask: Tensor | None, scale: float, max_bias: float =
     return finish(result, GGMLOp.SOFT_MAX, [a, mask])
 
 
-def soft_max_add_sinks(t: Tensor, sinks: Tensor | None) -> Tensor:
-    """``ggml_soft_max_add_sinks``: one f32 sink logit per head (dim 2) joins each row's denominator."""
+def _add_sinks(t: Tensor, sinks: Tensor | None, op: GGMLOp, slot: int) -> Tensor:
+    """Attach (or with None, detach) one f32 sink logit per head as ``t.src[slot]``."""
     if sinks is None:
-        t.src[2] = None
+        t.src[slot] = None
         return t
-    op = "SOFT_MAX"
-    check(t.op == GGMLOp.SOFT_MAX, op, "sinks can only be added to a SOFT_MAX result", t)
-    a = t.src[0]
-    assert a is not None
-    check(t.src[2] is None, op, "this SOFT_MAX already has sinks", t)
-    check(sinks.type == GGMLType.F32, op, f"sinks must be f32, got {sinks.type.traits.name}", sinks)
-    check(sinks.ne[0] == a.ne[2], op, f"need one sink per head: {a.ne[2]}, got {sinks.ne[0]}", a, sinks)
-    t.src[2] = sinks
+    check(t.op == op, op.name, f"sinks can only be added to a {op.name} result", t)
+    head_of = t.src[0]
+    assert head_of is not None
+    check(t.src[slot] is None, op.name, f"this {op.name} already has sinks", t)
+    check(sinks.type == GGMLType.F32, op.name, f"sinks must be f32, got {sinks.type.traits.name}", sinks)
+    check(
+        sinks.ne[0] == head_of.ne[2],
+        op.name,
+        f"need one sink per head: {head_of.ne[2]}, got {sinks.ne[0]}",
+        head_of,
+        sinks,
+    )
+    t.src[slot] = sinks
     return t
+
+
+def soft_max_add_sinks(t: Tensor, sinks: Tensor | None) -> Tensor:
+    """``ggml_soft_max_add_sinks``: one f32 sink logit per head (dim 2) joins each row's denominator (src[2])."""
+    return _add_sinks(t, sinks, GGMLOp.SOFT_MAX, 2)
 
 
 # ---------------------------------------------------------------------------------------------- rope
@@ -299,19 +309,8 @@ def flash_attn_ext_set_prec(t: Tensor, prec: Prec) -> None:
 
 
 def flash_attn_ext_add_sinks(t: Tensor, sinks: Tensor | None) -> Tensor:
-    """``ggml_flash_attn_ext_add_sinks``: one f32 sink logit per head (src[4])."""
-    if sinks is None:
-        t.src[4] = None
-        return t
-    op = "FLASH_ATTN_EXT"
-    check(t.op == GGMLOp.FLASH_ATTN_EXT, op, "sinks can only be added to a FLASH_ATTN_EXT result", t)
-    q = t.src[0]
-    assert q is not None
-    check(t.src[4] is None, op, "this FLASH_ATTN_EXT already has sinks", t)
-    check(sinks.type == GGMLType.F32, op, "sinks must be f32", sinks)
-    check(sinks.ne[0] == q.ne[2], op, f"need one sink per head: {q.ne[2]}, got {sinks.ne[0]}", q, sinks)
-    t.src[4] = sinks
-    return t
+    """``ggml_flash_attn_ext_add_sinks``: one f32 sink logit per head joins each row's denominator (src[4])."""
+    return _add_sinks(t, sinks, GGMLOp.FLASH_ATTN_EXT, 4)
 
 
 # ---------------------------------------------------------------------------------------------- masks
