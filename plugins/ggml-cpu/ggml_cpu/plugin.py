@@ -74,6 +74,8 @@ class CPUBuffer(Buffer):
     def __init__(self, buffer_type: BufferType, mem: np.ndarray) -> None:
         super().__init__(buffer_type, int(mem.size))
         self.mem = mem
+        #: numpy views of tensors in this buffer, made by the kernels (see ``ggml_cpu.kernels._base.arr``)
+        self.view_cache: dict[int, tuple[object, ...]] = {}
 
     def _writable(self) -> np.ndarray:
         if not self.mem.flags.writeable:
@@ -97,6 +99,7 @@ class CPUBuffer(Buffer):
         return True
 
     def _free(self) -> None:
+        self.view_cache.clear()
         self.mem = np.zeros(0, np.uint8)
 
     def host_array(self) -> np.ndarray:

@@ -90,12 +90,32 @@ def _host(t: Tensor) -> np.ndarray:
     return host
 
 
+#: views kept per buffer (``CPUBuffer.view_cache``) are dropped past this many, so long runs do not accumulate them
+_VIEW_CACHE_LIMIT = 8192
+
+
 def arr(t: Tensor) -> np.ndarray:
     """A zero-copy strided view of ``t`` with numpy shape ``(ne3, ne2, ne1, ne0)``.
 
     F32/F16/I* come back in their dtype, BF16 as uint16 bits, quantized types as rows of bytes
-    ``(ne3, ne2, ne1, row_size)``.
+    ``(ne3, ne2, ne1, row_size)``. Views are remembered by the buffer (keyed by tensor, checked against its offset,
+    shape, strides and type), so a kernel that asks on every call pays a dictionary lookup, not a new view; the
+    buffer forgets them when it is freed.
     """
+    cache = getattr(t.buffer, "view_cache", None)
+    if cache is not None:
+        hit = cache.get(t.id)
+        if hit is not None and hit[0] == t.data_offset and hit[1] == t.ne and hit[2] == t.nb and hit[3] is t.type:
+            return hit[4]  # type: ignore[no-any-return]
+    view = _new_view(t)
+    if cache is not None:
+        if len(cache) >= _VIEW_CACHE_LIMIT:
+            cache.clear()
+        cache[t.id] = (t.data_offset, t.ne, t.nb, t.type, view)
+    return view
+
+
+def _new_view(t: Tensor) -> np.ndarray:
     host = _host(t)
     off = t.data_offset
     assert off is not None
@@ -135,6 +155,10 @@ def f32(t: Tensor) -> np.ndarray:
         return (a.astype(np.uint32) << 16).view(np.float32)
     if tt.is_quantized:
         return dequantize(np.ascontiguousarray(a), tt)
+    if tt == GGMLType.F16:
+        from ggml_cpu.kernels.qdot.halves import f16_to_f32
+
+        return f16_to_f32(a)
     return a.astype(np.float32)
 
 

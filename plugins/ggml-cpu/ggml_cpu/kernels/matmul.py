@@ -27,6 +27,7 @@ from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, dequantize, quantize
 from ggml_cpu.kernels import qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
+from ggml_cpu.kernels.qdot.halves import f16_to_f32
 
 __all__ = [
     "VEC_DOT_TYPE",
@@ -231,7 +232,7 @@ def _float_rows_f32(rows: np.ndarray, wtype: GGMLType) -> np.ndarray:
     """f16 values or bf16 bit patterns as float32."""
     if wtype == GGMLType.BF16:
         return (rows.astype(np.uint32) << 16).view(np.float32)
-    return rows.astype(np.float32)
+    return f16_to_f32(rows)
 
 
 def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -> Thunk:

@@ -1,0 +1,33 @@
+"""f16 → f32 conversion for whole tensors (f16 KV caches and f16 weights are converted on every product).
+
+numpy's ``astype`` converts halves one element at a time (about 1.2 ns each here); the compiled kernel of
+:mod:`._half_kernels` uses the hardware conversion. Without numba the numpy path gives the same bits.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from ggml_cpu.kernels.qdot import _jit
+
+__all__ = ["f16_to_f32"]
+
+#: below this many elements numpy's own conversion costs less than the call into the kernel
+_MIN_ELEMENTS: Final = 4096
+
+
+def f16_to_f32(a: np.ndarray) -> np.ndarray:
+    """A new float32 array with ``a``'s shape and values (``a``: float16 or uint16 bit patterns, any strides)."""
+    if a.size < _MIN_ELEMENTS or not _jit.enabled():
+        return (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)
+    from ggml_cpu.kernels.qdot._half_kernels import SPEC
+
+    kernel = _jit.get(SPEC)
+    if kernel is None:
+        return (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)
+    bits = np.ascontiguousarray(a).view(np.uint16).reshape(-1)  # a copy of 2 bytes per element at most
+    out = np.empty(a.shape, np.float32)
+    kernel(bits, out.reshape(-1))
+    return out
