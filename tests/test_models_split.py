@@ -37,7 +37,9 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-@pytest.mark.parametrize(("wtype", "kv_type"), [("f32", "f32"), ("f32", "f16"), ("q8_0", "f16"), ("q4_0", "f32")])
+@pytest.mark.parametrize(
+    ("wtype", "kv_type"), [("f32", "f32"), ("f32", "f16"), ("f16", "f16"), ("q8_0", "f16"), ("q4_0", "f32")]
+)
 @pytest.mark.parametrize("step", [False, True], ids=["batch", "token-by-token"])
 def test_cpu_plus_opencl_gives_the_cpu_logits(tmp_path: Path, wtype: str, kv_type: str, step: bool) -> None:
     _opencl_or_skip()
@@ -51,7 +53,12 @@ def test_cpu_plus_opencl_gives_the_cpu_logits(tmp_path: Path, wtype: str, kv_typ
     assert m.executor.n_splits >= 2
     # another device sums in another order: float32 rounding, accumulated over 4 layers
     assert _rel(split, cpu) < 1e-5
-    assert _rel(split, reference_logits(CFG, w, TOKENS, wtype, kv_type)) < 1e-5
+    ref = reference_logits(CFG, w, TOKENS, wtype, kv_type)
+    if wtype == "f16":
+        # f16 activations: a value on a rounding boundary may round the other way than in the float64 reference
+        assert float(((split - ref) ** 2).sum() / (ref**2).sum()) < 1e-7
+    else:
+        assert _rel(split, ref) < 1e-5
 
 
 def test_mixture_of_experts_split(tmp_path: Path) -> None:
