@@ -158,3 +158,32 @@ def test_malformed_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: P
     rc = main(["run", str(bad), "--tokens", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and str(bad) in err and "header.n_tensors" in err
+
+
+def test_warmup_leaves_no_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The warm-up batch compiles kernels and is then forgotten: same tokens and logits as without it."""
+    path, _ = _tiny(tmp_path)
+    runs = []
+    for extra in ([], ["--no-warmup"]):
+        out = tmp_path / f"logits{len(extra)}.npy"
+        info = _json(
+            capsys,
+            "run",
+            str(path),
+            "--json",
+            "--tokens",
+            "1,5,9",
+            "--temp",
+            "0",
+            "-n",
+            "4",
+            "--ignore-eos",
+            "--logits-out",
+            str(out),
+            *extra,
+        )
+        runs.append((info, np.load(out)))
+    (warm, warm_logits), (cold, cold_logits) = runs
+    assert warm["warmup_s"] > 0 and cold["warmup_s"] == 0
+    assert warm["tokens"] == cold["tokens"]
+    assert np.array_equal(warm_logits, cold_logits)

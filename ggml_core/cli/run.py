@@ -78,6 +78,11 @@ def add_parser(sub: Any, name: str) -> None:
     s.add_argument("--ignore-eos", action="store_true", help="keep generating after an end-of-sequence token")
     p.add_argument("--logits-out", type=Path, help="save the logits of every prompt position (float32 .npy)")
     p.add_argument("--no-progress", action="store_true", help="no upload progress bar")
+    p.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="skip the warm-up batch that compiles kernels before timing (then the first phase includes it)",
+    )
     p.set_defaults(func=run)
 
 
@@ -180,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
                     shown[0] = text
             out.flush()
 
+        warmup_s = 0.0 if args.no_warmup else model.warmup()
         if not args.json:
             shown_prompt = tok.decode(prompt) if tok is not None else " ".join(map(str, prompt))
             out.write(f"\n{shown_prompt}")
@@ -205,6 +211,7 @@ def _run(args: argparse.Namespace) -> int:
                 "n_gen": len(res.tokens),
                 "prompt_seconds": round(res.prompt_seconds, 6),
                 "gen_seconds": round(res.gen_seconds, 6),
+                "warmup_s": round(warmup_s, 3),
                 "prompt_tokens_per_s": round(res.prompt_tokens_per_s, 3),
                 "gen_tokens_per_s": round(res.gen_tokens_per_s, 3),
                 "stopped_at_eos": res.stopped_at_eos,

@@ -290,6 +290,19 @@ class Model:
         self.kv.n_past = n_past + n
         return bg.logits.to_numpy().reshape(-1, self.n_vocab).astype(np.float32, copy=False)
 
+    def warmup(self) -> float:
+        """Run a 2-token batch and a 1-token step, then forget them, as llama.cpp's warm-up does.
+
+        The first compute of each graph shape compiles kernels (OpenCL programs, numba code, CUDA modules) and plans
+        memory; doing it here keeps that one-time cost out of the prompt and generation timings. Returns seconds.
+        """
+        t0 = time.perf_counter()
+        self.reset()
+        self.decode([0, 0])
+        self.decode([0])
+        self.reset()
+        return time.perf_counter() - t0
+
     def process_prompt(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         """Decode the prompt in batches of ``batch_size``; logits of every token or of the last one."""
         ids = self.check_tokens(tokens)
