@@ -291,15 +291,15 @@ class Model:
         return bg.logits.to_numpy().reshape(-1, self.n_vocab).astype(np.float32, copy=False)
 
     def warmup(self) -> float:
-        """Run a 2-token batch and a 1-token step, then forget them, as llama.cpp's warm-up does.
+        """Run a 2-token batch and a 1-token batch, then forget them, as llama.cpp's warm-up does.
 
         The first compute of each graph shape compiles kernels (OpenCL programs, numba code, CUDA modules) and plans
         memory; doing it here keeps that one-time cost out of the prompt and generation timings. Returns seconds.
         """
         t0 = time.perf_counter()
-        self.reset()
-        self.decode([0, 0])
-        self.decode([0])
+        for n in sorted({min(2, self.kv.kv_size), 1}, reverse=True):
+            self.reset()
+            self.decode([0] * n)
         self.reset()
         return time.perf_counter() - t0
 
