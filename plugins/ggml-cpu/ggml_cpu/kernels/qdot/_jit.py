@@ -51,6 +51,7 @@ __all__ = [
     "numba_loaded",
     "prange",
     "set_threads",
+    "spec_pair",
 ]
 
 _LOG: Final = logging.getLogger("ggml_cpu")
@@ -278,6 +279,15 @@ class KernelSpec:
         self.readonly = readonly
         self.parallel = parallel
         self.name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
+
+
+def spec_pair(fn: Callable[..., Any], signature: str, name: str) -> tuple[KernelSpec, KernelSpec]:
+    """A block kernel's two compiled variants: threads over the weight rows (``name``), and one thread for small
+    products (``name + "_serial"``); the weights and their int8 view (arguments 0, 1) may be read-only."""
+    return (
+        KernelSpec(fn, signature, parallel=True, readonly=(0, 1), name=name),
+        KernelSpec(fn, signature, readonly=(0, 1), name=f"{name}_serial"),
+    )
 
 
 def _signature(spec: KernelSpec) -> Any:

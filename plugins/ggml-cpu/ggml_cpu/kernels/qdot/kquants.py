@@ -111,16 +111,7 @@ def _kernel(kind: int) -> Callable[..., None]:
 
 #: compiled-kernel specs per weight type: (threads over the weight rows, one thread for small products)
 SPECS: Final = {
-    GGMLType.Q4_K: (
-        _jit.KernelSpec(_kernel(_Q4_K), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q4_k"),
-        _jit.KernelSpec(_kernel(_Q4_K), SIGNATURE, readonly=(0, 1), name="_dot_q4_k_serial"),
-    ),
-    GGMLType.Q5_K: (
-        _jit.KernelSpec(_kernel(_Q5_K), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q5_k"),
-        _jit.KernelSpec(_kernel(_Q5_K), SIGNATURE, readonly=(0, 1), name="_dot_q5_k_serial"),
-    ),
-    GGMLType.Q6_K: (
-        _jit.KernelSpec(_kernel(_Q6_K), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q6_k"),
-        _jit.KernelSpec(_kernel(_Q6_K), SIGNATURE, readonly=(0, 1), name="_dot_q6_k_serial"),
-    ),
+    GGMLType.Q4_K: _jit.spec_pair(_kernel(_Q4_K), SIGNATURE, "_dot_q4_k"),
+    GGMLType.Q5_K: _jit.spec_pair(_kernel(_Q5_K), SIGNATURE, "_dot_q5_k"),
+    GGMLType.Q6_K: _jit.spec_pair(_kernel(_Q6_K), SIGNATURE, "_dot_q6_k"),
 }

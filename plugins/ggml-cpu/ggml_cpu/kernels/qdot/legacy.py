@@ -109,24 +109,9 @@ def _kernel(kind: int) -> Callable[..., None]:
 
 #: compiled-kernel specs per weight type: (threads over the weight rows, one thread for small products)
 SPECS: Final = {
-    GGMLType.Q4_0: (
-        _jit.KernelSpec(_kernel(_Q4_0), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q4_0"),
-        _jit.KernelSpec(_kernel(_Q4_0), SIGNATURE, readonly=(0, 1), name="_dot_q4_0_serial"),
-    ),
-    GGMLType.Q4_1: (
-        _jit.KernelSpec(_kernel(_Q4_1), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q4_1"),
-        _jit.KernelSpec(_kernel(_Q4_1), SIGNATURE, readonly=(0, 1), name="_dot_q4_1_serial"),
-    ),
-    GGMLType.Q5_0: (
-        _jit.KernelSpec(_kernel(_Q5_0), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q5_0"),
-        _jit.KernelSpec(_kernel(_Q5_0), SIGNATURE, readonly=(0, 1), name="_dot_q5_0_serial"),
-    ),
-    GGMLType.Q5_1: (
-        _jit.KernelSpec(_kernel(_Q5_1), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q5_1"),
-        _jit.KernelSpec(_kernel(_Q5_1), SIGNATURE, readonly=(0, 1), name="_dot_q5_1_serial"),
-    ),
-    GGMLType.Q8_0: (
-        _jit.KernelSpec(_kernel(_Q8_0), SIGNATURE, parallel=True, readonly=(0, 1), name="_dot_q8_0"),
-        _jit.KernelSpec(_kernel(_Q8_0), SIGNATURE, readonly=(0, 1), name="_dot_q8_0_serial"),
-    ),
+    GGMLType.Q4_0: _jit.spec_pair(_kernel(_Q4_0), SIGNATURE, "_dot_q4_0"),
+    GGMLType.Q4_1: _jit.spec_pair(_kernel(_Q4_1), SIGNATURE, "_dot_q4_1"),
+    GGMLType.Q5_0: _jit.spec_pair(_kernel(_Q5_0), SIGNATURE, "_dot_q5_0"),
+    GGMLType.Q5_1: _jit.spec_pair(_kernel(_Q5_1), SIGNATURE, "_dot_q5_1"),
+    GGMLType.Q8_0: _jit.spec_pair(_kernel(_Q8_0), SIGNATURE, "_dot_q8_0"),
 }
