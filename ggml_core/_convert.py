@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ggml_core._errors import TensorError
+from ggml_core._errors import TensorDataError, TensorError
 from ggml_core._types import GGMLType
 
 if TYPE_CHECKING:
     from ggml_core._tensor import Tensor
 
-__all__ = ["from_bytes", "np_shape", "strided_view", "to_bytes"]
+__all__ = ["as_array", "from_bytes", "np_shape", "strided_view", "to_bytes"]
 
 
 def np_shape(t: Tensor) -> tuple[int, int, int, int]:
@@ -20,22 +20,63 @@ def np_shape(t: Tensor) -> tuple[int, int, int, int]:
     return (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
 
 
+def as_array(data: object, t: Tensor) -> np.ndarray:
+    """``data`` as a numeric numpy array for tensor ``t``: TensorDataError for ragged lists and non-numeric data."""
+    try:
+        array = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise TensorDataError(t, f"data is not a rectangular array of numbers ({exc})") from None
+    if array.dtype.kind not in "biuf":
+        raise TensorDataError(
+            t, f"cannot store {array.dtype} data (kind {array.dtype.kind!r}); pass booleans, integers or floats"
+        )
+    return array
+
+
+def _check_range(flat: np.ndarray, dt: np.dtype, t: Tensor) -> None:
+    """Refuse values that the cast to ``dt`` would wrap (integers) or overflow to inf (floats)."""
+    if flat.size == 0 or np.can_cast(flat.dtype, dt, "safe"):
+        return
+    name = t.type.traits.name
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = flat.min(), flat.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise TensorDataError(t, f"value {bad} is outside {name}'s range {info.min}..{info.max} (it would wrap)")
+    elif flat.dtype.kind == "f":
+        fmax = float(np.finfo(dt).max)
+        finite = flat[np.isfinite(flat)]
+        if finite.size and float(np.abs(finite).max()) > fmax:
+            raise TensorDataError(
+                t, f"value {float(np.abs(finite).max()):g} overflows {name} (largest finite value {fmax:g})"
+            )
+
+
 def to_bytes(array: np.ndarray, t: Tensor) -> np.ndarray:
-    """Convert ``array`` to the bytes of a contiguous tensor ``t`` (uint8, length ``t.nbytes``)."""
+    """Convert ``array`` to the bytes of a contiguous tensor ``t`` (uint8, length ``t.nbytes``).
+
+    Values are checked against the type first: integers outside an integer type's range and finite floats beyond
+    a float type's largest value raise :class:`TensorDataError` instead of wrapping or becoming inf.
+    """
     if array.size != t.nelements:
         raise TensorError(t, f"data has {array.size} elements (shape {array.shape}), the tensor holds {t.nelements}")
     flat = array.reshape(np_shape(t))
     tt = t.type
     if tt.is_quantized or tt in (GGMLType.BF16, GGMLType.F16):
         if not np.issubdtype(flat.dtype, np.floating):
-            raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor; pass floats")
+            raise TensorDataError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor; pass floats")
+        _check_range(flat, np.dtype(np.float16 if tt == GGMLType.F16 else np.float32), t)
         from ggml_core.quants import quantize
 
         return quantize(flat.astype(np.float32, copy=False), tt).reshape(-1)
     dt = tt.np_dtype
     assert dt is not None
     if np.issubdtype(dt, np.integer) and np.issubdtype(flat.dtype, np.floating):
-        raise TensorError(t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor without rounding; cast it")
+        raise TensorDataError(
+            t, f"cannot store {flat.dtype} data in a {tt.traits.name} tensor without rounding; cast it"
+        )
+    _check_range(flat, np.dtype(dt), t)
     return np.ascontiguousarray(flat, dtype=dt).view(np.uint8).reshape(-1)
 
 

@@ -11,14 +11,17 @@ from typing import Any
 
 __all__ = [
     "AllocationError",
+    "BufferFreedError",
     "ComputeError",
     "DeviceNotFoundError",
     "GGMLError",
     "GGUFError",
     "GraphError",
+    "GraphInUseError",
     "OpError",
     "OutOfBoundsError",
     "PluginError",
+    "TensorDataError",
     "TensorError",
     "UnsupportedOpError",
 ]
@@ -48,6 +51,24 @@ class TensorError(GGMLError, ValueError):
     def __init__(self, tensor: Any, message: str) -> None:
         super().__init__(f"tensor {_describe(tensor)}: {message}")
         self.tensor = tensor
+
+
+class TensorDataError(TensorError):
+    """Values given for a tensor cannot be stored in its type as they are: integers out of the type's range,
+    floats that would overflow to inf, non-numeric (object, string, complex) data, a ragged nested list."""
+
+
+class BufferFreedError(TensorError):
+    """A tensor is used after the buffer holding its memory was freed (``buffer.free()``)."""
+
+    def __init__(self, tensor: Any, buffer: Any) -> None:
+        name = getattr(buffer, "name", buffer)
+        super().__init__(
+            tensor,
+            f"its {name} buffer was freed (buffer.free()); allocate the tensor again (a new buffer, "
+            "alloc_ctx_tensors or an allocator) before using it",
+        )
+        self.buffer = buffer
 
 
 class OutOfBoundsError(GGMLError, IndexError):
@@ -107,6 +128,23 @@ class UnsupportedOpError(GGMLError):
 
 class GraphError(GGMLError, ValueError):
     """A graph is malformed or over its size limit."""
+
+
+class GraphInUseError(GGMLError, RuntimeError):
+    """A graph was handed to a compute while another thread was computing it.
+
+    A graph's tensors (inputs, intermediates that an allocator lets share memory, outputs) are shared data, so
+    two computes of one graph at once would overwrite each other. Give each thread its own graph, or hold one lock
+    around setting the inputs, computing and reading the outputs.
+    """
+
+    def __init__(self, graph: Any, backend: str) -> None:
+        super().__init__(
+            f"{backend}: {graph!r} is being computed by another thread; a graph's tensors are shared, so one thread "
+            "at a time may set its inputs, compute it and read its outputs (use one graph per thread, or a lock "
+            "around all three)"
+        )
+        self.graph, self.backend = graph, backend
 
 
 class ComputeError(GGMLError, RuntimeError):

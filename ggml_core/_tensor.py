@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,12 +23,16 @@ if TYPE_CHECKING:
     from ggml_core._context import Context
     from ggml_core.backend.interfaces import Buffer
 
-__all__ = ["MAX_DIMS", "MAX_NAME", "MAX_OP_PARAMS", "MAX_SRC", "Tensor", "TensorFlag"]
+__all__ = ["MAX_BYTES", "MAX_DIMS", "MAX_NAME", "MAX_NE", "MAX_OP_PARAMS", "MAX_SRC", "Tensor", "TensorFlag"]
 
 MAX_DIMS: Final = 4
 MAX_SRC: Final = 10
 MAX_OP_PARAMS: Final = 64  # bytes
 MAX_NAME: Final = 64  # bytes, NUL included
+#: ggml's ``ne`` and element counts are int64
+MAX_NE: Final = 2**63 - 1
+#: ggml's byte sizes are size_t; offsets into a buffer (and Python's buffers) are signed, so this is the bound
+MAX_BYTES: Final = 2**63 - 1
 
 _ids = itertools.count(1)
 
@@ -107,9 +112,13 @@ class Tensor:
         view_offs: int = 0,
         name: str = "",
     ) -> None:
-        ne4 = _pad4(ne, 1)
+        ne4 = _pad4(ne, 1, "ne", name)
         if any(n < 0 for n in ne4):
             raise TensorError(name or "(new)", f"negative dimension in ne={list(ne4)}")
+        if ne4[0] * ne4[1] * ne4[2] * ne4[3] > MAX_NE:
+            raise TensorError(
+                name or "(new)", f"ne={list(ne4)} has more than 2^63-1 elements (ggml counts elements in int64)"
+            )
         if ne4[0] % type.block_size:
             raise TensorError(
                 name or "(new)",
@@ -122,7 +131,7 @@ class Tensor:
             nb3 = nb2 * ne4[2]
             nb4 = (nb0, nb1, nb2, nb3)
         else:
-            nb4 = _pad4(nb, 0)
+            nb4 = _pad4(nb, 0, "nb", name)
         # ggml: a view of a view points at the base tensor with the offsets added
         if view_src is not None and view_src.view_src is not None:
             view_offs += view_src.view_offs
@@ -143,6 +152,8 @@ class Tensor:
         self.id = next(_ids)
         self._name = ""
         self.name = name
+        if self.nbytes > MAX_BYTES:
+            raise TensorError(self, f"needs {self.nbytes} bytes, over the 2^63-1 a buffer can address")
         if view_src is not None:
             self._check_view_extent()
             if view_src.buffer is not None and view_src.data_offset is not None:
@@ -396,12 +407,14 @@ class Tensor:
         """Write values into a contiguous tensor, converting them to its type (quantizing if needed).
 
         ``array`` may have the tensor's numpy shape ``(ne3, ne2, ne1, ne0)`` or any shape with as many elements.
+        Raises :class:`~ggml_core.TensorDataError` for values the type cannot hold (integers out of range, finite
+        floats that would become inf) and for non-numeric data (object, string, complex arrays).
         """
         from ggml_core import _convert
 
         if not self.is_contiguous:
             raise TensorError(self, "set_data needs a contiguous tensor; copy into a contiguous tensor instead")
-        raw = _convert.to_bytes(np.asarray(array), self)
+        raw = _convert.to_bytes(_convert.as_array(array, self), self)
         self.set_bytes(raw)
 
     def to_numpy(self, *, dequantize: bool = True) -> np.ndarray:
@@ -426,8 +439,13 @@ class Tensor:
         return _convert.strided_view(host, self)
 
 
-def _pad4(values: Sequence[int], fill: int) -> tuple[int, int, int, int]:
+def _pad4(values: Sequence[int], fill: int, what: str, name: str) -> tuple[int, int, int, int]:
     if len(values) > MAX_DIMS:
-        raise ValueError(f"at most {MAX_DIMS} dimensions, got {len(values)}: {list(values)}")
-    v = [int(x) for x in values] + [fill] * (MAX_DIMS - len(values))
+        raise TensorError(name or "(new)", f"{what} has at most {MAX_DIMS} dimensions: {list(values)}")
+    try:
+        v = [operator.index(x) for x in values] + [fill] * (MAX_DIMS - len(values))
+    except TypeError:
+        raise TensorError(name or "(new)", f"{what}={list(values)} must hold integers") from None
+    if any(abs(x) > MAX_NE for x in v):
+        raise TensorError(name or "(new)", f"{what}={v} is outside ggml's int64 range")
     return (v[0], v[1], v[2], v[3])

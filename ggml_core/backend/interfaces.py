@@ -8,15 +8,17 @@ asked to read or write outside a buffer.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from ggml_core._errors import AllocationError, OutOfBoundsError, TensorError
+from ggml_core._errors import AllocationError, BufferFreedError, GraphInUseError, OutOfBoundsError, TensorError
 
 if TYPE_CHECKING:
     from ggml_core._graph import Graph
@@ -201,6 +203,8 @@ class Buffer:
             raise OutOfBoundsError(f"buffer {self.name}", offset, size, self.size)
 
     def _tensor_span(self, t: Tensor, offset: int, size: int) -> int:
+        if self.freed:
+            raise BufferFreedError(t, self)
         if t.buffer is not self or t.data_offset is None:
             raise TensorError(t, f"is not allocated in this {self.name} buffer")
         if offset < 0 or size < 0 or offset + size > t.nbytes:
@@ -331,6 +335,7 @@ class Backend:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.abort_callback: Callable[[], bool] | None = None
+        self._compute_lock = threading.RLock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -369,9 +374,18 @@ class Backend:
     # ---- compute --------------------------------------------------------------------------------------------
 
     def graph_compute(self, graph: Graph) -> None:
-        """Compute every node of ``graph`` and wait for it."""
-        self.graph_compute_async(graph)
-        self.synchronize()
+        """Compute every node of ``graph`` and wait for it.
+
+        Thread-safe: concurrent calls on one backend run one after another (a per-backend lock), and every tensor
+        of the graph is checked to live in a buffer that was not freed (:class:`~ggml_core.BufferFreedError`).
+        A graph itself is data shared by whoever computes it: computing a graph while another thread computes it
+        raises :class:`~ggml_core.GraphInUseError`; threads sharing one graph must hold a lock of their own around
+        setting its inputs, computing it and reading its outputs (or use one graph each).
+        """
+        with computing(graph, self.name), _lock_of(self):
+            check_graph_memory(graph)
+            self.graph_compute_async(graph)
+            self.synchronize()
 
     def graph_compute_async(self, graph: Graph) -> None:
         """Queue the computation of every node of ``graph`` (view ops are no-ops)."""
@@ -409,6 +423,59 @@ class Backend:
 
     def free(self) -> None:
         """Release the stream's resources."""
+
+
+#: graphs being computed now: id → (thread id, depth, the graph, kept alive while it runs)
+_computing: dict[int, tuple[int, int, Graph]] = {}
+_computing_lock = threading.Lock()
+_backend_locks_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def computing(graph: Graph, who: str) -> Iterator[None]:
+    """Mark ``graph`` as being computed by this thread; :class:`GraphInUseError` if another thread computes it."""
+    me = threading.get_ident()
+    key = id(graph)
+    with _computing_lock:
+        entry = _computing.get(key)
+        if entry is not None and entry[0] != me:
+            raise GraphInUseError(graph, who)
+        _computing[key] = (me, entry[1] + 1 if entry else 1, graph)
+    try:
+        yield
+    finally:
+        with _computing_lock:
+            _, depth, _ = _computing[key]
+            if depth > 1:
+                _computing[key] = (me, depth - 1, graph)
+            else:
+                del _computing[key]
+
+
+def _lock_of(backend: Backend) -> threading.RLock:
+    """The backend's compute lock (created here for subclasses that skip ``Backend.__init__``)."""
+    lock: threading.RLock | None = backend.__dict__.get("_compute_lock")
+    if lock is None:
+        with _backend_locks_lock:
+            lock = backend.__dict__.setdefault("_compute_lock", threading.RLock())
+    return lock
+
+
+@contextlib.contextmanager
+def compute_locks(backends: Sequence[Backend]) -> Iterator[None]:
+    """Hold the compute locks of several backends (taken in one global order, so holders never deadlock)."""
+    with contextlib.ExitStack() as stack:
+        for be in sorted(set(backends), key=id):
+            stack.enter_context(_lock_of(be))
+        yield
+
+
+def check_graph_memory(graph: Graph) -> None:
+    """:class:`BufferFreedError` naming the first tensor of ``graph`` whose buffer was freed."""
+    for t in itertools.chain(graph.leafs, graph.nodes):
+        buf = t.buffer
+        if buf is not None and buf.freed:
+            raise BufferFreedError(t, buf)
 
 
 def _buffer_of(t: Tensor) -> Buffer:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from ggml_core.cli._args import INT32_MAX, int_in, output_file
 from ggml_core.cli.run import add_model_args, model_params, resolve_model_path
 
 __all__ = ["add_parser", "run"]
@@ -27,9 +27,13 @@ def add_parser(sub: Any, name: str) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--n-tokens", type=int, help="tokens in the planned batch (default: --batch-size, at most n_ctx)")
-    p.add_argument("--svg", type=Path, help="draw the split plan as SVG into FILE")
-    p.add_argument("--dot", type=Path, help="write the split plan as Graphviz DOT into FILE")
+    p.add_argument(
+        "--n-tokens",
+        type=int_in(1, INT32_MAX),
+        help="tokens in the planned batch (default: --batch-size, at most n_ctx)",
+    )
+    p.add_argument("--svg", type=output_file, help="draw the split plan as SVG into FILE")
+    p.add_argument("--dot", type=output_file, help="write the split plan as Graphviz DOT into FILE")
     p.set_defaults(func=run)
 
 
@@ -46,15 +50,15 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.models import Model
     from ggml_core.sched import render_dot, render_svg, render_text
 
+    n_ctx = args.ctx_size or 512
+    n_tokens = args.n_tokens or min(args.batch_size, n_ctx)
+    if not 0 < n_tokens <= n_ctx:  # checked before anything loads
+        raise ValueError(f"--n-tokens must be in 1..{n_ctx} (the context size), got {n_tokens}")
     path, is_default = resolve_model_path(args)
-    params = model_params(args, args.ctx_size or 512, default_model=is_default)
+    params = model_params(args, n_ctx, default_model=is_default)
     with Model.load(path, params, upload=False) as model:
         if not model.executor.uses_scheduler:
             raise RuntimeError("the scheduler (ggml_core.sched) is not available: there is no split plan to show")
-        n_ctx = model.n_ctx
-        n_tokens = args.n_tokens or min(params.batch_size, n_ctx)
-        if not 0 < n_tokens <= n_ctx:
-            raise ValueError(f"--n-tokens must be in 1..{n_ctx} (the context size), got {n_tokens}")
         bg = model.graph(n_tokens, model.n_kv_for(n_tokens), True)
         model.executor.reserve(bg)
         plan = model.executor.plan()

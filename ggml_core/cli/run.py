@@ -11,49 +11,54 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["add_model_args", "add_parser", "model_params", "run"]
+from ggml_core.cli._args import (
+    INT32_MAX,
+    endpoints,
+    float_in,
+    input_file,
+    int_in,
+    int_list,
+    names,
+    output_file,
+    shares,
+)
 
+__all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+#: --threads above this is a typo, not a machine
+MAX_THREADS: Final = 1024
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model, placement and context flags shared by ``run`` and ``plan``."""
-    p.add_argument("model", nargs="?", help="GGUF file (default: the embedded default model)")
+    p.add_argument("model", nargs="?", type=input_file, help="GGUF file (default: the embedded default model)")
     g = p.add_argument_group("placement (as llama.cpp)")
-    g.add_argument("--device", "-dev", type=_names, help="devices to place layers on, e.g. CPU,OpenCL0")
+    g.add_argument("--device", "-dev", type=names, help="devices to place layers on, e.g. CPU,OpenCL0")
     g.add_argument(
-        "--n-gpu-layers", "-ngl", type=int, help="layers (counting the output layer) to offload; default all"
+        "--n-gpu-layers",
+        "-ngl",
+        type=int_in(-1, INT32_MAX, " (-1 = all)"),
+        help="layers (counting the output layer) to offload; default (-1) all",
     )
     g.add_argument("--split-mode", "-sm", choices=["none", "layer"], default="layer", help="how to share layers")
-    g.add_argument("--tensor-split", "-ts", type=_float_list, help="share per device, e.g. 3,1")
-    g.add_argument("--main-gpu", "-mg", type=int, default=0, help="device index for --split-mode none")
-    g.add_argument("--rpc", type=_names, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
+    g.add_argument("--tensor-split", "-ts", type=shares, help="share per device, e.g. 3,1")
+    g.add_argument("--main-gpu", "-mg", type=int_in(0, INT32_MAX), default=0, help="device index for -sm none")
+    g.add_argument("--rpc", type=endpoints, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
     c = p.add_argument_group("context")
-    c.add_argument("--ctx-size", "-c", type=int, help="KV cache cells (default: what prompt and generation need)")
-    c.add_argument("--batch-size", "-b", type=int, default=512, help="prompt tokens per batch")
+    c.add_argument(
+        "--ctx-size",
+        "-c",
+        type=int_in(0, INT32_MAX, " (0 = default)"),
+        help="KV cache cells (default: what prompt and generation need)",
+    )
+    c.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
     c.add_argument("--kv-type", choices=["f16", "f32"], default="f16", help="KV cache type (default f16)")
     c.add_argument("--flash-attn", "-fa", action="store_true", help="attention with FLASH_ATTN_EXT")
-    c.add_argument("--threads", "-t", type=int, help="CPU threads")
+    c.add_argument("--threads", "-t", type=int_in(1, MAX_THREADS), help="CPU threads")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -68,15 +73,19 @@ def add_parser(sub: Any, name: str) -> None:
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer)")
-    src.add_argument("--tokens", type=_int_list, help="prompt as token ids, e.g. 1,2,3")
-    p.add_argument("--n-predict", "-n", type=int, default=32, help="tokens to generate (default 32)")
+    src.add_argument("--tokens", type=int_list(0, INT32_MAX, "token id"), help="prompt as token ids, e.g. 1,2,3")
+    p.add_argument("--n-predict", "-n", type=int_in(0, INT32_MAX), default=32, help="tokens to generate (default 32)")
     s = p.add_argument_group("sampling")
-    s.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (default 0.8)")
-    s.add_argument("--top-k", type=int, default=40, help="top-k, 0 = off (default 40)")
-    s.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95)")
-    s.add_argument("--seed", type=int, default=-1, help="sampling seed (default -1: random, printed)")
+    s.add_argument("--temp", type=float_in(0.0, None), default=0.8, help="temperature; 0 = greedy (default 0.8)")
+    s.add_argument("--top-k", type=int_in(0, INT32_MAX), default=40, help="top-k, 0 = off (default 40)")
+    s.add_argument("--top-p", type=float_in(0.0, 1.0, lo_open=True), default=0.95, help="top-p (default 0.95)")
+    s.add_argument(
+        "--seed", type=int_in(-1, 2**32 - 1, " (-1 = random)"), default=-1, help="sampling seed (default -1: random)"
+    )
     s.add_argument("--ignore-eos", action="store_true", help="keep generating after an end-of-sequence token")
-    p.add_argument("--logits-out", type=Path, help="save the logits of every prompt position (float32 .npy)")
+    p.add_argument(
+        "--logits-out", type=output_file, help="save the logits of every prompt position to FILE (float32 .npy)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no upload progress bar")
     p.add_argument(
         "--no-warmup",
@@ -100,7 +109,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
             split = [1.0] * len(devices)
     req = PlacementRequest(
         devices=devices,
-        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers=None if args.n_gpu_layers == -1 else args.n_gpu_layers,
         split_mode=args.split_mode,
         tensor_split=split,
         main_device=args.main_gpu,
@@ -140,22 +149,31 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
+    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.runner import check_context
     from ggml_core.models.tokenizer import load_tokenizer
 
+    # everything the arguments and the file's header can refute is checked before a weight is touched
     path, is_default = resolve_model_path(args)
     f = open_gguf(path)
+    hp = read_hparams(f)
     tok = None
     if args.tokens is not None:
         prompt = list(args.tokens)
+        bad = [t for t in prompt if t >= hp.n_vocab]
+        if bad:
+            raise ValueError(
+                f"--tokens: token id {bad[0]} is outside the vocabulary 0..{hp.n_vocab - 1} of {path}"
+            )
     else:
         tok = load_tokenizer(f)
         text = args.prompt if args.prompt is not None else ("hello world" if is_default else "")
         prompt = tok.encode(text)
     if not prompt:
         raise ValueError("the prompt is empty: give --prompt TEXT or --tokens IDS")
-    if args.n_predict < 0:
-        raise ValueError(f"--n-predict must be >= 0, got {args.n_predict}")
     n_ctx = args.ctx_size or _round_up(len(prompt) + args.n_predict, 256)
+    check_context(len(prompt), args.n_predict, n_ctx)
+    sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, args.seed))
     params = model_params(args, n_ctx, default_model=is_default)
     out = sys.stdout
     with Model.load(f, params) as model:
@@ -167,7 +185,6 @@ def _run(args: argparse.Namespace) -> int:
         info = _header_info(model, path, is_default)
         if not args.json:
             _print_header(info, out)
-        sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, args.seed))
         eos = [] if args.ignore_eos or tok is None or tok.eos_id is None else [tok.eos_id]
         streamed: list[int] = []
         shown = [""]
@@ -200,7 +217,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         if args.logits_out is not None:
             assert res.prompt_logits is not None
-            np.save(args.logits_out, np.ascontiguousarray(res.prompt_logits, dtype=np.float32))
+            with open(args.logits_out, "wb") as fh:  # exactly this path (np.save would append .npy to a name)
+                np.save(fh, np.ascontiguousarray(res.prompt_logits, dtype=np.float32))
         info.update(
             {
                 "n_splits": model.executor.n_splits,
@@ -213,7 +231,8 @@ def _run(args: argparse.Namespace) -> int:
                 "gen_seconds": round(res.gen_seconds, 6),
                 "warmup_s": round(warmup_s, 3),
                 "prompt_tokens_per_s": round(res.prompt_tokens_per_s, 3),
-                "gen_tokens_per_s": round(res.gen_tokens_per_s, 3),
+                # null when nothing was timed: one generated token comes from the prompt's logits, no decode step
+                "gen_tokens_per_s": round(res.gen_tokens_per_s, 3) if len(res.tokens) > 1 else None,
                 "stopped_at_eos": res.stopped_at_eos,
                 "seed": sampler.seed,
                 "logits_out": str(args.logits_out) if args.logits_out is not None else None,
@@ -226,12 +245,49 @@ def _run(args: argparse.Namespace) -> int:
             rest = tok.decode(streamed)[len(shown[0]) :]
             out.write(rest)
         out.write("\n\n")
-        pp = f"{info['n_prompt']} tokens in {res.prompt_seconds:.3f} s ({res.prompt_tokens_per_s:.1f} tokens/s)"
-        tg = f"{info['n_gen']} tokens in {res.gen_seconds:.3f} s ({res.gen_tokens_per_s:.1f} tokens/s)"
+        pp, tg = speed_text(res)
         print(f"prompt: {pp}; generation: {tg}; seed {sampler.seed}")
         if args.logits_out is not None:
-            print(f"logits of {info['n_prompt']} prompt positions saved to {args.logits_out}")
+            n = info["n_prompt"]
+            print(f"logits of {n} prompt position{'s' * (n != 1)} saved to {info['logits_out']}")
     return 0
+
+
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def _rate(n: int, seconds: float) -> str:
+    rate = n / seconds
+    return f"{rate:,.1f} tokens/s" if rate >= 10 else f"{rate:.3g} tokens/s"
+
+
+def speed_text(res: Any) -> tuple[str, str]:
+    """The prompt and generation parts of the speed line (grammar and units that hold for any count and time).
+
+    The first generated token is sampled from the prompt's logits, so generation speed counts the decode steps
+    after it; with one token (or none) there is no step to time and no rate is shown.
+    """
+    n_prompt, n_gen = len(res.prompt_tokens), len(res.tokens)
+    pp = f"{_tokens(n_prompt)} in {_duration(res.prompt_seconds)}"
+    if res.prompt_seconds > 0:
+        pp += f" ({_rate(n_prompt, res.prompt_seconds)})"
+    steps = n_gen - 1
+    if steps <= 0:
+        tg = _tokens(n_gen) + (" (sampled from the prompt's logits: no decode step to time)" if n_gen else "")
+    else:
+        tg = f"{_tokens(n_gen)} in {_duration(res.gen_seconds)}"
+        if res.gen_seconds > 0:
+            tg += f" ({_rate(steps, res.gen_seconds)} over {steps} decode step{'s' if steps > 1 else ''})"
+    return pp, tg
 
 
 def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:

@@ -16,8 +16,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ggml_core.backend.interfaces import Device
+from ggml_core.cli._args import float_in, int_in, names, regex
 
 __all__ = ["FIELDS", "add_parser", "result_rows", "run", "uncovered_rows"]
+
+#: -j above this is a typo (each worker is a process)
+MAX_JOBS: Final = 256
+#: --perf-seconds above an hour per case is a typo
+MAX_PERF_SECONDS: Final = 3600.0
 
 #: CSV/JSON columns (test-backend-ops' names)
 FIELDS: Final = (
@@ -45,18 +51,28 @@ def add_parser(sub: Any, name: str) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("mode", nargs="?", default="test", choices=("test", "perf", "support"), help="default: test")
-    p.add_argument("-b", "--backend", metavar="DEVICE[,DEVICE]", help="only these devices (default: every device)")
+    p.add_argument(
+        "-b", "--backend", metavar="DEVICE[,DEVICE]", type=names, help="only these devices (default: every device)"
+    )
     p.add_argument("-o", "--op", metavar="OP[,OP]", help="only these ops (or full OP(params) case names)")
-    p.add_argument("-p", "--pattern", metavar="REGEX", help="only cases whose full name matches the regex")
+    p.add_argument("-p", "--pattern", metavar="REGEX", type=regex, help="only cases whose full name matches the regex")
     p.add_argument("--output", choices=("console", "json", "csv"), default="console", help="default: console")
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (test/support)")
+    p.add_argument(
+        "-j", "--jobs", type=int_in(1, MAX_JOBS), default=1, metavar="N", help="worker processes (test/support)"
+    )
     p.add_argument(
         "--reference",
         choices=("auto", "numpy", "cpu", "both"),
         default="auto",
         help="test mode: compare with numpy, the CPU device or both (auto: numpy for CPU, the CPU device otherwise)",
     )
-    p.add_argument("--perf-seconds", type=float, default=0.25, metavar="S", help="perf: time each case this long")
+    p.add_argument(
+        "--perf-seconds",
+        type=float_in(0.0, MAX_PERF_SECONDS, lo_open=True),
+        default=0.25,
+        metavar="S",
+        help="perf: time each case this long",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="console: print only failures and the summary")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto", help="progress bar on stderr")
     p.add_argument("--list-ops", action="store_true", help="list every op name (ops, UNARY and GLU sub-ops)")
@@ -137,13 +153,13 @@ def _header(i: int, n: int, dev: Device, mode: str, reference: str) -> None:
 # ------------------------------------------------------------------------------------------------ run
 
 
-def _devices(spec: str | None) -> list[Device]:
+def _devices(spec: Sequence[str] | None) -> list[Device]:
     from ggml_core.backend.registry import get_registry
 
     reg = get_registry()
     if not spec:
         return reg.devices()
-    return [reg.get_device(name.strip()) for name in spec.split(",") if name.strip()]
+    return [reg.get_device(name) for name in spec]
 
 
 def _list_ops(show_coverage: bool) -> int:
@@ -178,11 +194,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_ops or args.show_coverage:
         return _list_ops(args.show_coverage)
-    if args.jobs < 1:
-        print("ggml-core test-ops: error: -j must be at least 1", file=sys.stderr)
-        return 2
+    devices = _devices(args.backend)  # an unknown name fails here, before any case runs
     cases = select(ops=args.op, pattern=args.pattern, perf=args.mode == "perf")
-    devices = _devices(args.backend)
     console = args.output == "console"
     show_bar = args.progress == "on" or (
         args.progress == "auto" and sys.stderr.isatty() and (not console or args.quiet or not sys.stdout.isatty())

@@ -16,6 +16,7 @@ import enum
 import itertools
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -254,6 +255,8 @@ def read_header(path: str | os.PathLike[str]) -> HeaderInfo:
     """Walk and check the header of the GGUF file at ``path``; raise :class:`GGUFError` on anything malformed."""
     p = os.fspath(path)
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):  # opening a FIFO would block; a device or directory cannot map
+            raise GGUFError(p, "file", "is not a regular file (a directory, FIFO, socket or device)")
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < 24:

@@ -27,7 +27,15 @@ from ggml_core.models.placement import Placement, PlacementRequest, plan_placeme
 from ggml_core.models.sampling import Sampler
 from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, weight_specs
 
-__all__ = ["KV_PAD", "GenerationResult", "Model", "ModelParams", "compute_estimate", "default_n_ctx"]
+__all__ = [
+    "KV_PAD",
+    "GenerationResult",
+    "Model",
+    "ModelParams",
+    "check_context",
+    "compute_estimate",
+    "default_n_ctx",
+]
 
 #: the cache window a graph attends over is padded to a multiple of this many cells (llama.cpp uses 256)
 KV_PAD: Final = 256
@@ -56,6 +64,21 @@ class ModelParams:
 def default_n_ctx(hp: HParams) -> int:
     """The context size used when none is given: the training context, at most 4096."""
     return min(hp.n_ctx_train, 4096)
+
+
+def check_context(n_prompt: int, n_predict: int, n_ctx: int) -> None:
+    """ValueError unless a prompt of ``n_prompt`` tokens and ``n_predict`` generated ones fit ``n_ctx`` cells.
+
+    The last generated token is sampled, never decoded, so it needs no cell.
+    """
+    if n_predict < 0:
+        raise ValueError(f"--n-predict must be >= 0, got {n_predict}")
+    if n_prompt + max(n_predict - 1, 0) > n_ctx:
+        raise ValueError(
+            f"{n_prompt} prompt token{'s' * (n_prompt != 1)} + {n_predict} to generate do not fit in the "
+            f"{n_ctx}-cell context "
+            f"(use --ctx-size {n_prompt + max(n_predict - 1, 0)} or more, or a smaller --n-predict)"
+        )
 
 
 def compute_estimate(hp: HParams, n_batch: int, n_ctx: int) -> int:
@@ -330,14 +353,8 @@ class Model:
         on_token: Callable[[int], None] | None = None,
     ) -> GenerationResult:
         """Process ``prompt`` then sample up to ``n_predict`` tokens (stopping at an end-of-sequence id)."""
-        if n_predict < 0:
-            raise ValueError(f"--n-predict must be >= 0, got {n_predict}")
         ids = self.check_tokens(prompt).tolist()
-        if len(ids) + max(n_predict - 1, 0) > self.kv.kv_size:
-            raise ValueError(
-                f"{len(ids)} prompt tokens + {n_predict} to generate do not fit in the {self.kv.kv_size}-cell context "
-                "(use a larger --ctx-size)"
-            )
+        check_context(len(ids), n_predict, self.kv.kv_size)
         t0 = time.perf_counter()
         logits = self.process_prompt(ids, all_logits=prompt_logits)
         t_prompt = time.perf_counter() - t0

@@ -15,6 +15,9 @@ the op and operands. The result lives in the first operand's context. Families:
 - :mod:`.layout`: repeat, concat, pad, roll, set, acc, diag, tri, arange, fill, timestep_embedding
 """
 
+import importlib
+
+from ggml_core.ops._build import check_operand_types
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, PoolOp, Prec, ScaleMode, SortOrder, TriType, UnaryOp
 from ggml_core.ops.attention import *  # noqa: F403
 from ggml_core.ops.attention import __all__ as _attention_all
@@ -59,3 +62,7 @@ __all__ = [
     *_unary_all,
 ]
 __all__.sort()
+
+# every builder checks that its tensor operands are tensors (OpError naming the builder and the argument)
+for _family in ("attention", "conv", "elementwise", "glu", "layout", "matmul", "movement", "norm", "reduce", "unary"):
+    check_operand_types(importlib.import_module(f"{__name__}.{_family}"), globals())

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, Final, TypeVar
 
 from ggml_core._context import Context, current_context
 from ggml_core._errors import OpError
@@ -10,7 +14,7 @@ from ggml_core._tensor import MAX_SRC, Tensor
 from ggml_core._types import GGMLType
 from ggml_core.ops._enum import GGMLOp
 
-__all__ = ["check", "ctx_of", "finish", "new_result", "same_or_dup", "view_of"]
+__all__ = ["check", "check_operand_types", "ctx_of", "finish", "new_result", "same_or_dup", "view_of"]
 
 
 def ctx_of(op: str, t: Tensor) -> Context:
@@ -52,3 +56,51 @@ def finish(result: Tensor, op: GGMLOp, srcs: Sequence[Tensor | None]) -> Tensor:
 def same_or_dup(op: str, a: Tensor, inplace: bool) -> Tensor:
     """ggml's ``inplace ? ggml_view_tensor(a) : ggml_dup_tensor(a)``."""
     return view_of(op, a) if inplace else ctx_of(op, a).dup_tensor(a)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: the annotations that mark an operand: a tensor, or an optional one
+_OPERAND: Final = {"Tensor": False, "Tensor | None": True}
+
+
+def _typed(fn: F) -> F:
+    """``fn`` with its tensor operands type-checked first: OpError naming the builder and the argument."""
+    sig = inspect.signature(fn)
+    slots = []  # (position or None for keyword-only, name, None allowed)
+    for i, p in enumerate(sig.parameters.values()):
+        optional = _OPERAND.get(str(p.annotation).strip())
+        if optional is not None:
+            pos = None if p.kind == p.KEYWORD_ONLY else i
+            slots.append((pos, p.name, optional))
+    if not slots:
+        return fn
+    op = f"ops.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for pos, name, optional in slots:
+            if pos is not None and pos < len(args):
+                value = args[pos]
+            elif name in kwargs:
+                value = kwargs[name]
+            else:
+                continue
+            if not isinstance(value, Tensor) and not (optional and value is None):
+                want = "a Tensor or None" if optional else "a Tensor"
+                text = repr(value)
+                text = text if len(text) <= 40 else text[:37] + "..."
+                raise OpError(op, f"argument {name!r} must be {want}, got {type(value).__name__} {text}")
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def check_operand_types(module: ModuleType, namespace: dict[str, Any]) -> None:
+    """Make every public builder of ``module`` check that its tensor operands are tensors (``Tensor`` and
+    ``Tensor | None`` annotations), in the module and in ``namespace`` (the package's)."""
+    for name in module.__all__:
+        fn = getattr(module, name)
+        if inspect.isfunction(fn):
+            wrapped = _typed(fn)
+            setattr(module, name, wrapped)
+            namespace[name] = wrapped

@@ -33,7 +33,7 @@ from ggml_core._errors import AllocationError, GraphError
 from ggml_core._graph import Graph
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.alloc._gallocr import GraphAllocator
-from ggml_core.backend.interfaces import Backend, BufferType, DeviceType, Event
+from ggml_core.backend.interfaces import Backend, BufferType, DeviceType, Event, compute_locks, computing
 from ggml_core.sched._exec import EvalCallback, compute_splits, poison
 from ggml_core.sched._placement import Placer
 from ggml_core.sched._plan import SchedPlan, build_plan, print_assignments
@@ -308,7 +308,15 @@ class Scheduler:
             raise
 
     def graph_compute(self, graph: Graph) -> bool:
-        """Compute ``graph`` and wait for it. False: the eval callback cancelled (unfinished results poisoned)."""
+        """Compute ``graph`` and wait for it. False: the eval callback cancelled (unfinished results poisoned).
+
+        Thread-safe as :meth:`Backend.graph_compute` is: holds every backend's compute lock, and a graph another
+        thread is computing raises :class:`~ggml_core.GraphInUseError`.
+        """
+        with computing(graph, "scheduler"), compute_locks(self.backends):
+            return self._graph_compute(graph)
+
+    def _graph_compute(self, graph: Graph) -> bool:
         try:
             ok = self.graph_compute_async(graph)
             try:
