@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.ops import ROPE_TYPE_NEOX, ROPE_TYPE_NORMAL
@@ -20,6 +22,15 @@ SUPPORTED_ARCHS: Final[dict[str, int]] = {"llama": ROPE_TYPE_NORMAL, "qwen2": RO
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
+#: ggml passes float hyperparameters to its ops as float32 (op_params): larger values would become inf
+F32_MAX: Final = float(np.finfo(np.float32).max)
+
+
+def _f32(f: GGUFFile, key: str, value: float) -> float:
+    """``value`` of metadata ``key``, which ggml will use as a float32: GGUFError where float32 cannot hold it."""
+    if not abs(value) <= F32_MAX:
+        raise GGUFError(f.path, f"metadata '{key}'", f"{value:g} does not fit a float32 (ggml's op parameters)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,7 @@ def read_hparams(f: GGUFFile) -> HParams:
     rms_eps = f.get_float(k + "attention.layer_norm_rms_epsilon", 1e-5)
     if not 0.0 <= rms_eps < 1.0:
         raise GGUFError(f.path, f"metadata '{k}attention.layer_norm_rms_epsilon'", f"{rms_eps} is not in [0, 1)")
-    freq_base = f.get_float(k + "rope.freq_base", 10000.0)
+    freq_base = _f32(f, k + "rope.freq_base", f.get_float(k + "rope.freq_base", 10000.0))
     if freq_base <= 1.0:
         raise GGUFError(f.path, f"metadata '{k}rope.freq_base'", f"{freq_base} must be > 1")
     freq_scale = 1.0
@@ -111,7 +122,8 @@ def read_hparams(f: GGUFFile) -> HParams:
         factor = f.get_float(k + "rope.scaling.factor", 1.0)
         if factor <= 0:
             raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
-        freq_scale = 1.0 / factor
+        _f32(f, k + "rope.scaling.factor", factor)
+        freq_scale = _f32(f, k + "rope.scaling.factor", 1.0 / factor)
     elif scaling not in ("none", ""):
         raise GGUFError(f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear)")
     n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
@@ -127,6 +139,8 @@ def read_hparams(f: GGUFFile) -> HParams:
     if len(embd.ne) != 2 or embd.ne[0] != n_embd:
         raise GGUFError(f.path, "tensor 'token_embd.weight'", f"has ne={list(embd.ne)}, expected [{n_embd}, n_vocab]")
     n_vocab = f.get_int(k + "vocab_size", embd.ne[1], minimum=1)
+    if n_vocab < 1:
+        raise GGUFError(f.path, "tensor 'token_embd.weight'", "has 0 rows: the vocabulary is empty")
     if n_vocab != embd.ne[1]:
         raise GGUFError(f.path, f"metadata '{k}vocab_size'", f"{n_vocab} differs from token_embd's {embd.ne[1]} rows")
     return HParams(
