@@ -169,6 +169,8 @@ def plan_placement(
     if request.split_mode not in SPLIT_MODES:
         raise ValueError(f"--split-mode must be one of {', '.join(SPLIT_MODES)}, got {request.split_mode!r}")
     devs = resolve_devices(request.devices)
+    if devs and not 0 <= request.main_device < len(devs):
+        raise ValueError(f"--main-gpu {request.main_device} is outside the device indices 0..{len(devs) - 1}")
     cpu = _cpu_device()
     n_slots = n_layer + 1
     ngl = n_slots if request.n_gpu_layers is None else max(0, min(int(request.n_gpu_layers), n_slots))
@@ -176,8 +178,6 @@ def plan_placement(
     slot_device: dict[int, Device] = {INPUT_SLOT: cpu}
     if devs and ngl:
         if request.split_mode == "none":
-            if not 0 <= request.main_device < len(devs):
-                raise ValueError(f"main device index {request.main_device} is outside 0..{len(devs) - 1}")
             weights = [1.0 if i == request.main_device else 0.0 for i in range(len(devs))]
         elif request.tensor_split is not None:
             weights = [float(w) for w in request.tensor_split]

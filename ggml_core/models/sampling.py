@@ -72,7 +72,7 @@ class Sampler:
             # keep the smallest prefix whose mass reaches top_p (at least one token)
             n = int(np.searchsorted(cum, p.top_p) + 1)
             ids, x = ids[: max(1, min(n, x.size))], x[: max(1, min(n, x.size))]
-        probs = _softmax(x / p.temperature)
+        probs = _softmax((x - x[0]) / p.temperature)  # x[0] is the largest: a tiny temperature cannot overflow
         return int(ids[self._rng.choice(ids.size, p=probs)])
 
 
