@@ -33,7 +33,15 @@ from ggml_core._errors import AllocationError, GraphError
 from ggml_core._graph import Graph
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.alloc._gallocr import GraphAllocator
-from ggml_core.backend.interfaces import Backend, BufferType, DeviceType, Event, compute_locks, computing
+from ggml_core.backend.interfaces import (
+    Backend,
+    BufferType,
+    DeviceType,
+    Event,
+    check_graph_memory,
+    compute_locks,
+    computing,
+)
 from ggml_core.sched._exec import EvalCallback, compute_splits, poison
 from ggml_core.sched._placement import Placer
 from ggml_core.sched._plan import SchedPlan, build_plan, print_assignments
@@ -314,6 +322,7 @@ class Scheduler:
         thread is computing raises :class:`~ggml_core.GraphInUseError`.
         """
         with computing(graph, "scheduler"), compute_locks(self.backends):
+            check_graph_memory(graph)
             return self._graph_compute(graph)
 
     def _graph_compute(self, graph: Graph) -> bool:
