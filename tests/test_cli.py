@@ -52,3 +52,29 @@ def test_argument_errors_are_one_line_with_the_fix(
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("ggml-core ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["test-ops", "-j", "0"], "argument -j/--jobs: must be an integer in 1..256, got 0"),
+        (["test-ops", "-p", "("], "argument -p/--pattern: invalid regular expression '(': missing )"),
+        (["test-ops", "perf", "--perf-seconds", "0"], "argument --perf-seconds: must be a finite number in (0.0, 3600"),
+        (["test-ops", "perf", "--perf-seconds", "nan"], "argument --perf-seconds: must be a finite number"),
+        (["test-ops", "-b", ","], "argument -b/--backend: expected comma-separated names, got ','"),
+    ],
+)
+def test_test_ops_arguments_are_checked_before_any_case_runs(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+
+
+def test_test_ops_unknown_device_fails_before_any_case_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test-ops", "-b", "CPUX", "-o", "ADD"]) == 2
+    out = capsys.readouterr()
+    assert "no device named 'CPUX'; did you mean 'CPU'?" in out.err and out.out == ""

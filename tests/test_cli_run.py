@@ -4,6 +4,8 @@ numpy reference through ``--logits-out``, JSON fields, split runs, clear errors.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +189,201 @@ def test_warmup_leaves_no_trace(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert warm["warmup_s"] > 0 and cold["warmup_s"] == 0
     assert warm["tokens"] == cold["tokens"]
     assert np.array_equal(warm_logits, cold_logits)
+
+
+# ------------------------------------------------------------------------------------------------ input checks
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run the CLI expecting exit code 2 and a one-line message on stderr (argparse's errors exit, ours return)."""
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code  # type: ignore[assignment]
+    out = capsys.readouterr()
+    assert rc == 2, out
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err, out.err
+    return out.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--top-p", "5"], "argument --top-p: must be a finite number in (0.0, 1.0], got 5"),
+        (["--top-p", "0"], "argument --top-p: must be a finite number in (0.0, 1.0], got 0"),
+        (["--top-p", "nan"], "argument --top-p: must be a finite number"),
+        (["--temp", "-1"], "argument --temp: must be a finite number in [0.0, inf], got -1"),
+        (["--temp", "inf"], "argument --temp: must be a finite number"),
+        (["--top-k", "-1"], "argument --top-k: must be an integer in 0..2147483647, got -1"),
+        (["--seed", "-7"], "argument --seed: must be an integer in -1..4294967295 (-1 = random), got -7"),
+        (["--seed", str(2**32)], "argument --seed: must be an integer in -1..4294967295"),
+        (["-n", "-1"], "argument --n-predict/-n: must be an integer in 0..2147483647, got -1"),
+        (["-ngl", "-3"], "argument --n-gpu-layers/-ngl: must be an integer in -1..2147483647 (-1 = all), got -3"),
+        (["-ts", "nan,1"], "argument --tensor-split/-ts: shares must be finite and >= 0, got nan"),
+        (["-ts", "inf,1"], "argument --tensor-split/-ts: shares must be finite and >= 0, got inf"),
+        (["--tensor-split=-1,2"], "argument --tensor-split/-ts: shares must be finite and >= 0, got -1"),
+        (["-ts", "0,0"], "argument --tensor-split/-ts: the shares must have a positive sum"),
+        (["-mg", "-1"], "argument --main-gpu/-mg: must be an integer in 0..2147483647"),
+        (["-c", "-5"], "argument --ctx-size/-c: must be an integer in 0..2147483647 (0 = default), got -5"),
+        (["-b", "0"], "argument --batch-size/-b: must be an integer in 1..2147483647, got 0"),
+        (["-t", "0"], "argument --threads/-t: must be an integer in 1..1024, got 0"),
+        (["-t", "x"], "argument --threads/-t: expected an integer, got 'x'"),
+        (["--device", ","], "argument --device/-dev: expected comma-separated names, got ','"),
+        (["--rpc", "localhost"], "argument --rpc: expected HOST:PORT with a port in 1..65535, got 'localhost'"),
+        (["--rpc", "localhost:0"], "argument --rpc: expected HOST:PORT with a port in 1..65535"),
+    ],
+)
+def test_bad_arguments_fail_at_parse_time(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    path, _ = _tiny(tmp_path)
+    assert message in _fails(capsys, ["run", str(path), "--tokens", "1", *argv])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (str(2**63), f"argument --tokens: token id #1 is {2**63}, outside 0..2147483647"),
+        ("1,-2", "argument --tokens: token id #2 is -2, outside 0..2147483647"),
+        ("1,x", "argument --tokens: expected comma-separated integers, got '1,x'"),
+        (",", "argument --tokens: expected comma-separated token id, got ','"),
+    ],
+)
+def test_token_ids_are_checked_at_parse_time(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tokens: str, message: str
+) -> None:
+    path, _ = _tiny(tmp_path)
+    assert message in _fails(capsys, ["run", str(path), f"--tokens={tokens}"])
+
+
+@pytest.fixture
+def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any weight is loaded: the checks below must come first."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("weights were loaded before the bad input was refused")
+
+    monkeypatch.setattr("ggml_core.models.runner.load_weights", refuse)
+
+
+@pytest.mark.usefixtures("no_weights")
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tokens", "1,64"], "--tokens: token id 64 is outside the vocabulary 0..63 of "),
+        (["--tokens", "1,2", "-c", "2", "-n", "5"], "2 prompt tokens + 5 to generate do not fit in the 2-cell context"),
+        (["--tokens", "1", "-c", "2", "-n", "5"], "1 prompt token + 5 to generate"),
+        (["--tokens", "1", "--device", "CPUU"], "no device named 'CPUU'"),
+        (["--tokens", "1", "--device", "CPU", "-ts", "1,1"], "--tensor-split has 2 values for 1 devices"),
+        (["--tokens", "1", "--device", "CPU", "-mg", "3"], "--main-gpu 3 is outside the device indices 0..0"),
+    ],
+)
+def test_inputs_the_header_refutes_fail_before_the_weights_load(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
+) -> None:
+    path, _ = _tiny(tmp_path)
+    err = _fails(capsys, ["run", str(path), *argv])
+    assert message in err, err
+
+
+@pytest.mark.usefixtures("no_weights")
+def test_plan_checks_n_tokens_before_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path, _ = _tiny(tmp_path)
+    assert "--n-tokens must be in 1..16 (the context size), got 17" in _fails(
+        capsys, ["plan", str(path), "-c", "16", "--n-tokens", "17"]
+    )
+    assert "argument --svg: " in _fails(capsys, ["plan", str(path), "--svg", str(tmp_path)])
+
+
+def test_model_path_must_be_a_regular_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A FIFO would block the open forever; a directory or device cannot be memory-mapped."""
+    fifo = tmp_path / "model.fifo"
+    os.mkfifo(fifo)
+
+    def timeout(*_: object) -> None:
+        raise TimeoutError("the CLI blocked on the FIFO")
+
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(30)
+    try:
+        err = _fails(capsys, ["run", str(fifo), "--tokens", "1"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert f"argument model: '{fifo}' is not a regular file (a FIFO, socket or device)" in err
+    assert f"'{tmp_path}' is a directory" in _fails(capsys, ["run", str(tmp_path), "--tokens", "1"])
+    assert "'/dev/null' is not a regular file" in _fails(capsys, ["run", "/dev/null", "--tokens", "1"])
+    missing = tmp_path / "missing.gguf"
+    assert f"cannot open '{missing}': No such file" in _fails(capsys, ["run", str(missing), "--tokens", "1"])
+
+
+def test_the_loader_refuses_a_fifo_too(tmp_path: Path) -> None:
+    from ggml_core import GGUFError
+    from ggml_core.models import open_gguf
+
+    fifo = tmp_path / "m.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(GGUFError, match="is not a regular file"):
+        open_gguf(fifo)
+
+
+def test_logits_out_is_written_at_exactly_the_path_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path, _ = _tiny(tmp_path)
+    err = _fails(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path)])
+    assert f"argument --logits-out: '{tmp_path}' is a directory; give a file name" in err
+    assert not (tmp_path.parent / f"{tmp_path.name}.npy").exists()
+    err = _fails(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path / "no" / "x.npy")])
+    assert "does not exist" in err
+    target = tmp_path / "logits.bin"  # no .npy suffix: np.save alone would write logits.bin.npy
+    assert main(["run", str(path), "--tokens", "1,2", "-n", "1", "--device", "CPU", "--logits-out", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert f"logits of 2 prompt positions saved to {target}" in out
+    assert np.load(target).shape == (2, CFG.n_vocab) and not (tmp_path / "logits.bin.npy").exists()
+
+
+def test_bad_hyperparameters_name_the_file_and_key(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gguf import GGUFWriter
+
+    empty = TinyConfig(n_layer=1, n_vocab=0)
+    p0 = write_model(tmp_path / "vocab0.gguf", empty, random_weights(empty, 1))
+    err = _fails(capsys, ["run", str(p0), "--tokens", "0"])
+    assert f"{p0}: tensor 'token_embd.weight': has 0 rows: the vocabulary is empty" in err
+    # rope.freq_base as float64 1e300: finite, but ggml's op parameters are float32 (it would run with inf)
+    f32 = GGUFWriter.add_float32
+
+    def add_float(self: GGUFWriter, key: str, value: float) -> None:
+        if key.endswith("rope.freq_base"):
+            self.add_float64(key, 1e300)
+        else:
+            f32(self, key, value)
+
+    monkeypatch.setattr(GGUFWriter, "add_float32", add_float)
+    cfg = TinyConfig(n_layer=1)
+    p1 = write_model(tmp_path / "base.gguf", cfg, random_weights(cfg, 1))
+    err = _fails(capsys, ["run", str(p1), "--tokens", "1"])
+    assert f"{p1}: metadata 'llama.rope.freq_base': 1e+300 does not fit a float32" in err
+
+
+def test_speed_line_grammar_and_rates() -> None:
+    from ggml_core.cli.run import speed_text
+    from ggml_core.models import GenerationResult
+
+    pp, tg = speed_text(GenerationResult([1], [5], 2e-7, 1e-7))
+    assert pp == "1 token in 0.2 µs (5,000,000.0 tokens/s)"
+    assert tg == "1 token (sampled from the prompt's logits: no decode step to time)"
+    pp, tg = speed_text(GenerationResult([1, 2, 3], [5, 6, 7], 0.5, 0.002))
+    assert pp == "3 tokens in 500.0 ms (6 tokens/s)"
+    assert tg == "3 tokens in 2.0 ms (1,000.0 tokens/s over 2 decode steps)"
+    assert speed_text(GenerationResult([1], [], 1.5, 0.0))[1] == "0 tokens"
+    slow = speed_text(GenerationResult([1], [4, 2], 1.5, 4.0))[1]
+    assert slow == "2 tokens in 4.00 s (0.25 tokens/s over 1 decode step)"
+
+
+def test_one_generated_token_has_no_rate_in_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path, _ = _tiny(tmp_path)
+    info = _json(capsys, "run", str(path), "--tokens", "1", "-n", "1", "--device", "CPU", "--json")
+    assert info["gen_tokens_per_s"] is None and len(info["tokens"]) == 1 and info["prompt_tokens_per_s"] > 0

@@ -262,7 +262,7 @@ def _duration(seconds: float) -> str:
         return f"{seconds:.2f} s"
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} µs"
+    return f"{seconds * 1e6:.1f} µs"
 
 
 def _rate(n: int, seconds: float) -> str:
