@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,9 +63,14 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["test-ops", "perf", "--perf-seconds", "0"], "argument --perf-seconds: must be a finite number in (0.0, 3600"),
         (["test-ops", "perf", "--perf-seconds", "nan"], "argument --perf-seconds: must be a finite number"),
         (["test-ops", "-b", ","], "argument -b/--backend: expected comma-separated names, got ','"),
+        (["rpc-server", "--port", "70000"], "argument --port/-p: must be an integer in 0..65535, got 70000"),
+        (["rpc-server", "--threads", "0"], "argument --threads/-t: must be an integer in 1..1024, got 0"),
+        (["rpc-server", "--max-clients", "0"], "argument --max-clients: must be an integer in 1..4096, got 0"),
+        (["rpc-server", "--max-memory", "nan"], "argument --max-memory: must be a finite number in (0.0, inf]"),
+        (["rpc-server", "--idle-timeout", "-1"], "argument --idle-timeout: must be a finite number in (0.0, inf]"),
     ],
 )
-def test_test_ops_arguments_are_checked_before_any_case_runs(
+def test_arguments_are_checked_before_anything_runs(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -78,3 +84,19 @@ def test_test_ops_unknown_device_fails_before_any_case_runs(capsys: pytest.Captu
     assert main(["test-ops", "-b", "CPUX", "-o", "ADD"]) == 2
     out = capsys.readouterr()
     assert "no device named 'CPUX'; did you mean 'CPU'?" in out.err and out.out == ""
+
+
+def test_rpc_server_cache_dir_and_bind_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["rpc-server", "--cache-dir", str(afile)])
+    assert exit_info.value.code == 2
+    assert f"argument --cache-dir/-c: '{afile}' exists and is not a directory" in capsys.readouterr().err
+    pytest.importorskip("ggml_rpc", reason="the bind check needs the ggml-rpc plugin")
+    # 203.0.113.9 is TEST-NET-3 (RFC 5737): never an address of this machine, so the bind fails
+    assert main(["rpc-server", "--host", "203.0.113.9", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "error: cannot listen on 203.0.113.9:0: " in err and "Traceback" not in err

@@ -17,6 +17,8 @@ from typing import Final
 
 __all__ = [
     "INT32_MAX",
+    "MAX_THREADS",
+    "directory",
     "endpoints",
     "float_in",
     "input_file",
@@ -30,6 +32,8 @@ __all__ = [
 
 #: llama.cpp keeps counts, sizes and token ids in int32
 INT32_MAX: Final = 2**31 - 1
+#: --threads above this is a typo, not a machine
+MAX_THREADS: Final = 1024
 
 
 def _int(text: str) -> int:
@@ -157,4 +161,14 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"the directory {str(parent)!r} of {text!r} does not exist")
     if not os.access(parent, os.W_OK):
         raise argparse.ArgumentTypeError(f"the directory {str(parent)!r} of {text!r} is not writable")
+    return path
+
+
+def directory(text: str) -> Path:
+    """A directory: an existing one, or a new one whose parent exists."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    if not path.exists() and not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"neither {text!r} nor its parent directory exists")
     return path

@@ -12,9 +12,14 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
+
+from ggml_core.cli._args import MAX_THREADS, directory, float_in, int_in, names
 
 __all__ = ["add_parser", "loopback_warning", "run", "use_rpc_servers"]
+
+#: --max-clients above this is a typo (each client is a thread)
+MAX_CLIENTS: Final = 4096
 
 _MISSING = "the ggml-rpc plugin is not installed: install ggml-rpc (pip install -e plugins/ggml-rpc)"
 
@@ -51,10 +56,6 @@ def loopback_warning(host: str) -> str | None:
     )
 
 
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
     p = sub.add_parser(
@@ -68,19 +69,36 @@ def add_parser(sub: Any, name: str) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", "-H", default="127.0.0.1", help="address to bind (default 127.0.0.1; see the warning)")
-    p.add_argument("--port", "-p", type=int, default=50052, help="port (default 50052; 0 picks a free one)")
+    p.add_argument(
+        "--port", "-p", type=int_in(0, 65535), default=50052, help="port (default 50052; 0 picks a free one)"
+    )
     p.add_argument(
         "--device",
         "-d",
-        type=_names,
+        type=names,
         action="extend",
         help="devices to serve, e.g. OpenCL0,CPU (default: every accelerator, else the CPU)",
     )
-    p.add_argument("--cache-dir", "-c", help="directory of the tensor cache used by SET_TENSOR_HASH (default: none)")
-    p.add_argument("--threads", "-t", type=int, help="threads per backend")
-    p.add_argument("--max-clients", type=int, default=4, help="connections served at once (default 4)")
-    p.add_argument("--max-memory", type=float, help="MiB one connection may allocate (default: the free memory)")
-    p.add_argument("--idle-timeout", type=float, help="seconds a client may stay silent (default: no limit)")
+    p.add_argument(
+        "--cache-dir",
+        "-c",
+        type=directory,
+        help="directory of the tensor cache used by SET_TENSOR_HASH (default: none)",
+    )
+    p.add_argument("--threads", "-t", type=int_in(1, MAX_THREADS), help="threads per backend")
+    p.add_argument(
+        "--max-clients", type=int_in(1, MAX_CLIENTS), default=4, help="connections served at once (default 4)"
+    )
+    p.add_argument(
+        "--max-memory",
+        type=float_in(0.0, None, lo_open=True),
+        help="MiB one connection may allocate (default: the free memory)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float_in(0.0, None, lo_open=True),
+        help="seconds a client may stay silent (default: no limit)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="log every connection and cache event")
     p.set_defaults(func=run)
 
@@ -105,15 +123,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"ggml-core {args.command}: no device to serve (see 'ggml-core devices')", file=sys.stderr)
         return 2
     limits = ServerLimits(
-        max_clients=max(1, args.max_clients),
+        max_clients=args.max_clients,
         max_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
         idle_timeout=args.idle_timeout,
     )
     warning = loopback_warning(args.host)
     if warning:
         print(warning, file=sys.stderr)
-    server = RPCServer(devices, args.host, args.port, cache_dir=args.cache_dir, limits=limits, n_threads=args.threads)
-    server.bind()
+    cache_dir = str(args.cache_dir) if args.cache_dir is not None else None
+    server = RPCServer(devices, args.host, args.port, cache_dir=cache_dir, limits=limits, n_threads=args.threads)
+    try:
+        server.bind()
+    except OSError as exc:  # address in use, not an address of this machine, a privileged port
+        print(f"ggml-core {args.command}: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
     print(f"ggml-core RPC server, protocol v{'.'.join(map(str, PROTO_VERSION))}")
     print(f"  endpoint    : {server.address}")
     print(f"  local cache : {args.cache_dir or 'n/a'}")

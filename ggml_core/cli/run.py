@@ -11,12 +11,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from ggml_core.cli._args import (
     INT32_MAX,
+    MAX_THREADS,
     endpoints,
     float_in,
     input_file,
@@ -28,10 +29,6 @@ from ggml_core.cli._args import (
 )
 
 __all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
-
-#: --threads above this is a typo, not a machine
-MAX_THREADS: Final = 1024
-
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model, placement and context flags shared by ``run`` and ``plan``."""
