@@ -26,6 +26,7 @@ from ggml_core._errors import (
     PluginError,
     TensorDataError,
     TensorError,
+    UnknownTypeError,
     UnsupportedOpError,
 )
 from ggml_core._graph import Graph, build_graph
@@ -85,6 +86,7 @@ __all__ = [
     "TensorError",
     "TensorFlag",
     "UnaryOp",
+    "UnknownTypeError",
     "UnsupportedOpError",
     "alloc_ctx_tensors",
     "as_type",

@@ -23,6 +23,7 @@ __all__ = [
     "PluginError",
     "TensorDataError",
     "TensorError",
+    "UnknownTypeError",
     "UnsupportedOpError",
 ]
 
@@ -51,6 +52,14 @@ class TensorError(GGMLError, ValueError):
     def __init__(self, tensor: Any, message: str) -> None:
         super().__init__(f"tensor {_describe(tensor)}: {message}")
         self.tensor = tensor
+
+
+class UnknownTypeError(GGMLError, ValueError, TypeError):
+    """A ggml type given by name or id is not one of ggml's types (or is neither a name nor an id)."""
+
+    def __init__(self, given: object, message: str) -> None:
+        super().__init__(message)
+        self.given = given
 
 
 class TensorDataError(TensorError):

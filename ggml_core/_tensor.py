@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from ggml_core._errors import TensorError
+from ggml_core._errors import BufferFreedError, TensorError
 from ggml_core._types import GGMLType
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, UnaryOp
 
@@ -385,6 +385,8 @@ class Tensor:
                 "has no memory yet: allocate its context (ggml_core.alloc_ctx_tensors) or run its graph through "
                 "an allocator or scheduler first",
             )
+        if self.buffer.freed:
+            raise BufferFreedError(self, self.buffer)
         return self.buffer
 
     def set_bytes(self, data: bytes | bytearray | memoryview | np.ndarray, offset: int = 0) -> None:

@@ -8,6 +8,8 @@ from typing import Final
 
 import numpy as np
 
+from ggml_core._errors import UnknownTypeError
+
 __all__ = ["QK_K", "GGMLType", "TypeTraits", "as_type", "row_size", "type_traits"]
 
 #: elements per super-block of the K-quants
@@ -152,13 +154,13 @@ def as_type(t: GGMLType | str | int) -> GGMLType:
             return GGMLType[t.upper()]
         except KeyError:
             names = ", ".join(m.name for m in GGMLType)
-            raise ValueError(f"unknown ggml type {t!r}; known types: {names}") from None
+            raise UnknownTypeError(t, f"unknown ggml type {t!r}; known types: {names}") from None
     if isinstance(t, (int, np.integer)) and not isinstance(t, bool):
         try:
             return GGMLType(int(t))
         except ValueError:
-            raise ValueError(f"unknown ggml type id {int(t)}") from None
-    raise TypeError(f"expected a GGMLType, a type name or a type id, got {type(t).__name__}")
+            raise UnknownTypeError(t, f"unknown ggml type id {int(t)}") from None
+    raise UnknownTypeError(t, f"expected a GGMLType, a type name or a type id, got {type(t).__name__} {t!r}")
 
 
 def row_size(t: GGMLType | str | int, ne0: int) -> int:

@@ -110,6 +110,16 @@ def test_large_shapes_within_the_bounds_are_accepted() -> None:
     assert t.nelements == 2**62 and t.nbytes == 2**62
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [("q9_0", "unknown ggml type 'q9_0'; known types: F32"), (99, "unknown ggml type id 99"), (1.5, "got float 1.5")],
+)
+def test_unknown_types_are_ggml_errors(given: Any, message: str) -> None:
+    with pytest.raises(g.UnknownTypeError, match=message) as info:
+        g.Context().new_tensor(given, [4])
+    assert info.value.given == given and isinstance(info.value, ValueError)
+
+
 # ------------------------------------------------------------------------------------------------ op operands
 
 
@@ -187,6 +197,8 @@ def test_compute_after_buffer_free_names_the_tensor(cpu: g.Backend) -> None:
         y.to_numpy()
     with pytest.raises(g.BufferFreedError, match=r"tensor 'x' .*buffer was freed"):
         x.set_data(np.zeros(8, dtype=np.float32))
+    with pytest.raises(g.BufferFreedError, match=r"tensor 'x' .*buffer was freed"):
+        x.numpy_view()
 
 
 def test_the_scheduler_refuses_freed_weights_too(cpu: g.Backend) -> None:
