@@ -66,7 +66,7 @@ _OPERAND: Final = {"Tensor": False, "Tensor | None": True}
 def _typed(fn: F) -> F:
     """``fn`` with its tensor operands type-checked first: OpError naming the builder and the argument."""
     sig = inspect.signature(fn)
-    slots = []  # (position or None for keyword-only, name, None allowed)
+    slots: list[tuple[int | None, str, bool]] = []  # (position, None for keyword-only; name; None allowed)
     for i, p in enumerate(sig.parameters.values()):
         optional = _OPERAND.get(str(p.annotation).strip())
         if optional is not None:
@@ -76,20 +76,26 @@ def _typed(fn: F) -> F:
         return fn
     op = f"ops.{fn.__name__}"
 
+    def refuse(name: str, optional: bool, value: Any) -> None:
+        if isinstance(value, Tensor) or (optional and value is None):
+            return
+        want = "a Tensor or None" if optional else "a Tensor"
+        text = repr(value)
+        text = text if len(text) <= 40 else text[:37] + "..."
+        raise OpError(op, f"argument {name!r} must be {want}, got {type(value).__name__} {text}")
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        n = len(args)
         for pos, name, optional in slots:
-            if pos is not None and pos < len(args):
+            if pos is not None and pos < n:
                 value = args[pos]
             elif name in kwargs:
                 value = kwargs[name]
             else:
                 continue
-            if not isinstance(value, Tensor) and not (optional and value is None):
-                want = "a Tensor or None" if optional else "a Tensor"
-                text = repr(value)
-                text = text if len(text) <= 40 else text[:37] + "..."
-                raise OpError(op, f"argument {name!r} must be {want}, got {type(value).__name__} {text}")
+            if value.__class__ is not Tensor:  # the fast path: an exact Tensor
+                refuse(name, optional, value)
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
