@@ -179,6 +179,8 @@ def test_bad_token_ids_and_full_context_are_clear_errors(tmp_path: Path) -> None
     with _load(path) as m:
         with pytest.raises(ValueError, match=r"token id 64 is outside the vocabulary 0\.\.63"):
             m.decode([1, 64])
+        with pytest.raises(ValueError, match=r"token id 9223372036854775808 is outside the vocabulary"):
+            m.decode([1, 2**63])  # beyond int64: a clear error, not numpy's OverflowError
         with pytest.raises(ValueError, match="context is full"):
             m.decode([*range(60), 1, 2, 3, 4, 5])
 

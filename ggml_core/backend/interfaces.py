@@ -388,7 +388,11 @@ class Backend:
             self.synchronize()
 
     def graph_compute_async(self, graph: Graph) -> None:
-        """Queue the computation of every node of ``graph`` (view ops are no-ops)."""
+        """Queue the computation of every node of ``graph`` (view ops are no-ops).
+
+        The plugin's hook, not locked: callers other than :meth:`graph_compute` (the scheduler) hold
+        :func:`compute_locks` around it.
+        """
         raise NotImplementedError("need graph_compute_async")
 
     def graph_optimize(self, graph: Graph) -> None:

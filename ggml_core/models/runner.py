@@ -278,7 +278,12 @@ class Model:
 
     def check_tokens(self, tokens: Sequence[int]) -> np.ndarray:
         """Token ids as int32, each checked against the vocabulary."""
-        ids = np.asarray(list(tokens), dtype=np.int64)
+        listed = list(tokens)
+        try:
+            ids = np.asarray(listed, dtype=np.int64)
+        except (OverflowError, ValueError, TypeError):  # beyond int64, or not integers at all
+            bad_item = next((t for t in listed if not isinstance(t, (int, np.integer)) or not 0 <= t < 2**63), None)
+            raise ValueError(f"token id {bad_item!r} is outside the vocabulary 0..{self.n_vocab - 1}") from None
         bad = ids[(ids < 0) | (ids >= self.n_vocab)]
         if bad.size:
             raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.n_vocab - 1}")
