@@ -256,7 +256,7 @@ def read_header(path: str | os.PathLike[str]) -> HeaderInfo:
     p = os.fspath(path)
     try:
         if not stat.S_ISREG(os.stat(p).st_mode):  # opening a FIFO would block; a device or directory cannot map
-            raise GGUFError(p, "file", "is not a regular file (a directory, FIFO, socket or device)")
+            raise GGUFError(p, "file", "cannot be read: it is not a regular file (a directory, FIFO, socket or device)")
         with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < 24:
