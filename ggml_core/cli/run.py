@@ -30,6 +30,7 @@ from ggml_core.cli._args import (
 
 __all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
 
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model, placement and context flags shared by ``run`` and ``plan``."""
     p.add_argument("model", nargs="?", type=input_file, help="GGUF file (default: the embedded default model)")
