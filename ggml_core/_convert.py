@@ -45,11 +45,14 @@ def _check_range(flat: np.ndarray, dt: np.dtype, t: Tensor) -> None:
             bad = lo if lo < info.min else hi
             raise TensorDataError(t, f"value {bad} is outside {name}'s range {info.min}..{info.max} (it would wrap)")
     elif flat.dtype.kind == "f":
-        fmax = float(np.finfo(dt).max)
-        finite = flat[np.isfinite(flat)]
-        if finite.size and float(np.abs(finite).max()) > fmax:
+        fmax = np.finfo(dt).max
+        # round-to-nearest-even gives inf from fmax + half its spacing on (f16: 65520, f32: 2^128 - 2^103)
+        ulp = float(np.spacing(np.nextafter(fmax, fmax.dtype.type(0))))  # spacing(fmax) itself is inf
+        limit = float(fmax) + ulp / 2
+        finite = np.abs(flat[np.isfinite(flat)])
+        if finite.size and float(finite.max()) >= limit:
             raise TensorDataError(
-                t, f"value {float(np.abs(finite).max()):g} overflows {name} (largest finite value {fmax:g})"
+                t, f"value {float(finite.max()):g} overflows {name} (largest finite value {float(fmax):g})"
             )
 
 

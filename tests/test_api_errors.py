@@ -41,6 +41,8 @@ def _tensor(cpu: g.Backend, type_: str, n: int, name: str) -> g.Tensor:
         ("i64", [2**64 - 1, 0], np.uint64, r"value 18446744073709551615 is outside i64's range"),
         ("f32", [1e300, 0.0], np.float64, r"value 1e\+300 overflows f32"),
         ("f16", [1e5, 0.0], np.float32, r"value 100000 overflows f16 \(largest finite value 65504\)"),
+        ("f16", [65520.0, 0.0], np.float32, r"value 65520 overflows f16"),  # the first value that rounds to inf
+        ("f32", [-(2.0**128 - 2.0**103), 0.0], np.float64, r"overflows f32"),
         ("q8_0", [1e300] + [0.0] * 31, np.float64, r"value 1e\+300 overflows q8_0"),
     ],
 )
@@ -80,9 +82,12 @@ def test_set_data_still_converts_what_fits(cpu: g.Backend) -> None:
     i32.set_data([2**31 - 1, -(2**31), True])
     assert i32.to_numpy().ravel().tolist() == [2**31 - 1, -(2**31), 1]
     f16 = _tensor(cpu, "f16", 4, "f16")
-    f16.set_data(np.array([65504.0, -np.inf, np.nan, 1.5], dtype=np.float64))  # non-finite values stay as given
+    f16.set_data(np.array([65519.0, -np.inf, np.nan, 1.5], dtype=np.float64))  # non-finite values stay as given
     got = f16.to_numpy().ravel()
-    assert got[0] == 65504.0 and got[1] == -np.inf and np.isnan(got[2]) and got[3] == 1.5
+    assert got[0] == 65504.0 and got[1] == -np.inf and np.isnan(got[2]) and got[3] == 1.5  # 65519 rounds to 65504
+    f32 = _tensor(cpu, "f32", 1, "f32")
+    f32.set_data(np.array([2.0**128 - 2.0**103 - 2.0**80]))  # just below the tie: rounds to float32's max
+    assert f32.to_numpy().ravel()[0] == np.finfo(np.float32).max
 
 
 # ------------------------------------------------------------------------------------------------ shapes
