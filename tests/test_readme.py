@@ -51,7 +51,11 @@ def test_error_example_is_the_real_error() -> None:
 
 def _help(args: list[str]) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "ggml_core.cli", *args, "--help"], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-m", "ggml_core.cli", *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, f"ggml-core {' '.join(args)} --help: {proc.stderr}"
     return proc.stdout

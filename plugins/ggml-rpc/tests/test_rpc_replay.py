@@ -4,8 +4,8 @@
 0c1e570's ggml-rpc client through ggml's public API: ten LLaMA-style graphs, each computed twice, the second time
 as GRAPH_RECOMPUTE) talking to a fresh ggml-core server serving the CPU. Handles and base addresses are
 per-connection counters, so a fresh server answers the replayed frames exactly as it did then: every answer must
-match the recorded one byte for byte, except the memory figures (this machine's, not the recording machine's) and computed values (compared as float32 with
-a tolerance, so that kernel improvements do not break the test)."""
+match the recorded one byte for byte, except the memory figures (this machine's, not the recording machine's) and
+computed values (compared as float32 with a tolerance, so that kernel improvements do not break the test)."""
 
 from __future__ import annotations
 
