@@ -52,6 +52,15 @@ def write_bench_model(path: Path, wtype: str, seed: int = 0) -> Path:
     w.add_uint32("llama.attention.head_count", SHAPE["n_head"])
     w.add_uint32("llama.attention.head_count_kv", SHAPE["n_head"])
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    # a SentencePiece vocabulary of the model's size (llama.cpp refuses a model without one; text is not used)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581t{i}" for i in range(v - len(tokens))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * v)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (v - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
 
     def add(name: str, rows: int, cols: int) -> None:
         a = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
