@@ -110,6 +110,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
             pp.append(res.prompt_tokens_per_s)
             tg.append(res.gen_tokens_per_s)
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the floor's copies
+        breakdown = _decode_breakdown(m, prompt, n_gen)
         floor_pp, floor_tg = _matmul_floor(m, reps)
     return {
         "pp_tokens_per_s": statistics.median(pp),
@@ -120,7 +121,41 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
         "tg_all": tg,
         "load_s": t_load,
         "peak_rss_mb": peak_rss_mb,
+        "decode_breakdown_ms": breakdown,
     }
+
+
+def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]:
+    """Milliseconds per generated token: each op kind's kernels, and the host work around them (``host``: graph
+    build, scheduling, plan checks, sampling — everything that is not a kernel), from ``n_gen`` timed decode steps.
+    The CPU engine's replay is wrapped to time each node; the wrapper costs ~0.1 µs a node."""
+    from ggml_cpu.engine import Engine
+
+    acc: dict[str, float] = {}
+    original = Engine._replay
+
+    def timed(self: Engine, plan: Any) -> None:
+        clock = time.perf_counter
+        for node, thunk in plan.steps:
+            t0 = clock()
+            thunk()
+            acc[node.op.name] = acc.get(node.op.name, 0.0) + clock() - t0
+
+    m.reset()
+    m.process_prompt(prompt[:8])
+    Engine._replay = timed  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        token = prompt[8]
+        for _ in range(n_gen):
+            token = int(np.argmax(m.decode([token])[-1]))
+        total = time.perf_counter() - t0
+    finally:
+        Engine._replay = original  # type: ignore[method-assign]
+    out = {k: v / n_gen * 1e3 for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
+    out["host"] = (total - sum(acc.values())) / n_gen * 1e3
+    out["total"] = total / n_gen * 1e3
+    return out
 
 
 def _matmul_floor(m: Any, reps: int) -> tuple[float, float]:
@@ -215,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                         row[f"llama_cpp_{k}_tokens_per_s"] = statistics.median(theirs[k])
                         row[f"{k}_ratio"] = row[f"{k}_tokens_per_s"] / row[f"llama_cpp_{k}_tokens_per_s"]
                 row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours)
+                row["decode_breakdown_ms"] = ours[-1]["decode_breakdown_ms"]
                 rows.append(row)
                 print(f"# {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
     if args.json:
@@ -235,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         cells.append(f"{r['peak_rss_mb']:>12.0f}")
         print(" ".join(cells))
+    print("\nper generated token, ms (kernels by op; host = everything else):")
+    for r in rows:
+        parts = [f"{k} {v:.3f}" for k, v in r["decode_breakdown_ms"].items()]
+        print(f"  {r['type']:<6} x{r['threads']}: " + ", ".join(parts))
     return 0
 
 
