@@ -43,8 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ggml_core.cli._placement_args import list_devices
+    from ggml_core.cli.rpc_server import use_rpc_servers
     from ggml_core.models import Model
     from ggml_core.models.bufts import describe_weights
+
+    if args.list_devices:
+        use_rpc_servers(args.rpc)
+        return list_devices()
     from ggml_core.sched import render_dot, render_svg, render_text
 
     path, is_default = resolve_model_path(args)

@@ -329,6 +329,10 @@ def assign_weights(
         raise ValueError("no CPU device: install the ggml-cpu plugin (the host runs what no device can)")
     cpu = cpus[0]
     by_name = _buft_names(reg_devs)
+    for ov in overrides:  # llama.cpp checks the names when it parses the flag, matched or not
+        if ov.buft not in by_name:
+            known = ", ".join(sorted(by_name))
+            raise ValueError(f"{ov.source}: unknown buffer type {ov.buft!r} (available: {known})")
     host = [(cpu, b) for b in host_bufts(cpu)]
     n_layer = placement.n_layer
     ctx = Context("weights probe")
@@ -338,9 +342,6 @@ def assign_weights(
         stand_in = ctx.new_tensor(w.type, w.ne, w.name)
         ov = next((o for o in overrides if o.matches(w.name)), None)
         if ov is not None:
-            if ov.buft not in by_name:
-                known = ", ".join(sorted(by_name))
-                raise ValueError(f"{ov.source}: unknown buffer type {ov.buft!r} (available: {known})")
             odev, obuft = by_name[ov.buft]
             cands = host if odev is cpu else [(odev, obuft)]
             got = select_buft(w.name, stand_in, cands, shapes)

@@ -257,8 +257,6 @@ def _cpu_device() -> Device:
 def _shares_of(request: PlacementRequest, devs: list[Device], cpu: Device, counted: bool) -> list[tuple[Device, float]]:
     """(device, share) of the devices that take slots; ``counted``: -ngl was given, so the CPU takes none."""
     if request.split_mode == "none":
-        if not 0 <= request.main_device < len(devs):
-            raise ValueError(f"--main-gpu {request.main_device} is outside 0..{len(devs) - 1} (the device list)")
         return [(devs[request.main_device], 1.0)]
     if request.tensor_split is not None:
         weights = [float(w) for w in request.tensor_split]
@@ -294,6 +292,14 @@ def plan_placement(
     if request.split_mode not in SPLIT_MODES:
         raise ValueError(f"--split-mode must be one of {', '.join(SPLIT_MODES)}, got {request.split_mode!r}")
     devs = resolve_devices(request.devices)
+    if request.split_mode == "none":  # llama.cpp: -mg < 0 offloads nothing, past the list is an error
+        if request.main_device < 0:
+            devs = []
+        elif request.main_device >= len(devs):
+            raise ValueError(
+                f"--main-gpu {request.main_device} is outside the device list "
+                f"({len(devs)} device{'s' if len(devs) != 1 else ''}: {', '.join(d.name for d in devs) or 'none'})"
+            )
     cpu = _cpu_device()
     n_slots = n_layer + 1
     counted = request.n_gpu_layers is not None

@@ -60,6 +60,8 @@ class ModelParams:
     #: None: use the scheduler when available
     use_scheduler: bool | None = None
     check_fit: bool = True
+    #: False (``--no-op-offload``): ops with host weights never move to a device
+    op_offload: bool = True
 
 
 def default_n_ctx(hp: HParams) -> int:
@@ -172,6 +174,7 @@ class Model:
                 n_threads=params.n_threads,
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
+                op_offload=params.op_offload,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
             model.reserve()
