@@ -329,10 +329,10 @@ def assign_weights(
         raise ValueError("no CPU device: install the ggml-cpu plugin (the host runs what no device can)")
     cpu = cpus[0]
     by_name = _buft_names(reg_devs)
-    for ov in overrides:  # llama.cpp checks the names when it parses the flag, matched or not
-        if ov.buft not in by_name:
+    for o in overrides:  # llama.cpp checks the names when it parses the flag, matched or not
+        if o.buft not in by_name:
             known = ", ".join(sorted(by_name))
-            raise ValueError(f"{ov.source}: unknown buffer type {ov.buft!r} (available: {known})")
+            raise ValueError(f"{o.source}: unknown buffer type {o.buft!r} (available: {known})")
     host = [(cpu, b) for b in host_bufts(cpu)]
     n_layer = placement.n_layer
     ctx = Context("weights probe")

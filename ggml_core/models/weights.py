@@ -177,12 +177,12 @@ def load_weights(
     ``upload=False`` allocates device weights without copying their data (for planning: shapes and buffers only).
     """
     out = ModelWeights({})
-    by_buft: dict[int, tuple[Device, BufferType, list[WeightSpec]]] = {}
+    by_buft: dict[tuple[int, int], tuple[Device, BufferType, list[WeightSpec]]] = {}
     for s in specs:
         choice = placement.weights.get(s.name)
         dev = choice.device if choice is not None else placement.device_of(s.slot)
         buft = choice.buft if choice is not None else dev.buffer_type()
-        by_buft.setdefault(id(buft), (dev, buft, []))[2].append(s)
+        by_buft.setdefault((id(dev), id(buft)), (dev, buft, []))[2].append(s)
     try:
         for dev, buft, dspecs in by_buft.values():
             ctx = Context(f"weights:{buft.name}")
