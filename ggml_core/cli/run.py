@@ -257,6 +257,7 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "arch": model.hp.arch,
         "hparams": model.hp.describe(),
         "devices": plan.as_dict(),
+        "placement_notes": list(plan.notes),
         "split_mode": plan.split_mode,
         "scheduler": model.executor.uses_scheduler,
         "n_splits": model.executor.n_splits,
@@ -286,6 +287,8 @@ def _print_header(info: dict[str, Any], out: Any) -> None:
             f"  {d['name']:<10} {d['layer_range']:<28} {d['MB']:9.2f} MB: weights {d['weights_MB']:.2f}{mapped}, "
             f"KV {d['kv_MB']:.2f}\n"
         )
+    for note in info["placement_notes"]:
+        out.write(f"  note: {note}\n")
     attn = "flash attention" if info["flash_attn"] else "soft_max attention"
     out.write(f"context {info['n_ctx']} cells, KV {info['kv_type']}, {attn}, batch {info['batch_size']}\n")
     out.flush()
