@@ -27,6 +27,7 @@ from ggml_core.cli._args import (
     output_file,
     shares,
 )
+from ggml_core.cli._placement_args import add_placement_args, list_devices, n_gpu_layers, placement_extras
 
 __all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
 
@@ -39,13 +40,20 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--n-gpu-layers",
         "-ngl",
-        type=int_in(-1, INT32_MAX, " (-1 = all)"),
-        help="layers (counting the output layer) to offload; default (-1) all",
+        type=n_gpu_layers,
+        help="layers (counting the output layer) to offload to the devices, 'all', 'auto' or -1; default all",
     )
     g.add_argument("--split-mode", "-sm", choices=["none", "layer"], default="layer", help="how to share layers")
     g.add_argument("--tensor-split", "-ts", type=shares, help="share per device, e.g. 3,1")
-    g.add_argument("--main-gpu", "-mg", type=int_in(0, INT32_MAX), default=0, help="device index for -sm none")
+    g.add_argument(
+        "--main-gpu",
+        "-mg",
+        type=int_in(-(2**31), INT32_MAX, " (< 0 with -sm none: no offload)"),
+        default=0,
+        help="device index for --split-mode none",
+    )
     g.add_argument("--rpc", type=endpoints, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
+    add_placement_args(g)  # -ot, --cpu-moe, --n-cpu-moe, --no-op-offload, --no-kv-offload, --list-devices
     c = p.add_argument_group("context")
     c.add_argument(
         "--ctx-size",
@@ -100,6 +108,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
     from ggml_core.models import ModelParams, PlacementRequest
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
+    extras = placement_extras(args)
     devices, split = args.device, args.tensor_split
     if default_model and devices is None:
         devices = [d.name for d in get_registry().devices()]
@@ -107,10 +116,12 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
             split = [1.0] * len(devices)
     req = PlacementRequest(
         devices=devices,
-        n_gpu_layers=None if args.n_gpu_layers == -1 else args.n_gpu_layers,
+        n_gpu_layers=args.n_gpu_layers,
         split_mode=args.split_mode,
         tensor_split=split,
         main_device=args.main_gpu,
+        overrides=extras["overrides"],
+        kv_offload=extras["kv_offload"],
     )
     return ModelParams(
         placement=req,
@@ -120,6 +131,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
         batch_size=args.batch_size,
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),
+        op_offload=extras["op_offload"],
     )
 
 
@@ -146,10 +158,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ggml_core.cli.rpc_server import use_rpc_servers
     from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
     from ggml_core.models.hparams import read_hparams
     from ggml_core.models.runner import check_context
     from ggml_core.models.tokenizer import load_tokenizer
+
+    if args.list_devices:
+        use_rpc_servers(args.rpc)
+        return list_devices()
 
     # everything the arguments and the file's header can refute is checked before a weight is touched
     path, is_default = resolve_model_path(args)
@@ -296,6 +313,7 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "arch": model.hp.arch,
         "hparams": model.hp.describe(),
         "devices": plan.as_dict(),
+        "placement_notes": list(plan.notes),
         "split_mode": plan.split_mode,
         "scheduler": model.executor.uses_scheduler,
         "n_splits": model.executor.n_splits,
@@ -325,6 +343,8 @@ def _print_header(info: dict[str, Any], out: Any) -> None:
             f"  {d['name']:<10} {d['layer_range']:<28} {d['MB']:9.2f} MB: weights {d['weights_MB']:.2f}{mapped}, "
             f"KV {d['kv_MB']:.2f}\n"
         )
+    for note in info["placement_notes"]:
+        out.write(f"  note: {note}\n")
     attn = "flash attention" if info["flash_attn"] else "soft_max attention"
     out.write(f"context {info['n_ctx']} cells, KV {info['kv_type']}, {attn}, batch {info['batch_size']}\n")
     out.flush()
