@@ -220,7 +220,6 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         (["-n", "-1"], "argument --n-predict/-n: must be an integer in 0..2147483647, got -1"),
         (["-ngl", "-3"], "argument --n-gpu-layers/-ngl: must be 0..2147483647 layers, -1, 'all' or 'auto'"),
         (["-ngl", str(2**31)], "argument --n-gpu-layers/-ngl: must be 0..2147483647 layers"),
-        (["-ncmoe", "-1"], "argument --n-cpu-moe/-ncmoe: must be an integer in 0..2147483647, got -1"),
         (["-ts", "nan,1"], "argument --tensor-split/-ts: shares must be finite and >= 0, got nan"),
         (["-ts", "inf,1"], "argument --tensor-split/-ts: shares must be finite and >= 0, got inf"),
         (["--tensor-split=-1,2"], "argument --tensor-split/-ts: shares must be finite and >= 0, got -1"),

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ggml_core.cli._args import INT32_MAX, int_in
+from ggml_core.cli._args import INT32_MAX
 
 __all__ = ["add_placement_args", "list_devices", "n_gpu_layers", "placement_extras"]
 
@@ -44,7 +44,7 @@ def add_placement_args(g: Any) -> None:
     g.add_argument(
         "--n-cpu-moe",
         "-ncmoe",
-        type=int_in(0, INT32_MAX),
+        type=int,
         metavar="N",
         help="keep the MoE expert weights of the first N layers on the CPU",
     )
