@@ -326,9 +326,12 @@ class GraphAllocator:
                 continue
             if cur is not None and ext(t):
                 continue  # bound elsewhere since planning: leave it (its planned memory stays unused)
+            keep = _carried_input(t, cur)
             t.buffer = None
             t.data_offset = None
             buf.alloc_tensor(t, offset)
+            if keep is not None:
+                buf.set_tensor(t, memoryview(keep))
         for v in bound.views:
             base = v.view_src
             assert base is not None
@@ -375,3 +378,19 @@ class GraphAllocator:
             self._buffers[i] = None
         self._plan = None
         self._bound.clear()
+
+
+def _carried_input(t: Tensor, cur: Buffer | None) -> bytearray | None:
+    """The bytes of a graph input that leaves another allocator's compute buffer for this one, else None.
+
+    A graph allocated by one allocator (a :class:`GraphAllocator`, another scheduler) and then computed by a
+    scheduler moves into the scheduler's compute memory. Its nodes are recomputed there, but what the user wrote
+    into its inputs before that compute would be lost: silently, as zeros or stale values. The input's bytes go
+    with it instead (ggml never moves an allocated tensor; here the memory is reclaimed, the data is not).
+    """
+    if cur is None or cur.freed or t.op != GGMLOp.NONE or not int(t.flags) & _INPUT or t.data_offset is None:
+        return None
+    data = bytearray(t.nbytes)
+    if data:
+        cur.get_tensor(t, memoryview(data))
+    return data
