@@ -98,7 +98,7 @@ def _array(t: Tensor) -> np.ndarray:
     """A tensor's f32 elements as a numpy view of this device's memory (writable; ggml's byte strides)."""
     buf = t.buffer
     if not isinstance(buf, NumpyBuffer) or t.data_offset is None:
-        raise ComputeError(t, None, f"is not in @@NAME@@0 memory (buffer {buf!r})")
+        raise ComputeError(t, "@@NAME@@0", f"the tensor is not in @@NAME@@0 memory (buffer {buf!r})")
     strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
     return np.ndarray(_shape(t), np.float32, buffer=buf.mem, offset=t.data_offset, strides=strides)
 
@@ -169,8 +169,8 @@ class @@NAME@@Backend(Backend):
 
     def graph_compute_async(self, graph: Graph) -> None:
         for node in graph.nodes:
-            if node.op in VIEW_OPS or not node.flags & TensorFlag.COMPUTE:
-                continue  # views alias their source; nodes without COMPUTE are not to be computed
+            if node.op in VIEW_OPS or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+                continue  # views alias their source; empty tensors hold nothing; no COMPUTE flag: not asked for
             _compute(node)
 
 
