@@ -182,3 +182,16 @@ def test_help_imports_no_plugin_internals() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_strict_mode_is_one_line_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """With GGML_STRICT_PLUGINS=1 a plugin's problem stops the CLI, with one line and exit code 2 (no traceback)."""
+    reg = Registry(entry_points=lambda: [], environ={"GGML_STRICT_PLUGINS": "1"})
+    reg.register_plugin(_Plugin(_raise), "broken")
+    reset_registry(reg)
+    try:
+        assert main(["devices"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "plugin 'broken'" in err and "commands exploded" in err
+    finally:
+        reset_registry()

@@ -78,7 +78,16 @@ def _unknown_options(parser: argparse.ArgumentParser, command: str | None, extra
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ggml-core`` script; returns the exit code."""
-    parser = build_parser()
+    from ggml_core._errors import GGMLError
+
+    try:
+        parser = build_parser()  # loads the plugins: they may add commands
+    except GGMLError as exc:  # GGML_STRICT_PLUGINS=1 makes a plugin's recorded problem an error
+        print(f"ggml-core: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     args, extra = parser.parse_known_args(argv)
     if extra:
         parser.error(_unknown_options(parser, args.command, extra))
@@ -90,8 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    from ggml_core._errors import GGMLError
-
     try:
         return int(args.func(args) or 0)
     except GGMLError as exc:
