@@ -8,7 +8,6 @@ module is imported only when ``ggml-core`` builds its parser, and the server mod
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any
 
@@ -66,6 +65,8 @@ def add_parser(sub: Any, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the server and serve until interrupted."""
+    import logging
+
     from ggml_core.backend.registry import get_registry
     from ggml_rpc.protocol import PROTO_VERSION
     from ggml_rpc.server import RPCServer, ServerLimits, default_devices
