@@ -10,9 +10,13 @@ plugin needs) and what they cost on top of it. Measured:
 - ``import numpy``: the baseline;
 - ``import ggml_core``: the package's own start-up (its names load on first use);
 - ``ggml-core --help``: the parser, with every loaded plugin asked for its commands (no device enumeration);
-- ``ggml-core devices --json``: every plugin loaded and every device enumerated (OpenCL's through pyopencl).
+- ``ggml-core devices --json``: every plugin loaded and every device enumerated (OpenCL's through pyopencl,
+  which also builds, or loads from PoCL's cache, the device's kernels, as ggml's OpenCL backend does);
+- ``numpy+pyopencl listing`` (with pyopencl installed): numpy, pyopencl and the OpenCL device list alone, the
+  floor under ``devices --json``.
 
-``--importtime`` also prints the slowest imports of ``devices --json`` (``python -X importtime``). The plugins
+Bytecode caches are on (``PYTHONDONTWRITEBYTECODE`` is dropped; the warm-up run writes them), as in a user's
+install. ``--importtime`` also prints the slowest imports of ``devices --json`` (``python -X importtime``). The plugins
 installed (``ggml-core plugins``) and whether ggml-core is an editable install (its import hook costs some
 milliseconds per process) are printed with the results.
 """
@@ -20,6 +24,7 @@ milliseconds per process) are printed with the results.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -39,11 +44,20 @@ COMMANDS: dict[str, list[str]] = {
     "ggml-core --help": ["-m", "ggml_core.cli", "--help"],
     "ggml-core devices --json": ["-m", "ggml_core.cli", "devices", "--json"],
 }
+#: what listing OpenCL devices costs by itself (numpy, pyopencl, platforms and devices; no kernel build), when
+#: pyopencl is installed: the part of ``devices --json`` no plugin code can remove
+OPENCL_FLOOR = (
+    "numpy+pyopencl listing",
+    ["-c", "import numpy, pyopencl as cl; [p.get_devices() for p in cl.get_platforms()]"],
+)
 BASELINE = "import numpy"
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("GGML_BACKENDS", "GGML_STRICT_PLUGINS")}
+    """The environment of every run: all plugins, and bytecode caches on (as a user's install has them; with
+    PYTHONDONTWRITEBYTECODE set, each run would compile every module of the source tree again)."""
+    drop = ("GGML_BACKENDS", "GGML_STRICT_PLUGINS", "PYTHONDONTWRITEBYTECODE")
+    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def _run_ms(args: list[str]) -> float:
@@ -99,11 +113,14 @@ def main() -> int:
     print(f"CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}, python {info['python']}")
     print(f"ggml-core install: {'editable' if _editable() else 'regular'}; plugins: {', '.join(_plugins())}")
     results = Results("startup", {"repeat": args.repeat, "editable": _editable()})
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for cmd in COMMANDS.values():  # warm the file cache
+    commands = dict(COMMANDS)
+    if importlib.util.find_spec("pyopencl") is not None:
+        commands[OPENCL_FLOOR[0]] = OPENCL_FLOOR[1]
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for cmd in commands.values():  # warm the file and bytecode caches
         _run_ms(cmd)
     for _ in range(args.repeat):
-        for name, cmd in COMMANDS.items():
+        for name, cmd in commands.items():
             times[name].append(_run_ms(cmd))
     base = statistics.median(times[BASELINE])
     print(f"\n{'command':<28}{'median ms':>10}{'min ms':>9}{'/ numpy':>9}{'- numpy ms':>12}")
