@@ -8,48 +8,50 @@ entry points.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from ggml_core import ops
-from ggml_core._context import Context, current_context
-from ggml_core._errors import (
-    AllocationError,
-    BufferFreedError,
-    ComputeError,
-    DeviceNotFoundError,
-    GGMLError,
-    GGUFError,
-    GraphError,
-    GraphInUseError,
-    OpError,
-    OutOfBoundsError,
-    PluginError,
-    TensorDataError,
-    TensorError,
-    UnknownTypeError,
-    UnsupportedOpError,
-)
-from ggml_core._graph import Graph, build_graph
-from ggml_core._tensor import Tensor, TensorFlag
-from ggml_core._types import GGMLType, as_type, row_size, type_traits
-from ggml_core.alloc import GraphAllocator, alloc_ctx_tensors
-from ggml_core.backend import (
-    API_VERSION,
-    Backend,
-    BackendReg,
-    Buffer,
-    BufferType,
-    BufferUsage,
-    Device,
-    DeviceCaps,
-    DeviceProps,
-    DeviceType,
-    Event,
-    get_registry,
-    hookimpl,
-)
-from ggml_core.ops import GGMLOp, GluOp, UnaryOp
-from ggml_core.sched import Scheduler
+if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggml_core`` stays cheap
+    from ggml_core import ops
+    from ggml_core._context import Context, current_context
+    from ggml_core._errors import (
+        AllocationError,
+        BufferFreedError,
+        ComputeError,
+        DeviceNotFoundError,
+        GGMLError,
+        GGUFError,
+        GraphError,
+        GraphInUseError,
+        OpError,
+        OutOfBoundsError,
+        PluginError,
+        TensorDataError,
+        TensorError,
+        UnknownTypeError,
+        UnsupportedOpError,
+    )
+    from ggml_core._graph import Graph, build_graph
+    from ggml_core._tensor import Tensor, TensorFlag
+    from ggml_core._types import GGMLType, as_type, row_size, type_traits
+    from ggml_core.alloc import GraphAllocator, alloc_ctx_tensors
+    from ggml_core.backend import (
+        API_VERSION,
+        Backend,
+        BackendReg,
+        Buffer,
+        BufferType,
+        BufferUsage,
+        Device,
+        DeviceCaps,
+        DeviceProps,
+        DeviceType,
+        Event,
+        get_registry,
+        hookimpl,
+    )
+    from ggml_core.ops import GGMLOp, GluOp, UnaryOp
+    from ggml_core.sched import Scheduler
 
 __all__ = [
     "API_VERSION",
@@ -104,38 +106,93 @@ __all__ = [
 ]
 
 
-def _public_exceptions_here() -> None:
-    """Tracebacks and reprs name the exceptions as users import them (``ggml_core.OpError``), not by private module."""
-    for name in __all__:
-        obj = globals().get(name)
-        if isinstance(obj, type) and issubclass(obj, BaseException):
-            obj.__module__ = __name__
-
-
-_public_exceptions_here()
+#: public name → the module that defines it (imported on first access, then cached in this module's namespace)
+_WHERE: dict[str, str] = {
+    "ops": "ggml_core.ops",
+    **dict.fromkeys(["Context", "current_context"], "ggml_core._context"),
+    **dict.fromkeys(
+        [
+            "AllocationError",
+            "BufferFreedError",
+            "ComputeError",
+            "DeviceNotFoundError",
+            "GGMLError",
+            "GGUFError",
+            "GraphError",
+            "GraphInUseError",
+            "OpError",
+            "OutOfBoundsError",
+            "PluginError",
+            "TensorDataError",
+            "TensorError",
+            "UnknownTypeError",
+            "UnsupportedOpError",
+        ],
+        "ggml_core._errors",
+    ),
+    **dict.fromkeys(["Graph", "build_graph"], "ggml_core._graph"),
+    **dict.fromkeys(["Tensor", "TensorFlag"], "ggml_core._tensor"),
+    **dict.fromkeys(["GGMLType", "as_type", "row_size", "type_traits"], "ggml_core._types"),
+    **dict.fromkeys(["GraphAllocator", "alloc_ctx_tensors"], "ggml_core.alloc"),
+    **dict.fromkeys(
+        [
+            "API_VERSION",
+            "Backend",
+            "BackendReg",
+            "Buffer",
+            "BufferType",
+            "BufferUsage",
+            "Device",
+            "DeviceCaps",
+            "DeviceProps",
+            "DeviceType",
+            "Event",
+            "get_registry",
+            "hookimpl",
+        ],
+        "ggml_core.backend",
+    ),
+    **dict.fromkeys(["GGMLOp", "GluOp", "UnaryOp"], "ggml_core.ops"),
+    "Scheduler": "ggml_core.sched",
+}
 
 
 def devices() -> list[Device]:
     """Every device of every loaded plugin, accelerators first and the CPU last."""
+    from ggml_core.backend.registry import get_registry
+
     return get_registry().devices()
 
 
 def get_device(name: str) -> Device:
     """A device by case-insensitive name, e.g. ``get_device("cpu")``."""
+    from ggml_core.backend.registry import get_registry
+
     return get_registry().get_device(name)
 
 
 def init_backend(name: str, params: str | None = None) -> Backend:
     """A new backend (stream) on the named device."""
+    from ggml_core.backend.registry import get_registry
+
     return get_registry().init_backend(name, params)
 
 
 def init_best() -> Backend:
     """A backend on the best device: the first GPU, else IGPU, else the CPU."""
+    from ggml_core.backend.registry import get_registry
+
     return get_registry().init_best()
 
 
 def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is not None:
+        value = importlib.import_module(module)
+        if name != "ops":
+            value = getattr(value, name)
+        globals()[name] = value
+        return value
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -144,3 +201,7 @@ def __getattr__(name: str) -> Any:
         except PackageNotFoundError:  # running from a source tree
             return "0+unknown"
     raise AttributeError(f"module 'ggml_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

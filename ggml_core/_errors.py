@@ -179,3 +179,18 @@ def _mib(n: int) -> str:
 def _describe(t: Any) -> str:
     describe = getattr(t, "describe", None)
     return describe() if callable(describe) else repr(t)
+
+
+def _public_names() -> None:
+    """Tracebacks and reprs name the exceptions as users import them (``ggml_core.OpError``), not by private module.
+
+    Done here, where they are defined, because ``ggml_core`` loads its names on first use: an error raised before
+    anyone touched ``ggml_core.OpError`` is named the same way.
+    """
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            obj.__module__ = "ggml_core"
+
+
+_public_names()

@@ -321,3 +321,16 @@ def test_a_graph_computed_by_another_thread_is_refused_and_other_graphs_wait(cpu
     np.testing.assert_array_equal(y.to_numpy().ravel(), np.arange(8, dtype=np.float32) ** 2)
     np.testing.assert_array_equal(y2.to_numpy().ravel(), np.full(8, 9.0, dtype=np.float32))
     cpu.graph_compute(graph)  # free again once A is done
+
+
+def test_every_exception_is_public_and_named_as_imported() -> None:
+    """Each GGMLError subclass of the core is ``ggml_core.X`` (tracebacks print that name, and it imports)."""
+    import ggml_core
+    from ggml_core import _errors
+
+    classes = [c for c in vars(_errors).values() if isinstance(c, type) and issubclass(c, _errors.GGMLError)]
+    assert len(classes) > 10
+    for cls in classes:
+        assert cls.__module__ == "ggml_core"
+        assert getattr(ggml_core, cls.__name__) is cls
+        assert cls.__name__ in ggml_core.__all__

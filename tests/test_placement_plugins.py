@@ -55,7 +55,7 @@ def _tiny_package(where: Path) -> Path:
             '''
             """A 3-op device (ADD, MUL, SCALE in f32) that declines every other op, NONE and views included."""
             from ggml_core import API_VERSION, BackendReg, hookimpl
-            from ggml_example import SUPPORTED, ExampleBufferType, ExampleDevice, _all_f32_contiguous
+            from ggml_example import SUPPORTED, ExampleBufferType, ExampleDevice, supports
 
 
             class TinyDevice(ExampleDevice):
@@ -65,7 +65,7 @@ def _tiny_package(where: Path) -> Path:
                     self._buft = ExampleBufferType("Tiny0", self, alignment=32)
 
                 def supports_op(self, op):
-                    return op.op in SUPPORTED and _all_f32_contiguous(op)
+                    return op.op in SUPPORTED and supports(op)
 
 
             @hookimpl

@@ -1,4 +1,4 @@
-"""The plugin author's whole API: four pluggy hooks in the entry-point group ``ggml.backends``.
+"""The plugin author's whole API: six pluggy hooks in the entry-point group ``ggml.backends``.
 
 A plugin is a module (named by its entry point) with ``@hookimpl`` functions. Only ``ggml_api_version`` and
 ``ggml_register_backends`` are required. Hooks receive a ``register`` callback rather than returning lists.
@@ -7,11 +7,13 @@ A plugin is a module (named by its entry point) with ``@hookimpl`` functions. On
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from ggml_core.backend.interfaces import BackendReg, BufferType, Device
 
 __all__ = ["ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec"]
@@ -46,3 +48,15 @@ def ggml_register_devices(reg: BackendReg, register: Callable[[Device], None]) -
 @hookspec
 def ggml_register_buffer_types(device: Device, register: Callable[[BufferType], None]) -> None:
     """Optional: offer extra buffer types for any device (pinned host memory, repacked weights...)."""
+
+
+@hookspec
+def ggml_register_commands(
+    register: Callable[[str, Callable[[Any, str], Any], Callable[[argparse.Namespace], int | None]], None],
+) -> None:
+    """Optional: add ``ggml-core`` subcommands: ``register(name, add_parser, run)``.
+
+    ``add_parser(subparsers, name)`` adds the command's parser (``subparsers.add_parser(name, help=...)``) and its
+    options, as the core's own commands do; ``run(args)`` runs it and returns the exit code. Import heavy modules
+    inside ``run``, not at the top of your plugin: ``ggml-core --help`` calls every ``add_parser``.
+    """

@@ -1,4 +1,7 @@
-"""The ``ggml-core`` command line: one module per command, each with ``add_parser`` and ``run``."""
+"""The ``ggml-core`` command line: one module per command, each with ``add_parser`` and ``run``.
+
+Plugins add commands of their own through the ``ggml_register_commands`` hook (:mod:`ggml_core.backend._commands`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ COMMANDS: dict[str, str] = {
     "test-ops": "test_ops",
     "run": "run",
     "plan": "plan",
-    "rpc-server": "rpc_server",
+    "new-plugin": "new_plugin",
 }
 
 
@@ -31,6 +34,8 @@ class _Parser(argparse.ArgumentParser):
             choices = re.findall(r"'([^']*)'", match.group(2)) or [c.strip() for c in match.group(2).split(",")]
             close = difflib.get_close_matches(match.group(1), choices, n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"choose from {', '.join(choices)}"
+            if self.prog == "ggml-core":
+                hint = _plugin_hint(match.group(1)) or hint
             message = f"unknown {'command' if self.prog == 'ggml-core' else 'choice'} '{match.group(1)}'; {hint}"
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
@@ -43,7 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"ggml_core.cli.{module}")
         mod.add_parser(sub, name)
+    from ggml_core.backend._commands import add_plugin_commands
+    from ggml_core.backend.registry import get_registry
+
+    add_plugin_commands(sub, get_registry(), COMMANDS)
     return parser
+
+
+def _plugin_hint(command: str) -> str | None:
+    """Why a command is missing when a plugin would provide it."""
+    from ggml_core.backend._commands import missing_command_hint
+    from ggml_core.backend.registry import get_registry
+
+    return missing_command_hint(command, get_registry())
 
 
 def _unknown_options(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
@@ -61,7 +78,16 @@ def _unknown_options(parser: argparse.ArgumentParser, command: str | None, extra
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ggml-core`` script; returns the exit code."""
-    parser = build_parser()
+    from ggml_core._errors import GGMLError
+
+    try:
+        parser = build_parser()  # loads the plugins: they may add commands
+    except GGMLError as exc:  # GGML_STRICT_PLUGINS=1 makes a plugin's recorded problem an error
+        print(f"ggml-core: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     args, extra = parser.parse_known_args(argv)
     if extra:
         parser.error(_unknown_options(parser, args.command, extra))
@@ -73,8 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    from ggml_core._errors import GGMLError
-
     try:
         return int(args.func(args) or 0)
     except GGMLError as exc:

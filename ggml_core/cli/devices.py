@@ -76,7 +76,21 @@ def _check_graphs() -> list[tuple[str, Any]]:
         a = w[:4, :16]
         return [(ta, a), (tb, bias)], out, (a + bias) * bias * np.float32(0.5)
 
-    return [("mul_mat, add, soft_max", full), ("add, mul, scale", simple)]
+    def mul_mat_only(ctx: g.Context) -> tuple[list[tuple[g.Tensor, np.ndarray]], g.Tensor, np.ndarray]:
+        tw, tx = ctx.new_tensor_2d("f32", 32, 16, "w"), ctx.new_tensor_2d("f32", 32, 4, "x")
+        return [(tw, w), (tx, x)], ops.mul_mat(tw, tx), x @ w.T
+
+    def add_only(ctx: g.Context) -> tuple[list[tuple[g.Tensor, np.ndarray]], g.Tensor, np.ndarray]:
+        ta, tb = ctx.new_tensor_2d("f32", 16, 4, "a"), ctx.new_tensor_2d("f32", 16, 4, "b")
+        return [(ta, w[:4, :16]), (tb, w[4:8, :16])], ops.add(ta, tb), w[:4, :16] + w[4:8, :16]
+
+    # a device with few ops still gets checked: the single-op graphs need no broadcasting
+    return [
+        ("mul_mat, add, soft_max", full),
+        ("add, mul, scale", simple),
+        ("mul_mat", mul_mat_only),
+        ("add of same-shape tensors", add_only),
+    ]
 
 
 def check_device(d: Device) -> tuple[bool, str, float]:
@@ -105,7 +119,11 @@ def check_device(d: Device) -> tuple[bool, str, float]:
             if not np.isfinite(got).all() or err > 1e-4:
                 return False, f"wrong result for {desc}: max abs error {err:.3g}", time.perf_counter() - start
             return True, f"{desc}: max abs error {err:.1e}", time.perf_counter() - start
-        return False, "supports none of the check graphs' ops (add, mul, scale)", time.perf_counter() - start
+        return (
+            False,
+            "supports none of the check graphs (all f32: mul_mat+add+soft_max, add+mul+scale, mul_mat, or add)",
+            time.perf_counter() - start,
+        )
     except Exception as exc:  # noqa: BLE001 - a check reports failures, it never crashes
         return False, f"{type(exc).__name__}: {exc}", time.perf_counter() - start
 

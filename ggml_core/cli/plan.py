@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._placement_args import list_devices
-    from ggml_core.cli.rpc_server import use_rpc_servers
+    from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model
     from ggml_core.models.bufts import describe_weights
 

@@ -104,7 +104,7 @@ def add_parser(sub: Any, name: str) -> None:
 def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: bool) -> Any:
     """ModelParams from the shared flags; the default model spreads over every device unless told otherwise."""
     from ggml_core.backend.registry import get_registry
-    from ggml_core.cli.rpc_server import use_rpc_servers
+    from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import ModelParams, PlacementRequest
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ggml_core.cli.rpc_server import use_rpc_servers
+    from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
     from ggml_core.models.hparams import read_hparams
     from ggml_core.models.runner import check_context

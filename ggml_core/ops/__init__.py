@@ -15,54 +15,71 @@ the op and operands. The result lives in the first operand's context. Families:
 - :mod:`.layout`: repeat, concat, pad, roll, set, acc, diag, tri, arange, fill, timestep_embedding
 """
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING, Any
 
-from ggml_core.ops._build import check_operand_types
-from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, PoolOp, Prec, ScaleMode, SortOrder, TriType, UnaryOp
-from ggml_core.ops.attention import *  # noqa: F403
-from ggml_core.ops.attention import __all__ as _attention_all
-from ggml_core.ops.conv import *  # noqa: F403
-from ggml_core.ops.conv import __all__ as _conv_all
-from ggml_core.ops.elementwise import *  # noqa: F403
-from ggml_core.ops.elementwise import __all__ as _elementwise_all
-from ggml_core.ops.glu import *  # noqa: F403
-from ggml_core.ops.glu import __all__ as _glu_all
-from ggml_core.ops.layout import *  # noqa: F403
-from ggml_core.ops.layout import __all__ as _layout_all
-from ggml_core.ops.matmul import *  # noqa: F403
-from ggml_core.ops.matmul import __all__ as _matmul_all
-from ggml_core.ops.movement import *  # noqa: F403
-from ggml_core.ops.movement import __all__ as _movement_all
-from ggml_core.ops.norm import *  # noqa: F403
-from ggml_core.ops.norm import __all__ as _norm_all
-from ggml_core.ops.reduce import *  # noqa: F403
-from ggml_core.ops.reduce import __all__ as _reduce_all
-from ggml_core.ops.unary import *  # noqa: F403
-from ggml_core.ops.unary import __all__ as _unary_all
+from ggml_core.ops._enum import (  # noqa: F401 - re-exported (__all__ is computed, see _load)
+    VIEW_OPS,
+    GGMLOp,
+    GluOp,
+    PoolOp,
+    Prec,
+    ScaleMode,
+    SortOrder,
+    TriType,
+    UnaryOp,
+)
 
-__all__ = [
-    "VIEW_OPS",
-    "GGMLOp",
-    "GluOp",
-    "PoolOp",
-    "Prec",
-    "ScaleMode",
-    "SortOrder",
-    "TriType",
-    "UnaryOp",
-    *_attention_all,
-    *_conv_all,
-    *_elementwise_all,
-    *_glu_all,
-    *_layout_all,
-    *_matmul_all,
-    *_movement_all,
-    *_norm_all,
-    *_reduce_all,
-    *_unary_all,
-]
-__all__.sort()
+if TYPE_CHECKING:  # the builders load on first use (see __getattr__): the enums alone stay cheap
+    from ggml_core.ops.attention import *  # noqa: F403
+    from ggml_core.ops.conv import *  # noqa: F403
+    from ggml_core.ops.elementwise import *  # noqa: F403
+    from ggml_core.ops.glu import *  # noqa: F403
+    from ggml_core.ops.layout import *  # noqa: F403
+    from ggml_core.ops.matmul import *  # noqa: F403
+    from ggml_core.ops.movement import *  # noqa: F403
+    from ggml_core.ops.norm import *  # noqa: F403
+    from ggml_core.ops.reduce import *  # noqa: F403
+    from ggml_core.ops.unary import *  # noqa: F403
 
-# every builder checks that its tensor operands are tensors (OpError naming the builder and the argument)
-for _family in ("attention", "conv", "elementwise", "glu", "layout", "matmul", "movement", "norm", "reduce", "unary"):
-    check_operand_types(importlib.import_module(f"{__name__}.{_family}"), globals())
+#: the builder families, imported together on the first access to any builder
+_FAMILIES = ("attention", "conv", "elementwise", "glu", "layout", "matmul", "movement", "norm", "reduce", "unary")
+_ENUMS = ["VIEW_OPS", "GGMLOp", "GluOp", "PoolOp", "Prec", "ScaleMode", "SortOrder", "TriType", "UnaryOp"]
+_loaded: list[str] | None = None
+
+
+def _load() -> list[str]:
+    """Import every family, wrap its builders with the operand check and copy its public names here; returns the
+    sorted ``__all__``."""
+    global _loaded
+    if _loaded is None:
+        from ggml_core.ops._build import check_operand_types
+
+        names = list(_ENUMS)
+        for family in _FAMILIES:
+            module = importlib.import_module(f"ggml_core.ops.{family}")
+            # every builder checks that its tensor operands are tensors (OpError naming the builder and argument)
+            check_operand_types(module, globals())
+            for name in module.__all__:
+                globals()[name] = getattr(module, name)
+            names += module.__all__
+        _loaded = sorted(names)
+    return _loaded
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__all__":
+        return _load()
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name in _FAMILIES or _loaded is None:
+        _load()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'ggml_core.ops' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_load()})

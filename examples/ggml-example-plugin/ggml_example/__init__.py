@@ -1,8 +1,8 @@
-"""A complete, minimal ggml-core backend plugin (the example of docs/plugins.md).
+"""A complete, minimal ggml-core backend plugin (the walk-through of docs/plugins.md, where every line is shown).
 
 One device, ``Example0``, with memory of its own (a bytearray the host cannot address directly, so the scheduler
-must copy inputs in and results out) and three f32 ops: ADD, MUL (with ggml's broadcasting) and SCALE. It reads top
-to bottom like every plugin: checks → kernels → buffers → backend → device → registration.
+must copy inputs in and results out) and three f32 ops on any strides: ADD, MUL (with ggml's broadcasting) and
+SCALE. It reads top to bottom like every plugin: checks → kernels → buffers → backend → device → registration.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ggml_core import (
     BackendReg,
     Buffer,
     BufferType,
+    ComputeError,
     Device,
     DeviceType,
     GGMLOp,
@@ -31,34 +32,41 @@ from ggml_core import (
 
 #: ops this device computes, all in f32
 SUPPORTED = {GGMLOp.ADD, GGMLOp.MUL, GGMLOp.SCALE}
+#: ops that compute nothing: the node is a window on its source's memory
+VIEW_OPS = {GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE}
 
 
-def _all_f32_contiguous(t: Tensor) -> bool:
-    return all(s.type == GGMLType.F32 and s.is_contiguous for s in [t, *(x for x in t.src if x is not None)])
+def supports(node: Tensor) -> bool:
+    """What the kernels below compute: f32 tensors of any strides; for ADD and MUL, src1 repeats into src0."""
+    if node.op in VIEW_OPS:
+        return True
+    a, b = node.src[0], node.src[1]
+    if node.op not in SUPPORTED or node.type != GGMLType.F32 or a is None or a.type != GGMLType.F32:
+        return False
+    return node.op == GGMLOp.SCALE or (b is not None and b.type == GGMLType.F32 and b.can_repeat_to(a))
 
 
 # ---------------------------------------------------------------------------------------------- kernels
 
 
-def _load(t: Tensor) -> np.ndarray:
-    """Read a tensor of this device into a numpy array of its numpy shape (ne3, ne2, ne1, ne0)."""
-    raw = np.frombuffer(t.get_bytes(), dtype=np.float32)
-    return raw.reshape(t.ne[3], t.ne[2], t.ne[1], t.ne[0])
-
-
-def _repeat(b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """ggml's broadcasting: b repeats an integer number of times along every dimension."""
-    return np.tile(b, tuple(n // m for n, m in zip(shape, b.shape, strict=True)))
+def _array(t: Tensor) -> np.ndarray:
+    """A tensor of this device as a writable numpy view of its bytes: shape (ne3, ne2, ne1, ne0), ggml's strides."""
+    if not isinstance(t.buffer, ExampleBuffer) or t.data_offset is None:
+        raise ComputeError(t, "Example0", f"the tensor is not in Example0 memory (buffer {t.buffer!r})")
+    shape = (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
+    strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
+    return np.ndarray(shape, np.float32, buffer=t.buffer.mem, offset=t.data_offset, strides=strides)
 
 
 def _compute(node: Tensor) -> None:
-    a = _load(node.src[0])  # type: ignore[arg-type]
-    if node.op == GGMLOp.SCALE:
+    a = _array(node.src[0])  # type: ignore[arg-type]
+    if node.op == GGMLOp.SCALE:  # op params: f32 slot 0 = scale, slot 1 = bias
         out = a * np.float32(node.op_param_f32(0)) + np.float32(node.op_param_f32(1))
     else:
-        b = _repeat(_load(node.src[1]), a.shape)  # type: ignore[arg-type]
+        b = _array(node.src[1])  # type: ignore[arg-type]
+        b = np.tile(b, tuple(n // m for n, m in zip(a.shape, b.shape, strict=True)))  # ggml's broadcasting
         out = a + b if node.op == GGMLOp.ADD else a * b
-    node.set_bytes(out.astype(np.float32).tobytes())
+    _array(node)[...] = out  # at the node's own offset and strides
 
 
 # ---------------------------------------------------------------------------------------------- buffers
@@ -69,13 +77,13 @@ class ExampleBuffer(Buffer):
 
     def __init__(self, buffer_type: BufferType, size: int) -> None:
         super().__init__(buffer_type, size)
-        self._mem = bytearray(size)
+        self.mem = bytearray(size)
 
     def _write(self, offset: int, data: memoryview) -> None:
-        self._mem[offset : offset + data.nbytes] = data
+        self.mem[offset : offset + data.nbytes] = data
 
     def _read(self, offset: int, out: memoryview) -> None:
-        out[:] = self._mem[offset : offset + out.nbytes]
+        out[:] = self.mem[offset : offset + out.nbytes]
 
 
 class ExampleBufferType(BufferType):
@@ -89,12 +97,13 @@ class ExampleBufferType(BufferType):
 
 
 class ExampleBackend(Backend):
-    """A synchronous stream: computes nodes one by one."""
+    """A synchronous stream: computes the graph's nodes in order."""
 
     def graph_compute_async(self, graph: Graph) -> None:
         for node in graph.nodes:
-            if node.flags & TensorFlag.COMPUTE and node.op in SUPPORTED:
-                _compute(node)
+            if node.op in VIEW_OPS or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+                continue  # views alias their source; empty tensors hold nothing; no COMPUTE flag: not asked for
+            _compute(node)
 
 
 # ---------------------------------------------------------------------------------------------- device
@@ -119,9 +128,7 @@ class ExampleDevice(Device):
         return ExampleBackend(self)
 
     def supports_op(self, op: Tensor) -> bool:
-        if op.op in (GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE):
-            return True
-        return op.op in SUPPORTED and _all_f32_contiguous(op)
+        return supports(op)
 
 
 # ---------------------------------------------------------------------------------------------- registration

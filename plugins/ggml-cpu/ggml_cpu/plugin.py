@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -28,10 +28,12 @@ from ggml_core import (
     TensorError,
     hookimpl,
 )
-from ggml_cpu import kernels
-from ggml_cpu.engine import Engine, describe
-from ggml_cpu.kernels.matmul import WeightsCache
-from ggml_cpu.threads import default_threads
+
+if TYPE_CHECKING:
+    from ggml_cpu.kernels.matmul import WeightsCache
+
+# The kernels, the engine and the compiled code load on first use (a backend, supports_op, features), so that
+# listing devices does not pay for them.
 
 __all__ = ["CPUBackend", "CPUBuffer", "CPUBufferType", "CPUDevice", "CPUReg", "cpu_reg"]
 
@@ -147,6 +149,9 @@ class CPUBackend(Backend):
 
     def __init__(self, device: CPUDevice) -> None:
         super().__init__(device)
+        from ggml_cpu.engine import Engine
+        from ggml_cpu.threads import default_threads
+
         self.engine = Engine(self.name, default_threads())
 
     @property
@@ -167,6 +172,8 @@ class CPUBackend(Backend):
 
     def set_weights_cache(self, enabled: bool, max_bytes: int | None = None) -> None:
         """Turn the dequantized-weights cache on (optionally limited to ``max_bytes``) or off (frees it)."""
+        from ggml_cpu.kernels.matmul import WeightsCache
+
         self.engine.weights_cache = WeightsCache(max_bytes) if enabled else None
         self.engine.forget()  # MUL_MAT thunks hold the cache they were bound with
 
@@ -235,11 +242,23 @@ class CPUDevice(Device):
 
     def supports_op(self, op: Tensor) -> bool:
         """Every op with a numpy kernel, on host-readable operands."""
-        return kernels.supports(op)
+        return (_SUPPORTS or _load_supports())(op)
 
     def supports_buft(self, buft: BufferType) -> bool:
         """Any host buffer type."""
         return buft.is_host
+
+
+_SUPPORTS: Callable[[Tensor], bool] | None = None
+
+
+def _load_supports() -> Callable[[Tensor], bool]:
+    """Import the kernels (filling their table) on the first supports_op; later calls skip the import."""
+    global _SUPPORTS
+    from ggml_cpu import kernels
+
+    _SUPPORTS = kernels.supports
+    return _SUPPORTS
 
 
 # ================================================================================================ registration
@@ -269,6 +288,8 @@ class CPUReg(BackendReg):
                 out["BLAS"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
         except Exception:  # noqa: BLE001 - informative only
             pass
+        from ggml_cpu.engine import describe
+
         out.update(describe())
         return out
 

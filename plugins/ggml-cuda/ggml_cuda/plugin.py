@@ -12,36 +12,36 @@ nvcc is missing it has none and :attr:`CUDAReg.unavailable_reason` says exactly 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ggml_core import API_VERSION, BackendReg, Device, hookimpl
-from ggml_cuda._compile import find_nvcc, nvcc_version
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._driver import Driver, load_driver
-from ggml_cuda._programs import Compiler
+
+if TYPE_CHECKING:  # the driver layer, nvcc lookup and devices load when the devices are enumerated
+    from ggml_cuda._driver import Driver
+    from ggml_cuda._programs import Compiler
 
 __all__ = ["CUDAReg", "cuda_reg"]
 
-DriverLoader = Callable[[], tuple[Driver | None, str | None]]
+DriverLoader = Callable[[], "tuple[Driver | None, str | None]"]
 
 
 class CUDAReg(BackendReg):
     """The ``CUDA`` backend registry: one device per GPU the driver reports.
 
-    :param loader: returns (driver, None) or (None, reason); the default imports pycuda
-    :param nvcc: how to find nvcc (returns its path or None); the default searches the usual places
+    :param loader: returns (driver, None) or (None, reason); the default (None) imports pycuda
+    :param nvcc: how to find nvcc (returns its path or None); the default (None) searches the usual places
     :param compiler: optional (module, arch) → image for the devices (tests)
     """
 
     def __init__(
         self,
-        loader: DriverLoader = load_driver,
-        nvcc: Callable[[], str | None] = find_nvcc,
+        loader: DriverLoader | None = None,
+        nvcc: Callable[[], str | None] | None = None,
         compiler: Compiler | None = None,
     ) -> None:
         super().__init__("CUDA", description="NVIDIA GPUs through pycuda", priority=100)
         self._loader = loader
-        self._find_nvcc = nvcc
+        self._nvcc = nvcc
         self._compiler = compiler
         self.driver: Driver | None = None
 
@@ -64,6 +64,10 @@ class CUDAReg(BackendReg):
 
     def enumerate_devices(self) -> list[Device]:
         """CUDA0, CUDA1, ...; none (with :attr:`unavailable_reason` set) when something is missing."""
+        if self._loader is None:
+            from ggml_cuda._driver import load_driver
+
+            self._loader = load_driver
         driver, reason = self._loader()
         if driver is None:
             self.unavailable_reason = reason or "the CUDA driver could not be loaded"
@@ -75,6 +79,8 @@ class CUDAReg(BackendReg):
             )
             return []
         self.driver = driver
+        from ggml_cuda._device import CUDADevice
+
         devices: list[Device] = []
         try:
             for ordinal in range(driver.device_count()):
@@ -92,8 +98,20 @@ class CUDAReg(BackendReg):
         if self.driver is not None:
             out["driver"] = self.driver.name
         nvcc = self._find_nvcc()
-        out["nvcc"] = f"{nvcc} ({nvcc_version(nvcc)})" if nvcc else "not found"
+        if nvcc:
+            from ggml_cuda._compile import nvcc_version
+
+            out["nvcc"] = f"{nvcc} ({nvcc_version(nvcc)})"
+        else:
+            out["nvcc"] = "not found"
         return out
+
+    def _find_nvcc(self) -> str | None:
+        if self._nvcc is None:
+            from ggml_cuda._compile import find_nvcc
+
+            self._nvcc = find_nvcc
+        return self._nvcc()
 
 
 _REG: CUDAReg | None = None

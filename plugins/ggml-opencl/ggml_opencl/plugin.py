@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -39,27 +39,51 @@ from ggml_core import (
     TensorFlag,
     hookimpl,
 )
-from ggml_opencl import (  # noqa: F401 - the ops_* modules register their kernels
-    _dispatch,
-    ops_attention,
-    ops_conv,
-    ops_elementwise,
-    ops_layout,
-    ops_matmul,
-    ops_movement,
-    ops_norm,
-    ops_reduce,
-)
 from ggml_opencl._device_info import DeviceInfo, device_info
 
-cl: Any
-try:  # pyopencl is optional at import time: without it the registry reports why it has no devices
-    import pyopencl as cl
+if TYPE_CHECKING:
+    from types import ModuleType
 
-    _IMPORT_ERROR: str | None = None
-except Exception as _exc:  # noqa: BLE001 - ImportError, or a broken ICD loader raising at import
-    cl = None
-    _IMPORT_ERROR = f"pyopencl is not importable: {type(_exc).__name__}: {_exc} (pip install pyopencl)"
+#: pyopencl, imported by the first device enumeration (:func:`_import_cl`): loading the plugin does not pay for it
+cl: Any = None
+#: why pyopencl is not importable (None: not tried yet, or imported)
+_IMPORT_ERROR: str | None = None
+
+
+def _import_cl() -> Any:
+    """pyopencl, or None with :data:`_IMPORT_ERROR` saying why (optional: the registry then reports no devices)."""
+    global cl, _IMPORT_ERROR
+    if cl is None and _IMPORT_ERROR is None:
+        try:
+            import pyopencl
+
+            cl = pyopencl
+        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken ICD loader raising at import
+            _IMPORT_ERROR = f"pyopencl is not importable: {type(exc).__name__}: {exc} (pip install pyopencl)"
+    return cl
+
+
+_DISPATCH: ModuleType | None = None
+
+
+def _ops() -> ModuleType:
+    """The kernel dispatch table, filled by the ops_* modules on first use (a backend or supports_op)."""
+    global _DISPATCH
+    if _DISPATCH is None:
+        from ggml_opencl import (  # noqa: F401 - the ops_* modules register their kernels
+            _dispatch,
+            ops_attention,
+            ops_conv,
+            ops_elementwise,
+            ops_layout,
+            ops_matmul,
+            ops_movement,
+            ops_norm,
+            ops_reduce,
+        )
+
+        _DISPATCH = _dispatch
+    return _DISPATCH
 
 __all__ = [
     "OpenCLBackend",
@@ -102,7 +126,7 @@ def _selected(info: DeviceInfo, tokens: Sequence[str]) -> bool:
 def discover(environ: Mapping[str, str]) -> Discovery:
     """Every device of every platform (honouring GGML_OPENCL_DEVICES); never raises."""
     out = Discovery()
-    if cl is None:
+    if _import_cl() is None:
         out.reason = _IMPORT_ERROR
         return out
     try:
@@ -416,7 +440,7 @@ class OpenCLBackend(Backend):
             if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
                 continue
             try:
-                steps.append((node, _dispatch.bind(self, node)))
+                steps.append((node, _ops().bind(self, node)))
             except (NotImplementedError, TensorError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
         if len(self._plans) > 64:
@@ -500,7 +524,7 @@ class OpenCLDevice(Device):
 
     def supports_op(self, op: Tensor) -> bool:
         """Ops and type combinations with an OpenCL kernel that passes the conformance comparison with the CPU."""
-        return _dispatch.supports(self.info, op)
+        return (_DISPATCH or _ops()).supports(self.info, op)
 
     def supports_buft(self, buft: BufferType) -> bool:
         """Only this device's own memory."""
@@ -578,7 +602,7 @@ class OpenCLReg(BackendReg):
 
     def features(self) -> dict[str, str]:
         """pyopencl version and the devices left out (with why)."""
-        out = {"pyopencl": getattr(cl, "VERSION_TEXT", "missing") if cl is not None else "missing"}
+        out = {"pyopencl": getattr(cl, "VERSION_TEXT", "missing") if _import_cl() is not None else "missing"}
         for desc, why in self.skipped.items():
             out[f"skipped {desc}"] = why
         return out

@@ -454,3 +454,11 @@ def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
         reg = BackendReg("RPC", [], description="ggml RPC client (no servers configured)", priority=-1)
         reg.unavailable_reason = "no RPC servers: set GGML_RPC_SERVERS=host:port,... or use ggml-core run --rpc"
         register(reg)
+
+
+@hookimpl
+def ggml_register_commands(register: Callable[..., None]) -> None:
+    """``ggml-core rpc-server`` (its module imports the server only when the command runs)."""
+    from ggml_rpc import cli
+
+    register("rpc-server", cli.add_parser, cli.run)

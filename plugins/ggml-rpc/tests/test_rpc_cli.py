@@ -1,18 +1,19 @@
-"""``ggml-core rpc-server`` (serves, says what it serves, warns off loopback, says to install ggml-rpc when it is
-missing) and ``use_rpc_servers`` behind ``ggml-core run --rpc``."""
+"""``ggml-core rpc-server`` (a command of this plugin: serves, says what it serves, warns off loopback; says where
+it comes from when the plugin is not loaded) and ``use_rpc_servers`` behind ``ggml-core run --rpc``."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from ggml_core.cli import main
-from ggml_core.cli.rpc_server import loopback_warning, use_rpc_servers
+from ggml_core.cli._rpc_option import use_rpc_servers
 from ggml_rpc import Connection
+from ggml_rpc.cli import loopback_warning
 from ggml_rpc.protocol import Cmd
 from ggml_rpc.server import is_loopback
 
@@ -53,11 +54,25 @@ def test_warning_off_loopback() -> None:
     assert is_loopback("127.0.0.5") and not is_loopback("10.0.0.1") and not is_loopback("example.org")
 
 
-def test_missing_plugin_is_named(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_belongs_to_the_plugin() -> None:
+    """``rpc-server`` is listed by ``--help`` while the plugin loads, and is unknown (with the reason) when not."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GGML_BACKENDS", "GGML_STRICT_PLUGINS")}
+    listed = subprocess.run([sys.executable, "-m", "ggml_core.cli", "--help"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "rpc-server" in listed.stdout, listed.stdout + listed.stderr
+    off = subprocess.run(
+        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env={**env, "GGML_BACKENDS": "cpu"},
+        timeout=120,
+    )
+    assert off.returncode == 2 and "Traceback" not in off.stderr
+    assert "unknown command 'rpc-server'" in off.stderr and "ggml-rpc plugin, which is disabled" in off.stderr
+
+
+def test_missing_plugin_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ggml_rpc" else real(name, *a))
-    assert main(["rpc-server"]) == 2
-    assert "install ggml-rpc" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="install ggml-rpc"):
         use_rpc_servers(["127.0.0.1:1"])
 

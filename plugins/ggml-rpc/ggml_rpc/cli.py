@@ -1,44 +1,22 @@
 """``ggml-core rpc-server``: serve local devices over ggml's RPC protocol 7.0.0 (llama.cpp's ``--rpc`` can use it).
 
 The protocol has no authentication: the server binds to 127.0.0.1 unless ``--host`` says otherwise, and then warns.
-Needs the ``ggml-rpc`` plugin package. Also holds :func:`use_rpc_servers`, which ``ggml-core run --rpc`` calls.
+The plugin contributes the command through the ``ggml_register_commands`` hook (:mod:`ggml_rpc.plugin`); this
+module is imported only when ``ggml-core`` builds its parser, and the server modules only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import logging
-import os
 import sys
-from collections.abc import Sequence
 from typing import Any, Final
 
 from ggml_core.cli._args import MAX_THREADS, directory, float_in, int_in, names
 
-__all__ = ["add_parser", "loopback_warning", "run", "use_rpc_servers"]
+__all__ = ["add_parser", "loopback_warning", "run"]
 
 #: --max-clients above this is a typo (each client is a thread)
 MAX_CLIENTS: Final = 4096
-
-_MISSING = "the ggml-rpc plugin is not installed: install ggml-rpc (pip install -e plugins/ggml-rpc)"
-
-
-def use_rpc_servers(endpoints: Sequence[str] | None) -> None:
-    """Add ``endpoints`` to ``GGML_RPC_SERVERS`` and reload the registry so that their devices appear.
-
-    Called before any device is enumerated (``ggml-core run --rpc host:port``); raises ``RuntimeError`` when the
-    ggml-rpc plugin is not installed.
-    """
-    if not endpoints:
-        return
-    if importlib.util.find_spec("ggml_rpc") is None:
-        raise RuntimeError(f"--rpc: {_MISSING}")
-    from ggml_core.backend.registry import reset_registry
-
-    known = [e.strip() for e in os.environ.get("GGML_RPC_SERVERS", "").split(",") if e.strip()]
-    os.environ["GGML_RPC_SERVERS"] = ",".join(dict.fromkeys([*known, *endpoints]))
-    reset_registry()
 
 
 def loopback_warning(host: str) -> str | None:
@@ -64,7 +42,7 @@ def add_parser(sub: Any, name: str) -> None:
         description=(
             "Serve local devices over ggml's RPC protocol 7.0.0: ggml-core clients (--rpc, GGML_RPC_SERVERS) and "
             "llama.cpp (--rpc) can use them.\n\nThe protocol has no authentication: the server binds to 127.0.0.1 "
-            "unless --host says otherwise, and then warns. Needs the ggml-rpc plugin package."
+            "unless --host says otherwise, and then warns."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -105,9 +83,8 @@ def add_parser(sub: Any, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the server and serve until interrupted."""
-    if importlib.util.find_spec("ggml_rpc") is None:
-        print(f"ggml-core {args.command}: {_MISSING}", file=sys.stderr)
-        return 2
+    import logging
+
     from ggml_core.backend.registry import get_registry
     from ggml_rpc.protocol import PROTO_VERSION
     from ggml_rpc.server import RPCServer, ServerLimits, default_devices
