@@ -22,6 +22,7 @@ import numpy as np
 from ggml_core._errors import PluginError
 from ggml_core.backend.interfaces import (
     API_VERSION,
+    DEVICES_MAX,
     BackendReg,
     BufferType,
     Device,
@@ -47,8 +48,6 @@ __all__ = [
 
 #: the largest byte count accepted (ggml's size_t on 64-bit hosts, as a signed value)
 BYTES_MAX: Final = 2**63 - 1
-#: most devices one registry may report (a generator that never ends is cut by the deadline instead)
-DEVICES_MAX: Final = 256
 #: longest device or registry name (``RPC[host:port]`` names need room)
 NAME_MAX: Final = 96
 #: largest ``DeviceProps.extra``, as JSON

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ API_VERSION: Final = 1
 
 #: ggml's SIZE_MAX stand-in for "no limit"
 _NO_LIMIT: Final = 2**63 - 1
+#: most devices one registry may enumerate (the registry records a longer answer as a problem)
+DEVICES_MAX: Final = 256
 
 
 class DeviceType(enum.IntEnum):
@@ -593,9 +596,10 @@ class BackendReg:
         """The devices :meth:`enumerate_devices` found (called once)."""
         with self._lock:
             if self._devices is None:
-                self._devices = list(self.enumerate_devices())
+                self._devices = list(itertools.islice(self.enumerate_devices(), DEVICES_MAX + 1))
                 for d in self._devices:
-                    d.reg = self
+                    if isinstance(d, Device):  # anything else is refused by the registry's checks
+                        d.reg = self
             return list(self._devices)
 
     def add_device(self, device: Device) -> None:

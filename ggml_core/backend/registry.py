@@ -40,6 +40,9 @@ __all__ = ["PluginInfo", "Problem", "Registry", "get_registry", "reset_registry"
 
 #: device order when GGML_BACKENDS does not give one: accelerators first, the CPU last (as ggml)
 _TYPE_RANK = {DeviceType.GPU: 0, DeviceType.IGPU: 1, DeviceType.ACCEL: 2, DeviceType.CPU: 3}
+#: plugins (entry point name, value) that overran a deadline in this process → what hung; their thread may still
+#: run, so later registries (reset_registry) record them as hung at once instead of waiting again
+_HUNG: dict[tuple[str, str], tuple[str, str]] = {}
 
 
 @dataclass
@@ -162,6 +165,9 @@ class Registry:
         if out.hung:
             self._record(info, obj, what, f"did not finish within {self.timeout:g} s (GGML_PLUGIN_TIMEOUT); "
                          "skipped, still running in the background", "hung")
+            if info.value:
+                where = what if obj == "plugin" else f"{obj}: {what}"
+                _HUNG.setdefault((info.name.split(":")[0], info.value), (where, info.problems[-1].message))
             return True
         if out.exc is not None:
             self._record(info, obj, what, f"raised {describe_exc(out.exc)}", kind, out.exc)
@@ -207,6 +213,10 @@ class Registry:
         self._plugins[info.name] = info
         if not self._selected(info.name, info.distribution):
             info.status, info.error = "disabled", "not listed in GGML_BACKENDS"
+            return
+        hung = _HUNG.get((name, value))
+        if hung:
+            self._record(info, "plugin", hung[0], f"{hung[1]} (earlier in this process; not waited for again)", "hung")
             return
         out = _deadline.call(ep.load, self.timeout, info.name)
         if out.hung or out.exc is not None:

@@ -16,7 +16,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["MARK", "child_main", "probe_all"]
+__all__ = ["MARK", "child_main", "describe", "entry_point_names", "probe_all"]
 
 #: prefix of the child's answer line (anything a plugin prints is ignored)
 MARK = "GGML-PROBE "
@@ -38,6 +38,18 @@ def child_main(name: str) -> None:
     sys.stdout.flush()
     sys.__stdout__.write(MARK + json.dumps(answer) + "\n")  # type: ignore[union-attr]
     sys.__stdout__.flush()  # type: ignore[union-attr]
+
+
+def entry_point_names() -> list[str]:
+    """The installed plugins' entry-point names, sorted, without importing any of them."""
+    import importlib.metadata
+
+    from ggml_core.backend.hookspecs import ENTRY_POINT_GROUP
+
+    try:
+        return sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+    except Exception:  # noqa: BLE001 - broken metadata: the child processes would fail the same way
+        return []
 
 
 def _probe(name: str, timeout: float) -> dict[str, Any]:

@@ -35,18 +35,11 @@ def run(args: argparse.Namespace) -> int:
     """Print the plugin table (or JSON), then the problems."""
     from ggml_core.cli.devices import print_problems
 
+    if args.isolated:
+        return _run_isolated(args)
     reg = get_registry()
     reg.devices()  # enumeration problems are problems of the plugins too
     plugins = reg.plugins
-    isolated: dict[str, dict[str, Any]] = {}
-    if args.isolated:
-        from ggml_core.cli._isolated import probe_all
-
-        if args.timeout <= 0:
-            print("ggml-core plugins: error: --timeout must be positive", file=sys.stderr)
-            return 2
-        names = [p.name for p in plugins if not p.name.startswith("<") and p.value and not p.value.startswith("<")]
-        isolated = {r["name"]: r for r in probe_all(names, args.timeout)}
     if args.json:
         out = []
         for p in plugins:
@@ -55,8 +48,6 @@ def run(args: argparse.Namespace) -> int:
                 {"name": r.name, "unavailable_reason": r.unavailable_reason, "features": reg.features(r)}
                 for r in p.regs
             ]
-            if p.name in isolated:
-                d["isolated"] = isolated[p.name]
             out.append(d)
         print(json.dumps(out, indent=2))
         return 0
@@ -77,11 +68,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"  error: {p.error}")
         if args.verbose and p.traceback:
             print("  " + p.traceback.replace("\n", "\n  "))
-    if isolated:
-        from ggml_core.cli._isolated import describe
-
-        print("each plugin alone in a child process:")
-        for result in isolated.values():
-            print(f"  {describe(result)}")
     print_problems(reg.problems())
+    return 0
+
+
+def _run_isolated(args: argparse.Namespace) -> int:
+    """Nothing is loaded in this process: each entry point is probed alone in a child."""
+    from ggml_core.cli._isolated import describe, entry_point_names, probe_all
+
+    if args.timeout <= 0:
+        print("ggml-core plugins: error: --timeout must be positive", file=sys.stderr)
+        return 2
+    results = probe_all(entry_point_names(), args.timeout)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"{len(results)} plugin(s), each loaded alone in a child process (timeout {args.timeout:g} s):")
+    for result in results:
+        print(f"  {describe(result)}")
+        for problem in result.get("problems", []):
+            print(f"    problem: {problem}")
     return 0
