@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -220,3 +222,26 @@ def test_pip_installed_impostor_cpu_and_cpu_registry_adder(tmp_path: Path, cache
     assert run.returncode == 0, run.stderr
     assert [d["name"] for d in json.loads(run.stdout)["devices"]] == ["CPU"]
 
+
+
+def test_a_real_ctrl_c_still_interrupts_while_a_plugin_loads(tmp_path: Path, cache: Path) -> None:
+    """KeyboardInterrupt raised by plugin code is the plugin's failure (see the cases); a real SIGINT still stops."""
+    started = tmp_path / "started"
+    case = Case("slow_import", f"open({str(started)!r}, 'w').close()\ntime.sleep(3600)")
+    install(case, tmp_path / "site")
+    env = _env(tmp_path / "site", cache, {"GGML_PLUGIN_TIMEOUT": "0"})  # no deadline: only Ctrl-C ends the wait
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ggml_core.cli", "devices"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1200):  # the plugin runs in its worker thread once the file exists
+            if started.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert started.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, out, err)
