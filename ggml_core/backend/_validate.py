@@ -23,12 +23,15 @@ from ggml_core._errors import PluginError
 from ggml_core.backend.interfaces import (
     API_VERSION,
     DEVICES_MAX,
+    Backend,
     BackendReg,
+    Buffer,
     BufferType,
     Device,
     DeviceCaps,
     DeviceProps,
     DeviceType,
+    Event,
 )
 
 __all__ = [
@@ -279,8 +282,21 @@ def _check_optional_buft(buft: object) -> str | None:
 
 # ------------------------------------------------------------------------------------------------ run-time guard
 
-#: Device hooks guarded after acceptance: the check of the answer and the safe replacement of a bad one
-_SAFE: Final[dict[str, Any]] = {"supports_op": False, "supports_buft": False, "offload_op": False}
+#: answers that replace a bad one (the hooks not listed have no safe answer: a bad one raises PluginError)
+_SAFE: Final[dict[str, Any]] = {
+    "supports_op": False,
+    "supports_buft": False,
+    "offload_op": False,
+    "host_buffer_type": None,
+    "buffer_from_host_ptr": None,
+    "event_new": None,
+}
+#: the expected type of the answer, for the hooks whose check is an isinstance (None allowed where noted)
+_TYPES: Final[dict[str, tuple[type, bool]]] = {
+    "buffer_from_host_ptr": (Buffer, True),
+    "event_new": (Event, True),
+    "init_backend": (Backend, False),
+}
 
 
 def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -289,11 +305,11 @@ def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any
     problem: str | None
     try:
         value = fn(dev, *args, **kwargs)
-    except (KeyboardInterrupt, SystemExit):
-        raise  # in the main thread: a real Ctrl-C or an exit the host asked for
-    except PluginError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the plugin's failure, recorded
+    except (KeyboardInterrupt, SystemExit, PluginError):
+        raise  # in the main thread: a real Ctrl-C, or an exit the host asked for
+    except Exception as exc:
+        if hook == "init_backend":  # its errors (bad params, out of memory) are the caller's to see
+            raise
         value, problem = None, f"raised {describe_exc(exc)}"
     else:
         problem = _check_answer(dev, hook, value)
@@ -304,8 +320,6 @@ def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any
         return _SAFE[hook]
     if hook == "memory":
         return 0, 0
-    if hook == "host_buffer_type":
-        return None
     if hook == "props":
         free, total = dev.memory()
         return DeviceProps(dev.name, str(dev.description), free, total, dev.type, None, DeviceCaps())
@@ -313,7 +327,7 @@ def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any
 
 
 def _check_answer(dev: Device, hook: str, value: object) -> str | None:
-    if hook in _SAFE:
+    if hook in ("supports_op", "supports_buft", "offload_op"):
         return None if _check_bool(value) else f"returned {safe_repr(value)}; expected True or False"
     if hook == "memory":
         return _as_problem(check_memory(value))
@@ -323,4 +337,9 @@ def _check_answer(dev: Device, hook: str, value: object) -> str | None:
         return _check_optional_buft(value)
     if hook == "props":
         return _check_props(value, dev.name)
+    if hook in _TYPES:
+        kind, optional = _TYPES[hook]
+        if isinstance(value, kind) or (optional and value is None):
+            return None
+        return f"returned {safe_repr(value)}; expected a ggml_core.{kind.__name__}" + (" or None" if optional else "")
     return None

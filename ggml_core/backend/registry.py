@@ -591,14 +591,17 @@ def hook_name(impl: Any) -> str:
 def _identity(ep: Any) -> tuple[str, str, str | None, str | None]:
     """(name, value, distribution, version) of an entry point; metadata that cannot be read gives None."""
     name, value = safe_str(getattr(ep, "name", "?")), safe_str(getattr(ep, "value", ""))
-    dist_name = version = None
-    try:
-        dist = getattr(ep, "dist", None)
-        if dist is not None:
+    dist_name: object = None
+    version: object = None
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        try:
             dist_name = getattr(dist, "name", None) or dist.metadata["Name"]
             version = getattr(dist, "version", None)
-    except Exception:  # noqa: BLE001 - broken METADATA: the plugin still loads, without a distribution name
-        pass
+        except Exception:  # noqa: BLE001 - broken METADATA: the plugin still loads
+            pass
+        if not isinstance(dist_name, str) or not dist_name:
+            dist_name = "<unnamed distribution>"  # installed, so never trusted with first-party names
     return name, value, dist_name if isinstance(dist_name, str) else None, version if isinstance(version, str) else None
 
 
