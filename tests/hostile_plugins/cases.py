@@ -229,6 +229,14 @@ CASES: tuple[Case, ...] = (
               "    self._buft._alloc = alloc\n    return self._buft",
               "", test_ops=True, run_error="_alloc raised MemoryError: out of device memory",
               **ACCEPTED),
+    _dev_case("init_backend_none", "def supports_op(self, op):\n    return True\n"
+              "def init_backend(self, params=None):\n    return None",
+              "", run_error="init_backend(): returned None; expected a ggml_core.Backend", **ACCEPTED),
+    _dev_case("compute_raises_type_error", "def supports_op(self, op):\n    return True\n"
+              "def init_backend(self, params=None):\n    b = Backend(self)\n"
+              "    def compute(graph):\n        raise TypeError('unsupported operand')\n"
+              "    b.graph_compute_async = compute\n    return b",
+              "", run_error="TypeError: unsupported operand", **ACCEPTED),
     # ---- buffer types for other devices
     Case("buffer_type_hook_none", REGISTER + "@hookimpl\ndef ggml_register_buffer_types(device, register):\n"
          "    register(None)", "registered a buffer type that is None", **ACCEPTED),
