@@ -546,3 +546,21 @@ def test_alloc_results_are_checked(alloc: str, expected: str) -> None:
     with pytest.raises(g.AllocationError, match=expected) as err:
         Odd("Odd", FakeDevice("Odd0")).alloc_buffer(64)
     assert "device Odd0" in str(err.value)
+
+
+def test_keyboard_interrupt_from_a_device_hook_is_not_a_ctrl_c() -> None:
+    class Rude(FakeDevice):
+        rude = False
+
+        def supports_op(self, op: g.Tensor) -> bool:
+            if self.rude:
+                raise KeyboardInterrupt
+            return False
+
+    dev = Rude("Rude0")
+    r = registry([FakeEntryPoint("rude", lambda: make_plugin("Rude", [dev]))])
+    assert r.devices() == [dev]
+    dev.rude = True
+    assert dev.supports_op(g.Context("t").new_tensor_1d("f32", 4)) is False
+    (problem,) = r.problems()
+    assert "supports_op(): raised KeyboardInterrupt (no Ctrl-C was pressed)" in str(problem)

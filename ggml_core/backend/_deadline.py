@@ -11,18 +11,40 @@ cannot do"): a hung thread cannot be killed, only abandoned.
 from __future__ import annotations
 
 import io
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-__all__ = ["DEFAULT_TIMEOUT", "Outcome", "call", "plugin_timeout"]
+__all__ = ["DEFAULT_TIMEOUT", "Outcome", "call", "plugin_timeout", "sigint_count", "watch_sigint"]
 
 #: seconds a plugin's import or device enumeration may take (``GGML_PLUGIN_TIMEOUT`` changes it; 0: no limit)
 DEFAULT_TIMEOUT: Final = 10.0
 #: idents of the threads running plugin code (their stdout goes to stderr)
 _plugin_threads: set[int] = set()
+#: real SIGINTs received since :func:`watch_sigint` (a KeyboardInterrupt without one was raised by code)
+_sigints = 0
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    global _sigints
+    _sigints += 1
+    raise KeyboardInterrupt
+
+
+def watch_sigint() -> None:
+    """Count real Ctrl-Cs, keeping Python's behaviour (KeyboardInterrupt); only over Python's own handler."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is (
+        signal.default_int_handler
+    ):
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def sigint_count() -> int | None:
+    """How many real SIGINTs arrived since :func:`watch_sigint`; None when not counting (another handler)."""
+    return _sigints if signal.getsignal(signal.SIGINT) is _on_sigint else None
 
 
 @dataclass

@@ -301,12 +301,19 @@ _TYPES: Final[dict[str, tuple[type, bool]]] = {
 
 def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call an accepted device's ``hook``; a raise or a bad answer is reported and replaced (see the module doc)."""
+    from ggml_core.backend._deadline import sigint_count
+
     report: Callable[[str, str], None] = dev._boundary  # type: ignore[assignment]
     problem: str | None
+    sigints = sigint_count()
     try:
         value = fn(dev, *args, **kwargs)
-    except (KeyboardInterrupt, SystemExit, PluginError):
-        raise  # in the main thread: a real Ctrl-C, or an exit the host asked for
+    except KeyboardInterrupt as exc:
+        if sigints is None or sigint_count() != sigints:
+            raise  # a real Ctrl-C (or no way to tell)
+        value, problem = None, f"raised {describe_exc(exc)} (no Ctrl-C was pressed)"
+    except (SystemExit, PluginError):
+        raise
     except Exception as exc:
         if hook == "init_backend":  # its errors (bad params, out of memory) are the caller's to see
             raise

@@ -193,6 +193,7 @@ class Registry:
             if self._loaded:
                 return self
             self._loaded = True
+            _deadline.watch_sigint()  # so that a KeyboardInterrupt raised by a device hook is told from Ctrl-C
             if self._timeout_problem:
                 self._fail(self._pseudo("<environment>"), self._timeout_problem)
             try:
