@@ -371,6 +371,12 @@ class Registry:
             with contextlib.suppress(Exception):
                 e.reg.unavailable_reason = f"device enumeration of {e.name} failed: {what}"
             return
+        reason = getattr(e.reg, "unavailable_reason", None)
+        if reason is not None and not isinstance(reason, str):
+            self._record(e.info, obj, "unavailable_reason", f"is {safe_repr(reason)}; expected None or a string",
+                         "warning")
+            with contextlib.suppress(Exception):
+                e.reg.unavailable_reason = safe_str(reason)
         found = out.value
         if len(found) > DEVICES_MAX:
             self._record(e.info, obj, "enumerate_devices()", f"returned more than {DEVICES_MAX} devices; "

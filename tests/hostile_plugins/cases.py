@@ -166,6 +166,9 @@ CASES: tuple[Case, ...] = (
          "        return (Dev(f'Endless{i}') for i in itertools.count())\n"
          "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))", "more than 256 devices",
          absent=("Endless256",), listed=("Endless0",)),
+    Case("unavailable_reason_object", "class R(BackendReg):\n    def enumerate_devices(self):\n"
+         "        self.unavailable_reason = object()\n        return []\n" + REG_R,
+         "unavailable_reason: is <object object"),
     Case("enumerate_not_devices", "class R(BackendReg):\n    def enumerate_devices(self):\n"
          "        return ['a string']\n" + REG_R, "not a ggml_core.Device"),
     # ---- other plugins' registries
