@@ -248,6 +248,7 @@ def probe_device(dev: object) -> tuple[str, str] | None:
         ("description", lambda: None if isinstance(dev.description, str) else f"is {safe_repr(dev.description)}"),
         ("type", lambda: None if isinstance(dev.type, DeviceType) else _not(dev.type, "a ggml_core.DeviceType")),
         ("caps", lambda: None if isinstance(dev.caps, DeviceCaps) else _not(dev.caps, "a ggml_core.DeviceCaps")),
+        ("host_cpu", lambda: None if _check_bool(getattr(dev, "host_cpu", False)) else _not(dev.host_cpu, "a bool")),
         ("device_id", lambda: _check_device_id(dev.device_id)),
         ("memory()", lambda: _as_problem(check_memory(dev.memory()))),
         ("buffer_type()", lambda: check_buffer_type(dev.buffer_type())),

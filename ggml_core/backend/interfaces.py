@@ -452,6 +452,9 @@ class Device:
     type: DeviceType = DeviceType.GPU
     #: capabilities
     caps: DeviceCaps = DeviceCaps()
+    #: True for the host CPU seen through another API (an OpenCL CPU device such as PoCL's): the default placement
+    #: does not prefer it over the CPU plugin (it would compete for the same cores); it is used when named
+    host_cpu: bool = False
     #: set by the registry when it accepts the device: reports a bad answer of a guarded hook (see _validate)
     _boundary: Callable[[str, str], None] | None = None
 

@@ -58,7 +58,7 @@ class KVCache:
         ctxs: dict[str, Context] = {}
         devs = {}
         for il in range(hp.n_layer):
-            dev = placement.device_of(il)
+            dev = placement.kv_device_of(il)
             ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, kv_size, f"cache_k_l{il}"))
