@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_plugins.cases import CASES, PREAMBLE, Case, install
+from hostile_plugins.cases import CASES, PREAMBLE, REGISTER, Case, install
 
 DRIVER = Path(__file__).parent / "hostile_plugins" / "driver.py"
 RUN_CPU = ["run", "--device", "CPU", "-n", "1", "--temp", "0", "--no-warmup", "--tokens", "1,2", "--json"]
@@ -151,17 +151,20 @@ def test_strict_mode_raises_on_a_recorded_problem(tmp_path: Path, cache: Path) -
 
 
 def test_isolated_probe_names_a_plugin_that_exits_the_interpreter(tmp_path: Path, cache: Path) -> None:
-    """os._exit cannot be survived in-process; ``plugins --isolated`` names the culprit and its exit code."""
+    """What in-process isolation cannot survive (os._exit, a hang, a non-daemon thread), named by --isolated."""
     exiting = Case("os_exit", "import os\nos._exit(7)")
     hanging = Case("gil_hang", "time.sleep(3600)")
+    lingering = Case("thread", "import threading\nthreading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n"
+                     + REGISTER)
     site = tmp_path / "site"
-    install(exiting, site)
-    install(hanging, site)
+    for case in (exiting, hanging, lingering):
+        install(case, site)
     proc = _cli(_env(site, cache), "plugins", "--isolated", "--timeout", "20")
     assert proc.returncode == 0, proc.stderr
     lines = {ln.split(":")[0].strip(): ln for ln in proc.stdout.splitlines() if ":" in ln}
     assert "CRASHED" in lines["aaa_os_exit"] and "exit code 7" in lines["aaa_os_exit"], proc.stdout
-    assert "HUNG" in lines["aaa_gil_hang"], proc.stdout
+    assert "HUNG" in lines["aaa_gil_hang"] and "no answer" in lines["aaa_gil_hang"], proc.stdout
+    assert "HUNG" in lines["aaa_thread"] and "did not exit" in lines["aaa_thread"], proc.stdout
     assert "loaded in a child process (CPU)" in lines["cpu"], proc.stdout
 
 

@@ -61,8 +61,13 @@ def _probe(name: str, timeout: float) -> dict[str, Any]:
             [sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
-    except subprocess.TimeoutExpired:
-        return {"name": name, "outcome": "hung", "detail": f"no answer within {timeout:g} s (killed)"}
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        if any(line.startswith(MARK) for line in partial.splitlines()):
+            detail = f"loaded, but the process did not exit within {timeout:g} s (a non-daemon thread?); killed"
+        else:
+            detail = f"no answer within {timeout:g} s (killed)"
+        return {"name": name, "outcome": "hung", "detail": detail}
     answers = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode == 0 and answers:
         found = json.loads(answers[-1][len(MARK):])
