@@ -154,8 +154,8 @@ def test_isolated_probe_names_a_plugin_that_exits_the_interpreter(tmp_path: Path
     """What in-process isolation cannot survive (os._exit, a hang, a non-daemon thread), named by --isolated."""
     exiting = Case("os_exit", "import os\nos._exit(7)")
     hanging = Case("gil_hang", "time.sleep(3600)")
-    lingering = Case("thread", "import threading\nthreading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n"
-                     + REGISTER)
+    lingering = Case("thread", "import threading\n"
+                     "threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n" + REGISTER)
     site = tmp_path / "site"
     for case in (exiting, hanging, lingering):
         install(case, site)
