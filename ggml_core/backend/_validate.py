@@ -14,7 +14,6 @@ import json
 import numbers
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -37,7 +36,6 @@ from ggml_core.backend.interfaces import (
 __all__ = [
     "BYTES_MAX",
     "DEVICES_MAX",
-    "Problem",
     "check_buffer_type",
     "check_memory",
     "check_name",
@@ -57,38 +55,6 @@ NAME_MAX: Final = 96
 EXTRA_MAX: Final = 64 * 1024
 #: names are used on command lines (``--device CPU,OpenCL0``): no spaces, no commas
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9_.:\[\]/@+\-]+$")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing a plugin got wrong: who (``plugin``), what (``obj``: "registry 'X'", "device 'X'"), where."""
-
-    #: the plugin's name (its entry point)
-    plugin: str
-    #: the object concerned: ``plugin``, ``registry 'CUDA'``, ``device 'CUDA0'``, ``buffer type 'X'``
-    obj: str
-    #: the field or hook: ``import``, ``memory()``, ``name``, ``ggml_register_backends``
-    field: str
-    #: what was wrong and what the core did about it
-    message: str
-    #: ``error`` (the plugin is not loaded), ``hung`` (it overran its deadline), ``disabled`` (the object is left
-    #: out), ``refused`` (a value was not accepted, e.g. a taken name) or ``warning`` (recorded, nothing left out)
-    kind: str = "error"
-
-    def __str__(self) -> str:
-        where = f"{self.obj}: {self.field}" if self.obj != "plugin" else self.field
-        return f"plugin {self.plugin!r}: {where}: {self.message}"
-
-    def as_dict(self) -> dict[str, str]:
-        """JSON-ready."""
-        return {
-            "plugin": self.plugin,
-            "object": self.obj,
-            "field": self.field,
-            "kind": self.kind,
-            "message": self.message,
-            "text": str(self),
-        }
 
 
 # ------------------------------------------------------------------------------------------------ printing

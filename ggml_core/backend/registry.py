@@ -24,9 +24,9 @@ import pluggy
 
 from ggml_core._errors import DeviceNotFoundError, PluginError
 from ggml_core.backend import _deadline, _naming, hookspecs
+from ggml_core.backend._records import PluginInfo, Problem, entry_point_identity
 from ggml_core.backend._validate import (
     DEVICES_MAX,
-    Problem,
     check_buffer_type,
     check_reg,
     describe_exc,
@@ -43,48 +43,6 @@ _TYPE_RANK = {DeviceType.GPU: 0, DeviceType.IGPU: 1, DeviceType.ACCEL: 2, Device
 #: plugins (entry point name, value) that overran a deadline in this process → what hung; their thread may still
 #: run, so later registries (reset_registry) record them as hung at once instead of waiting again
 _HUNG: dict[tuple[str, str], tuple[str, str]] = {}
-
-
-@dataclass
-class PluginInfo:
-    """What the registry knows about one plugin: where it came from, what it provides, what went wrong."""
-
-    #: entry-point name (or the name given to :meth:`Registry.register_plugin`)
-    name: str
-    #: entry-point value, e.g. ``"ggml_cpu"``
-    value: str = ""
-    #: distribution name and version, when installed as a package
-    distribution: str | None = None
-    version: str | None = None
-    #: ``loaded``, ``error``, ``hung``, ``disabled`` (not in GGML_BACKENDS) or ``skipped`` (score 0)
-    status: str = "pending"
-    #: one-line cause of the failure or skip
-    error: str | None = None
-    #: full traceback of the failure, for ``ggml-core plugins --verbose``
-    traceback: str | None = None
-    #: hooks this plugin implements
-    hooks: list[str] = field(default_factory=list)
-    #: registries it registered
-    regs: list[BackendReg] = field(default_factory=list)
-    #: non-fatal problems (a device left out, a refused name...), as text
-    warnings: list[str] = field(default_factory=list)
-    #: every problem recorded for this plugin, fatal or not
-    problems: list[Problem] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary."""
-        return {
-            "name": self.name,
-            "entry_point": self.value,
-            "distribution": self.distribution,
-            "version": self.version,
-            "status": self.status,
-            "error": self.error,
-            "hooks": sorted(self.hooks),
-            "backends": [r.name for r in self.regs],
-            "warnings": list(self.warnings),
-            "problems": [p.as_dict() for p in self.problems],
-        }
 
 
 @dataclass
@@ -197,7 +155,7 @@ class Registry:
             if self._timeout_problem:
                 self._fail(self._pseudo("<environment>"), self._timeout_problem)
             try:
-                eps = [(_identity(ep), ep) for ep in self._entry_points()]
+                eps = [(entry_point_identity(ep), ep) for ep in self._entry_points()]
             except Exception as exc:  # noqa: BLE001 - a broken metadata install must not stop the host either
                 self._fail(self._pseudo("<entry points>"), f"cannot list entry points: {describe_exc(exc)}", exc)
                 eps = []
@@ -613,23 +571,6 @@ class Registry:
 def hook_name(impl: Any) -> str:
     """The hook an implementation implements (pluggy keeps it as the function's name)."""
     return getattr(impl.function, "__name__", "hook")
-
-
-def _identity(ep: Any) -> tuple[str, str, str | None, str | None]:
-    """(name, value, distribution, version) of an entry point; metadata that cannot be read gives None."""
-    name, value = safe_str(getattr(ep, "name", "?")), safe_str(getattr(ep, "value", ""))
-    dist_name: object = None
-    version: object = None
-    dist = getattr(ep, "dist", None)
-    if dist is not None:
-        try:
-            dist_name = getattr(dist, "name", None) or dist.metadata["Name"]
-            version = getattr(dist, "version", None)
-        except Exception:  # noqa: BLE001 - broken METADATA: the plugin still loads
-            pass
-        if not isinstance(dist_name, str) or not dist_name:
-            dist_name = "<unnamed distribution>"  # installed, so never trusted with first-party names
-    return name, value, dist_name if isinstance(dist_name, str) else None, version if isinstance(version, str) else None
 
 
 def _close(name: str, known: list[str]) -> list[str]:

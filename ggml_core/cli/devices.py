@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ggml_core.backend._validate import Problem, describe_exc
+from ggml_core.backend._records import Problem
+from ggml_core.backend._validate import describe_exc
 from ggml_core.backend.interfaces import Device
 from ggml_core.backend.registry import get_registry
 
