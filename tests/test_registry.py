@@ -334,3 +334,233 @@ def test_installed_cpu_plugin_is_found_through_entry_points() -> None:
     assert "cpu" in names and names["cpu"].status == "loaded"
     assert names["cpu"].distribution == "ggml-cpu"
     assert r.get_device("cpu").type == DeviceType.CPU
+
+
+# ------------------------------------------------------------------------------------------------ the boundary
+
+
+def _hooks(**fns: Callable[..., Any]) -> types.SimpleNamespace:
+    """A plugin object from hook functions (ggml_api_version added)."""
+
+    @hookimpl
+    def ggml_api_version() -> int:
+        return API_VERSION
+
+    ns = types.SimpleNamespace(ggml_api_version=ggml_api_version)
+    for name, fn in fns.items():
+        setattr(ns, name, hookimpl(fn))
+    return ns
+
+
+def _cpu() -> types.SimpleNamespace:
+    return make_plugin("CPU", [FakeDevice("CPU", DeviceType.CPU)])
+
+
+def test_adding_to_another_registry_never_hides_its_own_devices() -> None:
+    def add(reg: BackendReg, register: Callable[[Any], None]) -> None:
+        if reg.name == "CPU":
+            register(FakeDevice("Extra0"))
+            register(None)  # refused, and empties nothing
+
+    adder = _hooks(ggml_register_backends=lambda register: None, ggml_register_devices=add)
+    r = registry([FakeEntryPoint("aaa", lambda: adder, "aaa-dist"), FakeEntryPoint("cpu", _cpu, "ggml-cpu")])
+    assert [d.name for d in r.devices()] == ["Extra0", "CPU"]
+    assert [d.name for d in r.get_reg("CPU").devices] == ["CPU", "Extra0"]
+    (problem,) = r.problems()
+    assert problem.plugin == "aaa" and "is None, not a ggml_core.Device" in str(problem)
+
+
+def test_register_none_and_a_string_priority_are_refused_alone() -> None:
+    def reg_bad(register: Callable[[Any], None]) -> None:
+        register(None)
+        register(BackendReg("Str", [FakeDevice("Str0")], priority="high"))  # type: ignore[arg-type]
+        register(BackendReg("Good", [FakeDevice("Good0")]))
+
+    r = registry([FakeEntryPoint("bad", lambda: _hooks(ggml_register_backends=reg_bad), "bad"),
+                  FakeEntryPoint("cpu", _cpu, "ggml-cpu")])
+    assert [d.name for d in r.devices()] == ["Good0", "CPU"]
+    texts = [str(p) for p in r.problems()]
+    assert any("registered None" in t for t in texts) and any("priority is 'high'" in t for t in texts)
+    assert {p.name: p.status for p in r.plugins}["bad"] == "loaded"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_name_clash_rule_does_not_depend_on_entry_point_order(reverse: bool) -> None:
+    first = make_plugin("A", [FakeDevice("Twin0")])
+    second = make_plugin("B", [FakeDevice("twin0")])
+    eps = [FakeEntryPoint("zzz", lambda: first, "dist-a"), FakeEntryPoint("aaa", lambda: second, "dist-b")]
+    r = registry(eps[::-1] if reverse else eps)
+    (dev,) = r.devices()
+    assert dev.reg is r.get_reg("A")  # dist-a sorts first, whatever the entry-point names and order
+    (problem,) = r.problems()
+    assert problem.plugin == "aaa" and problem.kind == "refused" and "already used" in problem.message
+
+
+def test_first_party_names_are_not_up_for_grabs() -> None:
+    impostor = make_plugin("Evil", [FakeDevice("CPU", DeviceType.CPU), FakeDevice("CUDA0"), FakeDevice("Fine0")])
+    cuda_reg = make_plugin("CUDA", [])
+    eps = [FakeEntryPoint("aaa", lambda: impostor, "evil"), FakeEntryPoint("cpu", _cpu, "ggml-cpu"),
+           FakeEntryPoint("aab", lambda: cuda_reg, "evil-two")]
+    r = registry(eps)
+    assert [d.name for d in r.devices()] == ["Fine0", "CPU"]
+    assert r.get_device("CPU").reg is r.get_reg("CPU") and r.get_reg("CPU").plugin == "cpu"
+    texts = [str(p) for p in r.problems()]
+    assert any("'CPU': name: is reserved for the first-party distribution ggml-cpu" in t for t in texts)
+    assert any("'CUDA0': name: is reserved for the first-party distribution ggml-cuda" in t for t in texts)
+    assert {p.name: p for p in r.plugins}["aab"].status == "error"  # its only registry, named CUDA, refused
+
+
+def test_same_hardware_through_two_plugins_is_listed_once() -> None:
+    a = FakeDevice("Fast0")
+    a.device_id = "0000:01:00.0"
+    b = FakeDevice("Slow0")
+    b.device_id = "0:1:0.0"  # the same PCI address, written differently
+    unknown = [FakeDevice("NoId0"), FakeDevice("NoId1")]
+    unknown[1].device_id = ""
+    r = registry([
+        FakeEntryPoint("fast", lambda: make_plugin("Fast", [a], priority=5)),
+        FakeEntryPoint("slow", lambda: make_plugin("Slow", [b, *unknown], priority=1)),
+    ])
+    assert [d.name for d in r.devices()] == ["Fast0", "NoId0", "NoId1"]  # empty or unknown ids never merge
+    assert r.same_hardware() == [(b, a)]
+    assert r.get_device("slow0") is b  # still selectable by name
+    assert r.problems() == []
+
+
+class _Gate:
+    """A plugin call that blocks until the test releases it (so no thread outlives the test)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.event = threading.Event()
+
+    def wait(self, *_: Any) -> None:
+        self.event.wait(30)
+
+
+def test_a_hung_hook_is_recorded_and_the_host_goes_on() -> None:
+    gate = _Gate()
+    hung = _hooks(ggml_register_backends=lambda register: gate.wait())
+    try:
+        r = registry([FakeEntryPoint("hung", lambda: hung), FakeEntryPoint("cpu", _cpu)], GGML_PLUGIN_TIMEOUT="0.2")
+        assert [d.name for d in r.devices()] == ["CPU"]
+        info = {p.name: p for p in r.plugins}["hung"]
+        assert info.status == "hung" and "did not finish within 0.2 s" in (info.error or "")
+    finally:
+        gate.event.set()
+
+
+def test_a_hung_enumeration_leaves_out_only_that_registry() -> None:
+    gate = _Gate()
+    try:
+        slow = make_plugin("Slow", lambda: gate.wait() or [])
+        r = registry([FakeEntryPoint("slow", lambda: slow), FakeEntryPoint("cpu", _cpu)], GGML_PLUGIN_TIMEOUT="0.2")
+        assert [d.name for d in r.devices()] == ["CPU"]
+        (problem,) = r.problems()
+        assert (problem.plugin, problem.obj, problem.kind) == ("slow", "registry 'Slow'", "hung")
+    finally:
+        gate.event.set()
+
+
+def test_keyboard_interrupt_raised_by_a_plugin_is_its_failure() -> None:
+    def interrupt() -> Any:
+        raise KeyboardInterrupt
+
+    r = registry([FakeEntryPoint("ki", interrupt), FakeEntryPoint("cpu", _cpu)])
+    assert {p.name: p.status for p in r.plugins}["ki"] == "error"
+    assert "KeyboardInterrupt" in (r.errors()["ki"])
+    assert [d.name for d in r.devices()] == ["CPU"]
+
+
+def test_a_bad_timeout_setting_is_recorded() -> None:
+    r = registry([FakeEntryPoint("cpu", _cpu)], GGML_PLUGIN_TIMEOUT="soon")
+    assert any("GGML_PLUGIN_TIMEOUT='soon'" in str(p) for p in r.problems())
+    assert r.timeout == 10.0
+
+
+def test_plugin_output_while_loading_goes_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    def noisy() -> Any:
+        print("hello from a plugin")
+        return _cpu()
+
+    r = registry([FakeEntryPoint("noisy", noisy)])
+    assert [d.name for d in r.devices()] == ["CPU"]
+    out = capsys.readouterr()
+    assert out.out == "" and "hello from a plugin" in out.err
+
+
+class _Moody(FakeDevice):
+    """Well-behaved while the registry probes it, then wrong: raising supports_op, garbage memory."""
+
+    moody = False
+
+    def memory(self) -> tuple[int, int]:
+        return ("lots", None) if self.moody else (1, 2)  # type: ignore[return-value]
+
+    def supports_op(self, op: g.Tensor) -> bool:
+        if self.moody:
+            raise ValueError("which op?")
+        return False
+
+
+def test_bad_answers_after_acceptance_are_recorded_and_answered_safely() -> None:
+    dev = _Moody("Moody0")
+    r = registry([FakeEntryPoint("moody", lambda: make_plugin("Moody", [dev]))])
+    assert r.devices() == [dev]
+    dev.moody = True
+    t = g.Context("t").new_tensor_1d("f32", 4)
+    assert dev.supports_op(t) is False and dev.supports_op(t) is False
+    assert dev.memory() == (0, 0)
+    texts = [str(p) for p in r.problems()]
+    assert len(texts) == 2  # each recorded once
+    assert "device 'Moody0': supports_op(): raised ValueError: which op?" in texts[0]
+    assert "device 'Moody0': memory(): returned ('lots', None)" in texts[1]
+
+
+def test_strict_mode_raises_on_a_device_problem() -> None:
+    class NoMemory(FakeDevice):
+        def memory(self) -> tuple[int, int]:
+            return -1, 5
+
+    plugin = make_plugin("N", [NoMemory("N0")])
+    with pytest.raises(g.PluginError, match=r"'n'.*device 'N0': memory\(\): returned \(-1, 5\)"):
+        registry([FakeEntryPoint("n", lambda: plugin)], GGML_STRICT_PLUGINS="1").devices()
+
+
+@pytest.mark.parametrize(
+    ("alloc", "expected"),
+    [
+        ("raise", r"_alloc raised MemoryError: no room"),
+        ("none", r"_alloc returned NoneType None"),
+        ("small", r"_alloc returned a 3-byte buffer"),
+    ],
+)
+def test_alloc_results_are_checked(alloc: str, expected: str) -> None:
+    class Odd(BufferType):
+        def _alloc(self, size: int) -> Buffer:
+            if alloc == "raise":
+                raise MemoryError("no room")
+            return None if alloc == "none" else Buffer(self, 3)  # type: ignore[return-value]
+
+    with pytest.raises(g.AllocationError, match=expected) as err:
+        Odd("Odd", FakeDevice("Odd0")).alloc_buffer(64)
+    assert "device Odd0" in str(err.value)
+
+
+def test_keyboard_interrupt_from_a_device_hook_is_not_a_ctrl_c() -> None:
+    class Rude(FakeDevice):
+        rude = False
+
+        def supports_op(self, op: g.Tensor) -> bool:
+            if self.rude:
+                raise KeyboardInterrupt
+            return False
+
+    dev = Rude("Rude0")
+    r = registry([FakeEntryPoint("rude", lambda: make_plugin("Rude", [dev]))])
+    assert r.devices() == [dev]
+    dev.rude = True
+    assert dev.supports_op(g.Context("t").new_tensor_1d("f32", 4)) is False
+    (problem,) = r.problems()
+    assert "supports_op(): raised KeyboardInterrupt (no Ctrl-C was pressed)" in str(problem)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
+import inspect
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -18,7 +20,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from ggml_core._errors import AllocationError, BufferFreedError, GraphInUseError, OutOfBoundsError, TensorError
+from ggml_core._errors import (
+    AllocationError,
+    BufferFreedError,
+    GGMLError,
+    GraphInUseError,
+    OutOfBoundsError,
+    TensorError,
+)
 
 if TYPE_CHECKING:
     from ggml_core._graph import Graph
@@ -43,6 +52,8 @@ API_VERSION: Final = 1
 
 #: ggml's SIZE_MAX stand-in for "no limit"
 _NO_LIMIT: Final = 2**63 - 1
+#: most devices one registry may enumerate (the registry records a longer answer as a problem)
+DEVICES_MAX: Final = 256
 
 
 class DeviceType(enum.IntEnum):
@@ -118,13 +129,30 @@ class BufferType:
         return tensor.nbytes
 
     def alloc_buffer(self, size: int) -> Buffer:
-        """Allocate a buffer of ``size`` bytes (0 gives an empty buffer)."""
+        """Allocate a buffer of ``size`` bytes (0 gives an empty buffer).
+
+        The plugin's :meth:`_alloc` is checked here: any exception it raises other than the core's own becomes an
+        :class:`AllocationError` naming the buffer type, and so does an answer that is not a buffer of at least
+        ``size`` bytes.
+        """
         if size < 0:
             raise ValueError(f"buffer type {self.name!r}: negative size {size}")
+        dev = getattr(self.device, "name", None) or self.name
         if size > self.max_size:
-            dev = self.device.name if self.device else self.name
             raise AllocationError(dev, size, reason=f"over the buffer type's maximum of {self.max_size} bytes")
-        return self._alloc(size)
+        try:
+            buf = self._alloc(size)
+        except GGMLError:
+            raise
+        except Exception as exc:
+            raise AllocationError(
+                dev, size, reason=f"buffer type {self.name!r}: _alloc raised {type(exc).__name__}: {exc}"
+            ) from exc
+        got = getattr(buf, "size", None)
+        if not isinstance(buf, Buffer) or isinstance(got, bool) or not isinstance(got, int) or got < size:
+            what = f"a {got}-byte buffer" if isinstance(buf, Buffer) else f"{type(buf).__name__} {buf!r:.60}"
+            raise AllocationError(dev, size, reason=f"buffer type {self.name!r}: _alloc returned {what}")
+        return buf
 
     def _alloc(self, size: int) -> Buffer:
         raise NotImplementedError("need _alloc")
@@ -504,6 +532,16 @@ class Device:
     #: True for the host CPU seen through another API (an OpenCL CPU device such as PoCL's): the default placement
     #: does not prefer it over the CPU plugin (it would compete for the same cores); it is used when named
     host_cpu: bool = False
+    #: set by the registry when it accepts the device: reports a bad answer of a guarded hook (see _validate)
+    _boundary: Callable[[str, str], None] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Guard the hooks a plugin overrides: once the registry accepted a device, their answers are checked."""
+        super().__init_subclass__(**kwargs)
+        for hook in _GUARDED_HOOKS:
+            fn = cls.__dict__.get(hook)
+            if inspect.isfunction(fn) and not getattr(fn, "_ggml_guarded", False):
+                setattr(cls, hook, _guard(hook, fn))
 
     def __init__(self, name: str, description: str = "", *, device_id: str | None = None) -> None:
         self.name = name
@@ -568,6 +606,26 @@ class Device:
         return out
 
 
+#: Device hooks whose answers are checked after the registry accepted the device
+_GUARDED_HOOKS: Final = (
+    "memory", "props", "buffer_type", "host_buffer_type", "buffer_from_host_ptr", "init_backend", "supports_op",
+    "supports_buft", "offload_op", "event_new",
+)
+
+
+def _guard(hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def guarded(self: Device, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_boundary", None) is None:  # not (yet) accepted by a registry: a plain call
+            return fn(self, *args, **kwargs)
+        from ggml_core.backend._validate import guarded_call
+
+        return guarded_call(self, hook, fn, args, kwargs)
+
+    guarded._ggml_guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
 # ================================================================================================ registries
 
 
@@ -599,6 +657,8 @@ class BackendReg:
         self._devices: list[Device] | None = list(devices) if devices is not None else None
         for d in self._devices or ():
             d.reg = self
+        #: devices other plugins added (``ggml_register_devices``), listed after the registry's own
+        self._added: list[Device] = []
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -610,21 +670,24 @@ class BackendReg:
 
     @property
     def devices(self) -> list[Device]:
-        """The devices, enumerated on first use."""
+        """The registry's own devices (enumerated on first use), then those other plugins added."""
+        return self.own_devices() + list(self._added)
+
+    def own_devices(self) -> list[Device]:
+        """The devices :meth:`enumerate_devices` found (called once)."""
         with self._lock:
             if self._devices is None:
-                self._devices = list(self.enumerate_devices())
+                self._devices = list(itertools.islice(self.enumerate_devices(), DEVICES_MAX + 1))
                 for d in self._devices:
-                    d.reg = self
+                    if isinstance(d, Device):  # anything else is refused by the registry's checks
+                        d.reg = self
             return list(self._devices)
 
     def add_device(self, device: Device) -> None:
-        """Add a device (used by the ``ggml_register_devices`` hook)."""
+        """Add a device beside the registry's own (the ``ggml_register_devices`` hook); never replaces them."""
         with self._lock:
-            if self._devices is None:
-                self._devices = []
             device.reg = self
-            self._devices.append(device)
+            self._added.append(device)
 
     def get_proc_address(self, name: str) -> Callable[..., Any] | None:
         """An optional extra function by name (ggml's ``get_proc_address``), e.g. ``"set_n_threads"``."""

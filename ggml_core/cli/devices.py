@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from ggml_core.backend._records import Problem
+from ggml_core.backend._validate import describe_exc
 from ggml_core.backend.interfaces import Device
 from ggml_core.backend.registry import get_registry
 
-__all__ = ["add_parser", "check_device", "run"]
+__all__ = ["add_parser", "check_device", "print_problems", "run"]
 
 
 def add_parser(sub: Any, name: str) -> None:
@@ -128,19 +130,28 @@ def check_device(d: Device) -> tuple[bool, str, float]:
         return False, f"{type(exc).__name__}: {exc}", time.perf_counter() - start
 
 
+def _safe_device_dict(d: Device) -> dict[str, Any]:
+    """:func:`_device_dict`, or a stub naming what could not be read (the device's answers are recorded)."""
+    try:
+        return _device_dict(d)
+    except Exception as exc:  # noqa: BLE001 - a listing never dies of one device
+        return {"name": d.name, "description": "", "error": describe_exc(exc), "backend": d.reg.name if d.reg else None}
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print devices grouped by registry; exit 1 when --check finds a failing device."""
+    """Print devices grouped by registry, then every recorded problem; exit 1 when --check finds a failing device."""
     reg = get_registry()
     devs = reg.devices()
     regs = reg.regs
     checks: dict[str, tuple[bool, str, float]] = {}
     if args.check:
         checks = {d.name: check_device(d) for d in devs}
+    infos = {d.name: _safe_device_dict(d) for d in devs}
+    same = [{"name": h.name, "same_as": k.name, "device_id": h.device_id} for h, k in reg.same_hardware()]
     if args.json:
         out = {
             "devices": [
-                {**_device_dict(d), **({"check": _check_dict(checks[d.name])} if d.name in checks else {})}
-                for d in devs
+                {**infos[d.name], **({"check": _check_dict(checks[d.name])} if d.name in checks else {})} for d in devs
             ],
             "backends": [
                 {
@@ -151,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
                 }
                 for r in regs
             ],
+            "same_hardware": same,
+            "problems": [p.as_dict() for p in reg.problems()],
         }
         print(json.dumps(out, indent=2))
     else:
@@ -160,22 +173,40 @@ def run(args: argparse.Namespace) -> int:
             if not mine and r.unavailable_reason:
                 print(f"  no devices: {r.unavailable_reason}")
             for d in mine:
-                info = _device_dict(d)
-                caps = ", ".join(k for k, v in info["caps"].items() if v) or "none"
-                print(f"  {d.name}: {info['description']}")
-                print(
-                    f"    type {info['type']}, memory {_mib(info['memory_total'])} ({_mib(info['memory_free'])} free), "
-                    f"caps: {caps}"
-                )
-                print(f"    buffer types: {', '.join(b['name'] for b in info['buffer_types'])}")
-                if d.name in checks:
-                    ok, reason, secs = checks[d.name]
-                    print(f"    check: {'PASS' if ok else 'FAIL'} ({reason}; {secs * 1000:.0f} ms)")
-        failed = [p for p in reg.plugins if p.status == "error"]
+                _print_device(infos[d.name], checks.get(d.name))
+        for s in same:
+            print(f"{s['name']}: the same hardware as {s['same_as']} (device_id {s['device_id']}), listed once; "
+                  f"--device {s['name']} still selects it")
+        failed = [p for p in reg.plugins if p.status in ("error", "hung")]
         if failed:
             names = ", ".join(p.name for p in failed)
             print(f"{len(failed)} plugin(s) failed to load: {names} (see 'ggml-core plugins')")
+        print_problems(reg.problems())
     return 1 if any(not ok for ok, _, _ in checks.values()) else 0
+
+
+def _print_device(info: dict[str, Any], check: tuple[bool, str, float] | None) -> None:
+    print(f"  {info['name']}: {info['description']}")
+    if "error" in info:
+        print(f"    cannot be shown: {info['error']}")
+        return
+    caps = ", ".join(k for k, v in info["caps"].items() if v) or "none"
+    print(
+        f"    type {info['type']}, memory {_mib(info['memory_total'])} ({_mib(info['memory_free'])} free), "
+        f"caps: {caps}"
+    )
+    print(f"    buffer types: {', '.join(b['name'] for b in info['buffer_types'])}")
+    if check is not None:
+        ok, reason, secs = check
+        print(f"    check: {'PASS' if ok else 'FAIL'} ({reason}; {secs * 1000:.0f} ms)")
+
+
+def print_problems(problems: list[Problem]) -> None:
+    """One line per recorded plugin problem (``ggml-core devices`` and ``ggml-core plugins`` end with these)."""
+    if problems:
+        print(f"{len(problems)} plugin problem{'s' if len(problems) != 1 else ''}:")
+    for p in problems:
+        print(f"  {p.kind}: {p}")
 
 
 def _check_dict(c: tuple[bool, str, float]) -> dict[str, Any]:

@@ -246,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
             for name in failing:
                 print(f"  {name}")
         print("OK" if not failing else "FAIL")
+    from ggml_core.backend.registry import get_registry
+
+    for problem in get_registry().problems():  # what a plugin got wrong, on stderr (stdout may be json/csv)
+        print(f"ggml-core test-ops: plugin problem: {problem}", file=sys.stderr)
     return 1 if failing else 0
 
 

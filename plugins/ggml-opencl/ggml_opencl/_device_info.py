@@ -48,6 +48,8 @@ class DeviceInfo:
     ew_ls: int
     row_ls: int
     mv_ls: int
+    #: ``dddd:bb:dd.f`` from the NVIDIA or AMD PCI extension, "" when the platform does not tell
+    pci_bus_id: str = ""
 
     @property
     def description(self) -> str:
@@ -55,9 +57,9 @@ class DeviceInfo:
         return f"{self.platform}: {self.name}"
 
     @property
-    def device_id(self) -> str:
-        """``opencl:<platform>:<device>``, stable while the set of platforms does not change."""
-        return f"opencl:{self.platform_index}:{self.index}"
+    def device_id(self) -> str | None:
+        """The PCI bus id (as CUDA's, so that the registry lists a GPU reached through both once), or None."""
+        return self.pci_bus_id or None
 
     @property
     def is_cpu(self) -> bool:
@@ -90,6 +92,7 @@ class DeviceInfo:
             "cl_khr_fp16": self.fp16,
             "fp16_path": "native half" if self.fp16 else "vload_half/vstore_half storage",
             "gemm_tile": f"{self.gemm_tn}x{self.gemm_tm}",
+            "opencl_index": f"{self.platform_index}:{self.index}",
         }
 
 
@@ -98,6 +101,25 @@ def _pow2_at_most(n: int, cap: int) -> int:
     while p * 2 <= min(n, cap):
         p *= 2
     return p
+
+
+def pci_bus_id(cl: Any, dev: Any, exts: set[str]) -> str:
+    """``dddd:bb:dd.f`` from cl_nv_device_attribute_query or cl_amd_device_attribute_query; "" when unknown.
+
+    (cl_khr_pci_bus_info would serve every vendor, but pyopencl has no name for its query.)
+    """
+    try:
+        if "cl_nv_device_attribute_query" in exts:
+            slot = int(dev.get_info(cl.device_info.PCI_SLOT_ID_NV))
+            domain = int(dev.get_info(cl.device_info.PCI_DOMAIN_ID_NV))
+            bus = int(dev.get_info(cl.device_info.PCI_BUS_ID_NV))
+            return f"{domain:04x}:{bus:02x}:{slot >> 3:02x}.{slot & 7:x}"
+        if "cl_amd_device_attribute_query" in exts:
+            topo = dev.get_info(cl.device_info.TOPOLOGY_AMD)
+            return f"0000:{int(topo.bus):02x}:{int(topo.device):02x}.{int(topo.function):x}"
+    except Exception:  # noqa: BLE001 - an old driver without the query, or pyopencl without the constant
+        return ""
+    return ""
 
 
 def device_info(cl: Any, dev: Any, index: int, platform_index: int, platform_name: str) -> DeviceInfo:
@@ -155,4 +177,5 @@ def device_info(cl: Any, dev: Any, index: int, platform_index: int, platform_nam
         ew_ls=ew_ls,
         row_ls=row_ls,
         mv_ls=mv_ls,
+        pci_bus_id=pci_bus_id(cl, dev, exts),
     )
