@@ -126,6 +126,35 @@ def test_a_broken_command_is_isolated(
     assert expect in capsys.readouterr().out  # the problem is shown by `ggml-core plugins`
 
 
+def _interrupt(register: Callable[..., None]) -> None:
+    raise KeyboardInterrupt  # raised by plugin code, not a Ctrl-C: the plugin's failure
+
+
+def _hang(register: Callable[..., None]) -> None:
+    import time
+
+    time.sleep(30)
+
+
+@pytest.mark.parametrize(
+    ("body", "expect"),
+    [(_interrupt, "raised KeyboardInterrupt"), (_hang, "hook ggml_register_commands hung")],
+)
+def test_a_command_hook_runs_under_the_plugin_deadline(
+    body: Callable[[Callable[..., None]], None], expect: str
+) -> None:
+    reg = Registry(entry_points=lambda: [], environ={"GGML_PLUGIN_TIMEOUT": "0.5"})
+    reset_registry(reg)
+    try:
+        reg.register_plugin(_Plugin(body), "bad")
+        reg.register_plugin(_Plugin(lambda r: r("hello", _adder(), _hello)), "greeter")
+        assert "hello" in build_parser().format_help()
+        assert any(expect in w for w in _warnings(reg, "bad")), _warnings(reg, "bad")
+        assert main(["hello"]) == 7
+    finally:
+        reset_registry()
+
+
 def test_a_second_plugin_cannot_take_a_command_name(registry: Registry) -> None:
     registry.register_plugin(_Plugin(lambda r: r("hello", _adder(), _hello)), "first")
     registry.register_plugin(_Plugin(lambda r: r("hello", _adder(), lambda a: 0)), "second")

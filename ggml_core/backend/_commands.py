@@ -62,9 +62,14 @@ def add_plugin_commands(subparsers: Any, registry: Any, reserved: Iterable[str])
         def register(name: Any, add_parser: Any, run: Any, _into: list[tuple[Any, Any, Any]] = wanted) -> None:
             _into.append((name, add_parser, run))
 
-        try:
-            impl.function(**({"register": register} if "register" in impl.argnames else {}))
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's failure is recorded, never fatal
+        # under the registry's deadline, like every hook: a hang, an exception, SystemExit or a KeyboardInterrupt
+        # raised by the plugin's code is that plugin's failure (a real Ctrl-C still interrupts the wait)
+        out = registry._call_impl(impl, {"register": register})
+        if out.hung:
+            _record(registry, plugin, f"hook ggml_register_commands hung (over {registry.timeout} s)", None)
+            continue
+        if out.exc is not None:
+            exc = out.exc
             _record(registry, plugin, f"hook ggml_register_commands raised {type(exc).__name__}: {exc}", exc)
             continue
         for name, add_parser, run in wanted:

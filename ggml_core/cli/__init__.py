@@ -40,19 +40,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser."""
+def build_parser(plugin_commands: bool = True) -> argparse.ArgumentParser:
+    """The full argument parser; with ``plugin_commands`` (the default) the plugins are loaded for their commands."""
     parser = _Parser(prog="ggml-core", description="ggml's backend system in Python: devices, plugins, ops, models")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"ggml_core.cli.{module}")
         mod.add_parser(sub, name)
+    if not plugin_commands:
+        return parser
     from ggml_core.backend._commands import add_plugin_commands
     from ggml_core.backend.registry import get_registry
 
     add_plugin_commands(sub, get_registry(), COMMANDS)
     return parser
+
+
+def _loads_nothing(argv: Sequence[str]) -> bool:
+    """``plugins --isolated`` probes each plugin in a child process: loading them here first would defeat it (a
+    plugin calling os._exit at import would end this process before any probe)."""
+    words = [a for a in argv if not a.startswith("-")]
+    return bool(words) and words[0] == "plugins" and "--isolated" in argv
 
 
 def _plugin_hint(command: str) -> str | None:
@@ -80,15 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ggml-core`` script; returns the exit code."""
     from ggml_core._errors import GGMLError
 
+    args_in = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()  # loads the plugins: they may add commands
+        parser = build_parser(not _loads_nothing(args_in))  # loads the plugins: they may add commands
     except GGMLError as exc:  # GGML_STRICT_PLUGINS=1 makes a plugin's recorded problem an error
         print(f"ggml-core: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(args_in)
     if extra:
         parser.error(_unknown_options(parser, args.command, extra))
     if args.version:
