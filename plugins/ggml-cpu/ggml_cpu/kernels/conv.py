@@ -201,6 +201,35 @@ def _pool_ok(node: Tensor) -> bool:
     return a.type in (GGMLType.F32, GGMLType.F16) and node.type == GGMLType.F32
 
 
+def _slide(x: np.ndarray, axis: int, k: int, s: int, p: int, n_out: int, op: PoolOp) -> tuple[np.ndarray, np.ndarray]:
+    """Pool the windows along ``axis`` without materialising them: one strided slice per kernel tap.
+
+    Output ``o`` covers inputs ``o·s + tap - p`` for ``tap < k``; taps outside the input are skipped (MAX starts from
+    ``-FLT_MAX`` and ignores NaN, as ggml's ``>`` does; AVG sums). Scratch is the output's size; only taps that
+    can reach the input are visited. Returns the pooled values and, per output, the number of cells inside.
+    """
+    n_in = x.shape[axis]
+    shape = list(x.shape)
+    shape[axis] = n_out
+    acc = np.zeros(shape, np.float32) if op == PoolOp.AVG else np.full(shape, -_FLT_MAX, np.float32)
+    count = np.zeros(n_out, np.int64)
+    for tap in range(max(0, p - s * (n_out - 1)), min(k, p + n_in)):
+        lo = max(0, -(-(p - tap) // s))  # first output whose input index is >= 0
+        hi = min(n_out, (n_in - 1 - tap + p) // s + 1)  # one past the last whose index is < n_in
+        if lo >= hi:
+            continue
+        first = lo * s + tap - p
+        src = np.take(x, np.arange(first, first + (hi - lo - 1) * s + 1, s), axis=axis)
+        dst = np.moveaxis(acc, axis, 0)[lo:hi]
+        src = np.moveaxis(src, axis, 0)
+        if op == PoolOp.AVG:
+            dst += src
+        else:
+            np.fmax(dst, src, out=dst)
+        count[lo:hi] += 1
+    return acc, count
+
+
 @kernel(GGMLOp.POOL_2D, supports=_pool_ok)
 def _bind_pool_2d(node: Tensor) -> Thunk:
     a = node.src[0]
@@ -208,17 +237,17 @@ def _bind_pool_2d(node: Tensor) -> Thunk:
     op = PoolOp(node.op_param_i32(0))
     k0, k1, s0, s1, p0, p1 = (node.op_param_i32(i) for i in range(1, 7))
     oh, ow = node.ne[1], node.ne[0]
+    w_first = a.ne[1] * ow <= oh * a.ne[0]  # the smaller intermediate
 
     def run() -> None:
-        x = f32(a)  # (ne3, ne2, H, W): every (ne3, ne2) plane pooled alone
-        planes = x.reshape(1, -1, x.shape[2], x.shape[3])
-        if op == PoolOp.AVG:
-            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=0.0)
-            res = win.sum(axis=(-2, -1), dtype=np.float32) / _F32(k0 * k1)  # padding counts in the divisor
+        x = f32(a)  # (ne3, ne2, H, W): every (ne3, ne2) plane pooled alone; the window is separable
+        if w_first:
+            res, _ = _slide(_slide(x, 3, k0, s0, p0, ow, op)[0], 2, k1, s1, p1, oh, op)
         else:
-            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=-_FLT_MAX)
-            res = win.max(axis=(-2, -1))
-        store(node, res[0].transpose(2, 0, 1).reshape(x.shape[0], x.shape[1], oh, ow))
+            res, _ = _slide(_slide(x, 2, k1, s1, p1, oh, op)[0], 3, k0, s0, p0, ow, op)
+        if op == PoolOp.AVG:
+            res /= _F32(k0 * k1)  # padding counts in the divisor
+        store(node, res)
 
     return run
 
@@ -232,15 +261,9 @@ def _bind_pool_1d(node: Tensor) -> Thunk:
     ow = node.ne[0]
 
     def run() -> None:
-        x = f32(a)  # (ne3, ne2, ne1, W)
-        idx, valid = _window_index(ow, a.ne[0], k0, s0, p0, 1)  # (OW, K)
-        win = x[..., idx]  # (ne3, ne2, ne1, OW, K)
+        res, count = _slide(f32(a), 3, k0, s0, p0, ow, op)  # (ne3, ne2, ne1, OW)
         if op == PoolOp.AVG:  # divided by the cells inside the signal
-            count = valid.sum(axis=-1)
-            total = np.where(valid, win, _F32(0.0)).sum(axis=-1, dtype=np.float32)
-            res = np.where(count > 0, total / np.maximum(count, 1).astype(np.float32), _F32(0.0))
-        else:
-            res = np.where(valid, win, -_FLT_MAX).max(axis=-1)
+            res = np.where(count > 0, res / np.maximum(count, 1).astype(np.float32), _F32(0.0))
         store(node, res)
 
     return run

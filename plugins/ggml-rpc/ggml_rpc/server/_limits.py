@@ -38,7 +38,8 @@ class ServerLimits:
     max_bytes: int | None = None
     #: bytes all connections together may hold on one device (None: its total memory less ``memory_reserve``)
     max_memory: int | None = None
-    #: what the default budget keeps back from a device's total memory (None: max(1 GiB, total / 8))
+    #: what the default budget keeps back from a device's total memory (None: an eighth, at least 1 GiB, at most
+    #: half)
     memory_reserve: int | None = None
     #: bytes all connections together may spend decoding and storing graphs
     graph_memory: int = 512 << 20
@@ -81,7 +82,9 @@ class ServerLimits:
 
 def default_budget(total: int, limits: ServerLimits) -> int:
     """The bytes a device with ``total`` bytes of memory grants over all connections."""
-    reserve = limits.memory_reserve if limits.memory_reserve is not None else max(_GIB, total // 8)
+    reserve = limits.memory_reserve
+    if reserve is None:  # an eighth, and at least 1 GiB (half of a device smaller than 2 GiB)
+        reserve = max(min(_GIB, total // 2), total // 8)
     budget = max(0, total - reserve)
     return budget if limits.max_memory is None else min(budget, limits.max_memory)
 

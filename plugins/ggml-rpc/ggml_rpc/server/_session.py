@@ -276,8 +276,7 @@ class Session:
     def _get_max_size(self, p: bytearray) -> None:
         index = _U32.unpack(p)[0]
         dev = self._device(index, "GET_MAX_SIZE")
-        limit = min(self.buffers.max_bytes, self.server.memory[index].total)
-        self._respond(_U64.pack(min(dev.buffer_type().max_size, limit)))
+        self._respond(_U64.pack(min(dev.buffer_type().max_size, self.buffers.max_bytes)))
 
     def _get_device_memory(self, p: bytearray) -> None:
         index = _U32.unpack(p)[0]
