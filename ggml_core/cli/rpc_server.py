@@ -78,9 +78,16 @@ def add_parser(sub: Any, name: str) -> None:
     )
     p.add_argument("--cache-dir", "-c", help="directory of the tensor cache used by SET_TENSOR_HASH (default: none)")
     p.add_argument("--threads", "-t", type=int, help="threads per backend")
-    p.add_argument("--max-clients", type=int, default=4, help="connections served at once (default 4)")
-    p.add_argument("--max-memory", type=float, help="MiB one connection may allocate (default: the free memory)")
+    p.add_argument("--max-clients", type=int, default=4, help="connections served at once; more are refused (4)")
+    p.add_argument(
+        "--max-memory", type=float, help="MiB all clients may allocate per device (default: its memory less 1/8)"
+    )
+    p.add_argument("--max-client-memory", type=float, help="MiB one connection may allocate (default: --max-memory)")
     p.add_argument("--idle-timeout", type=float, help="seconds a client may stay silent (default: no limit)")
+    p.add_argument("--frame-timeout", type=float, default=60.0, help="seconds per message on top of its size (60)")
+    p.add_argument("--min-rate", type=float, default=1024.0, help="KiB/s every message must at least move (1024)")
+    p.add_argument("--hello-timeout", type=float, default=10.0, help="seconds for the whole HELLO (10)")
+    p.add_argument("--cache-max", type=float, default=8192.0, help="MiB the --cache-dir may hold (8192; LRU)")
     p.add_argument("--verbose", "-v", action="store_true", help="log every connection and cache event")
     p.set_defaults(func=run)
 
@@ -104,10 +111,23 @@ def run(args: argparse.Namespace) -> int:
     if not devices:
         print(f"ggml-core {args.command}: no device to serve (see 'ggml-core devices')", file=sys.stderr)
         return 2
+
+    def mib(value: float | None) -> int | None:
+        return int(value * 2**20) if value else None
+
+    for flag in ("frame_timeout", "min_rate", "hello_timeout", "cache_max"):
+        if getattr(args, flag) <= 0:
+            print(f"ggml-core {args.command}: --{flag.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
     limits = ServerLimits(
         max_clients=max(1, args.max_clients),
-        max_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
+        max_memory=mib(args.max_memory),
+        max_bytes=mib(args.max_client_memory),
         idle_timeout=args.idle_timeout,
+        frame_timeout=args.frame_timeout,
+        min_rate=args.min_rate * 1024,
+        hello_timeout=args.hello_timeout,
+        cache_max_bytes=int(args.cache_max * 2**20),
     )
     warning = loopback_warning(args.host)
     if warning:
@@ -120,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
     print("  devices     :")
     for i, d in enumerate(devices):
         free, total = d.memory()
-        print(f"    {i}: {d.name}: {d.description} ({total >> 20} MiB, {free >> 20} MiB free)")
+        grant = server.memory[i].total >> 20
+        print(f"    {i}: {d.name}: {d.description} ({total >> 20} MiB, {free >> 20} MiB free, grants {grant} MiB)")
     sys.stdout.flush()
     try:
         server.serve_forever()
