@@ -1,10 +1,13 @@
 """RPC over loopback: SET_TENSOR / GET_TENSOR throughput against a raw socket copy, and the per-token cost of a
 layer split over the local CPU and a loopback RPC device.
 
-Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp]``.
+Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp] [--before REV]``.
 
 Servers run in their own processes (``ggml-core rpc-server --port 0``; with ``--llama-cpp`` also llama.cpp's
-``ggml-rpc-server`` from the interop test's cache, if it was built), so that client and server do not share a GIL.
+``ggml-rpc-server`` from the interop test's cache, if it was built; with ``--before REV`` also the ggml-rpc server
+package as it was at git revision REV, e.g. the commit before the hardening, served from a temporary copy), so that
+client and server do not share a GIL. The hardening's cost is the ratio of ``ggml-core rpc-server`` to the
+``--before`` one in the same run.
 Measured, as medians of ``--repeat`` runs in this one run:
 
 - ``raw socket``: the same bytes through a plain TCP socket to a Python peer that reads them into (or sends them from)
@@ -79,9 +82,38 @@ def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str
             proc.kill()
 
 
+def _endpoint(line: str) -> str | None:
+    return line.split(":", 1)[1].strip() if line.strip().startswith("endpoint") else None
+
+
 def _ours() -> Iterator[str]:
     cmd = [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU"]
-    return _process(cmd, lambda line: line.split(":", 1)[1].strip() if line.strip().startswith("endpoint") else None)
+    return _process(cmd, _endpoint)
+
+
+_BEFORE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])  # the old ggml_rpc package first (the plugin entry point imports it from there)
+import ggml_core as g
+from ggml_rpc.server import RPCServer
+srv = RPCServer([g.get_device("CPU")], "127.0.0.1", 0)
+srv.bind()
+print("endpoint :", srv.address, flush=True)
+srv.serve_forever()
+"""
+
+
+@contextmanager
+def _before(rev: str) -> Iterator[str]:
+    """The ggml-rpc package of git revision ``rev`` (a temporary copy) serving the CPU, in its own process."""
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "plugins/ggml-rpc/ggml_rpc"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        with _process([sys.executable, "-c", _BEFORE, str(Path(tmp) / "plugins" / "ggml-rpc")], _endpoint) as ep:
+            yield ep
 
 
 class _Raw:
@@ -202,12 +234,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="runs per median (default 5)")
     ap.add_argument("--tokens", type=int, default=16, help="decode steps per model measurement (default 16)")
     ap.add_argument("--llama-cpp", action="store_true", help="also against llama.cpp's ggml-rpc-server (if built)")
+    ap.add_argument("--before", metavar="REV", help="also the ggml-rpc server of git revision REV (before/after)")
     args = ap.parse_args()
     nbytes = args.mib << 20
     gb = nbytes / 1e9
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _util import machine
+
+    print(f"machine: {machine()}")
     print(f"loopback transfers of {args.mib} MiB, medians of {args.repeat} (targets measured in rotation)")
     servers: list[tuple[str, Callable[[], Any]]] = [("ggml-core rpc-server", _ours)]
+    if args.before:
+        servers.append((f"ggml-core @ {args.before[:10]}", lambda: _before(args.before)))
     if args.llama_cpp:
         exe = Path.home() / ".cache" / "ggml-core" / "llama-rpc-server-0c1e570" / "ggml-rpc-server"
         if exe.is_file():
@@ -247,6 +286,14 @@ def main() -> int:
             what = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
             extra = f"  (+{ms - cpu_ms:.2f} ms per token; per token: {what})" if counts else ""
             print(f"  {name:36}{ms:9.2f} ms{extra}")
+        if args.before:
+            old = res[f"CPU + ggml-core @ {args.before[:10]}"][0] - cpu_ms
+            new = res["CPU + ggml-core rpc-server"][0] - cpu_ms
+            print(f"  RPC overhead per token, now / before: {new:.2f} / {old:.2f} ms = {new / old:.2f}")
+    if args.before:
+        put_old, get_old = result[f"ggml-core @ {args.before[:10]}"]
+        put_new, get_new = result["ggml-core rpc-server"]
+        print(f"  transfer time now / before: SET {put_new / put_old:.2f}, GET {get_new / get_old:.2f}")
     reset_registry()
     return 0
 
