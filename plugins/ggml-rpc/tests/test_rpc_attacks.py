@@ -84,6 +84,30 @@ def test_a_trickled_set_tensor_stalls_only_itself(make_server: Callable[..., RPC
     bystander.close()
 
 
+def test_a_huge_declared_size_does_not_extend_the_header_deadline(make_server: Callable[..., RPCServer]) -> None:
+    """SET_TENSOR declaring 1 TiB while trickling its 305-byte header: due at 1 s + 305 B at min_rate, not 1 TiB's."""
+    server = make_server(limits=FAST)
+    attacker = RawClient(server.address)
+    attacker.sock.sendall(struct.pack("<BQ", Cmd.SET_TENSOR, 1 << 40))
+    trickler = Attacker(lambda stop: trickle(attacker.sock, bytes(305), 0.05, stop, 5.0))
+    try:
+        assert _closed_within(attacker, 4.0) < 3.0
+    finally:
+        trickler.stop()
+        attacker.close()
+
+
+def test_idle_clients_are_closed_after_the_idle_timeout(
+    make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ggml_rpc.server")
+    server = make_server(limits=ServerLimits(idle_timeout=0.5, frame_timeout=1.0, hello_timeout=1.0))
+    with RawClient(server.address) as c:
+        assert c.device_count() == 1
+        assert 0.3 < _closed_within(c, 4.0) < 3.0
+    assert _log_has(caplog, "idle timeout")
+
+
 def test_an_unread_answer_stalls_only_itself(make_server: Callable[..., RPCServer]) -> None:
     size = 32 * MiB
     server = make_server(limits=ServerLimits(frame_timeout=1.0, hello_timeout=1.0, min_rate=float(size)))

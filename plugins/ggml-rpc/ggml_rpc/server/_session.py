@@ -72,8 +72,8 @@ class Session:
         #: graph memory (GRAPH_RECOMPUTE)
         self.stored: dict[int, tuple[Graph, Context, int]] = {}
         self.commands = 0
-        #: when the message being read must be complete (monotonic seconds)
-        self._deadline = 0.0
+        #: when the message being read began and must be complete (monotonic seconds)
+        self._begun = self._deadline = 0.0
         self._staging: bytearray | None = None
 
     # ----------------------------------------------------------------------------------------------- loop
@@ -164,13 +164,17 @@ class Session:
     def _one(self) -> bool:
         """Serve one command; False when the client closed the connection between commands."""
         self.sock.settimeout(self.limits.idle_timeout)
-        first = self.sock.recv(1)
+        try:
+            first = self.sock.recv(1)
+        except TimeoutError:
+            raise Refused(f"silent for more than {self.limits.idle_timeout:g} s (idle timeout)") from None
         if not first:
             return False
-        begun = time.monotonic()
+        self._begun = begun = time.monotonic()
         self._deadline = self.limits.deadline(8, begun)
         (size,) = _U64.unpack(self._read(8))
-        self._deadline = self.limits.deadline(min(size, 2**62), begun)  # the whole message
+        # the whole message; a declared size is checked (bounded) by each command before its payload is read
+        self._deadline = self.limits.deadline(min(size, 2**62), begun)
         try:
             cmd = Cmd(first[0])
         except ValueError:
@@ -307,12 +311,14 @@ class Session:
     def _set_tensor(self, size: int) -> None:
         if size < _SET_HEAD:
             raise Refused(f"SET_TENSOR with a payload of {size} bytes, shorter than its {_SET_HEAD}-byte header")
+        self._deadline = self.limits.deadline(_SET_HEAD, self._begun)  # the declared size is not checked yet
         head = self._read(_SET_HEAD)
         rt = RpcTensor.unpack_from(head)
         cache_flag, offset = SET_TENSOR_HEADER.unpack_from(head, RPC_TENSOR_SIZE)
         n = size - _SET_HEAD
         t, rec, limit = self._tensor(rt, "SET_TENSOR")
         self._range("SET_TENSOR", rt, offset, n, limit)  # checked before a byte of data is read
+        self._deadline = self.limits.deadline(size, self._begun)
         start = t.data_offset + offset if t.data_offset is not None else 0
         cache = self.server.cache
         writer = cache.writer(n) if cache is not None and cache_flag else None
