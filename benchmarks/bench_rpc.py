@@ -14,6 +14,7 @@ Measured, as medians of ``--repeat`` runs in this one run:
   a preallocated buffer and answers one byte — the ceiling for any Python protocol over this loopback;
 - ``SET_TENSOR``: one ``set_tensor`` of ``--mib`` MiB plus the round trip that waits for the server to have it;
 - ``GET_TENSOR``: one ``get_tensor`` of the same bytes, straight into a preallocated array;
+- small command: the round trip of a 64-byte GET_TENSOR (the per-command cost of each server);
 - per token: decode steps of the embedded default model (4 layers) on the CPU alone and split 1:1 over the CPU and
   each loopback device, with the commands each token sends.
 
@@ -184,6 +185,28 @@ def transfers(targets: dict[str, object], repeat: int) -> dict[str, tuple[float,
     return {name: (statistics.median(p[1:]), statistics.median(g[1:])) for name, (p, g) in times.items()}
 
 
+def round_trips(endpoints: dict[str, str], n: int, rounds: int) -> dict[str, float]:
+    """Median µs of one small answered command (a 64-byte GET_TENSOR) per server, ``n`` per round, in rotation."""
+    from ggml_rpc import RPCReg
+
+    bufs = {}
+    for name, ep in endpoints.items():
+        dev = RPCReg(ep).devices[0]
+        ctx = Context()
+        t = ctx.new_tensor("i8", (64,))
+        bufs[name] = (alloc_ctx_tensors(ctx, dev.buffer_type()), t, np.empty(64, np.uint8))
+    times: dict[str, list[float]] = {name: [] for name in endpoints}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, (buf, t, out) in bufs.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                buf.get_tensor(t, memoryview(out))
+            times[name].append((time.perf_counter() - t0) / n * 1e6)
+    for buf, _, _ in bufs.values():
+        buf.free()
+    return {name: statistics.median(v[1:]) for name, v in times.items()}
+
+
 def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, tuple[float, dict[str, float]]]:
     """Median ms per decoded token and commands per token: the CPU alone, and split 1:1 with each endpoint.
 
@@ -269,6 +292,19 @@ def main() -> int:
     print(f"  {'':28}{'SET (GB/s)':>12}{'vs raw':>8}{'GET (GB/s)':>12}{'vs raw':>8}")
     for name, (put, get) in result.items():
         print(f"  {name:28}{gb / put * 1e3:12.2f}{raw_put / put:8.2f}{gb / get * 1e3:12.2f}{raw_get / get:8.2f}")
+
+    with ExitStack() as stack:
+        eps = {name: stack.enter_context(start()) for name, start in servers}
+        rtt = round_trips(eps, 200, args.repeat)
+        from ggml_rpc import disconnect_all
+
+        disconnect_all()
+    print(f"\nsmall answered command (64-byte GET_TENSOR), median µs of {args.repeat} rounds of 200 (in rotation)")
+    for name, us in rtt.items():
+        print(f"  {name:36}{us:9.1f} µs")
+    if args.before:
+        ratio = rtt["ggml-core rpc-server"] / rtt[f"ggml-core @ {args.before[:10]}"]
+        print(f"  now / before: {ratio:.2f}")
 
     from ggml_core.models.default_model import write_default_model
 
