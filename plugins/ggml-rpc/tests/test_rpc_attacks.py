@@ -466,3 +466,46 @@ def test_zero_sized_operands_are_refused_not_internal_errors(
         assert c.closed_by_server()
     assert _log_has(caplog, "closing connection", op.name)
     assert server.stats["internal errors"] == 0
+
+
+def test_decoding_a_graph_costs_no_more_than_its_counted_share(cpu: Device) -> None:
+    """The graph pool counts each message at size + GRAPH_TENSOR_COST per tensor; decoding really takes less."""
+    import tracemalloc
+
+    from ggml_rpc.server._graph import build_graph as decode
+    from ggml_rpc.server._graph import parse_graph
+    from ggml_rpc.server._validate import BufferTable
+
+    buf = cpu.buffer_type().alloc_buffer(4096)
+    table = BufferTable(4, 1 << 20)
+    rec = table.add(buf, 0)
+    tensors = [raw_tensor(id=1, buffer=rec.handle, data=rec.base, ne=(4, 1, 1, 1), name=b"x" * 63)]
+    nodes = []
+    for i in range(3000):  # a chain of ADDs, every tensor distinct and decoded: the worst case per byte
+        tid = 2 + 2 * i
+        tensors.append(raw_tensor(id=tid, buffer=rec.handle, data=rec.base + 64, ne=(4, 1, 1, 1), name=b"l" * 63))
+        tensors.append(
+            raw_tensor(
+                id=tid + 1,
+                buffer=rec.handle,
+                data=rec.base + 128,
+                ne=(4, 1, 1, 1),
+                op=int(GGMLOp.ADD),
+                src=(tid - 1 if i else 1, tid),
+                flags=16,
+                name=b"n" * 63,
+            )
+        )
+        nodes.append(tid + 1)
+    payload = struct.pack("<II", 0, len(nodes)) + struct.pack(f"<{len(nodes)}Q", *nodes)
+    payload += struct.pack("<I", len(tensors)) + b"".join(tensors)
+    tracemalloc.start()
+    try:
+        wire = bytearray(payload)
+        graph, _ctx = decode(parse_graph(wire, 1 << 16, 1 << 16), table, cpu, lambda r: True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(graph.nodes) == 3000
+    assert peak <= ServerLimits.graph_cost(len(payload)), (peak, ServerLimits.graph_cost(len(payload)))
+    buf.free()
