@@ -74,6 +74,10 @@ def test_a_trickled_set_tensor_stalls_only_itself(make_server: Callable[..., RPC
     try:
         took = latencies(bystander.check, 10, 0.05)  # while the attacker's frame is open
         assert max(took) < BYSTANDER_S, took
+        start = time.monotonic()  # before: a new client's ALLOC_BUFFER timed out after 30 s
+        with RawClient(server.address) as newcomer:
+            assert newcomer.alloc(4096)[0]
+        assert time.monotonic() - start < BYSTANDER_S
         # the whole frame is due within frame_timeout + size / min_rate = 1.0005 s, not 60 s per recv()
         assert _closed_within(attacker, 4.0) < 3.0
     finally:
