@@ -513,3 +513,28 @@ def test_decoding_a_graph_costs_no_more_than_its_counted_share(cpu: Device) -> N
     assert len(graph.nodes) == 3000
     assert peak <= ServerLimits.graph_cost(len(payload)), (peak, ServerLimits.graph_cost(len(payload)))
     buf.free()
+
+
+def test_upscale_scratch_is_bounded(make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture) -> None:
+    """UPSCALE [65536, 1] → [1, 65536] (256 KiB in, 256 KiB out) would need a 16 GiB intermediate on the CPU."""
+    caplog.set_level(logging.INFO, logger="ggml_rpc.server")
+    server = make_server(limits=ServerLimits(frame_timeout=5.0, hello_timeout=5.0))
+    dev = RPCReg(server.address).devices[0]
+    assert isinstance(dev, RPCDevice)
+
+    def upscale(w: int, h: int, ow: int, oh: int) -> Callable[[Context], tuple[list[g.Tensor], g.Tensor]]:
+        def make(ctx: Context) -> tuple[list[g.Tensor], g.Tensor]:
+            x = ctx.new_tensor("f32", (w, h))
+            return [x], ops.upscale_ext(x, ow, oh, 1, 1)
+
+        return make
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    got = _compute_remote(dev, upscale(4, 2, 8, 4), [x])[0, 0]  # an ordinary 2x nearest upscale is computed
+    np.testing.assert_array_equal(got, np.repeat(np.repeat(x, 2, 0), 2, 1))
+    before = rss_bytes()
+    with pytest.raises(RPCError):
+        _compute_remote(dev, upscale(65536, 1, 1, 65536), [np.zeros((1, 65536), np.float32)])
+    assert _log_has(caplog, "UPSCALE", "max_node_scratch")
+    assert rss_bytes() - before < 32 * MiB
+    assert server.stats["internal errors"] == 0

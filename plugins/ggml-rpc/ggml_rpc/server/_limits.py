@@ -59,6 +59,8 @@ class ServerLimits:
     max_window: int = 1 << 16
     #: multiply-adds one node whose work depends on its op parameters may cost (pooling, convolutions)
     max_node_work: int = 1 << 36
+    #: bytes of temporary memory one node's shape may make a kernel need beyond its operands (UPSCALE)
+    max_node_scratch: int = 1 << 30
     #: bytes the tensor cache directory may hold (least recently used files are removed first)
     cache_max_bytes: int = 8 * _GIB
     #: tensors are cached only when larger than this (llama.cpp's HASH_THRESHOLD, 10 MiB)

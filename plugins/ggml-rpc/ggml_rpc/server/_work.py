@@ -9,7 +9,11 @@ whole window or kernel) and refuses the node, naming the op and the bound, befor
 - POOL_1D / POOL_2D: the window (``k0``, ``k0·k1``) at most ``max_window`` taps, and ``output × window`` at most
   ``max_node_work``;
 - CONV_2D / CONV_2D_DW / IM2COL: ``output × IC·KH·KW`` (``KH·KW`` depthwise, 1 for IM2COL) at most ``max_node_work``;
-- CONV_TRANSPOSE_1D / CONV_TRANSPOSE_2D: ``input × OC × kernel`` at most ``max_node_work``.
+- CONV_TRANSPOSE_1D / CONV_TRANSPOSE_2D: ``input × OC × kernel`` at most ``max_node_work``;
+- UPSCALE: interpolating one axis at a time needs intermediates of every output plane at the input's size and of
+  (rows of one axis, columns of the other), which a hostile shape makes far larger than input and output
+  (``[65536, 1]`` → ``[1, 65536]``: 16 GiB); their bytes, ``4 · planes · (H_in·W_in + taps · (OH·W_in + H_in·OW +
+  OH·OW))`` (taps 1 nearest, 2 bilinear, 4 bicubic), at most ``max_node_scratch``.
 
 Ops whose parameters set the size of their output (PAD, UPSCALE, ARANGE, TIMESTEP_EMBEDDING, ROLL, IM2COL, ...)
 are bounded by that output's memory, which must lie in a buffer of the connection (the node is rebuilt and
@@ -34,36 +38,48 @@ def _src(t: Tensor, i: int) -> Tensor:
     return s
 
 
-def _pool_1d(t: Tensor) -> tuple[int, int]:
-    return t.op_param_i32(1), t.nelements * t.op_param_i32(1)
+Cost = tuple[int, int, int]  #: (window taps, multiply-adds, scratch bytes)
 
 
-def _pool_2d(t: Tensor) -> tuple[int, int]:
+def _pool_1d(t: Tensor) -> Cost:
+    return t.op_param_i32(1), t.nelements * t.op_param_i32(1), 0
+
+
+def _pool_2d(t: Tensor) -> Cost:
     window = t.op_param_i32(1) * t.op_param_i32(2)
-    return window, t.nelements * window
+    return window, t.nelements * window, 0
 
 
-def _conv_2d(t: Tensor) -> tuple[int, int]:
+def _conv_2d(t: Tensor) -> Cost:
     a = _src(t, 0)  # [KW, KH, IC, OC]
-    return 0, t.nelements * a.ne[0] * a.ne[1] * a.ne[2]
+    return 0, t.nelements * a.ne[0] * a.ne[1] * a.ne[2], 0
 
 
-def _conv_2d_dw(t: Tensor) -> tuple[int, int]:
+def _conv_2d_dw(t: Tensor) -> Cost:
     a = _src(t, 0)  # [KW, KH, 1, C]
-    return 0, t.nelements * a.ne[0] * a.ne[1]
+    return 0, t.nelements * a.ne[0] * a.ne[1], 0
 
 
-def _conv_transpose(t: Tensor) -> tuple[int, int]:
+def _conv_transpose(t: Tensor) -> Cost:
     a, b = _src(t, 0), _src(t, 1)  # every input element meets every (output channel, kernel tap)
     per_input = a.nelements // max(1, b.ne[1] if t.op == GGMLOp.CONV_TRANSPOSE_1D else b.ne[2])
-    return 0, b.nelements * per_input
+    return 0, b.nelements * per_input, 0
 
 
-def _im2col(t: Tensor) -> tuple[int, int]:
-    return 0, t.nelements
+def _im2col(t: Tensor) -> Cost:
+    return 0, t.nelements, 0
 
 
-_WORK: Final[dict[GGMLOp, Callable[[Tensor], tuple[int, int]]]] = {
+def _upscale(t: Tensor) -> Cost:
+    a = _src(t, 0)
+    taps = {0: 1, 1: 2, 2: 4}.get(t.op_param_i32(0) & 0xFF, 4)  # nearest, bilinear, bicubic
+    planes = t.ne[2] * t.ne[3]
+    h_in, w_in, oh, ow = a.ne[1], a.ne[0], t.ne[1], t.ne[0]
+    scratch = 4 * planes * (h_in * w_in + taps * (oh * w_in + h_in * ow + oh * ow))
+    return 0, t.nelements * taps * taps, scratch
+
+
+_WORK: Final[dict[GGMLOp, Callable[[Tensor], Cost]]] = {
     GGMLOp.POOL_1D: _pool_1d,
     GGMLOp.POOL_2D: _pool_2d,
     GGMLOp.CONV_2D: _conv_2d,
@@ -71,11 +87,12 @@ _WORK: Final[dict[GGMLOp, Callable[[Tensor], tuple[int, int]]]] = {
     GGMLOp.CONV_TRANSPOSE_1D: _conv_transpose,
     GGMLOp.CONV_TRANSPOSE_2D: _conv_transpose,
     GGMLOp.IM2COL: _im2col,
+    GGMLOp.UPSCALE: _upscale,
 }
 
 
-def node_work(t: Tensor) -> tuple[int, int] | None:
-    """(window taps, multiply-adds) of a node whose cost its op parameters set; None for other ops."""
+def node_work(t: Tensor) -> Cost | None:
+    """(window taps, multiply-adds, scratch bytes) of a node whose cost its parameters set; None for other ops."""
     fn = _WORK.get(GGMLOp(t.op))
     return fn(t) if fn is not None else None
 
@@ -85,7 +102,7 @@ def check_work(t: Tensor, limits: ServerLimits) -> None:
     got = node_work(t)
     if got is None:
         return
-    window, work = got
+    window, work, scratch = got
     op = GGMLOp(t.op).name
     if window > limits.max_window:
         raise Refused(
@@ -96,4 +113,9 @@ def check_work(t: Tensor, limits: ServerLimits) -> None:
         raise Refused(
             f"GRAPH_COMPUTE: node {t.name!r} ({op}) needs about {work} multiply-adds; this server allows at most "
             f"{limits.max_node_work} per node (max_node_work)"
+        )
+    if scratch > limits.max_node_scratch:
+        raise Refused(
+            f"GRAPH_COMPUTE: node {t.name!r} ({op}) would need about {scratch} bytes of scratch memory; this server "
+            f"allows at most {limits.max_node_scratch} per node (max_node_scratch)"
         )
