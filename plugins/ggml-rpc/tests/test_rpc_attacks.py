@@ -515,10 +515,14 @@ def test_decoding_a_graph_costs_no_more_than_its_counted_share(cpu: Device) -> N
     buf.free()
 
 
-def test_upscale_scratch_is_bounded(make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture) -> None:
-    """UPSCALE [65536, 1] → [1, 65536] (256 KiB in, 256 KiB out) would need a 16 GiB intermediate on the CPU."""
+def test_kernel_scratch_comes_out_of_the_budget(
+    make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """UPSCALE [65536, 1] → [1, 65536] (256 KiB in and out) would need 16 GiB of intermediates on the CPU, and
+    FLASH_ATTN_EXT with head size 1 over 65536 queries and positions 48 GiB of scores: both are refused against the
+    budget (or an explicit per-node cap), while ordinary nodes compute."""
     caplog.set_level(logging.INFO, logger="ggml_rpc.server")
-    server = make_server(limits=ServerLimits(frame_timeout=5.0, hello_timeout=5.0))
+    server = make_server(limits=ServerLimits(max_memory=256 * MiB, frame_timeout=5.0, hello_timeout=5.0))
     dev = RPCReg(server.address).devices[0]
     assert isinstance(dev, RPCDevice)
 
@@ -529,12 +533,43 @@ def test_upscale_scratch_is_bounded(make_server: Callable[..., RPCServer], caplo
 
         return make
 
+    def attention(ctx: Context) -> tuple[list[g.Tensor], g.Tensor]:
+        q = ctx.new_tensor("f32", (1, 65536, 1, 1))
+        k, v = ctx.new_tensor("f16", (1, 65536, 1, 1)), ctx.new_tensor("f16", (1, 65536, 1, 1))
+        return [q, k, v], ops.flash_attn_ext(q, k, v, None, 1.0, 0.0, 0.0)
+
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     got = _compute_remote(dev, upscale(4, 2, 8, 4), [x])[0, 0]  # an ordinary 2x nearest upscale is computed
     np.testing.assert_array_equal(got, np.repeat(np.repeat(x, 2, 0), 2, 1))
     before = rss_bytes()
     with pytest.raises(RPCError):
         _compute_remote(dev, upscale(65536, 1, 1, 65536), [np.zeros((1, 65536), np.float32)])
-    assert _log_has(caplog, "UPSCALE", "max_node_scratch")
+    assert _log_has(caplog, "needs about", "scratch", "--max-memory")
+    zeros = [np.zeros((1, 1, 65536, 1), np.float32), *[np.zeros((1, 1, 65536, 1), np.float16)] * 2]
+    caplog.clear()
+    with pytest.raises(RPCError):
+        dev2 = RPCReg(server.address).devices[0]
+        assert isinstance(dev2, RPCDevice)
+        _compute_remote(dev2, attention, zeros)
+    assert _log_has(caplog, "needs about 51539607552 bytes of scratch")
     assert rss_bytes() - before < 32 * MiB
+    end = time.monotonic() + 5  # both connections were closed: buffers and scratch all returned to the budget
+    while server.memory[0].used and time.monotonic() < end:
+        time.sleep(0.02)
+    assert server.memory[0].used == 0
     assert server.stats["internal errors"] == 0
+
+
+def test_an_explicit_scratch_cap(make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ggml_rpc.server")
+    server = make_server(limits=ServerLimits(max_node_scratch=1 * MiB, frame_timeout=5.0, hello_timeout=5.0))
+    dev = RPCReg(server.address).devices[0]
+    assert isinstance(dev, RPCDevice)
+
+    def upscale(ctx: Context) -> tuple[list[g.Tensor], g.Tensor]:
+        x = ctx.new_tensor("f32", (512, 1))
+        return [x], ops.upscale_ext(x, 1, 512, 1, 1)  # 1 MiB of intermediates and more
+
+    with pytest.raises(RPCError):
+        _compute_remote(dev, upscale, [np.zeros((1, 512), np.float32)])
+    assert _log_has(caplog, "UPSCALE", "max_node_scratch")

@@ -59,8 +59,9 @@ class ServerLimits:
     max_window: int = 1 << 16
     #: multiply-adds one node whose work depends on its op parameters may cost (pooling, convolutions)
     max_node_work: int = 1 << 36
-    #: bytes of temporary memory one node's shape may make a kernel need beyond its operands (UPSCALE)
-    max_node_scratch: int = 1 << 30
+    #: bytes of temporary memory one node's shape may make a kernel need beyond its operands (UPSCALE,
+    #: FLASH_ATTN_EXT), at most (None: whatever the device's budget has left while the graph computes)
+    max_node_scratch: int | None = None
     #: bytes the tensor cache directory may hold (least recently used files are removed first)
     cache_max_bytes: int = 8 * _GIB
     #: tensors are cached only when larger than this (llama.cpp's HASH_THRESHOLD, 10 MiB)

@@ -43,6 +43,7 @@ from ggml_rpc.protocol import (
 from ggml_rpc.server._graph import build_graph, parse_graph
 from ggml_rpc.server._rebuild import rebuild_node
 from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout, extent
+from ggml_rpc.server._work import graph_scratch
 
 if TYPE_CHECKING:
     from ggml_rpc.server._server import RPCServer
@@ -68,9 +69,9 @@ class Session:
         self.devices: list[Device] = server.devices
         self.buffers = BufferTable(self.limits.max_buffers, self.limits.max_bytes or 2**63)
         self.backends: list[Backend | None] = [None] * len(self.devices)
-        #: the last graph computed per device, with the context keeping its tensors and its share of the server's
-        #: graph memory (GRAPH_RECOMPUTE)
-        self.stored: dict[int, tuple[Graph, Context, int]] = {}
+        #: the last graph computed per device, with the context keeping its tensors, its share of the server's
+        #: graph memory and its kernels' scratch (GRAPH_RECOMPUTE)
+        self.stored: dict[int, tuple[Graph, Context, int, int]] = {}
         self.commands = 0
         #: when the message being read began and must be complete (monotonic seconds)
         self._begun = self._deadline = 0.0
@@ -492,11 +493,12 @@ class Session:
                 return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
 
             graph, ctx = build_graph(msg, self.buffers, dev, usable, self.limits)
-            self._compute(msg.device, graph)
+            scratch = graph_scratch(graph.nodes)
+            self._compute(msg.device, graph, scratch)
         except BaseException:
             pool.give(cost)
             raise
-        self.stored[msg.device] = (graph, ctx, cost)
+        self.stored[msg.device] = (graph, ctx, cost, scratch)
 
     def _graph_recompute(self, p: bytearray) -> None:
         index = _U32.unpack(p)[0]
@@ -504,15 +506,25 @@ class Session:
         stored = self.stored.get(index)
         if stored is None:
             raise Refused(f"GRAPH_RECOMPUTE: no graph stored for device {index}")
-        self._compute(index, stored[0])
+        self._compute(index, stored[0], stored[3])
 
-    def _compute(self, index: int, graph: Graph) -> None:
+    def _compute(self, index: int, graph: Graph, scratch: int) -> None:
+        """Compute with ``scratch`` bytes (the kernels' temporaries) taken from the device's budget meanwhile."""
         be = self._backend(index)
-        with self.server.device_lock(index):
-            try:
-                be.graph_compute(graph)
-            except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
-                raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+        budget = self.server.memory[index]
+        if not budget.take(scratch):
+            raise Refused(
+                f"GRAPH_COMPUTE on {self.devices[index].name}: its largest node needs about {scratch} bytes of "
+                f"scratch memory; the server's budget has {budget.free} of {budget.total} bytes left (--max-memory)"
+            )
+        try:
+            with self.server.device_lock(index):
+                try:
+                    be.graph_compute(graph)
+                except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
+                    raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+        finally:
+            budget.give(scratch)
         self.server.count("graphs computed")
 
     def _device_info(self, p: bytearray) -> None:

@@ -13,7 +13,14 @@ whole window or kernel) and refuses the node, naming the op and the bound, befor
 - UPSCALE: interpolating one axis at a time needs intermediates of every output plane at the input's size and of
   (rows of one axis, columns of the other), which a hostile shape makes far larger than input and output
   (``[65536, 1]`` → ``[1, 65536]``: 16 GiB); their bytes, ``4 · planes · (H_in·W_in + taps · (OH·W_in + H_in·OW +
-  OH·OW))`` (taps 1 nearest, 2 bilinear, 4 bicubic), at most ``max_node_scratch``.
+  OH·OW))`` (taps 1 nearest, 2 bilinear, 4 bicubic);
+- FLASH_ATTN_EXT: the scores of every (query, KV position) pair of every head, ``12 · q3 · H · N · n_kv`` bytes (the
+  scores and two softmax temporaries in float32), which head size 1 makes thousands of times the operands.
+
+Scratch is not refused outright (a long-context prefill legitimately needs gigabytes): while a graph computes, its
+largest node's scratch is taken from the device's memory budget, the same pool ALLOC_BUFFER grants come from, and a
+graph whose scratch does not fit what is left is refused (:func:`graph_scratch`; ``max_node_scratch`` can cap one
+node's scratch outright).
 
 Ops whose parameters set the size of their output (PAD, UPSCALE, ARANGE, TIMESTEP_EMBEDDING, ROLL, IM2COL, ...)
 are bounded by that output's memory, which must lie in a buffer of the connection (the node is rebuilt and
@@ -22,14 +29,14 @@ compared with what was sent, so the parameters cannot claim another size).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from ggml_core import GGMLOp, Tensor
 from ggml_rpc.server._limits import ServerLimits
 from ggml_rpc.server._validate import Refused
 
-__all__ = ["check_work", "node_work"]
+__all__ = ["check_work", "graph_scratch", "node_work"]
 
 
 def _src(t: Tensor, i: int) -> Tensor:
@@ -79,6 +86,11 @@ def _upscale(t: Tensor) -> Cost:
     return 0, t.nelements * taps * taps, scratch
 
 
+def _flash_attn(t: Tensor) -> Cost:
+    q, k = _src(t, 0), _src(t, 1)  # q [D, N, H, q3], k [D, n_kv, Hk, k3]
+    return 0, 0, 12 * q.ne[3] * q.ne[2] * q.ne[1] * k.ne[1]
+
+
 _WORK: Final[dict[GGMLOp, Callable[[Tensor], Cost]]] = {
     GGMLOp.POOL_1D: _pool_1d,
     GGMLOp.POOL_2D: _pool_2d,
@@ -88,7 +100,18 @@ _WORK: Final[dict[GGMLOp, Callable[[Tensor], Cost]]] = {
     GGMLOp.CONV_TRANSPOSE_2D: _conv_transpose,
     GGMLOp.IM2COL: _im2col,
     GGMLOp.UPSCALE: _upscale,
+    GGMLOp.FLASH_ATTN_EXT: _flash_attn,
 }
+
+
+def graph_scratch(nodes: Iterable[Tensor]) -> int:
+    """Bytes of scratch the largest node of a graph may need (kernels run one node at a time)."""
+    most = 0
+    for t in nodes:
+        got = node_work(t)
+        if got is not None:
+            most = max(most, got[2])
+    return most
 
 
 def node_work(t: Tensor) -> Cost | None:
@@ -114,7 +137,7 @@ def check_work(t: Tensor, limits: ServerLimits) -> None:
             f"GRAPH_COMPUTE: node {t.name!r} ({op}) needs about {work} multiply-adds; this server allows at most "
             f"{limits.max_node_work} per node (max_node_work)"
         )
-    if scratch > limits.max_node_scratch:
+    if limits.max_node_scratch is not None and scratch > limits.max_node_scratch:
         raise Refused(
             f"GRAPH_COMPUTE: node {t.name!r} ({op}) would need about {scratch} bytes of scratch memory; this server "
             f"allows at most {limits.max_node_scratch} per node (max_node_scratch)"
