@@ -519,8 +519,9 @@ def test_kernel_scratch_comes_out_of_the_budget(
     make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """UPSCALE [65536, 1] → [1, 65536] (256 KiB in and out) would need 16 GiB of intermediates on the CPU, and
-    FLASH_ATTN_EXT with head size 1 over 65536 queries and positions 48 GiB of scores: both are refused against the
-    budget (or an explicit per-node cap), while ordinary nodes compute."""
+    FLASH_ATTN_EXT with head size 1 over 65536 queries and positions 48 GiB of scores, MUL_MAT_ID with 4096 experts
+    per token over rows of 65536 2 GiB of gathered rows: all are refused against the budget (or an explicit per-node
+    cap), while ordinary nodes compute."""
     caplog.set_level(logging.INFO, logger="ggml_rpc.server")
     server = make_server(limits=ServerLimits(max_memory=256 * MiB, frame_timeout=5.0, hello_timeout=5.0))
     dev = RPCReg(server.address).devices[0]
@@ -552,6 +553,19 @@ def test_kernel_scratch_comes_out_of_the_budget(
         assert isinstance(dev2, RPCDevice)
         _compute_remote(dev2, attention, zeros)
     assert _log_has(caplog, "needs about 51539607552 bytes of scratch")
+
+    def experts(ctx: Context) -> tuple[list[g.Tensor], g.Tensor]:
+        as_, b = ctx.new_tensor("f32", (65536, 1, 1)), ctx.new_tensor("f32", (65536, 1, 1))
+        ids = ctx.new_tensor("i32", (4096, 1))  # 16 KiB of ids: 4096 "experts used" of the one token
+        return [as_, b, ids], ops.mul_mat_id(as_, b, ids)
+
+    caplog.clear()
+    with pytest.raises(RPCError):
+        dev3 = RPCReg(server.address).devices[0]
+        assert isinstance(dev3, RPCDevice)
+        ins = [np.zeros((1, 1, 65536), np.float32), np.zeros((1, 1, 65536), np.float32), np.zeros((1, 4096), np.int32)]
+        _compute_remote(dev3, experts, ins)
+    assert _log_has(caplog, f"needs about {8 * 4096 * 65536} bytes of scratch")
     assert rss_bytes() - before < 32 * MiB
     end = time.monotonic() + 5  # both connections were closed: buffers and scratch all returned to the budget
     while server.memory[0].used and time.monotonic() < end:

@@ -15,7 +15,10 @@ whole window or kernel) and refuses the node, naming the op and the bound, befor
   (``[65536, 1]`` → ``[1, 65536]``: 16 GiB); their bytes, ``4 · planes · (H_in·W_in + taps · (OH·W_in + H_in·OW +
   OH·OW))`` (taps 1 nearest, 2 bilinear, 4 bicubic);
 - FLASH_ATTN_EXT: the scores of every (query, KV position) pair of every head, ``12 · q3 · H · N · n_kv`` bytes (the
-  scores and two softmax temporaries in float32), which head size 1 makes thousands of times the operands.
+  scores and two softmax temporaries in float32), which head size 1 makes thousands of times the operands;
+- MUL_MAT_ID: the activation row of every (token, used expert) pair, twice, ``8 · n_tokens · n_used · K``: a small
+  ``ids`` with many experts per token multiplies b's memory by ``n_used``;
+- OUT_PROD: a repeated over b's dims 2 and 3 before the product, ``4 · b3 · b2 · K · M``.
 
 Scratch is not refused outright (a long-context prefill legitimately needs gigabytes): while a graph computes, its
 largest node's scratch is taken from the device's memory budget, the same pool ALLOC_BUFFER grants come from, and a
@@ -91,6 +94,16 @@ def _flash_attn(t: Tensor) -> Cost:
     return 0, 0, 12 * q.ne[3] * q.ne[2] * q.ne[1] * k.ne[1]
 
 
+def _mul_mat_id(t: Tensor) -> Cost:
+    b, ids = _src(t, 1), _src(t, 2)  # b [K, ne11, n_tokens], ids [n_used, n_tokens]
+    return 0, 0, 8 * ids.ne[1] * ids.ne[0] * b.ne[0]
+
+
+def _out_prod(t: Tensor) -> Cost:
+    a, b = _src(t, 0), _src(t, 1)  # a [M, K, a2, a3], b [N, K, b2, b3]
+    return 0, 0, 4 * b.ne[3] * b.ne[2] * a.ne[1] * a.ne[0] + 4 * t.nelements
+
+
 _WORK: Final[dict[GGMLOp, Callable[[Tensor], Cost]]] = {
     GGMLOp.POOL_1D: _pool_1d,
     GGMLOp.POOL_2D: _pool_2d,
@@ -101,6 +114,8 @@ _WORK: Final[dict[GGMLOp, Callable[[Tensor], Cost]]] = {
     GGMLOp.IM2COL: _im2col,
     GGMLOp.UPSCALE: _upscale,
     GGMLOp.FLASH_ATTN_EXT: _flash_attn,
+    GGMLOp.MUL_MAT_ID: _mul_mat_id,
+    GGMLOp.OUT_PROD: _out_prod,
 }
 
 
