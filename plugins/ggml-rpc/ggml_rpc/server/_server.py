@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Final
@@ -89,6 +90,7 @@ class RPCServer:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._accept_thread: threading.Thread | None = None
+        self._busy_logged = -1.0
         #: connections served so far
         self.n_connections = 0
         #: commands received, by name, over all connections; also "cache hits", "refused", "internal errors"
@@ -138,9 +140,15 @@ class RPCServer:
                 busy = len(self._sessions) >= self.limits.max_clients
             if busy:  # closed at once: the client learns "busy" now instead of waiting behind the others
                 self.count("connections refused (busy)")
-                log.warning(
-                    "refusing %s:%s: already serving %d clients (--max-clients)", *peer[:2], len(self._sessions)
-                )
+                now = time.monotonic()
+                if now - self._busy_logged >= 1.0:  # a storm of connections must not become a storm of log lines
+                    self._busy_logged = now
+                    log.warning(
+                        "refusing %s:%s: already serving %d clients (--max-clients; %d refused so far)",
+                        *peer[:2],
+                        self.limits.max_clients,
+                        self.stats["connections refused (busy)"],
+                    )
                 with contextlib.suppress(OSError):
                     conn.close()
                 continue
