@@ -179,11 +179,12 @@ class Connection:
             raise RPCError(self.endpoint, f"cannot send {cmd.name}: the connection is closed")
         return self._sock
 
-    def _fail(self, cmd: Cmd, exc: BaseException) -> RPCError:
+    def _fail(self, cmd: Cmd, exc: BaseException, limit: float | None = None) -> RPCError:
         pending = [n for n in self._unanswered if n != cmd.name]
         after = f" (unanswered before it: {', '.join(dict.fromkeys(pending))})" if pending else ""
         if isinstance(exc, TimeoutError | socket.timeout):
-            what = f"no complete answer within {self.timeout:g} s (GGML_RPC_TIMEOUT): the server is unavailable"
+            which = "GGML_RPC_TIMEOUT" if limit in (None, self.timeout) else "GGML_RPC_CONNECT_TIMEOUT"
+            what = f"no complete answer within {limit or self.timeout:g} s ({which}): the server is unavailable"
         elif isinstance(exc, EOFError | ConnectionResetError | BrokenPipeError):
             what = (
                 "the server closed the connection: it refused a message or stopped (see the server's log); "
@@ -206,14 +207,31 @@ class Connection:
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
 
-    def request(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = (), size: int | None = None) -> bytes:
-        """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size)."""
+    def request(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview] = (),
+        size: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size).
+
+        ``timeout`` replaces :attr:`timeout` for this exchange (discovery uses the connect timeout).
+        """
         want = FIXED_RESPONSE_SIZE[cmd] if size is None else size
         out = bytearray(want)
-        self.request_into(cmd, parts, memoryview(out))
+        self.request_into(cmd, parts, memoryview(out), timeout=timeout)
         return bytes(out)
 
-    def request_into(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], out: memoryview) -> None:
+    def request_into(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        out: memoryview,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         """Send a command and read its answer (exactly ``out.nbytes`` bytes) straight into ``out``."""
 
         def read(sock: socket.socket, got: int, deadline: float) -> None:
@@ -222,9 +240,16 @@ class Connection:
             if got:
                 recv_into_exact(sock, out, deadline)
 
-        self._exchange(cmd, parts, read)
+        self._exchange(cmd, parts, read, timeout)
 
-    def request_variable(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], limit: int) -> bytes:
+    def request_variable(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        limit: int,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
         """Send a command whose answer has a server-chosen size of at most ``limit`` bytes."""
         data = bytearray()
 
@@ -233,7 +258,7 @@ class Connection:
                 raise EOFError(f"answer of {got} bytes, more than the {limit} allowed: malformed answer")
             data.extend(recv_exact(sock, got, deadline))
 
-        self._exchange(cmd, parts, read)
+        self._exchange(cmd, parts, read, timeout)
         return bytes(data)
 
     def _exchange(
@@ -241,21 +266,23 @@ class Connection:
         cmd: Cmd,
         parts: Sequence[bytes | bytearray | memoryview],
         read: Callable[[socket.socket, int, float], None],
+        timeout: float | None = None,
     ) -> None:
         """Send ``cmd``, read the answer's size, let ``read`` take the answer; any failure fails the connection.
 
-        The send, and then the whole answer, must each complete within :attr:`timeout` seconds.
+        The send, and then the whole answer, must each complete within :attr:`timeout` seconds (or ``timeout``).
         """
+        limit = self.timeout if timeout is None else timeout
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
             try:
-                send_frame(sock, cmd, parts, time.monotonic() + self.timeout)
-                deadline = time.monotonic() + self.timeout
+                send_frame(sock, cmd, parts, time.monotonic() + limit)
+                deadline = time.monotonic() + limit
                 read(sock, _U64.unpack(recv_exact(sock, 8, deadline))[0], deadline)
             except (OSError, EOFError) as exc:
-                raise self._fail(cmd, exc) from exc
+                raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()
 
     def sync(self, *, graphs_only: bool = False) -> None:

@@ -587,3 +587,14 @@ def test_an_explicit_scratch_cap(make_server: Callable[..., RPCServer], caplog: 
     with pytest.raises(RPCError):
         _compute_remote(dev, upscale, [np.zeros((1, 512), np.float32)])
     assert _log_has(caplog, "UPSCALE", "max_node_scratch")
+
+
+def test_discovery_is_bounded_by_the_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ggml-core devices``: HELLO answered at once, DEVICE_COUNT trickled: reported within the connect timeout
+    (1 s here), not GGML_RPC_TIMEOUT (60 s here)."""
+    monkeypatch.setenv("GGML_RPC_CONNECT_TIMEOUT", "1")
+    with _trickling_server(HELLO_ANSWER, struct.pack("<Q", 4) + bytes(4)) as ep:
+        start = time.monotonic()
+        with pytest.raises(RPCError, match=r"within 1 s \(GGML_RPC_CONNECT_TIMEOUT\).*unavailable.*DEVICE_COUNT"):
+            assert not RPCReg(ep).devices
+        assert time.monotonic() - start < 2.5
