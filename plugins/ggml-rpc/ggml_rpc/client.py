@@ -6,7 +6,8 @@ commands in order, so the next answered command waits for them, and a server tha
 the connection) or died meanwhile is reported then, naming the commands that were still unanswered. A failed
 connection stays failed: the server freed its buffers when it closed, so nothing can continue silently.
 
-Environment: ``GGML_RPC_TIMEOUT`` (seconds for any whole send and any whole answer, default 300),
+Environment: ``GGML_RPC_TIMEOUT`` (seconds for any whole send and any whole answer, plus its size at
+:data:`MIN_RATE`, 1 MiB/s; default 300),
 ``GGML_RPC_CONNECT_TIMEOUT`` (connecting and the whole HELLO exchange, default 10). These are deadlines for whole
 messages: a server that trickles its answer a byte at a time is reported unavailable when they pass.
 """
@@ -36,12 +37,22 @@ from ggml_rpc.protocol import (
     send_frame,
 )
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "Connection", "connection", "disconnect_all", "parse_endpoint"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "MIN_RATE",
+    "Connection",
+    "connection",
+    "disconnect_all",
+    "parse_endpoint",
+]
 
 #: seconds to wait for an answer (a graph computed remotely counts; raise it for very slow servers)
 DEFAULT_TIMEOUT: Final = 300.0
 #: seconds to wait for the TCP connection and the HELLO answer
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+#: bytes per second a large message may move at, on top of the timeout (a 1 GiB tensor gets 1024 s more)
+MIN_RATE: Final = float(1 << 20)
 
 _U64: Final = struct.Struct("<Q")
 
@@ -201,7 +212,7 @@ class Connection:
         with self.lock:
             sock = self._live(cmd)
             try:
-                send_frame(sock, cmd, parts, time.monotonic() + self.timeout)
+                send_frame(sock, cmd, parts, time.monotonic() + self.timeout + _size(parts) / MIN_RATE)
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc) from exc
             self._unanswered.append(cmd.name)
@@ -270,7 +281,8 @@ class Connection:
     ) -> None:
         """Send ``cmd``, read the answer's size, let ``read`` take the answer; any failure fails the connection.
 
-        The send, and then the whole answer, must each complete within :attr:`timeout` seconds (or ``timeout``).
+        The send, and then the whole answer, must each complete within :attr:`timeout` seconds (or ``timeout``)
+        plus their size at :data:`MIN_RATE`.
         """
         limit = self.timeout if timeout is None else timeout
         with self.lock:
@@ -278,9 +290,10 @@ class Connection:
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
             try:
-                send_frame(sock, cmd, parts, time.monotonic() + limit)
+                send_frame(sock, cmd, parts, time.monotonic() + limit + _size(parts) / MIN_RATE)
                 deadline = time.monotonic() + limit
-                read(sock, _U64.unpack(recv_exact(sock, 8, deadline))[0], deadline)
+                got = _U64.unpack(recv_exact(sock, 8, deadline))[0]
+                read(sock, got, deadline + min(got, 2**50) / MIN_RATE)  # (read checks the size first)
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()
@@ -300,6 +313,10 @@ class Connection:
     def forget_graphs(self) -> None:
         """The server dropped its stored graphs (a buffer was freed): the next compute sends the whole graph."""
         self.last_graph.clear()
+
+
+def _size(parts: Sequence[bytes | bytearray | memoryview]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
 
 
 # ================================================================================================ shared connections
