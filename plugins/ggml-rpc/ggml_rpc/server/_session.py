@@ -231,6 +231,10 @@ class Session:
     def _lock(self, rec: Remote) -> contextlib.AbstractContextManager[object]:
         return self.server.device_lock(rec.device)
 
+    def _fill_lock(self, rec: Remote) -> contextlib.AbstractContextManager[object]:
+        """For filling a buffer: none for host memory (only this connection can name it), else the device lock."""
+        return contextlib.nullcontext() if rec.buffer.host_array() is not None else self._lock(rec)
+
     # ----------------------------------------------------------------------------------------------- commands
 
     def _device_count(self, _: bytearray) -> None:
@@ -301,7 +305,7 @@ class Session:
     def _buffer_clear(self, p: bytearray) -> None:
         handle, value = struct.unpack("<QB", p)
         rec = self.buffers.get(handle, "BUFFER_CLEAR")
-        with self._lock(rec):
+        with self._fill_lock(rec):  # (committing a large fresh buffer takes a while: others' graphs need not wait)
             rec.buffer.clear(value)
 
     def _staging_chunk(self) -> memoryview:
@@ -420,7 +424,7 @@ class Session:
         t, rec, limit = self._tensor(rt, "MEMSET_TENSOR")
         self._range("MEMSET_TENSOR", rt, offset, n, limit)
         if n:
-            with self._lock(rec):
+            with self._fill_lock(rec):
                 rec.buffer.memset_tensor(t, value, offset, n)
 
     def _copy_tensor(self, p: bytearray) -> None:
