@@ -58,6 +58,9 @@ class RPCServer:
     :param cache_dir: where SET_TENSOR_HASH finds tensors by hash (None: no cache)
     :param limits: every bound (:class:`ServerLimits`)
     :param n_threads: threads for each backend (None: the backends' default)
+
+    Shared state: :attr:`memory` (one :class:`Budget` per device: buffers granted and kernel scratch),
+    :attr:`graph_memory` (decoded and stored graphs), :attr:`cache` (the tensor cache, or None), :attr:`stats`.
     """
 
     def __init__(
