@@ -16,7 +16,8 @@ Measured, as medians of ``--repeat`` runs in this one run:
 - ``GET_TENSOR``: one ``get_tensor`` of the same bytes, straight into a preallocated array;
 - small command: the round trip of a 64-byte GET_TENSOR (the per-command cost of each server);
 - per token: decode steps of the embedded default model (4 layers) on the CPU alone and split 1:1 over the CPU and
-  each loopback device, with the commands each token sends.
+  each loopback device, with the commands each token sends and the server process's CPU time per token (user +
+  system: on a loaded machine far steadier than wall time, since waiting for a core does not count).
 
 Targets are measured in rotation (one transfer or decode step each, round after round), so that the load of a
 shared machine hits all of them alike.
@@ -27,6 +28,7 @@ Numbers are noisy on a shared machine; compare the ratios.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -60,6 +62,16 @@ while True:
 """
 
 
+#: the process serving each endpoint (for its CPU time)
+_PIDS: dict[str, int] = {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``): unlike wall time, scheduling delays do not count."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -72,6 +84,7 @@ def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str
                 raise RuntimeError(f"{cmd[0]} exited early")
             got = ready(line)
             if got:
+                _PIDS[got] = proc.pid
                 yield got
                 return
         raise RuntimeError(f"{cmd[0]} did not start")
@@ -232,11 +245,14 @@ def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, 
         m.decode([5])  # warm-up: the first decode graph is planned and sent
         conn = getattr(m.placement.devices[0], "conn", None)
         before[name] = dict(conn.counts) if conn is not None else {}
+    pids = {f"CPU + {name}": _PIDS[ep] for name, ep in endpoints.items() if ep in _PIDS}
+    cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
     for i in range(tokens):
         for name, m in models.items():
             t0 = time.perf_counter()
             m.decode([6 + i % 50])
             times[name].append((time.perf_counter() - t0) * 1e3)
+    server_cpu = {name: (_cpu_seconds(pid) - cpu0[name]) / tokens * 1e3 for name, pid in pids.items()}
     out = {}
     for name, m in models.items():
         conn = getattr(m.placement.devices[0], "conn", None)
@@ -245,6 +261,8 @@ def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, 
             counts = {
                 k: (v - before[name].get(k, 0)) / tokens for k, v in conn.counts.items() if v - before[name].get(k, 0)
             }
+        if name in server_cpu:
+            counts["server CPU ms"] = server_cpu[name]
         out[name] = (statistics.median(times[name]), counts)
         m.close()
     os.environ.pop("GGML_RPC_SERVERS", None)
@@ -319,13 +337,16 @@ def main() -> int:
             disconnect_all()
         cpu_ms = res["CPU alone"][0]
         for name, (ms, counts) in res.items():
-            what = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
+            what = ", ".join(f"{k} {v:.3g}" for k, v in sorted(counts.items()))
             extra = f"  (+{ms - cpu_ms:.2f} ms per token; per token: {what})" if counts else ""
             print(f"  {name:36}{ms:9.2f} ms{extra}")
         if args.before:
             old = res[f"CPU + ggml-core @ {args.before[:10]}"][0] - cpu_ms
             new = res["CPU + ggml-core rpc-server"][0] - cpu_ms
             print(f"  RPC overhead per token, now / before: {new:.2f} / {old:.2f} ms = {new / old:.2f}")
+            cpu_new = res["CPU + ggml-core rpc-server"][1]["server CPU ms"]
+            cpu_old = res[f"CPU + ggml-core @ {args.before[:10]}"][1]["server CPU ms"]
+            print(f"  server CPU per token, now / before: {cpu_new:.3f} / {cpu_old:.3f} ms = {cpu_new / cpu_old:.2f}")
     if args.before:
         put_old, get_old = result[f"ggml-core @ {args.before[:10]}"]
         put_new, get_new = result["ggml-core rpc-server"]
@@ -347,6 +368,7 @@ def _llama(exe: Path, port: str) -> Iterator[str]:
     import socket
 
     proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", port, "-t", "1"], stdout=subprocess.DEVNULL)
+    _PIDS[f"127.0.0.1:{port}"] = proc.pid
     try:
         deadline = time.monotonic() + 30
         while True:
