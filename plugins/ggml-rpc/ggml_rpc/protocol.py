@@ -271,14 +271,17 @@ def _remaining(sock: socket.socket, deadline: float | None) -> None:
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("the message's deadline passed")
-    sock.settimeout(min(left, 86400.0))  # (a deadline days away is as good as none; time_t bounds the value)
+    now = sock.gettimeout()
+    if now is None or not left <= now <= left * 1.1 + 0.05:  # one close enough is kept (a syscall saved per recv)
+        sock.settimeout(min(left, 86400.0))  # (a deadline days away is as good as none; time_t bounds the value)
 
 
 def recv_into_exact(sock: socket.socket, out: memoryview, deadline: float | None = None) -> None:
     """Fill ``out`` from ``sock``; ``EOFError`` when the peer closes first.
 
-    With ``deadline`` (``time.monotonic()`` seconds) the *whole* read must finish by then, however the bytes
-    trickle in (``TimeoutError`` otherwise); without it the socket's own timeout applies to each ``recv``.
+    With ``deadline`` (``time.monotonic()`` seconds) the *whole* read must finish by then (to within 10 % and
+    50 ms), however the bytes trickle in (``TimeoutError`` otherwise); without it the socket's own timeout applies
+    to each ``recv``.
     """
     out = out.cast("B") if out.format != "B" else out
     got, n = 0, out.nbytes
