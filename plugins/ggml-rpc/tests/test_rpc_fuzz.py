@@ -267,7 +267,8 @@ def _graph_message(
             data=0, name=b"n",
         )  # fmt: skip
         try:
-            t = REBUILDERS[op](rt, srcs, ctx) if op in REBUILDERS else None
+            with np.errstate(all="ignore"):  # (hostile ARANGE bounds overflow, as on the server)
+                t = REBUILDERS[op](rt, srcs, ctx) if op in REBUILDERS else None
         except Exception:  # noqa: BLE001 - a rejected combination: send it anyway, with a made-up shape
             t = None
         if t is None and shape_lie != 1:
