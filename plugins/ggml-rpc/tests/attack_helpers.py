@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rpc_helpers import RawClient, raw_tensor
 
+from ggml_core import GGMLOp
 from ggml_rpc.protocol import Cmd
 
 __all__ = ["Attacker", "Vector", "latencies", "rss_bytes", "trickle"]
@@ -77,15 +78,19 @@ class Vector:
         self.handle, _ = self.c.alloc(4096)
         assert self.handle, "the bystander's allocation was refused"
         self.base = self.c.base(self.handle)
-        self.t = raw_tensor(buffer=self.handle, data=self.base, ne=(self.N, 1, 1, 1))
+        self.t = raw_tensor(id=1, buffer=self.handle, data=self.base, ne=(self.N, 1, 1, 1))
+        self.out = raw_tensor(id=2, buffer=self.handle, data=self.base + 1024, ne=(self.N, 1, 1, 1),
+                              op=int(GGMLOp.ADD), src=(1, 1), flags=16)  # fmt: skip
         self.c.set_tensor(self.t, struct.pack(f"<{self.N}f", *range(self.N)))
 
     def check(self) -> float:
-        """One GET_TENSOR round trip (values checked); its latency in seconds."""
+        """One graph (t + t, computed under the device lock) and the GET_TENSOR of its result (values checked):
+        the latency of the round trip in seconds."""
         start = time.monotonic()
-        got = struct.unpack(f"<{self.N}f", self.c.get_tensor(self.t, 4 * self.N))
+        self.c.graph([2], [self.t, self.out])
+        got = struct.unpack(f"<{self.N}f", self.c.get_tensor(self.out, 4 * self.N))
         took = time.monotonic() - start
-        assert got == tuple(float(i) for i in range(self.N))
+        assert got == tuple(2.0 * i for i in range(self.N))
         return took
 
     def close(self) -> None:
