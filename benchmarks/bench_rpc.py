@@ -220,6 +220,52 @@ def round_trips(endpoints: dict[str, str], n: int, rounds: int) -> dict[str, flo
     return {name: statistics.median(v[1:]) for name, v in times.items()}
 
 
+def _tensor(buffer: int, data: int, op: int = 0, src: tuple[int, ...] = (), tid: int = 1) -> bytes:
+    """A 16-float ``rpc_tensor`` (raw wire bytes)."""
+    from ggml_rpc.protocol import RPC_TENSOR
+
+    srcs = [*src, *[0] * (10 - len(src))]
+    return RPC_TENSOR.pack(tid, 0, buffer, 16, 1, 1, 1, 4, 64, 64, 64, op, *[0] * 16, 16 if op else 0, *srcs, 0, 0,
+                           data, b"t", 0)  # fmt: skip
+
+
+def command_mix_cpu(endpoints: dict[str, str], n: int, rounds: int) -> dict[str, list[float]]:
+    """Server CPU µs for one decode step's commands (6 SET_TENSOR, GRAPH_RECOMPUTE, DEVICE_COUNT, GET_TENSOR),
+    ``n`` in a row per round, rounds in rotation; from the server process's CPU time (``/proc``)."""
+    import struct
+
+    from ggml_rpc import Connection
+    from ggml_rpc.protocol import Cmd
+
+    conns = {}
+    for name, ep in endpoints.items():
+        if ep not in _PIDS:
+            continue
+        c = Connection(ep, timeout=60)
+        handle, _ = struct.unpack("<QQ", c.request(Cmd.ALLOC_BUFFER, [struct.pack("<IQ", 0, 4096)]))
+        base = struct.unpack("<Q", c.request(Cmd.BUFFER_GET_BASE, [struct.pack("<Q", handle)]))[0]
+        x, out = _tensor(handle, base), _tensor(handle, base + 1024, op=2, src=(1, 1), tid=2)
+        graph = struct.pack("<IIQI", 0, 1, 2, 2) + x + out
+        c.send(Cmd.GRAPH_COMPUTE, [graph])
+        c.request(Cmd.DEVICE_COUNT)
+        conns[name] = (c, x, out)
+    result: dict[str, list[float]] = {name: [] for name in conns}
+    answer = memoryview(bytearray(64))
+    for _ in range(rounds):
+        for name, (c, x, out) in conns.items():
+            cpu0 = _cpu_seconds(_PIDS[endpoints[name]])
+            for _ in range(n):
+                for _ in range(6):
+                    c.send(Cmd.SET_TENSOR, [x, struct.pack("<BQ", 0, 0), bytes(64)])
+                c.send(Cmd.GRAPH_RECOMPUTE, [struct.pack("<I", 0)])
+                c.request(Cmd.DEVICE_COUNT)
+                c.request_into(Cmd.GET_TENSOR, [out, struct.pack("<QQ", 0, 64)], answer)
+            result[name].append((_cpu_seconds(_PIDS[endpoints[name]]) - cpu0) / n * 1e6)
+    for c, _, _ in conns.values():
+        c.close()
+    return result
+
+
 def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, tuple[float, dict[str, float]]]:
     """Median ms per decoded token and commands per token: the CPU alone, and split 1:1 with each endpoint.
 
@@ -323,6 +369,12 @@ def main() -> int:
     if args.before:
         ratio = rtt["ggml-core rpc-server"] / rtt[f"ggml-core @ {args.before[:10]}"]
         print(f"  now / before: {ratio:.2f}")
+        with ExitStack() as stack:
+            eps = {name: stack.enter_context(start()) for name, start in servers[:2]}
+            mix = command_mix_cpu(eps, 1000, 4)
+        print("\nserver CPU for one decode step's commands, µs, 4 rounds of 1000 (in rotation)")
+        for name, us in mix.items():
+            print(f"  {name:36}" + " ".join(f"{u:7.0f}" for u in us) + f"   median {statistics.median(us):.0f}")
 
     from ggml_core.models.default_model import write_default_model
 

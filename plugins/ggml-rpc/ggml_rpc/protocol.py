@@ -272,8 +272,8 @@ def _remaining(sock: socket.socket, deadline: float | None) -> None:
     if left <= 0:
         raise TimeoutError("the message's deadline passed")
     now = sock.gettimeout()
-    if now is None or not left <= now <= left * 1.1 + 0.05:  # one close enough is kept (a syscall saved per recv)
-        sock.settimeout(min(left, 86400.0))  # (a deadline days away is as good as none; time_t bounds the value)
+    if now is None or not left * 0.9 - 0.05 <= now <= left * 1.1 + 0.05:  # one close enough is kept: a syscall
+        sock.settimeout(min(left, 86400.0))  # saved per message (time_t bounds the value; days are as good as none)
 
 
 def recv_into_exact(sock: socket.socket, out: memoryview, deadline: float | None = None) -> None:
@@ -287,7 +287,13 @@ def recv_into_exact(sock: socket.socket, out: memoryview, deadline: float | None
     got, n = 0, out.nbytes
     while got < n:
         _remaining(sock, deadline)
-        k = sock.recv_into(out[got:], min(n - got, 1 << 24))
+        try:
+            k = sock.recv_into(out[got:], min(n - got, 1 << 24))
+        except TimeoutError:
+            if deadline is None or time.monotonic() >= deadline:
+                raise
+            sock.settimeout(None)  # a kept timeout ran out before the deadline: the next round sets the exact one
+            continue
         if k == 0:
             raise EOFError(f"connection closed after {got} of {n} bytes")
         got += k

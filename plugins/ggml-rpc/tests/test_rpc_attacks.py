@@ -598,3 +598,19 @@ def test_discovery_is_bounded_by_the_connect_timeout(monkeypatch: pytest.MonkeyP
         with pytest.raises(RPCError, match=r"within 1 s \(GGML_RPC_CONNECT_TIMEOUT\).*unavailable.*DEVICE_COUNT"):
             assert not RPCReg(ep).devices
         assert time.monotonic() - start < 2.5
+
+
+def test_the_overlap_rule_accepts_every_layout_ggml_makes() -> None:
+    from ggml_core import GGMLType
+    from ggml_rpc.server._validate import overlaps
+
+    f32, q8 = GGMLType.F32, GGMLType.Q8_0
+    assert overlaps(f32, (2, 2, 2, 1), (4, 4, 100, 200))  # the case
+    assert overlaps(f32, (4, 4, 1, 1), (4, 8, 64, 64))  # rows shorter than their elements
+    assert overlaps(f32, (4, 1, 1, 1), (2, 16, 16, 16))  # elements closer than their size
+    assert not overlaps(f32, (4, 3, 1, 1), (4, 16, 48, 48))  # contiguous
+    assert not overlaps(f32, (3, 4, 1, 1), (16, 4, 48, 48))  # transposed
+    assert not overlaps(f32, (4, 2, 3, 1), (4, 48, 16, 96))  # permuted (dims 1 and 2 swapped)
+    assert not overlaps(f32, (2, 2, 1, 1), (4, 32, 999, 7))  # a view of part of a bigger tensor; ne=1 dims free
+    assert not overlaps(q8, (64, 2, 1, 1), (34, 68, 136, 136))  # blocks
+    assert not overlaps(f32, (0, 4, 4, 4), (4, 4, 4, 4))  # empty

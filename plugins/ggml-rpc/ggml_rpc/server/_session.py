@@ -164,11 +164,17 @@ class Session:
 
     def _one(self) -> bool:
         """Serve one command; False when the client closed the connection between commands."""
-        self.sock.settimeout(self.limits.idle_timeout)
-        try:
-            first = self.sock.recv(1)
-        except TimeoutError:
-            raise Refused(f"silent for more than {self.limits.idle_timeout:g} s (idle timeout)") from None
+        idle = self.limits.idle_timeout
+        if idle is not None:
+            self.sock.settimeout(idle)
+        while True:  # without an idle limit the socket keeps the last message's timeout: no syscall per command
+            try:
+                first = self.sock.recv(1)
+                break
+            except TimeoutError:
+                if idle is not None:
+                    raise Refused(f"silent for more than {idle:g} s (idle timeout)") from None
+                self.sock.settimeout(None)  # silent for longer than that timeout: wait as long as it takes
         if not first:
             return False
         self._begun = begun = time.monotonic()

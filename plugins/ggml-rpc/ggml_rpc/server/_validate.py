@@ -60,10 +60,13 @@ def overlaps(t: GGMLType, ne: tuple[int, ...], nb: tuple[int, ...]) -> bool:
     That is the layout of every tensor ggml makes (contiguous, permuted, transposed, a view of part of one); it
     rules out any two elements sharing a byte. Dimensions of one element have no stride to check.
     """
+    n0, unit = ne[0] // t.block_size, t.type_size
+    if nb[0] == unit and nb[1] == unit * n0 and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]:
+        return False  # contiguous: the common case, decided without sorting
     if min(ne) <= 0:
         return False
-    counts = (ne[0] // t.block_size, ne[1], ne[2], ne[3])
-    span = t.type_size  # bytes covered by one element (block), then by the dimensions checked so far
+    counts = (n0, ne[1], ne[2], ne[3])
+    span = unit  # bytes covered by one element (block), then by the dimensions checked so far
     for stride, n in sorted((nb[i], counts[i]) for i in range(4) if counts[i] > 1):
         if stride < span:
             return True
