@@ -1,18 +1,23 @@
 """RPC over loopback: SET_TENSOR / GET_TENSOR throughput against a raw socket copy, and the per-token cost of a
 layer split over the local CPU and a loopback RPC device.
 
-Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp]``.
+Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp] [--before REV]``.
 
 Servers run in their own processes (``ggml-core rpc-server --port 0``; with ``--llama-cpp`` also llama.cpp's
-``ggml-rpc-server`` from the interop test's cache, if it was built), so that client and server do not share a GIL.
+``ggml-rpc-server`` from the interop test's cache, if it was built; with ``--before REV`` also the ggml-rpc server
+package as it was at git revision REV, e.g. the commit before the hardening, served from a temporary copy), so that
+client and server do not share a GIL. The hardening's cost is the ratio of ``ggml-core rpc-server`` to the
+``--before`` one in the same run.
 Measured, as medians of ``--repeat`` runs in this one run:
 
 - ``raw socket``: the same bytes through a plain TCP socket to a Python peer that reads them into (or sends them from)
   a preallocated buffer and answers one byte — the ceiling for any Python protocol over this loopback;
 - ``SET_TENSOR``: one ``set_tensor`` of ``--mib`` MiB plus the round trip that waits for the server to have it;
 - ``GET_TENSOR``: one ``get_tensor`` of the same bytes, straight into a preallocated array;
+- small command: the round trip of a 64-byte GET_TENSOR (the per-command cost of each server);
 - per token: decode steps of the embedded default model (4 layers) on the CPU alone and split 1:1 over the CPU and
-  each loopback device, with the commands each token sends.
+  each loopback device, with the commands each token sends and the server process's CPU time per token (user +
+  system: on a loaded machine far steadier than wall time, since waiting for a core does not count).
 
 Targets are measured in rotation (one transfer or decode step each, round after round), so that the load of a
 shared machine hits all of them alike.
@@ -23,6 +28,7 @@ Numbers are noisy on a shared machine; compare the ratios.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -56,6 +62,16 @@ while True:
 """
 
 
+#: the process serving each endpoint (for its CPU time)
+_PIDS: dict[str, int] = {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux ``/proc``): unlike wall time, scheduling delays do not count."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -68,6 +84,7 @@ def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str
                 raise RuntimeError(f"{cmd[0]} exited early")
             got = ready(line)
             if got:
+                _PIDS[got] = proc.pid
                 yield got
                 return
         raise RuntimeError(f"{cmd[0]} did not start")
@@ -79,9 +96,38 @@ def _process(cmd: list[str], ready: Callable[[str], str | None]) -> Iterator[str
             proc.kill()
 
 
+def _endpoint(line: str) -> str | None:
+    return line.split(":", 1)[1].strip() if line.strip().startswith("endpoint") else None
+
+
 def _ours() -> Iterator[str]:
     cmd = [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU"]
-    return _process(cmd, lambda line: line.split(":", 1)[1].strip() if line.strip().startswith("endpoint") else None)
+    return _process(cmd, _endpoint)
+
+
+_BEFORE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])  # the old ggml_rpc package first (the plugin entry point imports it from there)
+import ggml_core as g
+from ggml_rpc.server import RPCServer
+srv = RPCServer([g.get_device("CPU")], "127.0.0.1", 0)
+srv.bind()
+print("endpoint :", srv.address, flush=True)
+srv.serve_forever()
+"""
+
+
+@contextmanager
+def _before(rev: str) -> Iterator[str]:
+    """The ggml-rpc package of git revision ``rev`` (a temporary copy) serving the CPU, in its own process."""
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "plugins/ggml-rpc/ggml_rpc"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        with _process([sys.executable, "-c", _BEFORE, str(Path(tmp) / "plugins" / "ggml-rpc")], _endpoint) as ep:
+            yield ep
 
 
 class _Raw:
@@ -152,6 +198,74 @@ def transfers(targets: dict[str, object], repeat: int) -> dict[str, tuple[float,
     return {name: (statistics.median(p[1:]), statistics.median(g[1:])) for name, (p, g) in times.items()}
 
 
+def round_trips(endpoints: dict[str, str], n: int, rounds: int) -> dict[str, float]:
+    """Median µs of one small answered command (a 64-byte GET_TENSOR) per server, ``n`` per round, in rotation."""
+    from ggml_rpc import RPCReg
+
+    bufs = {}
+    for name, ep in endpoints.items():
+        dev = RPCReg(ep).devices[0]
+        ctx = Context()
+        t = ctx.new_tensor("i8", (64,))
+        bufs[name] = (alloc_ctx_tensors(ctx, dev.buffer_type()), t, np.empty(64, np.uint8))
+    times: dict[str, list[float]] = {name: [] for name in endpoints}
+    for _ in range(rounds + 1):  # the first round warms up
+        for name, (buf, t, out) in bufs.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                buf.get_tensor(t, memoryview(out))
+            times[name].append((time.perf_counter() - t0) / n * 1e6)
+    for buf, _, _ in bufs.values():
+        buf.free()
+    return {name: statistics.median(v[1:]) for name, v in times.items()}
+
+
+def _tensor(buffer: int, data: int, op: int = 0, src: tuple[int, ...] = (), tid: int = 1) -> bytes:
+    """A 16-float ``rpc_tensor`` (raw wire bytes)."""
+    from ggml_rpc.protocol import RPC_TENSOR
+
+    srcs = [*src, *[0] * (10 - len(src))]
+    return RPC_TENSOR.pack(tid, 0, buffer, 16, 1, 1, 1, 4, 64, 64, 64, op, *[0] * 16, 16 if op else 0, *srcs, 0, 0,
+                           data, b"t", 0)  # fmt: skip
+
+
+def command_mix_cpu(endpoints: dict[str, str], n: int, rounds: int) -> dict[str, list[float]]:
+    """Server CPU µs for one decode step's commands (6 SET_TENSOR, GRAPH_RECOMPUTE, DEVICE_COUNT, GET_TENSOR),
+    ``n`` in a row per round, rounds in rotation; from the server process's CPU time (``/proc``)."""
+    import struct
+
+    from ggml_rpc import Connection
+    from ggml_rpc.protocol import Cmd
+
+    conns = {}
+    for name, ep in endpoints.items():
+        if ep not in _PIDS:
+            continue
+        c = Connection(ep, timeout=60)
+        handle, _ = struct.unpack("<QQ", c.request(Cmd.ALLOC_BUFFER, [struct.pack("<IQ", 0, 4096)]))
+        base = struct.unpack("<Q", c.request(Cmd.BUFFER_GET_BASE, [struct.pack("<Q", handle)]))[0]
+        x, out = _tensor(handle, base), _tensor(handle, base + 1024, op=2, src=(1, 1), tid=2)
+        graph = struct.pack("<IIQI", 0, 1, 2, 2) + x + out
+        c.send(Cmd.GRAPH_COMPUTE, [graph])
+        c.request(Cmd.DEVICE_COUNT)
+        conns[name] = (c, x, out)
+    result: dict[str, list[float]] = {name: [] for name in conns}
+    answer = memoryview(bytearray(64))
+    for _ in range(rounds):
+        for name, (c, x, out) in conns.items():
+            cpu0 = _cpu_seconds(_PIDS[endpoints[name]])
+            for _ in range(n):
+                for _ in range(6):
+                    c.send(Cmd.SET_TENSOR, [x, struct.pack("<BQ", 0, 0), bytes(64)])
+                c.send(Cmd.GRAPH_RECOMPUTE, [struct.pack("<I", 0)])
+                c.request(Cmd.DEVICE_COUNT)
+                c.request_into(Cmd.GET_TENSOR, [out, struct.pack("<QQ", 0, 64)], answer)
+            result[name].append((_cpu_seconds(_PIDS[endpoints[name]]) - cpu0) / n * 1e6)
+    for c, _, _ in conns.values():
+        c.close()
+    return result
+
+
 def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, tuple[float, dict[str, float]]]:
     """Median ms per decoded token and commands per token: the CPU alone, and split 1:1 with each endpoint.
 
@@ -177,11 +291,14 @@ def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, 
         m.decode([5])  # warm-up: the first decode graph is planned and sent
         conn = getattr(m.placement.devices[0], "conn", None)
         before[name] = dict(conn.counts) if conn is not None else {}
+    pids = {f"CPU + {name}": _PIDS[ep] for name, ep in endpoints.items() if ep in _PIDS}
+    cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
     for i in range(tokens):
         for name, m in models.items():
             t0 = time.perf_counter()
             m.decode([6 + i % 50])
             times[name].append((time.perf_counter() - t0) * 1e3)
+    server_cpu = {name: (_cpu_seconds(pid) - cpu0[name]) / tokens * 1e3 for name, pid in pids.items()}
     out = {}
     for name, m in models.items():
         conn = getattr(m.placement.devices[0], "conn", None)
@@ -190,6 +307,8 @@ def per_token(endpoints: dict[str, str], tokens: int, model: Path) -> dict[str, 
             counts = {
                 k: (v - before[name].get(k, 0)) / tokens for k, v in conn.counts.items() if v - before[name].get(k, 0)
             }
+        if name in server_cpu:
+            counts["server CPU ms"] = server_cpu[name]
         out[name] = (statistics.median(times[name]), counts)
         m.close()
     os.environ.pop("GGML_RPC_SERVERS", None)
@@ -202,12 +321,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5, help="runs per median (default 5)")
     ap.add_argument("--tokens", type=int, default=16, help="decode steps per model measurement (default 16)")
     ap.add_argument("--llama-cpp", action="store_true", help="also against llama.cpp's ggml-rpc-server (if built)")
+    ap.add_argument("--before", metavar="REV", help="also the ggml-rpc server of git revision REV (before/after)")
     args = ap.parse_args()
     nbytes = args.mib << 20
     gb = nbytes / 1e9
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _util import machine
+
+    print(f"machine: {machine()}")
     print(f"loopback transfers of {args.mib} MiB, medians of {args.repeat} (targets measured in rotation)")
     servers: list[tuple[str, Callable[[], Any]]] = [("ggml-core rpc-server", _ours)]
+    if args.before:
+        servers.append((f"ggml-core @ {args.before[:10]}", lambda: _before(args.before)))
     if args.llama_cpp:
         exe = Path.home() / ".cache" / "ggml-core" / "llama-rpc-server-0c1e570" / "ggml-rpc-server"
         if exe.is_file():
@@ -231,6 +357,25 @@ def main() -> int:
     for name, (put, get) in result.items():
         print(f"  {name:28}{gb / put * 1e3:12.2f}{raw_put / put:8.2f}{gb / get * 1e3:12.2f}{raw_get / get:8.2f}")
 
+    with ExitStack() as stack:
+        eps = {name: stack.enter_context(start()) for name, start in servers}
+        rtt = round_trips(eps, 200, args.repeat)
+        from ggml_rpc import disconnect_all
+
+        disconnect_all()
+    print(f"\nsmall answered command (64-byte GET_TENSOR), median µs of {args.repeat} rounds of 200 (in rotation)")
+    for name, us in rtt.items():
+        print(f"  {name:36}{us:9.1f} µs")
+    if args.before:
+        ratio = rtt["ggml-core rpc-server"] / rtt[f"ggml-core @ {args.before[:10]}"]
+        print(f"  now / before: {ratio:.2f}")
+        with ExitStack() as stack:
+            eps = {name: stack.enter_context(start()) for name, start in servers[:2]}
+            mix = command_mix_cpu(eps, 1000, 4)
+        print("\nserver CPU for one decode step's commands, µs, 4 rounds of 1000 (in rotation)")
+        for name, us in mix.items():
+            print(f"  {name:36}" + " ".join(f"{u:7.0f}" for u in us) + f"   median {statistics.median(us):.0f}")
+
     from ggml_core.models.default_model import write_default_model
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -244,9 +389,20 @@ def main() -> int:
             disconnect_all()
         cpu_ms = res["CPU alone"][0]
         for name, (ms, counts) in res.items():
-            what = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
+            what = ", ".join(f"{k} {v:.3g}" for k, v in sorted(counts.items()))
             extra = f"  (+{ms - cpu_ms:.2f} ms per token; per token: {what})" if counts else ""
             print(f"  {name:36}{ms:9.2f} ms{extra}")
+        if args.before:
+            old = res[f"CPU + ggml-core @ {args.before[:10]}"][0] - cpu_ms
+            new = res["CPU + ggml-core rpc-server"][0] - cpu_ms
+            print(f"  RPC overhead per token, now / before: {new:.2f} / {old:.2f} ms = {new / old:.2f}")
+            cpu_new = res["CPU + ggml-core rpc-server"][1]["server CPU ms"]
+            cpu_old = res[f"CPU + ggml-core @ {args.before[:10]}"][1]["server CPU ms"]
+            print(f"  server CPU per token, now / before: {cpu_new:.3f} / {cpu_old:.3f} ms = {cpu_new / cpu_old:.2f}")
+    if args.before:
+        put_old, get_old = result[f"ggml-core @ {args.before[:10]}"]
+        put_new, get_new = result["ggml-core rpc-server"]
+        print(f"  transfer time now / before: SET {put_new / put_old:.2f}, GET {get_new / get_old:.2f}")
     reset_registry()
     return 0
 
@@ -264,6 +420,7 @@ def _llama(exe: Path, port: str) -> Iterator[str]:
     import socket
 
     proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", port, "-t", "1"], stdout=subprocess.DEVNULL)
+    _PIDS[f"127.0.0.1:{port}"] = proc.pid
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -14,7 +14,7 @@ from ggml_core._tensor import MAX_SRC, Tensor
 from ggml_core._types import GGMLType
 from ggml_core.ops._enum import GGMLOp
 
-__all__ = ["check", "check_operand_types", "ctx_of", "finish", "new_result", "same_or_dup", "view_of"]
+__all__ = ["broadcasts", "check", "check_operand_types", "ctx_of", "finish", "new_result", "same_or_dup", "view_of"]
 
 
 def ctx_of(op: str, t: Tensor) -> Context:
@@ -31,6 +31,14 @@ def check(cond: bool, op: str, message: str, *operands: Tensor | None) -> None:
     """Raise :class:`OpError` naming the op and operands unless ``cond`` holds."""
     if not cond:
         raise OpError(op, message, [t for t in operands if t is not None])
+
+
+def broadcasts(small: Tensor, big: Tensor, dims: Sequence[int] = (2, 3)) -> bool:
+    """True when ``small`` repeats a whole number of times over ``big`` along ``dims`` (ggml's ``%`` checks).
+
+    A zero-sized dimension of ``small`` cannot be repeated: ggml divides by it; here it is simply not a broadcast.
+    """
+    return all(small.ne[i] > 0 and big.ne[i] % small.ne[i] == 0 for i in dims)
 
 
 def new_result(op: str, a: Tensor, type: GGMLType, ne: Sequence[int]) -> Tensor:

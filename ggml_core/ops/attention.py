@@ -8,7 +8,7 @@ import numpy as np
 
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
-from ggml_core.ops._build import check, finish, new_result, same_or_dup
+from ggml_core.ops._build import broadcasts, check, finish, new_result, same_or_dup
 from ggml_core.ops._enum import GGMLOp, Prec
 
 __all__ = [
@@ -63,7 +63,7 @@ def soft_max_ext(a: Tensor, mask: Tensor | None, scale: float, max_bias: float =
         check(mask.ne[0] == a.ne[0], op, f"mask.ne[0]={mask.ne[0]} must equal a.ne[0]={a.ne[0]}", a, mask)
         check(mask.ne[1] >= a.ne[1], op, f"mask has {mask.ne[1]} rows, a has {a.ne[1]}", a, mask)
         check(
-            a.ne[2] % mask.ne[2] == 0 and a.ne[3] % mask.ne[3] == 0,
+            broadcasts(mask, a),
             op,
             "mask must broadcast over a's dims 2 and 3",
             a,
@@ -275,14 +275,14 @@ def flash_attn_ext(
     op = "FLASH_ATTN_EXT"
     check(k.ne[0] == q.ne[0], op, f"q and k head sizes differ: q.ne[0]={q.ne[0]}, k.ne[0]={k.ne[0]}", q, k)
     check(
-        q.ne[2] % k.ne[2] == 0 and q.ne[3] % k.ne[3] == 0,
+        broadcasts(k, q),
         op,
         f"k's heads (ne[2:]={list(k.ne[2:])}) must broadcast over q's (ne[2:]={list(q.ne[2:])})",
         q,
         k,
     )
     check(q.ne[3] == k.ne[3] and q.ne[3] == v.ne[3], op, "q, k and v must agree in ne[3]", q, k, v)
-    check(q.ne[2] % v.ne[2] == 0, op, f"n_head={q.ne[2]} must be a multiple of v's heads ne[2]={v.ne[2]}", q, v)
+    check(broadcasts(v, q, (2,)), op, f"n_head={q.ne[2]} must be a multiple of v's heads ne[2]={v.ne[2]}", q, v)
     check(v.ne[1] == k.ne[1], op, f"k has {k.ne[1]} positions (ne[1]), v has {v.ne[1]}", k, v)
     if mask is not None:
         check(mask.type == GGMLType.F16, op, f"mask must be f16, got {mask.type.traits.name}", mask)
@@ -290,7 +290,7 @@ def flash_attn_ext(
         check(mask.ne[0] >= k.ne[1], op, f"mask.ne[0]={mask.ne[0]} must cover n_kv={k.ne[1]}", mask, k)
         check(mask.ne[1] >= q.ne[1], op, f"mask has {mask.ne[1]} rows (ne[1]), q has {q.ne[1]} queries", mask, q)
         check(
-            q.ne[2] % mask.ne[2] == 0 and q.ne[3] % mask.ne[3] == 0,
+            broadcasts(mask, q),
             op,
             f"mask (ne[2:]={list(mask.ne[2:])}) must broadcast over q's heads (ne[2:]={list(q.ne[2:])})",
             q,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
-from ggml_core.ops._build import check, finish, new_result
+from ggml_core.ops._build import broadcasts, check, finish, new_result
 from ggml_core.ops._enum import GGMLOp, Prec
 
 __all__ = ["mul_mat", "mul_mat_id", "mul_mat_set_prec", "out_prod"]
@@ -24,9 +24,9 @@ def mul_mat(a: Tensor, b: Tensor) -> Tensor:
         b,
     )
     check(
-        b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0,
+        broadcasts(a, b),
         "MUL_MAT",
-        f"a (ne[2:]={list(a.ne[2:])}) must broadcast over b (ne[2:]={list(b.ne[2:])})",
+        f"a (ne[2:]={list(a.ne[2:])}) must broadcast over b (ne[2:]={list(b.ne[2:])}); a zero-sized dim cannot",
         a,
         b,
     )
@@ -55,7 +55,7 @@ def mul_mat_id(as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
     check(ids.ne[2] == 1 and ids.ne[3] == 1, op, "ids must be 2-d", ids)
     check(ids.ne[1] == b.ne[2], op, f"ids has {ids.ne[1]} token columns, b has {b.ne[2]} tokens", ids, b)
     check(as_.ne[0] == b.ne[0], op, f"inner dimensions differ: {as_.ne[0]} vs {b.ne[0]}", as_, b)
-    check(ids.ne[0] % b.ne[1] == 0, op, f"b.ne[1]={b.ne[1]} must divide ids.ne[0]={ids.ne[0]}", ids, b)
+    check(b.ne[1] > 0 and ids.ne[0] % b.ne[1] == 0, op, f"b.ne[1]={b.ne[1]} must divide ids.ne[0]={ids.ne[0]}", ids, b)
     result = new_result(op, as_, GGMLType.F32, (as_.ne[1], ids.ne[0], b.ne[2], 1))
     return finish(result, GGMLOp.MUL_MAT_ID, [as_, b, ids])
 
@@ -63,7 +63,7 @@ def mul_mat_id(as_: Tensor, b: Tensor, ids: Tensor) -> Tensor:
 def out_prod(a: Tensor, b: Tensor) -> Tensor:
     """``ggml_out_prod``: for a ``[M, K]`` and b ``[N, K]`` the f32 result ``[M, N]`` = Σ_k a[:, k] ⊗ b[:, k]."""
     check(a.ne[1] == b.ne[1], "OUT_PROD", f"a.ne[1]={a.ne[1]} must equal b.ne[1]={b.ne[1]}", a, b)
-    check(b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0, "OUT_PROD", "a must broadcast over b's dims 2, 3", a, b)
+    check(broadcasts(a, b), "OUT_PROD", f"a (ne[2:]={list(a.ne[2:])}) must broadcast over b's dims 2, 3", a, b)
     check(not a.is_transposed, "OUT_PROD", "a must not be transposed", a)
     result = new_result("OUT_PROD", a, GGMLType.F32, (a.ne[0], b.ne[0], b.ne[2], b.ne[3]))
     return finish(result, GGMLOp.OUT_PROD, [a, b])

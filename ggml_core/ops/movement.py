@@ -213,7 +213,13 @@ def set_rows(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
     check(a.ne[0] == b.ne[0], op, f"row lengths differ: a.ne[0]={a.ne[0]}, b.ne[0]={b.ne[0]}", a, b)
     check(a.ne[2] == b.ne[2] and a.ne[3] == b.ne[3], op, "a and b must agree in ne[2] and ne[3]", a, b)
     check(b.ne[1] == c.ne[0], op, f"b has {b.ne[1]} rows but c has {c.ne[0]} indices", b, c)
-    check(b.ne[2] % c.ne[1] == 0 and b.ne[3] % c.ne[2] == 0, op, "c must broadcast over b's ne[2], ne[3]", b, c)
+    check(
+        c.ne[1] > 0 and c.ne[2] > 0 and b.ne[2] % c.ne[1] == 0 and b.ne[3] % c.ne[2] == 0,
+        op,
+        "c must broadcast over b's ne[2], ne[3]",
+        b,
+        c,
+    )
     check(c.ne[3] == 1, op, "indices must have at most 3 dimensions", c)
     check(b.type in (GGMLType.F32, GGMLType.F16), op, f"source rows must be f32 or f16, got {b.type.traits.name}", b)
     check(c.type in (GGMLType.I32, GGMLType.I64), op, f"indices must be i32 or i64, got {c.type.traits.name}", c)

@@ -229,3 +229,56 @@ def test_conv_2d_dw_direct_composite_and_channels_first_layout() -> None:
     out = ops.conv_2d_dw_direct(g2.tensor(ker), ops.permute(nhwc, 2, 0, 1, 3), 2, 1, 1, 2, 1, 2)
     assert out.nb[2] == 4 and out.nb[0] == 3 * 4
     np.testing.assert_allclose(g2.compute(out), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_wide_pooling_windows_cost_the_input_not_the_window() -> None:
+    """A window far wider than the signal (all padding but one cell) neither materialises it nor loops over it."""
+    import tracemalloc
+
+    x = np.array([[3.5]], np.float32)
+    k = 8193  # output (1 + 2*4096 - 8193) + 1 = 1 cell
+    g = CpuGraph()
+    avg, mx = ops.pool_1d(g.tensor(x), PoolOp.AVG, k, 1, 4096), ops.pool_1d(g.tensor(x), PoolOp.MAX, k, 1, 4096)
+    img = np.full((1, 1, 1, 1), 2.0, np.float32)
+    p2 = ops.pool_2d(g.tensor(img), PoolOp.AVG, 4097, 4097, 1, 1, 2048, 2048)  # 16.8M-cell window, 1 cell inside
+    tracemalloc.start()
+    g.compute(avg, mx, p2)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert avg.to_numpy().reshape(-1).tolist() == [3.5]  # POOL_1D averages over the cells inside
+    assert mx.to_numpy().reshape(-1).tolist() == [3.5]
+    np.testing.assert_array_equal(p2.to_numpy().reshape(-1), np.float32(2.0) / np.float32(4097 * 4097))
+    assert peak < 8 << 20, f"pooling used {peak} bytes of scratch"  # patches would be 4·4097² = 67 MB
+
+
+def test_convolutions_in_row_blocks_match_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONV_2D / CONV_2D_DW work through the output rows in blocks of bounded patches: same values as one block."""
+    from ggml_cpu.kernels import conv
+
+    img, ker = _img(110)
+    dw = rng(111).standard_normal((3, 1, 3, 2)).astype(np.float32)
+    results = []
+    for patch_bytes in (conv._PATCH_BYTES, 1):  # one block; one output row per block
+        monkeypatch.setattr(conv, "_PATCH_BYTES", patch_bytes)
+        g = CpuGraph()
+        out = ops.conv_2d_direct(g.tensor(ker), g.tensor(img), 1, 2, 1, 1, 2, 1)
+        out_dw = ops.conv_2d_dw_direct(g.tensor(dw), g.tensor(img), 2, 1, 1, 2, 1, 2)
+        g.compute(out, out_dw)
+        results.append((out.to_numpy(), out_dw.to_numpy()))
+    np.testing.assert_allclose(results[0][0], _conv2d_ref(img, ker, (1, 2), (1, 1), (2, 1)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(results[1][0], results[0][0])
+    np.testing.assert_array_equal(results[1][1], results[0][1])
+
+
+def test_conv_transpose_1d_kernel_longer_than_signal() -> None:
+    """A kernel longer than the signal loops over the input positions; same definition as the tap loop."""
+    r = rng(112)
+    ker = r.standard_normal((2, 3, 40)).astype(np.float32)  # [K=40, OC=3, IC=2]
+    sig = r.standard_normal((2, 4)).astype(np.float32)  # [L=4, IC=2]
+    g = CpuGraph()
+    got = g.compute(ops.conv_transpose_1d(g.tensor(ker), g.tensor(sig), 3, 0, 1))[0, 0]
+    ref = np.zeros((3, (4 - 1) * 3 + 40))
+    for t in range(4):
+        for k in range(40):
+            ref[:, t * 3 + k] += ker[:, :, k].T.astype(np.float64) @ sig[:, t]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

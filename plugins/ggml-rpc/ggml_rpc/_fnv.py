@@ -56,7 +56,7 @@ def fnv1a64(data: bytes | bytearray | memoryview | np.ndarray, h: int = FNV_OFFS
     arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
     fn = _compile() if arr.size > 4096 else None
     if fn is not None:
-        return int(fn(arr, h)) & _MASK
+        return int(fn(arr, np.uint64(h & _MASK))) & _MASK
     for b in arr.tobytes():
         h = ((h ^ b) * FNV_PRIME) & _MASK
     return h

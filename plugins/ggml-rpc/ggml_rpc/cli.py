@@ -65,18 +65,21 @@ def add_parser(sub: Any, name: str) -> None:
     )
     p.add_argument("--threads", "-t", type=int_in(1, MAX_THREADS), help="threads per backend")
     p.add_argument(
-        "--max-clients", type=int_in(1, MAX_CLIENTS), default=4, help="connections served at once (default 4)"
+        "--max-clients",
+        type=int_in(1, MAX_CLIENTS),
+        default=4,
+        help="connections served at once; more are refused (default 4)",
     )
+    positive = float_in(0.0, None, lo_open=True)
     p.add_argument(
-        "--max-memory",
-        type=float_in(0.0, None, lo_open=True),
-        help="MiB one connection may allocate (default: the free memory)",
+        "--max-memory", type=positive, help="MiB all clients may allocate per device (default: its memory less 1/8)"
     )
-    p.add_argument(
-        "--idle-timeout",
-        type=float_in(0.0, None, lo_open=True),
-        help="seconds a client may stay silent (default: no limit)",
-    )
+    p.add_argument("--max-client-memory", type=positive, help="MiB one connection may allocate (default: --max-memory)")
+    p.add_argument("--idle-timeout", type=positive, help="seconds a client may stay silent (default: no limit)")
+    p.add_argument("--frame-timeout", type=positive, default=60.0, help="seconds per message on top of its size (60)")
+    p.add_argument("--min-rate", type=positive, default=1024.0, help="KiB/s every message must at least move (1024)")
+    p.add_argument("--hello-timeout", type=positive, default=10.0, help="seconds for the whole HELLO (10)")
+    p.add_argument("--cache-max", type=positive, default=8192.0, help="MiB the --cache-dir may hold (8192; LRU)")
     p.add_argument("--verbose", "-v", action="store_true", help="log every connection and cache event")
     p.set_defaults(func=run)
 
@@ -99,10 +102,19 @@ def run(args: argparse.Namespace) -> int:
     if not devices:
         print(f"ggml-core {args.command}: no device to serve (see 'ggml-core devices')", file=sys.stderr)
         return 2
+
+    def mib(value: float | None) -> int | None:
+        return int(value * 2**20) if value else None
+
     limits = ServerLimits(
         max_clients=args.max_clients,
-        max_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
+        max_memory=mib(args.max_memory),
+        max_bytes=mib(args.max_client_memory),
         idle_timeout=args.idle_timeout,
+        frame_timeout=args.frame_timeout,
+        min_rate=args.min_rate * 1024,
+        hello_timeout=args.hello_timeout,
+        cache_max_bytes=int(args.cache_max * 2**20),
     )
     warning = loopback_warning(args.host)
     if warning:
@@ -112,8 +124,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         server.bind()
     except OSError as exc:  # address in use, not an address of this machine, a privileged port
-        print(f"ggml-core {args.command}: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"ggml-core {args.command}: error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 2
     print(f"ggml-core RPC server, protocol v{'.'.join(map(str, PROTO_VERSION))}")
     print(f"  endpoint    : {server.address}")
@@ -121,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     print("  devices     :")
     for i, d in enumerate(devices):
         free, total = d.memory()
-        print(f"    {i}: {d.name}: {d.description} ({total >> 20} MiB, {free >> 20} MiB free)")
+        grant = server.memory[i].total >> 20
+        print(f"    {i}: {d.name}: {d.description} ({total >> 20} MiB, {free >> 20} MiB free, grants {grant} MiB)")
     sys.stdout.flush()
     try:
         server.serve_forever()

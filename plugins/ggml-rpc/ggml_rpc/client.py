@@ -6,8 +6,10 @@ commands in order, so the next answered command waits for them, and a server tha
 the connection) or died meanwhile is reported then, naming the commands that were still unanswered. A failed
 connection stays failed: the server freed its buffers when it closed, so nothing can continue silently.
 
-Environment: ``GGML_RPC_TIMEOUT`` (seconds to wait for any answer or send, default 300),
-``GGML_RPC_CONNECT_TIMEOUT`` (default 10).
+Environment: ``GGML_RPC_TIMEOUT`` (seconds for any whole send and any whole answer, plus its size at
+:data:`MIN_RATE`, 1 MiB/s; default 300),
+``GGML_RPC_CONNECT_TIMEOUT`` (connecting and the whole HELLO exchange, default 10). These are deadlines for whole
+messages: a server that trickles its answer a byte at a time is reported unavailable when they pass.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -34,12 +37,22 @@ from ggml_rpc.protocol import (
     send_frame,
 )
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "Connection", "connection", "disconnect_all", "parse_endpoint"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "MIN_RATE",
+    "Connection",
+    "connection",
+    "disconnect_all",
+    "parse_endpoint",
+]
 
 #: seconds to wait for an answer (a graph computed remotely counts; raise it for very slow servers)
 DEFAULT_TIMEOUT: Final = 300.0
 #: seconds to wait for the TCP connection and the HELLO answer
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+#: bytes per second a large message may move at, on top of the timeout (a 1 GiB tensor gets 1024 s more)
+MIN_RATE: Final = float(1 << 20)
 
 _U64: Final = struct.Struct("<Q")
 
@@ -108,6 +121,7 @@ class Connection:
     # ----------------------------------------------------------------------------------------------- setup
 
     def _connect(self) -> None:
+        deadline = time.monotonic() + self.connect_timeout  # connecting and the whole HELLO exchange
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
@@ -117,22 +131,30 @@ class Connection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         try:
-            send_frame(sock, Cmd.HELLO, [bytes(HELLO_CAPS_SIZE)])
-            size = _U64.unpack(recv_exact(sock, 8))[0]
+            send_frame(sock, Cmd.HELLO, [bytes(HELLO_CAPS_SIZE)], deadline)
+            size = _U64.unpack(recv_exact(sock, 8, deadline))[0]
             if size != FIXED_RESPONSE_SIZE[Cmd.HELLO]:
                 raise RPCVersionError(
                     self.endpoint, f"HELLO answer has {size} bytes, protocol 7 has 28: not an RPC 7.x server"
                 )
-            rsp = recv_exact(sock, size)
+            rsp = recv_exact(sock, size, deadline)
         except RPCError:
             self.close()
             raise
+        except TimeoutError as exc:
+            self.close()
+            raise RPCError(
+                self.endpoint,
+                f"no complete HELLO answer within {self.connect_timeout:g} s (GGML_RPC_CONNECT_TIMEOUT): the "
+                "server is unavailable (overloaded, stopped, or not an RPC server)",
+            ) from exc
         except (OSError, EOFError) as exc:
             self.close()
             raise RPCVersionError(
                 self.endpoint,
-                f"the server closed the connection during HELLO ({exc}): it probably speaks an RPC protocol older "
-                f"than {PROTO_VERSION[0]}.x (llama.cpp builds before protocol 7); update the server",
+                f"the server closed the connection during HELLO ({exc}): it is busy (serving as many clients as it "
+                f"allows) or speaks an RPC protocol older than {PROTO_VERSION[0]}.x (llama.cpp builds before "
+                "protocol 7; update the server)",
             ) from exc
         self.version = (rsp[0], rsp[1], rsp[2])
         if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
@@ -168,11 +190,12 @@ class Connection:
             raise RPCError(self.endpoint, f"cannot send {cmd.name}: the connection is closed")
         return self._sock
 
-    def _fail(self, cmd: Cmd, exc: BaseException) -> RPCError:
+    def _fail(self, cmd: Cmd, exc: BaseException, limit: float | None = None) -> RPCError:
         pending = [n for n in self._unanswered if n != cmd.name]
         after = f" (unanswered before it: {', '.join(dict.fromkeys(pending))})" if pending else ""
         if isinstance(exc, TimeoutError | socket.timeout):
-            what = f"no answer within {self.timeout:g} s (GGML_RPC_TIMEOUT)"
+            which = "GGML_RPC_TIMEOUT" if limit in (None, self.timeout) else "GGML_RPC_CONNECT_TIMEOUT"
+            what = f"no complete answer within {limit or self.timeout:g} s ({which}): the server is unavailable"
         elif isinstance(exc, EOFError | ConnectionResetError | BrokenPipeError):
             what = (
                 "the server closed the connection: it refused a message or stopped (see the server's log); "
@@ -189,58 +212,90 @@ class Connection:
         with self.lock:
             sock = self._live(cmd)
             try:
-                send_frame(sock, cmd, parts)
+                send_frame(sock, cmd, parts, time.monotonic() + self.timeout + _size(parts) / MIN_RATE)
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc) from exc
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
 
-    def request(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = (), size: int | None = None) -> bytes:
-        """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size)."""
+    def request(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview] = (),
+        size: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send a command and return its answer, which must have ``size`` bytes (default: the fixed size).
+
+        ``timeout`` replaces :attr:`timeout` for this exchange (discovery uses the connect timeout).
+        """
         want = FIXED_RESPONSE_SIZE[cmd] if size is None else size
         out = bytearray(want)
-        self.request_into(cmd, parts, memoryview(out))
+        self.request_into(cmd, parts, memoryview(out), timeout=timeout)
         return bytes(out)
 
-    def request_into(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], out: memoryview) -> None:
+    def request_into(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        out: memoryview,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         """Send a command and read its answer (exactly ``out.nbytes`` bytes) straight into ``out``."""
 
-        def read(sock: socket.socket, got: int) -> None:
+        def read(sock: socket.socket, got: int, deadline: float) -> None:
             if got != out.nbytes:
                 raise EOFError(f"answer of {got} bytes, expected {out.nbytes}: malformed answer")
             if got:
-                recv_into_exact(sock, out)
+                recv_into_exact(sock, out, deadline)
 
-        self._exchange(cmd, parts, read)
+        self._exchange(cmd, parts, read, timeout)
 
-    def request_variable(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview], limit: int) -> bytes:
+    def request_variable(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        limit: int,
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
         """Send a command whose answer has a server-chosen size of at most ``limit`` bytes."""
         data = bytearray()
 
-        def read(sock: socket.socket, got: int) -> None:
+        def read(sock: socket.socket, got: int, deadline: float) -> None:
             if got > limit:
                 raise EOFError(f"answer of {got} bytes, more than the {limit} allowed: malformed answer")
-            data.extend(recv_exact(sock, got))
+            data.extend(recv_exact(sock, got, deadline))
 
-        self._exchange(cmd, parts, read)
+        self._exchange(cmd, parts, read, timeout)
         return bytes(data)
 
     def _exchange(
         self,
         cmd: Cmd,
         parts: Sequence[bytes | bytearray | memoryview],
-        read: Callable[[socket.socket, int], None],
+        read: Callable[[socket.socket, int, float], None],
+        timeout: float | None = None,
     ) -> None:
-        """Send ``cmd``, read the answer's size, let ``read`` take the answer; any failure fails the connection."""
+        """Send ``cmd``, read the answer's size, let ``read`` take the answer; any failure fails the connection.
+
+        The send, and then the whole answer, must each complete within :attr:`timeout` seconds (or ``timeout``)
+        plus their size at :data:`MIN_RATE`.
+        """
+        limit = self.timeout if timeout is None else timeout
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
             try:
-                send_frame(sock, cmd, parts)
-                read(sock, _U64.unpack(recv_exact(sock, 8))[0])
+                send_frame(sock, cmd, parts, time.monotonic() + limit + _size(parts) / MIN_RATE)
+                deadline = time.monotonic() + limit
+                got = _U64.unpack(recv_exact(sock, 8, deadline))[0]
+                read(sock, got, deadline + min(got, 2**50) / MIN_RATE)  # (read checks the size first)
             except (OSError, EOFError) as exc:
-                raise self._fail(cmd, exc) from exc
+                raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()
 
     def sync(self, *, graphs_only: bool = False) -> None:
@@ -258,6 +313,10 @@ class Connection:
     def forget_graphs(self) -> None:
         """The server dropped its stored graphs (a buffer was freed): the next compute sends the whole graph."""
         self.last_graph.clear()
+
+
+def _size(parts: Sequence[bytes | bytearray | memoryview]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
 
 
 # ================================================================================================ shared connections

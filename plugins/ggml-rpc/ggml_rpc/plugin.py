@@ -295,7 +295,9 @@ class RPCDevice(Device):
         self.index = index
         self.info: dict[str, Any] = {}
         if conn.ggml_core:
-            raw = conn.request_variable(Cmd.EXT_DEVICE_INFO, [_U32.pack(index)], EXT_DEVICE_INFO_MAX)
+            raw = conn.request_variable(
+                Cmd.EXT_DEVICE_INFO, [_U32.pack(index)], EXT_DEVICE_INFO_MAX, timeout=conn.connect_timeout
+            )
             try:
                 loaded = json.loads(raw.decode("utf-8"))
                 self.info = loaded if isinstance(loaded, dict) else {}
@@ -394,7 +396,7 @@ class RPCReg(BackendReg):
     def enumerate_devices(self) -> list[Device]:
         """Connect (HELLO), ask DEVICE_COUNT, make one device per remote device."""
         conn = connection(self.endpoint)
-        (count,) = _U32.unpack(conn.request(Cmd.DEVICE_COUNT))
+        (count,) = _U32.unpack(conn.request(Cmd.DEVICE_COUNT, timeout=conn.connect_timeout))  # part of connecting
         if count > 64:
             raise ValueError(f"{self.name}: the server reports {count} devices; at most 64 are accepted")
         return [RPCDevice(conn, i, _device_name(self.endpoint, i)) for i in range(count)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -43,6 +44,7 @@ __all__ = [
     "RpcTensor",
     "recv_exact",
     "recv_into_exact",
+    "send_all",
     "send_frame",
 ]
 
@@ -242,35 +244,73 @@ class RPCVersionError(RPCError):
 # ================================================================================================ framing
 
 
-def send_frame(sock: socket.socket, cmd: int, parts: Sequence[bytes | bytearray | memoryview] = ()) -> None:
-    """Send one request: ``cmd``, the total size of ``parts``, then the parts (small frames in one write)."""
+def send_frame(
+    sock: socket.socket,
+    cmd: int,
+    parts: Sequence[bytes | bytearray | memoryview] = (),
+    deadline: float | None = None,
+) -> None:
+    """Send one request: ``cmd``, the total size of ``parts``, then the parts (small frames in one write).
+
+    With ``deadline`` the whole frame must be sent by then (``TimeoutError`` otherwise).
+    """
     size = sum(memoryview(p).nbytes for p in parts)
     head = _REQUEST_HEADER.pack(cmd, size)
     if size <= 1 << 16:
-        sock.sendall(b"".join([head, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)]))
+        send_all(sock, b"".join([head, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)]), deadline)
         return
-    sock.sendall(head)
+    send_all(sock, head, deadline)
     for p in parts:
-        sock.sendall(p)
+        send_all(sock, p, deadline)
 
 
-def recv_into_exact(sock: socket.socket, out: memoryview) -> None:
-    """Fill ``out`` from ``sock``; ``EOFError`` when the peer closes first (timeouts raise ``TimeoutError``)."""
+def _remaining(sock: socket.socket, deadline: float | None) -> None:
+    """Set the socket's timeout to what is left until ``deadline`` (monotonic seconds); TimeoutError when none."""
+    if deadline is None:
+        return
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the message's deadline passed")
+    now = sock.gettimeout()
+    if now is None or not left * 0.9 - 0.05 <= now <= left * 1.1 + 0.05:  # one close enough is kept: a syscall
+        sock.settimeout(min(left, 86400.0))  # saved per message (time_t bounds the value; days are as good as none)
+
+
+def recv_into_exact(sock: socket.socket, out: memoryview, deadline: float | None = None) -> None:
+    """Fill ``out`` from ``sock``; ``EOFError`` when the peer closes first.
+
+    With ``deadline`` (``time.monotonic()`` seconds) the *whole* read must finish by then (to within 10 % and
+    50 ms), however the bytes trickle in (``TimeoutError`` otherwise); without it the socket's own timeout applies
+    to each ``recv``.
+    """
     out = out.cast("B") if out.format != "B" else out
     got, n = 0, out.nbytes
     while got < n:
-        k = sock.recv_into(out[got:], min(n - got, 1 << 24))
+        _remaining(sock, deadline)
+        try:
+            k = sock.recv_into(out[got:], min(n - got, 1 << 24))
+        except TimeoutError:
+            if deadline is None or time.monotonic() >= deadline:
+                raise
+            sock.settimeout(None)  # a kept timeout ran out before the deadline: the next round sets the exact one
+            continue
         if k == 0:
             raise EOFError(f"connection closed after {got} of {n} bytes")
         got += k
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytearray:
-    """Read exactly ``n`` bytes (the caller bounds ``n`` before calling)."""
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
+    """Read exactly ``n`` bytes (the caller bounds ``n`` before calling), by ``deadline`` when given."""
     out = bytearray(n)
     if n:
-        recv_into_exact(sock, memoryview(out))
+        recv_into_exact(sock, memoryview(out), deadline)
     return out
+
+
+def send_all(sock: socket.socket, data: bytes | bytearray | memoryview, deadline: float | None = None) -> None:
+    """``sendall`` that finishes by ``deadline`` (``TimeoutError`` otherwise, however slowly the peer reads)."""
+    _remaining(sock, deadline)
+    sock.sendall(data)  # since Python 3.5 the timeout bounds the whole call, not each send()
 
 
 def name_bytes(name: str) -> bytes:

@@ -20,7 +20,7 @@ from ggml_rpc.server import is_loopback
 
 def test_rpc_server_command_serves_until_stopped() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU"],
+        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU", "--max-memory", "100"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -36,6 +36,7 @@ def test_rpc_server_command_serves_until_stopped() -> None:
             lines.append(line)
         text = "".join(lines)
         assert "protocol v7.0.0" in text and "local cache : n/a" in text and "0: CPU" in text, text
+        assert "grants 100 MiB" in text, text  # --max-memory: the budget all clients share
         endpoint = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("endpoint"))
         assert endpoint.startswith("127.0.0.1:")  # loopback unless told otherwise
         conn = Connection(endpoint, timeout=10)
@@ -44,6 +45,13 @@ def test_rpc_server_command_serves_until_stopped() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_limits_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--frame-timeout", "--min-rate", "--hello-timeout", "--cache-max"):
+        assert main(["rpc-server", "--port", "0", flag, "0"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"{flag} must be positive" in err, err
 
 
 def test_warning_off_loopback() -> None:

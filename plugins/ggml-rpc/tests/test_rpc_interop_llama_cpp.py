@@ -27,7 +27,7 @@ from ggml_core import Device, GGMLOp, GGMLType
 from ggml_core.models import scheduler_available
 from ggml_core.models.default_model import write_default_model
 from ggml_rpc import RPCDevice, RPCReg, _fnv
-from ggml_rpc.server import RPCServer
+from ggml_rpc.server import RPCServer, ServerLimits
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,22 @@ def test_llama_cpp_client_against_our_server(
     assert server.stats["SET_TENSOR_HASH"] == 2  # weights over 10 MiB try the cache first
     if _fnv.fast():
         assert server.stats["cache hits"] == 1  # the second upload of the same weights sent no data
+
+
+def test_llama_cpp_client_sees_an_over_budget_allocation_as_a_failed_one(
+    tools: LlamaCppTools, make_server: Callable[..., RPCServer]
+) -> None:
+    """Over the server's budget, ALLOC_BUFFER answers remote pointer 0: llama.cpp's client gets a null buffer (its
+    ordinary allocation failure) and the connection keeps working."""
+    server = make_server(limits=ServerLimits(max_memory=8 << 20, frame_timeout=5.0, hello_timeout=5.0))
+    proc = subprocess.run(
+        [str(tools.harness), server.address, "--alloc", str(64 << 20)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"ALLOC {64 << 20} null" in out and "ALLOC 4096 ok" in out, out
+    assert server.stats["refused"] == 0 and server.stats["internal errors"] == 0

@@ -8,7 +8,7 @@ POOL_1D's divides by the cells inside; MAX pools start from ``-FLT_MAX``. UPSCAL
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -20,11 +20,18 @@ __all__ = ["patches"]
 
 _F32 = np.float32
 _FLT_MAX = np.finfo(np.float32).max
+#: bytes of input patches a convolution materialises at once (it works through the output rows in blocks)
+_PATCH_BYTES = 32 << 20
 
 
-def _window_index(n_out: int, n_in: int, k: int, stride: int, pad: int, dilation: int) -> tuple[np.ndarray, np.ndarray]:
-    """Input index (clipped) and validity of every (output position, kernel tap) pair along one axis."""
-    idx = np.arange(n_out)[:, None] * stride + np.arange(k)[None, :] * dilation - pad
+def _window_index(
+    n_out: int, n_in: int, k: int, stride: int, pad: int, dilation: int, first: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Input index (clipped) and validity of every (output position, kernel tap) pair along one axis.
+
+    Output positions are ``first .. first + n_out - 1``.
+    """
+    idx = (first + np.arange(n_out))[:, None] * stride + np.arange(k)[None, :] * dilation - pad
     valid = (idx >= 0) & (idx < n_in)
     return np.clip(idx, 0, max(n_in - 1, 0)), valid
 
@@ -39,12 +46,13 @@ def patches(
     pad: tuple[int, int],
     dilation: tuple[int, int],
     fill: float = 0.0,
+    first_row: int = 0,
 ) -> np.ndarray:
     """x (N, C, H, W) → (N, OH, OW, C, KH, KW): the input cell under every kernel tap, ``fill`` outside.
 
-    ``stride``, ``pad`` and ``dilation`` are (along H, along W).
+    ``stride``, ``pad`` and ``dilation`` are (along H, along W); the rows are output rows ``first_row`` on.
     """
-    iy, vy = _window_index(oh, x.shape[2], kh, stride[0], pad[0], dilation[0])  # (OH, KH)
+    iy, vy = _window_index(oh, x.shape[2], kh, stride[0], pad[0], dilation[0], first_row)  # (OH, KH)
     ix, vx = _window_index(ow, x.shape[3], kw, stride[1], pad[1], dilation[1])  # (OW, KW)
     g = x[:, :, iy[:, None, :, None], ix[None, :, None, :]]  # (N, C, OH, OW, KH, KW)
     valid = vy[:, None, :, None] & vx[None, :, None, :]
@@ -98,29 +106,43 @@ def _conv2d_ok(node: Tensor) -> bool:
     return a.type in kernel_types and b.type == GGMLType.F32 and node.type == GGMLType.F32
 
 
-def _image_patches(node: Tensor) -> Callable[[], np.ndarray]:
-    """For CONV_2D / CONV_2D_DW: a function giving the input patches (N, OH, OW, C, KH, KW) of the current data."""
+def _row_blocks(node: Tensor) -> Callable[[], Iterator[tuple[int, int, np.ndarray]]]:
+    """For CONV_2D / CONV_2D_DW: blocks of output rows (y0, y1, input patches (N, y1-y0, OW, C, KH, KW)).
+
+    Each block's patches hold at most about ``_PATCH_BYTES``, so the scratch does not grow with output × kernel.
+    """
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
     stride, pad, dilation = _conv_params(node, True)
-    return lambda: patches(f32(b), a.ne[1], a.ne[0], node.ne[1], node.ne[0], stride, pad, dilation)
+    oh, ow, kh, kw = node.ne[1], node.ne[0], a.ne[1], a.ne[0]
+    row_bytes = 4 * b.ne[3] * ow * b.ne[2] * kh * kw
+    rows = max(1, _PATCH_BYTES // max(1, row_bytes))
+
+    def blocks() -> Iterator[tuple[int, int, np.ndarray]]:
+        x = f32(b)
+        for y0 in range(0, oh, rows):
+            y1 = min(oh, y0 + rows)
+            yield y0, y1, patches(x, kh, kw, y1 - y0, ow, stride, pad, dilation, first_row=y0)
+
+    return blocks
 
 
 @kernel(GGMLOp.CONV_2D, supports=_conv2d_ok)
 def _bind_conv_2d(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    get_patches = _image_patches(node)
+    blocks = _row_blocks(node)
 
     def run() -> None:
-        cols = get_patches()
-        n, oh, ow = cols.shape[:3]
-        cols = cols.reshape(n * oh * ow, -1)
-        if a.type == GGMLType.F16:  # ggml writes the patches in the kernel's type
-            cols = cols.astype(np.float16).astype(np.float32)
         w = f32(a).reshape(a.ne[3], -1)  # (OC, IC*KH*KW)
-        out = (cols @ w.T).reshape(n, oh, ow, a.ne[3])
-        store(node, out.transpose(0, 3, 1, 2))  # (N, OC, OH, OW)
+        out = np.empty((node.ne[3], a.ne[3], node.ne[1], node.ne[0]), np.float32)  # (N, OC, OH, OW)
+        for y0, y1, cols in blocks():
+            n, rh, ow = cols.shape[:3]
+            cols = cols.reshape(n * rh * ow, -1)
+            if a.type == GGMLType.F16:  # ggml writes the patches in the kernel's type
+                cols = cols.astype(np.float16).astype(np.float32)
+            out[:, :, y0:y1] = (cols @ w.T).reshape(n, rh, ow, a.ne[3]).transpose(0, 3, 1, 2)
+        store(node, out)
 
     return run
 
@@ -129,11 +151,14 @@ def _bind_conv_2d(node: Tensor) -> Thunk:
 def _bind_conv_2d_dw(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
-    get_patches = _image_patches(node)
+    blocks = _row_blocks(node)
 
     def run() -> None:
         w = f32(a)[:, 0]  # (C, KH, KW): one filter per channel
-        store(node, np.einsum("nyxckl,ckl->ncyx", get_patches(), w, dtype=np.float32))  # any result strides
+        out = np.empty((node.ne[3], node.ne[2], node.ne[1], node.ne[0]), np.float32)  # (N, C, OH, OW)
+        for y0, y1, cols in blocks():
+            out[:, :, y0:y1] = np.einsum("nyxckl,ckl->ncyx", cols, w, dtype=np.float32)
+        store(node, out)  # any result strides
 
     return run
 
@@ -162,10 +187,13 @@ def _bind_conv_transpose_1d(node: Tensor) -> Thunk:
     def run() -> None:
         w = f32(a)[0]  # (IC, OC, K)
         x = _kernel_rounded(a, f32(b)[0, 0])  # (IC, L)
-        prod = np.einsum("il,iok->olk", x, w, dtype=np.float32)  # (OC, L, K)
         out = np.zeros((a.ne[1], node.ne[0]), np.float32)
-        for tap in range(k):  # output t = l·s0 + tap
-            out[:, tap : tap + s0 * (length - 1) + 1 : s0] += prod[:, :, tap]
+        if k <= length:  # output t = l·s0 + tap; loop over whichever is shorter, kernel taps or input positions
+            for tap in range(k):
+                out[:, tap : tap + s0 * (length - 1) + 1 : s0] += w[:, :, tap].T @ x
+        else:
+            for pos in range(length):
+                out[:, pos * s0 : pos * s0 + k] += np.einsum("i,iok->ok", x[:, pos], w, dtype=np.float32)
         store(node, out[None, None])
 
     return run
@@ -182,11 +210,11 @@ def _bind_conv_transpose_2d(node: Tensor) -> Thunk:
     def run() -> None:
         w = f32(a)  # (IC, OC, KH, KW)
         x = _kernel_rounded(a, f32(b))  # (N, IC, H, W)
-        prod = np.einsum("nihw,iokl->nohwkl", x, w, dtype=np.float32)  # (N, OC, H, W, KH, KW)
         out = np.zeros((b.ne[3], a.ne[2], node.ne[1], node.ne[0]), np.float32)
-        for ky in range(kh):
+        for ky in range(kh):  # one kernel tap at a time: scratch is one (N, OC, H, W) product
             for kx in range(kw):
-                out[:, :, ky : ky + s * (h_in - 1) + 1 : s, kx : kx + s * (w_in - 1) + 1 : s] += prod[..., ky, kx]
+                prod = np.einsum("nihw,io->nohw", x, w[:, :, ky, kx], dtype=np.float32)
+                out[:, :, ky : ky + s * (h_in - 1) + 1 : s, kx : kx + s * (w_in - 1) + 1 : s] += prod
         store(node, out)
 
     return run
@@ -201,6 +229,41 @@ def _pool_ok(node: Tensor) -> bool:
     return a.type in (GGMLType.F32, GGMLType.F16) and node.type == GGMLType.F32
 
 
+def _taps(n_in: int, n_out: int, k: int, s: int, p: int) -> list[tuple[int, int, slice]]:
+    """Along one axis, per kernel tap that reaches the input: (first output, end output, input slice).
+
+    Output ``o`` reads input ``o·s + tap - p``; a tap is kept only for the outputs where that lies in the input,
+    so taps over padding alone are never visited.
+    """
+    out = []
+    for tap in range(max(0, p - s * (n_out - 1)), min(k, p + n_in)):
+        lo = max(0, -(-(p - tap) // s))  # the first output whose input index is >= 0
+        hi = min(n_out, (n_in - 1 - tap + p) // s + 1)  # one past the last whose index is < n_in
+        if lo < hi:
+            first = lo * s + tap - p
+            out.append((lo, hi, slice(first, first + (hi - lo - 1) * s + 1, s)))
+    return out
+
+
+def _pool(x: np.ndarray, op: PoolOp, taps_y: list[tuple[int, int, slice]], taps_x: list[tuple[int, int, slice]],
+          oh: int, ow: int) -> np.ndarray:  # fmt: skip
+    """Pool the windows of x (..., H, W) without materialising them: one strided view per kernel tap.
+
+    ggml's order and rounding: taps row by row, each added to (AVG) or compared with (MAX, from ``-FLT_MAX``;
+    NaN never wins, as with ggml's ``>``) the float32 output. Scratch is the output's size.
+    """
+    shape = (*x.shape[:-2], oh, ow)
+    acc = np.zeros(shape, np.float32) if op == PoolOp.AVG else np.full(shape, -_FLT_MAX, np.float32)
+    for y0, y1, ys in taps_y:
+        for x0, x1, xs in taps_x:
+            dst, src = acc[..., y0:y1, x0:x1], x[..., ys, xs]
+            if op == PoolOp.AVG:
+                dst += src
+            else:
+                np.fmax(dst, src, out=dst)
+    return acc
+
+
 @kernel(GGMLOp.POOL_2D, supports=_pool_ok)
 def _bind_pool_2d(node: Tensor) -> Thunk:
     a = node.src[0]
@@ -208,17 +271,13 @@ def _bind_pool_2d(node: Tensor) -> Thunk:
     op = PoolOp(node.op_param_i32(0))
     k0, k1, s0, s1, p0, p1 = (node.op_param_i32(i) for i in range(1, 7))
     oh, ow = node.ne[1], node.ne[0]
+    taps_y, taps_x = _taps(a.ne[1], oh, k1, s1, p1), _taps(a.ne[0], ow, k0, s0, p0)
 
     def run() -> None:
-        x = f32(a)  # (ne3, ne2, H, W): every (ne3, ne2) plane pooled alone
-        planes = x.reshape(1, -1, x.shape[2], x.shape[3])
+        res = _pool(f32(a), op, taps_y, taps_x, oh, ow)  # (ne3, ne2, OH, OW): every plane pooled alone
         if op == PoolOp.AVG:
-            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=0.0)
-            res = win.sum(axis=(-2, -1), dtype=np.float32) / _F32(k0 * k1)  # padding counts in the divisor
-        else:
-            win = patches(planes, k1, k0, oh, ow, (s1, s0), (p1, p0), (1, 1), fill=-_FLT_MAX)
-            res = win.max(axis=(-2, -1))
-        store(node, res[0].transpose(2, 0, 1).reshape(x.shape[0], x.shape[1], oh, ow))
+            res /= _F32(k0 * k1)  # padding counts in the divisor
+        store(node, res)
 
     return run
 
@@ -230,17 +289,16 @@ def _bind_pool_1d(node: Tensor) -> Thunk:
     op = PoolOp(node.op_param_i32(0))
     k0, s0, p0 = node.op_param_i32(1), node.op_param_i32(2), node.op_param_i32(3)
     ow = node.ne[0]
+    taps = _taps(a.ne[0], ow, k0, s0, p0)
+    count = np.zeros(ow, np.int64)
+    for lo, hi, _ in taps:
+        count[lo:hi] += 1
 
     def run() -> None:
         x = f32(a)  # (ne3, ne2, ne1, W)
-        idx, valid = _window_index(ow, a.ne[0], k0, s0, p0, 1)  # (OW, K)
-        win = x[..., idx]  # (ne3, ne2, ne1, OW, K)
+        res = _pool(x[..., None, :], op, [(0, 1, slice(0, 1))], taps, 1, ow)[..., 0, :]
         if op == PoolOp.AVG:  # divided by the cells inside the signal
-            count = valid.sum(axis=-1)
-            total = np.where(valid, win, _F32(0.0)).sum(axis=-1, dtype=np.float32)
-            res = np.where(count > 0, total / np.maximum(count, 1).astype(np.float32), _F32(0.0))
-        else:
-            res = np.where(valid, win, -_FLT_MAX).max(axis=-1)
+            res = np.where(count > 0, res / np.maximum(count, 1).astype(np.float32), _F32(0.0))
         store(node, res)
 
     return run

@@ -4,7 +4,8 @@ The message is ``u32 device, u32 n_nodes, u64 node_ids[], u32 n_tensors, rpc_ten
 size. Ids are the client's; 0 means "none", duplicates are refused. Nodes are taken in the order sent and each
 may only use nodes sent before it (so no cycle can be formed). A node is rebuilt through the core op builders
 (:mod:`._rebuild`); a tensor that is not a node (a weight, an input, or a result of an earlier graph) is taken as
-memory: its bytes must lie in a buffer of this connection. Views — nodes or not — must lie inside their source
+memory: its bytes must lie in a buffer of this connection. Nodes whose cost their op parameters set are bounded
+(:mod:`._work`). Views — nodes or not — must lie inside their source
 and sit at their source's address plus their offset. Before anything runs, every node to compute, and each of its
 operands, must have memory the device can use, and the device must support the node.
 """
@@ -19,8 +20,10 @@ import numpy as np
 
 from ggml_core import Buffer, Context, Device, GGMLError, GGMLOp, Graph, Tensor, TensorFlag
 from ggml_rpc.protocol import RPC_TENSOR_SIZE, RpcTensor
+from ggml_rpc.server._limits import ServerLimits
 from ggml_rpc.server._rebuild import rebuild_node
 from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout
+from ggml_rpc.server._work import check_work
 
 __all__ = ["GraphMessage", "build_graph", "parse_graph"]
 
@@ -84,9 +87,10 @@ def parse_graph(payload: bytes | bytearray, max_nodes: int, max_tensors: int) ->
 class _Builder:
     """Turns the message's tensors into bound ggml-core tensors, memoised by id."""
 
-    def __init__(self, msg: GraphMessage, buffers: BufferTable) -> None:
+    def __init__(self, msg: GraphMessage, buffers: BufferTable, limits: ServerLimits) -> None:
         self.msg = msg
         self.buffers = buffers
+        self.limits = limits
         self.ctx = Context("rpc-graph")
         self.memo: dict[int, Tensor] = {}
         #: where each non-view tensor's memory is: (buffer record, offset)
@@ -181,6 +185,7 @@ class _Builder:
             self.operand(rt.view_src, pos, user)
         t = rebuild_node(rt, srcs, self.ctx)
         t.name = rt.name_str
+        check_work(t, self.limits)  # before anything is computed
         if t.view_src is not None:
             if not rt.view_src or self.memo.get(rt.view_src) is not t.view_src or rt.view_offs != t.view_offs:
                 raise Refused(f"GRAPH_COMPUTE: {user} is a view of another tensor (or offset) than the sent one")
@@ -197,13 +202,18 @@ class _Builder:
 
 
 def build_graph(
-    msg: GraphMessage, buffers: BufferTable, device: Device, usable: Callable[[Remote], bool]
+    msg: GraphMessage,
+    buffers: BufferTable,
+    device: Device,
+    usable: Callable[[Remote], bool],
+    limits: ServerLimits | None = None,
 ) -> tuple[Graph, Context]:
     """The graph to compute on ``device`` (:class:`Refused` for anything the checks above do not allow).
 
-    ``usable(rec)`` says whether the device may use memory of buffer ``rec``.
+    ``usable(rec)`` says whether the device may use memory of buffer ``rec``; ``limits`` bound the work of nodes
+    whose cost their op parameters set (:mod:`._work`).
     """
-    b = _Builder(msg, buffers)
+    b = _Builder(msg, buffers, limits or ServerLimits())
     for pos, tid in enumerate(msg.node_ids):
         if tid == 0:
             raise Refused(f"GRAPH_COMPUTE: node #{pos} has id 0")

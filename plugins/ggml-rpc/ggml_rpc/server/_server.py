@@ -2,7 +2,8 @@
 
 ggml's RPC protocol has no authentication: anyone who can connect can allocate memory and run graphs. The server
 therefore binds to 127.0.0.1 unless told otherwise and warns loudly when it is not loopback. At most
-``max_clients`` connections are served at once; further clients wait in the listen backlog.
+``max_clients`` connections are served at once; a connection beyond that is closed at once (never queued, so a
+client is told "busy" instead of waiting). Memory granted to clients is counted against one budget per device.
 """
 
 from __future__ import annotations
@@ -12,52 +13,23 @@ import ipaddress
 import logging
 import os
 import socket
-import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from ggml_core import Device, DeviceType
-from ggml_rpc import _fnv
-from ggml_rpc.protocol import RPC_TENSOR_SIZE
+from ggml_rpc.server._cache import TensorCache
+from ggml_rpc.server._limits import Budget, ServerLimits, default_budget
 from ggml_rpc.server._session import Session
 
-__all__ = ["DEFAULT_PORT", "RPCServer", "ServerLimits", "default_devices", "is_loopback"]
+__all__ = ["DEFAULT_PORT", "RPCServer", "default_devices", "is_loopback"]
 
 log = logging.getLogger("ggml_rpc.server")
 
 #: llama.cpp's rpc-server port
 DEFAULT_PORT: Final = 50052
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """What one connection may ask for; every size is checked against these before memory is allocated."""
-
-    #: nodes per graph
-    max_nodes: int = 1 << 16
-    #: tensors per graph message
-    max_tensors: int = 1 << 18
-    #: buffers alive per connection
-    max_buffers: int = 1 << 14
-    #: bytes allocated per connection (None: as much as the device has free)
-    max_bytes: int | None = None
-    #: seconds a client may stay silent between commands (None: forever, as llama.cpp's server)
-    idle_timeout: float | None = None
-    #: seconds for the rest of a message once its first byte arrived
-    frame_timeout: float = 60.0
-    #: seconds to send HELLO after connecting
-    hello_timeout: float = 10.0
-    #: connections served at once
-    max_clients: int = 4
-
-    @property
-    def max_graph_bytes(self) -> int:
-        """The largest GRAPH_COMPUTE payload the node and tensor limits allow."""
-        return 12 + 8 * self.max_nodes + RPC_TENSOR_SIZE * self.max_tensors
 
 
 def is_loopback(host: str) -> bool:
@@ -84,8 +56,11 @@ class RPCServer:
     :param host: the address to bind (default loopback)
     :param port: the port (0: any free port; see :attr:`address`)
     :param cache_dir: where SET_TENSOR_HASH finds tensors by hash (None: no cache)
-    :param limits: per-connection limits
+    :param limits: every bound (:class:`ServerLimits`)
     :param n_threads: threads for each backend (None: the backends' default)
+
+    Shared state: :attr:`memory` (one :class:`Budget` per device: buffers granted and kernel scratch),
+    :attr:`graph_memory` (decoded and stored graphs), :attr:`cache` (the tensor cache, or None), :attr:`stats`.
     """
 
     def __init__(
@@ -104,17 +79,21 @@ class RPCServer:
         self.host, self.port = host, port
         self.limits = limits or ServerLimits()
         self.n_threads = n_threads
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        if self.cache_dir is not None:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        lim = self.limits
+        self.cache = TensorCache(cache_dir, lim.cache_max_bytes, lim.cache_min_bytes) if cache_dir is not None else None
+        self.cache_dir = self.cache.dir if self.cache is not None else None
+        #: device memory granted to clients, one pool per device
+        self.memory = [Budget(f"{d.name} memory", default_budget(d.memory()[1], lim)) for d in self.devices]
+        #: server memory spent decoding and storing graphs, over all connections
+        self.graph_memory = Budget("graph memory", lim.graph_memory)
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
-        self._slots = threading.Semaphore(self.limits.max_clients)
         self._device_locks = [threading.RLock() for _ in self.devices]
         self._sessions: set[Session] = set()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._accept_thread: threading.Thread | None = None
+        self._busy_logged = -1.0
         #: connections served so far
         self.n_connections = 0
         #: commands received, by name, over all connections; also "cache hits", "refused", "internal errors"
@@ -152,18 +131,30 @@ class RPCServer:
             self.bind()
         assert self._listener is not None
         while not self._stop.is_set():
-            if not self._slots.acquire(timeout=0.2):
-                continue
             try:
                 conn, peer = self._listener.accept()
             except TimeoutError:
-                self._slots.release()
                 continue
             except OSError:
-                self._slots.release()
                 if self._stop.is_set():
                     break
                 raise
+            with self._lock:
+                busy = len(self._sessions) >= self.limits.max_clients
+            if busy:  # closed at once: the client learns "busy" now instead of waiting behind the others
+                self.count("connections refused (busy)")
+                now = time.monotonic()
+                if now - self._busy_logged >= 1.0:  # a storm of connections must not become a storm of log lines
+                    self._busy_logged = now
+                    log.warning(
+                        "refusing %s:%s: already serving %d clients (--max-clients; %d refused so far)",
+                        *peer[:2],
+                        self.limits.max_clients,
+                        self.stats["connections refused (busy)"],
+                    )
+                with contextlib.suppress(OSError):
+                    conn.close()
+                continue
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             session = Session(self, conn, f"{peer[0]}:{peer[1]}")
             thread = threading.Thread(target=self._serve, args=(session,), name=f"rpc-{peer[1]}", daemon=True)
@@ -181,7 +172,6 @@ class RPCServer:
         finally:
             with self._lock:
                 self._sessions.discard(session)
-            self._slots.release()
             log.info("client %s gone after %d commands", session.peer, session.commands)
 
     def start(self) -> RPCServer:
@@ -233,28 +223,3 @@ class RPCServer:
         """Serialise work on one device across connections."""
         with self._device_locks[index]:
             yield
-
-    def cache_path(self, digest: int) -> Path | None:
-        """The cache file of a hash, if it exists."""
-        if self.cache_dir is None:
-            return None
-        path = self.cache_dir / f"{digest & (2**64 - 1):016x}"
-        return path if path.is_file() else None
-
-    def cache_store(self, data: bytes | bytearray | memoryview) -> None:
-        """Store data under its FNV-1a hash (written to a temporary file, then renamed)."""
-        assert self.cache_dir is not None
-        digest = _fnv.fnv1a64(data)
-        path = self.cache_dir / f"{digest:016x}"
-        if path.exists():
-            return
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-            log.info("cached %d bytes as %s", memoryview(data).nbytes, path.name)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            log.warning("could not write cache file %s: %s", path, exc)

@@ -3,7 +3,14 @@
 Sizes are checked before anything is allocated: fixed-size commands must have their exact size, SET_TENSOR's
 data must fit the tensor it names (its header is read and checked first), GRAPH_COMPUTE is bounded by the node
 and tensor limits. Any violation raises :class:`Refused`; the session then logs one line and closes this
-connection only. The buffers a connection allocated are freed when it ends.
+connection only. The buffers a connection allocated are freed (and their bytes returned to the server's budget)
+when it ends.
+
+Time: the whole HELLO must arrive within ``hello_timeout``; every later message, once its first byte came, within
+``frame_timeout`` plus its size at ``min_rate`` (however slowly it trickles); answers are sent under the same rule.
+No device lock is ever held across network I/O: data for host memory is received into and sent from the
+connection's own buffer (no other connection can name it); data for other devices goes through a staging chunk
+of ``staging_chunk`` bytes, each chunk copied under the device lock. A slow client slows only itself.
 """
 
 from __future__ import annotations
@@ -11,8 +18,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import socket
 import struct
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ggml_core import AllocationError, Backend, Context, Device, GGMLError, Graph, Tensor
@@ -28,10 +38,12 @@ from ggml_rpc.protocol import (
     RpcTensor,
     recv_exact,
     recv_into_exact,
+    send_all,
 )
 from ggml_rpc.server._graph import build_graph, parse_graph
 from ggml_rpc.server._rebuild import rebuild_node
 from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout, extent
+from ggml_rpc.server._work import graph_scratch
 
 if TYPE_CHECKING:
     from ggml_rpc.server._server import RPCServer
@@ -44,7 +56,6 @@ _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
 _2U64: Final = struct.Struct("<QQ")
 _SET_HEAD: Final = RPC_TENSOR_SIZE + SET_TENSOR_HEADER.size
-_STREAM_CHUNK: Final = 1 << 22
 
 
 class Session:
@@ -58,9 +69,13 @@ class Session:
         self.devices: list[Device] = server.devices
         self.buffers = BufferTable(self.limits.max_buffers, self.limits.max_bytes or 2**63)
         self.backends: list[Backend | None] = [None] * len(self.devices)
-        #: the last graph computed per device, with the context keeping its tensors (GRAPH_RECOMPUTE)
-        self.stored: dict[int, tuple[Graph, Context]] = {}
+        #: the last graph computed per device, with the context keeping its tensors, its share of the server's
+        #: graph memory and its kernels' scratch (GRAPH_RECOMPUTE)
+        self.stored: dict[int, tuple[Graph, Context, int, int]] = {}
         self.commands = 0
+        #: when the message being read began and must be complete (monotonic seconds)
+        self._begun = self._deadline = 0.0
+        self._staging: bytearray | None = None
 
     # ----------------------------------------------------------------------------------------------- loop
 
@@ -76,21 +91,29 @@ class Session:
         except (EOFError, ConnectionError) as exc:
             log.info("connection from %s closed: %s", self.peer, exc)
         except TimeoutError:
-            log.warning("closing connection from %s: no complete message in time", self.peer)
+            self.server.count("timed out")
+            log.warning(
+                "closing connection from %s: a message was not complete in time (%g s plus its size at %d B/s; "
+                "HELLO within %g s)",
+                self.peer,
+                self.limits.frame_timeout,
+                self.limits.min_rate,
+                self.limits.hello_timeout,
+            )
         except OSError as exc:
             log.info("connection from %s failed: %s", self.peer, exc)
         except Exception:
+            self.server.count("internal errors")
             log.exception("closing connection from %s after an internal error", self.peer)
         finally:
             self.close()
 
     def close(self) -> None:
-        """Free this connection's buffers and close its socket."""
-        self.stored.clear()
+        """Free this connection's buffers (returning their bytes to the budget) and close its socket."""
+        self._forget_graphs()
         for rec in self.buffers:
             with contextlib.suppress(Exception):
-                self.buffers.remove(rec.handle)
-                rec.buffer.free()
+                self._release(self.buffers.remove(rec.handle))
         for be in self.backends:
             if be is not None:
                 with contextlib.suppress(Exception):
@@ -98,19 +121,37 @@ class Session:
         with contextlib.suppress(OSError):
             self.sock.close()
 
+    def _release(self, rec: Remote) -> None:
+        """Free a buffer this connection no longer holds and return its bytes to the device's budget."""
+        try:
+            with self._lock(rec):
+                rec.buffer.free()
+        finally:
+            self.server.memory[rec.device].give(rec.size)
+
+    def _forget_graphs(self, device: int | None = None) -> None:
+        """Drop the stored graphs (of one device, or all) and return their graph memory."""
+        for index in [device] if device is not None else list(self.stored):
+            stored = self.stored.pop(index, None)
+            if stored is not None:
+                self.server.graph_memory.give(stored[2])
+
     def _read(self, n: int) -> bytearray:
-        return recv_exact(self.sock, n)
+        """The next ``n`` bytes of the current message, by its deadline."""
+        return recv_exact(self.sock, n, self._deadline)
 
     def _respond(self, payload: bytes | bytearray | memoryview = b"") -> None:
+        """Send an answer; the whole answer must leave by its deadline (size at ``min_rate`` plus the base)."""
         mv = memoryview(payload).cast("B")
+        deadline = self.limits.deadline(mv.nbytes)
         if mv.nbytes <= 1 << 16:
-            self.sock.sendall(_U64.pack(mv.nbytes) + bytes(mv))
+            send_all(self.sock, _U64.pack(mv.nbytes) + bytes(mv), deadline)
         else:
-            self.sock.sendall(_U64.pack(mv.nbytes))
-            self.sock.sendall(mv)
+            send_all(self.sock, _U64.pack(mv.nbytes), deadline)
+            send_all(self.sock, mv, deadline)
 
     def _hello(self) -> None:
-        self.sock.settimeout(self.limits.hello_timeout)
+        self._deadline = time.monotonic() + self.limits.hello_timeout  # the whole HELLO, however it trickles
         cmd = self._read(1)[0]
         if cmd != Cmd.HELLO:
             raise Refused(f"the first command must be HELLO (14), got {cmd}")
@@ -123,12 +164,24 @@ class Session:
 
     def _one(self) -> bool:
         """Serve one command; False when the client closed the connection between commands."""
-        self.sock.settimeout(self.limits.idle_timeout)
-        first = self.sock.recv(1)
+        idle = self.limits.idle_timeout
+        if idle is not None:
+            self.sock.settimeout(idle)
+        while True:  # without an idle limit the socket keeps the last message's timeout: no syscall per command
+            try:
+                first = self.sock.recv(1)
+                break
+            except TimeoutError:
+                if idle is not None:
+                    raise Refused(f"silent for more than {idle:g} s (idle timeout)") from None
+                self.sock.settimeout(None)  # silent for longer than that timeout: wait as long as it takes
         if not first:
             return False
-        self.sock.settimeout(self.limits.frame_timeout)
+        self._begun = begun = time.monotonic()
+        self._deadline = self.limits.deadline(8, begun)
         (size,) = _U64.unpack(self._read(8))
+        # the whole message; a declared size is checked (bounded) by each command before its payload is read
+        self._deadline = self.limits.deadline(min(size, 2**62), begun)
         try:
             cmd = Cmd(first[0])
         except ValueError:
@@ -184,6 +237,10 @@ class Session:
     def _lock(self, rec: Remote) -> contextlib.AbstractContextManager[object]:
         return self.server.device_lock(rec.device)
 
+    def _fill_lock(self, rec: Remote) -> contextlib.AbstractContextManager[object]:
+        """For filling a buffer: none for host memory (only this connection can name it), else the device lock."""
+        return contextlib.nullcontext() if rec.buffer.host_array() is not None else self._lock(rec)
+
     # ----------------------------------------------------------------------------------------------- commands
 
     def _device_count(self, _: bytearray) -> None:
@@ -193,21 +250,33 @@ class Session:
         index, size = struct.unpack("<IQ", p)
         dev = self._device(index, "ALLOC_BUFFER")
         buft = dev.buffer_type()
+        budget = self.server.memory[index]
         why = self.buffers.room_for(size)
         if why is None and size > buft.max_size:
             why = f"over {dev.name}'s largest buffer ({buft.max_size} bytes)"
         if why is None and size > dev.memory()[0]:
             why = f"more than {dev.name}'s free memory"
+        if why is None and not budget.take(size):
+            why = f"over the server's budget for {dev.name} ({budget.free} of {budget.total} bytes left; --max-memory)"
         if why is None:
             try:
                 with self.server.device_lock(index):
                     buf = buft.alloc_buffer(size)
             except (AllocationError, MemoryError, ValueError) as exc:
+                budget.give(size)
                 why = str(exc)
         if why is not None:
-            log.info("%s: ALLOC_BUFFER of %d bytes on %s refused: %s", self.peer, size, dev.name, why)
+            log.info("%s: ALLOC_BUFFER on %s refused: %s", self.peer, dev.name, why)
             self._respond(_2U64.pack(0, 0))  # ggml's answer for a failed allocation
             return
+        if buf.size != size:  # a device may round up: the budget counts what was really given
+            if buf.size > size and not budget.take(buf.size - size):
+                buf.free()
+                budget.give(size)
+                self._respond(_2U64.pack(0, 0))
+                return
+            if buf.size < size:
+                budget.give(size - buf.size)
         rec = self.buffers.add(buf, index)
         self._respond(_2U64.pack(rec.handle, buf.size))
 
@@ -215,14 +284,20 @@ class Session:
         dev = self._device(_U32.unpack(p)[0], "GET_ALIGNMENT")
         self._respond(_U64.pack(dev.buffer_type().alignment))
 
+    def _room(self, index: int) -> int:
+        """Bytes this connection could still be granted on a device (its own limit and the server's budget)."""
+        return max(0, min(self.server.memory[index].free, self.buffers.max_bytes - self.buffers.bytes))
+
     def _get_max_size(self, p: bytearray) -> None:
-        dev = self._device(_U32.unpack(p)[0], "GET_MAX_SIZE")
+        index = _U32.unpack(p)[0]
+        dev = self._device(index, "GET_MAX_SIZE")
         self._respond(_U64.pack(min(dev.buffer_type().max_size, self.buffers.max_bytes)))
 
     def _get_device_memory(self, p: bytearray) -> None:
-        dev = self._device(_U32.unpack(p)[0], "GET_DEVICE_MEMORY")
+        index = _U32.unpack(p)[0]
+        dev = self._device(index, "GET_DEVICE_MEMORY")
         free, total = dev.memory()
-        self._respond(_2U64.pack(max(0, free), max(0, total)))
+        self._respond(_2U64.pack(max(0, min(free, self._room(index))), max(0, total)))
 
     def _buffer_get_base(self, p: bytearray) -> None:
         rec = self.buffers.get(_U64.unpack(p)[0], "BUFFER_GET_BASE")
@@ -230,62 +305,104 @@ class Session:
 
     def _free_buffer(self, p: bytearray) -> None:
         rec = self.buffers.remove(_U64.unpack(p)[0])
-        self.stored.clear()  # stored graphs may use it (as ggml)
-        with self._lock(rec):
-            rec.buffer.free()
+        self._forget_graphs()  # stored graphs may use it (as ggml)
+        self._release(rec)
 
     def _buffer_clear(self, p: bytearray) -> None:
         handle, value = struct.unpack("<QB", p)
         rec = self.buffers.get(handle, "BUFFER_CLEAR")
-        with self._lock(rec):
+        with self._fill_lock(rec):  # (committing a large fresh buffer takes a while: others' graphs need not wait)
             rec.buffer.clear(value)
+
+    def _staging_chunk(self) -> memoryview:
+        if self._staging is None:
+            self._staging = bytearray(self.limits.staging_chunk)
+        return memoryview(self._staging)
 
     def _set_tensor(self, size: int) -> None:
         if size < _SET_HEAD:
             raise Refused(f"SET_TENSOR with a payload of {size} bytes, shorter than its {_SET_HEAD}-byte header")
+        self._deadline = self.limits.deadline(_SET_HEAD, self._begun)  # the declared size is not checked yet
         head = self._read(_SET_HEAD)
         rt = RpcTensor.unpack_from(head)
         cache_flag, offset = SET_TENSOR_HEADER.unpack_from(head, RPC_TENSOR_SIZE)
         n = size - _SET_HEAD
         t, rec, limit = self._tensor(rt, "SET_TENSOR")
         self._range("SET_TENSOR", rt, offset, n, limit)  # checked before a byte of data is read
+        self._deadline = self.limits.deadline(size, self._begun)
         start = t.data_offset + offset if t.data_offset is not None else 0
-        host = rec.buffer.host_array()
-        with self._lock(rec):
+        cache = self.server.cache
+        writer = cache.writer(n) if cache is not None and cache_flag else None
+        try:
+            host = rec.buffer.host_array()
             if host is not None and host.flags.writeable:
+                # straight into this connection's own memory: no other connection can name it, so no lock
                 view = memoryview(host[start : start + n].data)
-                recv_into_exact(self.sock, view)
-                data: bytes | bytearray | memoryview = view
-            else:
-                data = self._read(n)
-                rec.buffer.write(start, data)
-        if cache_flag and self.server.cache_dir is not None and n:
-            self.server.cache_store(data)
+                recv_into_exact(self.sock, view, self._deadline)
+                if writer is not None:
+                    writer.update(view)
+            else:  # through the staging chunk; only each copy to the device holds its lock
+                stage = self._staging_chunk()
+                for at in range(0, n, stage.nbytes):
+                    chunk = stage[: min(stage.nbytes, n - at)]
+                    recv_into_exact(self.sock, chunk, self._deadline)
+                    with self._lock(rec):
+                        rec.buffer.write(start + at, chunk)
+                    if writer is not None:
+                        writer.update(chunk)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        if writer is not None:
+            writer.finish()
 
     def _set_tensor_hash(self, p: bytearray) -> None:
         rt = RpcTensor.unpack_from(p)
         offset, digest = _2U64.unpack_from(p, RPC_TENSOR_SIZE)
         t, rec, limit = self._tensor(rt, "SET_TENSOR_HASH")
-        path = self.server.cache_path(digest)
+        path = self.server.cache.lookup(digest) if self.server.cache is not None else None
         if path is None:
             self._respond(b"\0")
             return
-        n = path.stat().st_size
-        if offset > limit or n > limit - offset:
-            log.info("%s: cached %s does not fit tensor %r; answered 'not cached'", self.peer, path.name, rt.name_str)
-            self._respond(b"\0")
-            return
-        data = path.read_bytes()
-        if len(data) != n or (_fnv.fast() and _fnv.fnv1a64(data) != digest):
-            log.warning("cache file %s does not hold the data of its hash; ignored", path)
-            self._respond(b"\0")
-            return
+        try:
+            ok = self._load_cached(path, rt, rec, t, offset, limit, digest)
+        except OSError as exc:
+            log.warning("cache file %s could not be read: %s", path, exc)
+            ok = False
+        if ok:
+            self.server.count("cache hits")
+            log.info("%s: %r served from the cache (%s)", self.peer, rt.name_str, path.name)
+        self._respond(b"\1" if ok else b"\0")
+
+    def _load_cached(
+        self, path: Path, rt: RpcTensor, rec: Remote, t: Tensor, offset: int, limit: int, digest: int
+    ) -> bool:
+        """Copy a cache file into the tensor in staging chunks, hashing it on the way (False: not usable).
+
+        A file whose hash turns out wrong leaves the tensor partly written; the answer 'not cached' makes the
+        client send the data itself, which overwrites it.
+        """
         assert t.data_offset is not None
-        with self._lock(rec):
-            rec.buffer.write(t.data_offset + offset, data)
-        self.server.count("cache hits")
-        log.info("%s: %d bytes of %r served from the cache (%s)", self.peer, n, rt.name_str, path.name)
-        self._respond(b"\1")
+        with path.open("rb") as f:
+            n = os.fstat(f.fileno()).st_size
+            if offset > limit or n > limit - offset:
+                log.info("%s: cached %s does not fit tensor %r; answered 'not cached'", self.peer, path, rt.name_str)
+                return False
+            h, stage, at = _fnv.FNV_OFFSET, self._staging_chunk(), 0
+            while at < n:
+                chunk = stage[: min(stage.nbytes, n - at)]
+                if f.readinto(chunk) != chunk.nbytes:
+                    return False
+                if _fnv.fast():
+                    h = _fnv.fnv1a64(chunk, h)
+                with self._lock(rec):
+                    rec.buffer.write(t.data_offset + offset + at, chunk)
+                at += chunk.nbytes
+        if _fnv.fast() and h != digest:
+            log.warning("cache file %s does not hold the data of its hash; ignored", path)
+            return False
+        return True
 
     def _get_tensor(self, p: bytearray) -> None:
         rt = RpcTensor.unpack_from(p)
@@ -295,9 +412,17 @@ class Session:
         assert t.data_offset is not None
         start = t.data_offset + offset
         host = rec.buffer.host_array()
-        with self._lock(rec):
-            out = host[start : start + n].data if host is not None else rec.buffer.read(start, n)
-            self._respond(out)
+        if host is not None:  # sent from this connection's own memory, without a lock
+            self._respond(host[start : start + n].data)
+            return
+        deadline = self.limits.deadline(n)
+        send_all(self.sock, _U64.pack(n), deadline)
+        stage = self._staging_chunk()
+        for at in range(0, n, stage.nbytes):  # copied out under the lock, sent without it
+            k = min(stage.nbytes, n - at)
+            with self._lock(rec):
+                data = rec.buffer.read(start + at, k)
+            send_all(self.sock, data, deadline)
 
     def _memset_tensor(self, p: bytearray) -> None:
         rt = RpcTensor.unpack_from(p)
@@ -305,7 +430,7 @@ class Session:
         t, rec, limit = self._tensor(rt, "MEMSET_TENSOR")
         self._range("MEMSET_TENSOR", rt, offset, n, limit)
         if n:
-            with self._lock(rec):
+            with self._fill_lock(rec):
                 rec.buffer.memset_tensor(t, value, offset, n)
 
     def _copy_tensor(self, p: bytearray) -> None:
@@ -355,16 +480,35 @@ class Session:
     def _graph_compute(self, size: int) -> None:
         if size > self.limits.max_graph_bytes:
             raise Refused(f"GRAPH_COMPUTE of {size} bytes; this server accepts at most {self.limits.max_graph_bytes}")
-        msg = parse_graph(self._read(size), self.limits.max_nodes, self.limits.max_tensors)
-        dev = self._device(msg.device, "GRAPH_COMPUTE")
-        self.stored.pop(msg.device, None)
+        if size < 4:
+            raise Refused(f"GRAPH_COMPUTE: payload of {size} bytes is shorter than its 12-byte header")
+        device = _U32.unpack(self._read(4))[0]
+        self._device(device, "GRAPH_COMPUTE")
+        self._forget_graphs(device)
+        cost = self.limits.graph_cost(size)
+        pool = self.server.graph_memory
+        if not pool.take(cost, wait_until=self._deadline):  # wait for other connections' graphs, not forever
+            raise Refused(
+                f"GRAPH_COMPUTE of {size} bytes needs up to {cost} bytes of server memory to decode; the server's "
+                f"graph memory ({pool.total} bytes) stayed in use by other connections"
+            )
+        try:
+            payload = bytearray(size)
+            payload[:4] = _U32.pack(device)
+            recv_into_exact(self.sock, memoryview(payload)[4:], self._deadline)
+            msg = parse_graph(payload, self.limits.max_nodes, self.limits.max_tensors)
+            dev = self.devices[device]
 
-        def usable(rec: Remote) -> bool:
-            return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
+            def usable(rec: Remote) -> bool:
+                return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
 
-        graph, ctx = build_graph(msg, self.buffers, dev, usable)
-        self._compute(msg.device, graph)
-        self.stored[msg.device] = (graph, ctx)
+            graph, ctx = build_graph(msg, self.buffers, dev, usable, self.limits)
+            scratch = graph_scratch(graph.nodes)
+            self._compute(msg.device, graph, scratch)
+        except BaseException:
+            pool.give(cost)
+            raise
+        self.stored[msg.device] = (graph, ctx, cost, scratch)
 
     def _graph_recompute(self, p: bytearray) -> None:
         index = _U32.unpack(p)[0]
@@ -372,15 +516,25 @@ class Session:
         stored = self.stored.get(index)
         if stored is None:
             raise Refused(f"GRAPH_RECOMPUTE: no graph stored for device {index}")
-        self._compute(index, stored[0])
+        self._compute(index, stored[0], stored[3])
 
-    def _compute(self, index: int, graph: Graph) -> None:
+    def _compute(self, index: int, graph: Graph, scratch: int) -> None:
+        """Compute with ``scratch`` bytes (the kernels' temporaries) taken from the device's budget meanwhile."""
         be = self._backend(index)
-        with self.server.device_lock(index):
-            try:
-                be.graph_compute(graph)
-            except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
-                raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+        budget = self.server.memory[index]
+        if not budget.take(scratch):
+            raise Refused(
+                f"GRAPH_COMPUTE on {self.devices[index].name}: its largest node needs about {scratch} bytes of "
+                f"scratch memory; the server's budget has {budget.free} of {budget.total} bytes left (--max-memory)"
+            )
+        try:
+            with self.server.device_lock(index):
+                try:
+                    be.graph_compute(graph)
+                except (GGMLError, ValueError, ArithmeticError, IndexError, NotImplementedError) as exc:
+                    raise Refused(f"computing the graph on {self.devices[index].name} failed: {exc}") from exc
+        finally:
+            budget.give(scratch)
         self.server.count("graphs computed")
 
     def _device_info(self, p: bytearray) -> None:

@@ -1,10 +1,11 @@
 """What the server checks about every received tensor, and the per-connection table of buffer handles.
 
 A tensor is accepted only when its type id is a ggml type, ``ne[0]`` is a multiple of the block size, a quantized
-tensor's blocks are packed (``nb[0]`` is the block size in bytes), no two elements overlap (strides cannot make a
-small buffer look like a huge tensor), its buffer handle was handed out *to this
-connection*, and every byte it spans — from ``data`` to ``data + nbytes`` with its own strides — lies inside that
-buffer. Handles and base addresses are per-connection numbers, not pointers: nothing a client sends is ever
+tensor's blocks are packed (``nb[0]`` is the block size in bytes), no two elements overlap (each dimension, by
+increasing stride, steps past all the smaller ones: strides cannot make a small buffer look like a huge tensor),
+its buffer handle was handed out *to this connection*, and every byte it spans — from ``data`` to
+``data + nbytes`` with its own strides — lies inside that buffer. Handles and base addresses are per-connection
+numbers, not pointers: nothing a client sends is ever
 dereferenced.
 """
 
@@ -17,7 +18,7 @@ from typing import Final
 from ggml_core import Buffer, GGMLType
 from ggml_rpc.protocol import RpcTensor
 
-__all__ = ["BASE_ALIGN", "BufferTable", "Refused", "Remote", "check_layout", "extent"]
+__all__ = ["BASE_ALIGN", "BufferTable", "Refused", "Remote", "check_layout", "extent", "overlaps"]
 
 #: remote base addresses are multiples of this (larger than any device's alignment)
 BASE_ALIGN: Final = 1 << 20
@@ -46,13 +47,31 @@ def check_layout(rt: RpcTensor, what: str = "tensor") -> GGMLType:
         raise Refused(f"{label}: {t.traits.name} blocks must be packed (nb[0]={rt.nb[0]}, block bytes {t.type_size})")
     if rt.flags & ~KNOWN_FLAGS:
         raise Refused(f"{label}: unknown flag bits {rt.flags & ~KNOWN_FLAGS:#x}")
-    n = extent(t, rt.ne, rt.nb)
-    described = rt.ne[0] // t.block_size * t.type_size * rt.ne[1] * rt.ne[2] * rt.ne[3]
-    if described > n:
+    if overlaps(t, rt.ne, rt.nb):
         # ggml never aliases elements (broadcasting happens in kernels, not strides); refusing it bounds the work
         # a kernel can be made to do per byte of memory
-        raise Refused(f"{label}: ne={list(rt.ne)}, nb={list(rt.nb)} make elements overlap ({described} bytes in {n})")
+        raise Refused(f"{label}: ne={list(rt.ne)}, nb={list(rt.nb)} make elements overlap")
     return t
+
+
+def overlaps(t: GGMLType, ne: tuple[int, ...], nb: tuple[int, ...]) -> bool:
+    """True unless each dimension, taken by increasing stride, steps past everything the smaller ones span.
+
+    That is the layout of every tensor ggml makes (contiguous, permuted, transposed, a view of part of one); it
+    rules out any two elements sharing a byte. Dimensions of one element have no stride to check.
+    """
+    n0, unit = ne[0] // t.block_size, t.type_size
+    if nb[0] == unit and nb[1] == unit * n0 and nb[2] == nb[1] * ne[1] and nb[3] == nb[2] * ne[2]:
+        return False  # contiguous: the common case, decided without sorting
+    if min(ne) <= 0:
+        return False
+    counts = (n0, ne[1], ne[2], ne[3])
+    span = unit  # bytes covered by one element (block), then by the dimensions checked so far
+    for stride, n in sorted((nb[i], counts[i]) for i in range(4) if counts[i] > 1):
+        if stride < span:
+            return True
+        span += stride * (n - 1)
+    return False
 
 
 def extent(t: GGMLType, ne: tuple[int, ...], nb: tuple[int, ...]) -> int:

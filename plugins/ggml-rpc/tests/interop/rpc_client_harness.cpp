@@ -130,6 +130,24 @@ int main(int argc, char ** argv) {
     ggml_backend_dev_memory(dev, &free_mem, &total_mem);
     printf("DEVICE %s %s free=%zu total=%zu\n", ggml_backend_dev_name(dev), ggml_backend_dev_description(dev),
            free_mem, total_mem);
+    if (argc > 3 && std::string(argv[2]) == "--alloc") {
+        // one allocation of argv[3] bytes (over the server's budget in the test), then a small one: the failure
+        // must be ggml's ordinary failed allocation (a null buffer) on a connection that still works
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
+        const size_t n = (size_t) strtoull(argv[3], nullptr, 10);
+        ggml_backend_buffer_t big = ggml_backend_buft_alloc_buffer(buft, n);
+        printf("ALLOC %zu %s\n", n, big ? "ok" : "null");
+        if (big) {
+            ggml_backend_buffer_free(big);
+        }
+        ggml_backend_buffer_t small = ggml_backend_buft_alloc_buffer(buft, 4096);
+        printf("ALLOC 4096 %s\n", small ? "ok" : "null");
+        if (small) {
+            ggml_backend_buffer_free(small);
+        }
+        fflush(stdout);
+        return 0;
+    }
     ggml_backend_t rpc = ggml_backend_dev_init(dev, nullptr);
     ggml_backend_t cpu = ggml_backend_cpu_init();
 
