@@ -162,9 +162,11 @@ def _runner(command: PluginCommand, strict: bool) -> Callable[[argparse.Namespac
 
 
 def _record(registry: Any, plugin: str, message: str, exc: BaseException | None) -> None:
-    if registry.strict:
-        raise PluginError(plugin, message) from exc
+    """A problem of ``plugin``'s commands, recorded as every plugin problem is: shown by ``devices`` and ``plugins``
+    (and their ``--json``), raised under ``GGML_STRICT_PLUGINS=1``. The plugin itself stays loaded."""
     for info in registry.plugins:
         if info.name == plugin:
-            info.warnings.append(message)
+            registry._record(info, "commands", "ggml_register_commands", message, "refused", exc)
             return
+    if registry.strict:
+        raise PluginError(plugin, message) from exc

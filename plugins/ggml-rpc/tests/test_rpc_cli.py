@@ -48,10 +48,15 @@ def test_rpc_server_command_serves_until_stopped() -> None:
 
 
 def test_limits_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
-    for flag in ("--frame-timeout", "--min-rate", "--hello-timeout", "--cache-max"):
-        assert main(["rpc-server", "--port", "0", flag, "0"]) == 2
+    from ggml_core.cli import main
+
+    flags = ("--max-memory", "--max-client-memory", "--frame-timeout", "--min-rate", "--hello-timeout", "--cache-max")
+    for flag in flags:
+        with pytest.raises(SystemExit) as exc:
+            main(["rpc-server", "--port", "0", flag, "0"])
+        assert exc.value.code == 2
         err = capsys.readouterr().err.strip()
-        assert err.count("\n") == 0 and f"{flag} must be positive" in err, err
+        assert err.count("\n") == 0 and f"argument {flag}: must be a finite number in (0.0, inf]" in err, err
 
 
 def test_warning_off_loopback() -> None:
