@@ -1,0 +1,109 @@
+// ggml-webgpu: MUL_MAT. pack_b turns the activations into contiguous f32 rows [i3][i2][n][K], rounded the way
+// ggml's CPU rounds them for the weight type's dot product (f16, bf16, Q8_0 blocks of 32, Q8_K blocks of 256);
+// mul_mat decodes the weights in-shader, 32 at a time, and multiplies them with up to 8 activation rows per
+// workgroup (one weight row per workgroup, K split over its 64 invocations, then a tree reduction).
+
+// C's roundf: halves away from zero
+fn roundf(x: f32) -> f32 {
+    let t = trunc(x);
+    return select(t, t + sign(x), abs(x - t) >= 0.5);
+}
+
+// words: n_items (blocks), type A, mode (0 none, 1 f16, 2 Q8_0, 3 Q8_K, 4 bf16), blk (32 or 256)
+@compute @workgroup_size(64)
+fn pack_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let t = pu(OP + 1u);
+    let mode = pu(OP + 2u);
+    let blk = pu(OP + 3u);
+    let k = ne(TA, 0u);
+    let nblk = (k + blk - 1u) / blk;
+    let i = unflat4(e, vec4<u32>(nblk, ne(TA, 1u), ne(TA, 2u), ne(TA, 3u)));
+    let k0 = i.x * blk;
+    let kn = min(k - k0, blk);
+    let row = at(TA, 0u, i.y, i.z, i.w);
+    let out = ((i.w * ne(TA, 2u) + i.z) * ne(TA, 1u) + i.y) * k + k0;
+    var x: array<f32, 256>;
+    for (var l = 0u; l < kn; l++) { x[l] = A_f(row + (k0 + l) * nb(TA, 0u), t); }
+    if (mode == 2u) {  // Q8_0: d = amax / 127 (stored as f16), q = roundf(x / d)
+        var amax = 0.0;
+        for (var l = 0u; l < kn; l++) { amax = max(amax, abs(x[l])); }
+        let d = amax / 127.0;
+        let id = select(0.0, 1.0 / d, d != 0.0);
+        let dh = round_f16(d);
+        for (var l = 0u; l < kn; l++) { x[l] = roundf(x[l] * id) * dh; }
+    } else if (mode == 3u) {  // Q8_K: iscale = -127 / (first value of largest magnitude), q = min(127, rint(x iscale))
+        var amax = 0.0;
+        var vmax = 0.0;
+        for (var l = 0u; l < kn; l++) {
+            let a = abs(x[l]);
+            if (a > amax) { amax = a; vmax = x[l]; }
+        }
+        var iscale = 0.0;
+        var d = 0.0;
+        if (amax != 0.0) {
+            iscale = -127.0 / vmax;
+            d = 1.0 / iscale;
+        }
+        for (var l = 0u; l < kn; l++) { x[l] = min(127.0, round(iscale * x[l])) * d; }
+    } else if (mode == 1u) {
+        for (var l = 0u; l < kn; l++) { x[l] = round_f16(x[l]); }
+    } else if (mode == 4u) {
+        for (var l = 0u; l < kn; l++) { x[l] = bf16_to_f32(f32_to_bf16(x[l])); }
+    }
+    for (var l = 0u; l < kn; l++) { d_st32((out + l) * 4u, bitcast<u32>(x[l])); }
+}
+
+const NT = 8u;
+var<workgroup> acc_red: array<f32, 512>;
+
+// D[m, n, i2, i3] = sum_k A[k, m, i2 / r2, i3 / r3] * Bp[k, n, i2, i3] for the rows [m_base, m_base + m_count)
+// whose window A is bound to. words: n_groups, type A, N, K, b2, r2, r3, m_base, m_count, n_tiles
+@compute @workgroup_size(64)
+fn mul_mat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = group(wid, nwg);
+    if (g >= pu(OP)) { return; }
+    let l = lid.x;
+    let t = pu(OP + 1u);
+    let n_all = pu(OP + 2u);
+    let k = pu(OP + 3u);
+    let b2 = pu(OP + 4u);
+    let m_count = pu(OP + 8u);
+    let m = g % m_count;
+    let rest = g / m_count;
+    let tile = rest % pu(OP + 9u);
+    let batch = rest / pu(OP + 9u);
+    let i2 = batch % b2;
+    let i3 = batch / b2;
+    let row = at(TA, 0u, m, i2 / pu(OP + 5u), i3 / pu(OP + 6u));
+    let n0 = tile * NT;
+    let nt = min(NT, n_all - n0);
+    var acc: array<f32, 8>;
+    for (var j = 0u; j < NT; j++) { acc[j] = 0.0; }
+    var w: array<f32, 32>;
+    let nchunks = (k + 31u) / 32u;
+    for (var c = l; c < nchunks; c += WG) {
+        a_load32(t, row, nb(TA, 0u), c, k, &w);
+        let kn = min(32u, k - 32u * c);
+        for (var j = 0u; j < nt; j++) {
+            let bw = ((batch * n_all + n0 + j) * k + 32u * c) * 4u;
+            var s = 0.0;
+            for (var q = 0u; q < kn; q++) { s += w[q] * B_f32(bw + q * 4u); }
+            acc[j] += s;
+        }
+    }
+    for (var j = 0u; j < NT; j++) { acc_red[j * WG + l] = acc[j]; }
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (l < s) {
+            for (var j = 0u; j < NT; j++) { acc_red[j * WG + l] += acc_red[j * WG + l + s]; }
+        }
+        workgroupBarrier();
+    }
+    if (l < nt) {
+        d_st32(at(TD, pu(OP + 7u) + m, n0 + l, i2, i3), bitcast<u32>(acc_red[l * WG]));
+    }
+}

@@ -1,0 +1,94 @@
+// ggml-webgpu: data movement: CPY/DUP/CONT (float <-> float conversions, same-type byte copies), GET_ROWS, SET_ROWS.
+
+// dst element e = src element e (flat order, both shapes ne[0]-fastest); words: n, type A, type D
+@compute @workgroup_size(64)
+fn cpy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let i = unflat(e, TA);
+    let o = unflat(e, TD);
+    d_stf(at(TD, o.x, o.y, o.z, o.w), pu(OP + 2u), A_f(at(TA, i.x, i.y, i.z, i.w), pu(OP + 1u)));
+}
+
+// same-type copy of `unit`-byte elements (blocks for quantized types: ne[0] counts blocks, nb[0] = block bytes);
+// one invocation per byte (or per word when unit, strides and bases are multiples of 4); words: n, unit, wordwise
+@compute @workgroup_size(64)
+fn cpy_raw(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let unit = pu(OP + 1u);
+    let step = select(1u, 4u, pu(OP + 2u) != 0u);
+    let per = unit / step;
+    let el = e / per;
+    let off = (e % per) * step;
+    let i = unflat(el, TA);
+    let o = unflat(el, TD);
+    let s = at(TA, i.x, i.y, i.z, i.w) + off;
+    let d = at(TD, o.x, o.y, o.z, o.w) + off;
+    if (step == 4u) { d_st32(d, A_w(s)); } else { d_st8(d, A_u8(s)); }
+}
+
+// dst[:, i10, i11, i12] = A[:, B[i10, i11, i12], i11, i12] for rows of A inside this window [r_lo, r_lo + r_n)
+// of the r_all rows; a bad index writes zeros and reports `code`. Words: n, type A, type D, r_lo, r_n, r_all, code
+@compute @workgroup_size(64)
+fn get_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let o = unflat(e, TD);
+    let r = B_i(at(TB, o.y, o.z, o.w, 0u), pu(OP + 7u));
+    let r_lo = pu(OP + 3u);
+    let td = pu(OP + 2u);
+    let dst = at(TD, o.x, o.y, o.z, o.w);
+    if (r < 0 || u32(r) >= pu(OP + 5u)) {
+        if (r_lo == 0u) {
+            if (o.x == 0u) { report(pu(OP + 6u)); }
+            d_stf(dst, td, 0.0);
+        }
+        return;
+    }
+    let ur = u32(r);
+    if (ur < r_lo || ur >= r_lo + pu(OP + 4u)) { return; }
+    let src = at(TA, o.x, ur - r_lo, o.z, o.w);
+    if (td == T_I32) { d_st32(dst, A_w(src)); } else { d_stf(dst, td, A_f(src, pu(OP + 1u))); }
+}
+
+// quantized rows: one invocation per 32 values; words as get_rows
+@compute @workgroup_size(64)
+fn get_rows_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let o = unflat4(e, vec4<u32>(ne(TD, 0u) / 32u, ne(TD, 1u), ne(TD, 2u), ne(TD, 3u)));
+    let r = B_i(at(TB, o.y, o.z, o.w, 0u), pu(OP + 7u));
+    let r_lo = pu(OP + 3u);
+    var y: array<f32, 32>;
+    if (r < 0 || u32(r) >= pu(OP + 5u)) {
+        if (r_lo != 0u) { return; }
+        if (o.x == 0u) { report(pu(OP + 6u)); }
+        for (var l = 0u; l < 32u; l++) { y[l] = 0.0; }
+    } else {
+        let ur = u32(r);
+        if (ur < r_lo || ur >= r_lo + pu(OP + 4u)) { return; }
+        a_dq32(pu(OP + 1u), at(TA, 0u, ur - r_lo, o.z, o.w), o.x, &y);
+    }
+    for (var l = 0u; l < 32u; l++) { d_st32(at(TD, 32u * o.x + l, o.y, o.z, o.w), bitcast<u32>(y[l])); }
+}
+
+// D[:, B[i1, i2 % B.ne1, i3 % B.ne2], i2, i3] = A[:, i1, i2, i3]; a bad index skips the row and reports `code`.
+// words: n, type A, type D, type B (i32 / i64), code
+@compute @workgroup_size(64)
+fn set_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let i = unflat(e, TA);
+    let r = B_i(at(TB, i.y, i.z % ne(TB, 1u), i.w % ne(TB, 2u), 0u), pu(OP + 3u));
+    if (r < 0 || u32(r) >= ne(TD, 1u)) {
+        if (i.x == 0u) { report(pu(OP + 4u)); }
+        return;
+    }
+    d_stf(at(TD, i.x, u32(r), i.z, i.w), pu(OP + 2u), A_f(at(TA, i.x, i.y, i.z, i.w), pu(OP + 1u)));
+}
