@@ -184,8 +184,10 @@ def slot(
     ne: Sequence[int] | None = None,
     nb: Sequence[int] | None = None,
     extra: int = 0,
+    nbytes: int | None = None,
 ) -> Slot:
-    """``t`` (or a view of it with ``ne``/``nb`` at ``extra`` more bytes) as a kernel operand."""
+    """``t`` (or a view of it with ``ne``/``nb`` at ``extra`` more bytes) as a kernel operand; ``nbytes``
+    overrides the window's byte count (for shapes counted in blocks)."""
     if t.buffer is None or t.data_offset is None:
         raise TensorError(t, "has no memory; allocate the graph before computing it")
     gpu = launcher.owns(t)
@@ -195,7 +197,8 @@ def slot(
         )
     ne = tuple(t.ne if ne is None else ne)
     nb = tuple(t.nb if nb is None else nb)
-    return raw_slot(launcher.limits, gpu, t.data_offset + extra, extent(t.type, ne, nb), ne, nb, what=t)
+    span = extent(t.type, ne, nb) if nbytes is None else nbytes
+    return raw_slot(launcher.limits, gpu, t.data_offset + extra, span, ne, nb, what=t)
 
 
 def raw_slot(

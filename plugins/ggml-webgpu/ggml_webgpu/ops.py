@@ -294,8 +294,8 @@ def _bind_copy(launcher: Launcher, node: Tensor) -> list[Dispatch]:
         return [_elementwise("movement.cpy", launcher, node, [a.type, node.type], a=a)]
     unit = a.type.type_size
     (ane, anb), (dne, dnb) = _blocks(a), _blocks(node)
-    sa = slot(launcher, a, ne=ane, nb=anb)
-    sd = slot(launcher, node, ne=dne, nb=dnb)
+    sa = slot(launcher, a, ne=ane, nb=anb, nbytes=a.nbytes)
+    sd = slot(launcher, node, ne=dne, nb=dnb, nbytes=node.nbytes)
     wordwise = unit % 4 == 0 and all(x % 4 == 0 for x in (*anb, *dnb, sa.words[0], sd.words[0]))
     n = math.prod(ane) * unit // (4 if wordwise else 1)
     return [Dispatch("movement.cpy_raw", groups_1d(n), (sa, None, None, sd), [n, unit, int(wordwise)])]

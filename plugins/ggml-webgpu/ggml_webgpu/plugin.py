@@ -325,23 +325,25 @@ class WebGPUBuffer(Buffer):
 
 
 class WebGPUEvent(Event):
-    """A point in a device's queue: the promise of ``onSubmittedWorkDone`` taken when recorded."""
+    """A point in a device's queue. Waiting maps a word of a device buffer, which completes only after every
+    submission before it (wgpu-py 0.32's ``onSubmittedWorkDone`` binding is broken, so that is the portable wait)."""
 
     def __init__(self, device: WebGPUDevice) -> None:
         super().__init__(device)
-        self._promise: Any = None
+        self._recorded = False
 
     def record(self, backend: Backend) -> None:
         """Mark the work submitted to ``backend``'s queue so far."""
         if not isinstance(backend, WebGPUBackend):
             raise TypeError(f"{self.device.name}: a WebGPU event can only be recorded on a WebGPU backend")
-        self._promise = backend.queue.on_submitted_work_done_async()
+        self._recorded = True
 
     def synchronize(self) -> None:
         """Block until the recorded work is done (a never-recorded event is complete)."""
-        if self._promise is not None:
-            self._promise.sync_wait()
-            self._promise = None
+        if self._recorded:
+            assert isinstance(self.device, WebGPUDevice)
+            self.device.wait_idle()
+            self._recorded = False
 
 
 @dataclass
@@ -417,7 +419,7 @@ class WebGPUBackend(Backend):
                 node = self._checked_nodes.get(err)
                 raise ComputeError(node, self.name, "an index is out of range (the bad rows were left unwritten/zero)")
         else:
-            self.queue.on_submitted_work_done_sync()
+            self.device.wait_idle()
 
     # ---- compute ------------------------------------------------------------------------------------------
 
@@ -491,7 +493,7 @@ class WebGPUBackend(Backend):
 
     def free(self) -> None:
         """Wait for the queue and release the temporaries."""
-        self.queue.on_submitted_work_done_sync()
+        self.device.wait_idle()
         self._plans.clear()
         self._scratch.clear()
 
@@ -530,7 +532,12 @@ class WebGPUDevice(Device):
         #: bytes allocated in this device's buffers (wgpu has no free-memory query)
         self.allocated = 0
         self.pipelines = PipelineCache(self.gpu)
+        self._fence = self.gpu.create_buffer(size=4, usage=_usage(*_STORAGE_USAGE))
         self._buft = WebGPUBufferType(name, self, alignment=ALIGNMENT, max_size=int(lim["max-buffer-size"]))
+
+    def wait_idle(self) -> None:
+        """Block until every submission to the queue has finished (mapping a word waits for them all)."""
+        self.queue.read_buffer(self._fence, 0, 4)
 
     def memory(self) -> tuple[int, int]:
         """(total minus what this process allocated, total): host memory, as wgpu has no memory query."""
