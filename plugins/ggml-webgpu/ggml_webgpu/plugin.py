@@ -44,8 +44,9 @@ from ggml_webgpu._shaders import FAMILIES, N_WORDS, PARAM_BYTES, family_source
 
 wgpu: Any
 try:  # wgpu is optional at import time: without it the registry reports why it has no devices
-    import wgpu
+    import wgpu as _wgpu
 
+    wgpu = _wgpu
     _IMPORT_ERROR: str | None = None
 except Exception as _exc:  # noqa: BLE001 - ImportError, or wgpu-native failing to load
     wgpu = None
@@ -171,8 +172,6 @@ def discover(environ: Mapping[str, str]) -> Discovery:
             out.skipped[f"{info.index} {info.description}"] = "not selected by GGML_WEBGPU_ADAPTERS"
         elif not tokens and info.backend == "OpenGL" and any(info.device == d for d, _ in native):
             out.skipped[f"{info.index} {info.description}"] = "the same device through a native API is listed"
-        elif "shader-f16" not in info.features and False:  # pragma: no cover - kernels need no shader-f16
-            pass
         else:
             out.adapters.append((info, adapter))
     if not out.adapters:
@@ -214,7 +213,7 @@ class PipelineCache:
             if module is None:
                 try:
                     module = self._gpu.create_shader_module(code=family_source(family), label=family)
-                except Exception as exc:  # noqa: BLE001 - wgpu raises GPUValidationError with the compiler's log
+                except Exception as exc:
                     raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
                 self._modules[family] = module
             pipe = self._gpu.create_compute_pipeline(
@@ -249,7 +248,7 @@ class WebGPUBufferType(BufferType):
         dev = self.device
         try:
             gpu = dev.gpu.create_buffer(size=max(4, -(-size // 4) * 4), usage=_usage(*_STORAGE_USAGE))
-        except Exception as exc:  # noqa: BLE001 - wgpu raises GPUOutOfMemoryError / GPUValidationError
+        except Exception as exc:
             free, _ = dev.memory()
             raise AllocationError(dev.name, size, free, f"createBuffer failed: {exc}") from exc
         return WebGPUBuffer(self, size, gpu)
@@ -297,23 +296,24 @@ class WebGPUBuffer(Buffer):
         step = 1 << 24
         for o in range(offset, offset + size, step):
             n = min(step, offset + size - o)
-            self._write(o, memoryview(np.full(n, value, dtype=np.uint8)))
+            self._write(o, np.full(n, value, dtype=np.uint8).data)
 
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
-        if isinstance(src, WebGPUBuffer) and src.device.gpu is self.device.gpu and not (src_offset | dst_offset | size) % 4:
+        aligned = not (src_offset | dst_offset | size) % 4
+        if isinstance(src, WebGPUBuffer) and src.device.gpu is self.device.gpu and aligned:
             enc = self.device.gpu.create_command_encoder()
             enc.copy_buffer_to_buffer(src.gpu, src_offset, self.gpu, dst_offset, size)
             self.device.queue.submit([enc.finish()])
             return True
         if isinstance(src, WebGPUBuffer):  # another device or unaligned: through host memory
             staged = np.empty(size, dtype=np.uint8)
-            src._read(src_offset, memoryview(staged))
-            self._write(dst_offset, memoryview(staged))
+            src._read(src_offset, staged.data)
+            self._write(dst_offset, staged.data)
             return True
         host = src.host_array()
         if host is None:
             return False
-        self._write(dst_offset, memoryview(np.ascontiguousarray(host[src_offset : src_offset + size])))
+        self._write(dst_offset, np.ascontiguousarray(host[src_offset : src_offset + size]).data)
         return True
 
     def _free(self) -> None:
@@ -487,7 +487,7 @@ class WebGPUBackend(Backend):
         cpass.end()
         try:
             self.queue.submit([enc.finish()])
-        except Exception as exc:  # noqa: BLE001 - wgpu validation errors name the dispatch, we name the graph
+        except Exception as exc:
             raise ComputeError(plan.steps[0][0], self.name, f"wgpu refused the graph: {exc}") from exc
         self._check_errors = self._check_errors or plan.checked
 
@@ -547,16 +547,15 @@ class WebGPUDevice(Device):
     def props(self) -> DeviceProps:
         """Props, with the adapter's API, type, driver, features and limits under ``extra``."""
         p = super().props()
-        p.extra.update(
-            {
+        extra: dict[str, Any] = {
                 "api": self.info.backend,
                 "adapter type": self.info.adapter_type,
                 "driver": self.info.driver,
                 "features": ", ".join(self.info.features),
                 **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
                 "binding window": self.limits.max_binding,
-            }
-        )
+        }
+        p.extra.update(extra)
         return p
 
     def buffer_type(self) -> BufferType:
