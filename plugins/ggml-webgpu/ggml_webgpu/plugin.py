@@ -10,6 +10,7 @@ All backends of a device share its queue, so reads and writes are ordered after 
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -85,6 +86,7 @@ SHOWN_LIMITS: Final = (
     "min-uniform-buffer-offset-alignment",
 )
 _STORAGE_USAGE: Final = ("STORAGE", "COPY_SRC", "COPY_DST")
+_SERIALS: Final = itertools.count(1)
 
 
 # ================================================================================================ checks
@@ -263,6 +265,8 @@ class WebGPUBuffer(Buffer):
         super().__init__(buffer_type, size)
         #: the ``GPUBuffer`` (its size is ``size`` rounded up to 4 bytes)
         self.gpu = gpu
+        #: unique per allocation (``id()`` may be reused after a free): recorded graphs are keyed by it
+        self.serial = next(_SERIALS)
         self.device = buffer_type.device
         self.device.allocated += size
 
@@ -374,6 +378,7 @@ class WebGPUBackend(Backend):
         self._scratch: dict[str, Any] = {}
         self._plans: dict[int, _Plan] = {}
         self._checked_nodes: dict[int, Tensor] = {}
+        self._next_code = 0
         self._check_errors = False
         self._dummy = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
         self.err_buf = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
@@ -396,9 +401,9 @@ class WebGPUBackend(Backend):
 
     def error_code(self, node: Tensor) -> int:
         """The code a kernel reports for a bad index in ``node`` (read back by :meth:`synchronize`)."""
-        code = len(self._checked_nodes) + 1
-        self._checked_nodes[code] = node
-        return code
+        self._next_code += 1
+        self._checked_nodes[self._next_code] = node
+        return self._next_code
 
     # ---- copies -------------------------------------------------------------------------------------------
 
@@ -426,7 +431,8 @@ class WebGPUBackend(Backend):
     @staticmethod
     def _signature(graph: Graph) -> tuple[object, ...]:
         return tuple(
-            (t.id, t.op, t.ne, t.nb, id(t.buffer), t.data_offset, *(s.id if s is not None else 0 for s in t.src[:5]))
+            (t.id, t.op, t.ne, t.nb, getattr(t.buffer, "serial", id(t.buffer)), t.data_offset,
+             *(s.id if s is not None else 0 for s in t.src[:5]))
             for t in graph.nodes
         )
 
@@ -435,7 +441,7 @@ class WebGPUBackend(Backend):
         cached = self._plans.get(graph.uid)
         if cached is not None and cached.signature == sig:
             return cached
-        n_codes = len(self._checked_nodes)
+        n_codes = self._next_code
         work: list[tuple[Tensor, Dispatch]] = []
         for node in graph.nodes:
             if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
@@ -465,9 +471,10 @@ class WebGPUBackend(Backend):
             gx = min(d.groups, self.limits.max_groups)
             steps.append((node, self._pipelines.get(d.kernel), group, (gx, -(-d.groups // gx))))
         self.queue.write_buffer(params, 0, host)
-        if len(self._plans) > 64:
+        if len(self._plans) > 64:  # forget old graphs (and the nodes their error codes name)
             self._plans.clear()
-        plan = _Plan(sig, steps, params, len(self._checked_nodes) > n_codes)
+            self._checked_nodes = {c: n for c, n in self._checked_nodes.items() if c > n_codes}
+        plan = _Plan(sig, steps, params, self._next_code > n_codes)
         self._plans[graph.uid] = plan
         return plan
 

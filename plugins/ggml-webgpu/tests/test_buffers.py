@@ -144,3 +144,19 @@ def test_an_unsupported_node_is_refused_by_name(wdev: WebGPUDevice, backend: g.B
     with pytest.raises(ComputeError, match="ARGSORT"):
         backend.graph_compute(graph)
     buf.free()
+
+
+def test_a_graph_recomputed_in_new_buffers_uses_them(wdev: WebGPUDevice, backend: g.Backend) -> None:
+    """Recorded graphs are keyed by each buffer's allocation serial, not by ``id()``, which a freed buffer frees."""
+    ctx = g.Context("again")
+    a = ctx.new_tensor_1d("f32", 32, "a")
+    out = ops.scale(a, 2.0)
+    graph = g.build_graph(out)
+    for k in range(3):
+        buf = g.alloc_ctx_tensors(ctx, wdev.buffer_type())
+        a.set_data(np.full(32, k + 1, np.float32))
+        backend.graph_compute(graph)
+        assert np.array_equal(out.to_numpy().reshape(-1), np.full(32, 2 * (k + 1), np.float32))
+        buf.free()
+        for t in (a, out):
+            t.buffer, t.data_offset = None, None
