@@ -21,7 +21,7 @@ FAMILIES: Final = {
     "rows": ("norm", "soft_max"),
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows"),
-    "matmul": ("pack_b", "mul_mat"),
+    "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm"),
 }
 
 _HEADER: Final = f"""

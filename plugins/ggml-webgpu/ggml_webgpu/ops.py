@@ -19,6 +19,7 @@ from ggml_webgpu._dispatch import (
     Dispatch,
     Launcher,
     Limits,
+    Slot,
     extent,
     f32,
     fits,
@@ -28,7 +29,7 @@ from ggml_webgpu._dispatch import (
     slot,
 )
 
-__all__ = ["ACTIVATION_ROUNDING", "GLU_SUPPORTED", "UNARY_SUPPORTED"]
+__all__ = ["ACTIVATION_ROUNDING", "GLU_SUPPORTED", "SGEMM_MIN_COLUMNS", "UNARY_SUPPORTED"]
 
 T = GGMLType
 
@@ -382,6 +383,10 @@ ACTIVATION_ROUNDING: Final[dict[GGMLType, int]] = {
 }
 #: activation rows per mul_mat workgroup (NT in matmul.wgsl)
 _NT: Final = 8
+#: activation rows from which the weights are unpacked to f32 and multiplied by the tiled SGEMM
+SGEMM_MIN_COLUMNS: Final = 16
+#: rows x columns of an SGEMM tile (TILE in matmul.wgsl)
+_TILE: Final = 64
 
 
 def _mul_mat_ok(limits: Limits, node: Tensor) -> bool:
@@ -417,11 +422,37 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     n_blocks = -(-k // blk) * b.nrows
     out = [Dispatch("matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp),
                     [n_blocks, b.type, mode, blk])]
-    n_tiles = -(-n // _NT)
     sd = slot(launcher, node)
+    if n >= SGEMM_MIN_COLUMNS:
+        return out + _tiled(launcher, a, node, sp, sd)
+    n_tiles = -(-n // _NT)
     for m0, mc in _row_windows(launcher.limits, a):
         sa = slot(launcher, a, ne=(k, mc, a.ne[2], a.ne[3]), extra=m0 * a.nb[1])
         groups = mc * n_tiles * b2 * b3
         words = [groups, a.type, n, k, b2, b2 // a.ne[2], b3 // a.ne[3], m0, mc, n_tiles]
         out.append(Dispatch("matmul.mul_mat", groups, (sa, sp, None, sd), words))
+    return out
+
+
+def _tiled(launcher: Launcher, a: Tensor, node: Tensor, sp: Slot, sd: Slot) -> list[Dispatch]:
+    """pack_a + sgemm per window of weight rows whose f32 copy fits one binding."""
+    k, n, b2, b3 = a.ne[0], node.ne[1], node.ne[2], node.ne[3]
+    n_mats = a.ne[2] * a.ne[3]
+    limits = launcher.limits
+    rows = max(1, (limits.max_binding - limits.offset_alignment) // (4 * k * n_mats))
+    out: list[Dispatch] = []
+    for m0, mw in _row_windows(limits, a):
+        for r0 in range(0, mw, rows):
+            mc = min(rows, mw - r0)
+            nbytes = 4 * k * mc * n_mats
+            packed = launcher.scratch("a", nbytes)
+            pnb = (4, 4 * k, 4 * k * mc, 4 * k * mc * a.ne[2])
+            pa = raw_slot(limits, packed, 0, nbytes, (k, mc, a.ne[2], a.ne[3]), pnb)
+            sa = slot(launcher, a, ne=(k, mc, a.ne[2], a.ne[3]), extra=(m0 + r0) * a.nb[1])
+            n_items = -(-k // 32) * mc * n_mats
+            out.append(Dispatch("matmul.pack_a", groups_1d(n_items), (sa, None, None, pa), [n_items, a.type, mc]))
+            tn, tm = -(-n // _TILE), -(-mc // _TILE)
+            groups = tn * tm * b2 * b3
+            words = [groups, n, k, b2, b2 // a.ne[2], b3 // a.ne[3], m0 + r0, mc, a.ne[2], tn, tm]
+            out.append(Dispatch("matmul.sgemm", groups, (pa, sp, None, sd), words))
     return out

@@ -107,3 +107,95 @@ fn mul_mat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         d_st32(at(TD, pu(OP + 7u) + m, n0 + l, i2, i3), bitcast<u32>(acc_red[l * WG]));
     }
 }
+
+// weights rows [0, m_count) of the window A (every matrix i2, i3 of it) -> contiguous f32 rows [mat][m][K] in D.
+// One invocation per 32 values. words: n_items, type A, m_count
+@compute @workgroup_size(64)
+fn pack_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let t = pu(OP + 1u);
+    let mc = pu(OP + 2u);
+    let k = ne(TA, 0u);
+    let i = unflat4(e, vec4<u32>((k + 31u) / 32u, mc, ne(TA, 2u), ne(TA, 3u)));
+    var y: array<f32, 32>;
+    a_load32(t, at(TA, 0u, i.y, i.z, i.w), nb(TA, 0u), i.x, k, &y);
+    let out = ((i.w * ne(TA, 2u) + i.z) * mc + i.y) * k + 32u * i.x;
+    let kn = min(32u, k - 32u * i.x);
+    for (var l = 0u; l < kn; l++) { d_st32((out + l) * 4u, bitcast<u32>(y[l])); }
+}
+
+// tiled SGEMM: D[m_base + m, n, i2, i3] = sum_k Ap[mat][m][k] * Bp[batch][n][k], 64x64 tiles per workgroup of
+// 16x16 invocations (4x4 outputs each), K in steps of 16 through workgroup memory.
+// A: packed weights, B: packed activations; words: n_groups, N, K, b2, r2, r3, m_base, m_count, a2,
+// tiles_n, tiles_m
+const TILE = 64u;
+const TK = 16u;
+var<workgroup> sa: array<f32, 1024>;  // [TK][TILE]
+var<workgroup> sb: array<f32, 1024>;
+
+@compute @workgroup_size(256)
+fn sgemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) li: u32) {
+    let g = group(wid, nwg);
+    if (g >= pu(OP)) { return; }
+    let n_all = pu(OP + 1u);
+    let k = pu(OP + 2u);
+    let b2 = pu(OP + 3u);
+    let mc = pu(OP + 7u);
+    let tn = pu(OP + 9u);
+    let tm = pu(OP + 10u);
+    let tile_n = g % tn;
+    let tile_m = (g / tn) % tm;
+    let batch = g / (tn * tm);
+    let i2 = batch % b2;
+    let i3 = batch / b2;
+    let mat = (i3 / pu(OP + 5u)) * pu(OP + 8u) + i2 / pu(OP + 4u);
+    let tx = li % 16u;  // 4 columns n of the tile
+    let ty = li / 16u;  // 4 rows m
+    let m0 = tile_m * TILE;
+    let n0 = tile_n * TILE;
+    let a_base = mat * mc * k;
+    let b_base = batch * n_all * k;
+    var acc: array<f32, 16>;
+    for (var q = 0u; q < 16u; q++) { acc[q] = 0.0; }
+    for (var kb = 0u; kb < k; kb += TK) {
+        // 256 invocations load 64 x 16 values of each operand: 4 each
+        for (var r = 0u; r < 4u; r++) {
+            let idx = li + r * 256u;
+            let row = idx / TK;
+            let kk = idx % TK;
+            var av = 0.0;
+            var bv = 0.0;
+            if (kb + kk < k) {
+                if (m0 + row < mc) { av = A_f32((a_base + (m0 + row) * k + kb + kk) * 4u); }
+                if (n0 + row < n_all) { bv = B_f32((b_base + (n0 + row) * k + kb + kk) * 4u); }
+            }
+            sa[kk * TILE + row] = av;
+            sb[kk * TILE + row] = bv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk++) {
+            let a4 = vec4<f32>(sa[kk * TILE + ty * 4u], sa[kk * TILE + ty * 4u + 1u], sa[kk * TILE + ty * 4u + 2u],
+                               sa[kk * TILE + ty * 4u + 3u]);
+            let b4 = vec4<f32>(sb[kk * TILE + tx * 4u], sb[kk * TILE + tx * 4u + 1u], sb[kk * TILE + tx * 4u + 2u],
+                               sb[kk * TILE + tx * 4u + 3u]);
+            for (var i = 0u; i < 4u; i++) {
+                acc[i * 4u] += a4[i] * b4.x;
+                acc[i * 4u + 1u] += a4[i] * b4.y;
+                acc[i * 4u + 2u] += a4[i] * b4.z;
+                acc[i * 4u + 3u] += a4[i] * b4.w;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let m = m0 + ty * 4u + i;
+        if (m >= mc) { continue; }
+        for (var j = 0u; j < 4u; j++) {
+            let n = n0 + tx * 4u + j;
+            if (n < n_all) { d_st32(at(TD, pu(OP + 6u) + m, n, i2, i3), bitcast<u32>(acc[i * 4u + j])); }
+        }
+    }
+}
