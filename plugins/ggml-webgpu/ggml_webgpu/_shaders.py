@@ -17,7 +17,7 @@ N_WORDS: Final = 64
 PARAM_BYTES: Final = 4 * N_WORDS
 #: kernel families (file stem -> entry points)
 FAMILIES: Final = {
-    "elementwise": ("map", "binary", "glu"),
+    "elementwise": ("map", "binary", "glu", "binary_flat", "map_flat"),
     "rows": ("norm", "soft_max"),
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows"),

@@ -64,9 +64,25 @@ def _binary_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
+def _flat_f32(*ts: Tensor) -> bool:
+    """Every tensor is contiguous f32 (so a kernel may treat it as one flat array)."""
+    return all(t.type == T.F32 and t.is_contiguous for t in ts)
+
+
+def _repeats_flat(a: Tensor, b: Tensor) -> bool:
+    """b's flat data repeated along a's flat data equals ggml's broadcast: b = a's leading dims, then ones."""
+    d = 0
+    while d < 4 and b.ne[d] == a.ne[d]:
+        d += 1
+    return all(n == 1 for n in b.ne[d:])
+
+
 @kernel(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, supports=_binary_ok)
 def _bind_binary(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = _src(node, 0), _src(node, 1)
+    if _flat_f32(a, b, node) and _repeats_flat(a, b):
+        words = [_BINARY[node.op], b.nelements]
+        return [_elementwise("elementwise.binary_flat", launcher, node, words, a=a, b=b)]
     words = [_BINARY[node.op], a.type, b.type, node.type]
     return [_elementwise("elementwise.binary", launcher, node, words, a=a, b=b)]
 
@@ -126,6 +142,8 @@ def _bind_map(launcher: Launcher, node: Tensor) -> list[Dispatch]:
         p0, p1 = node.op_param_f32(0), node.op_param_f32(1)
     elif node.op == GGMLOp.LEAKY_RELU:
         p0 = node.op_param_f32(0)
+    if _flat_f32(a, node):
+        return [_elementwise("elementwise.map_flat", launcher, node, [code, f32(p0), f32(p1)], a=a)]
     words = [code, a.type, node.type, f32(p0), f32(p1)]
     return [_elementwise("elementwise.map", launcher, node, words, a=a)]
 

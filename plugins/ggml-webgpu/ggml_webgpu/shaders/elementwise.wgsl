@@ -131,3 +131,31 @@ fn glu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     d_stf(at(TD, i.x, i.y, i.z, i.w), t, r);
 }
+
+// contiguous f32 operands, flat: dst[e] = A[e] (op) B[e % nb] (b's data repeats along a's); words: n, code, nb
+@compute @workgroup_size(64)
+fn binary_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let x = bitcast<f32>(A[(pu(TA) >> 2u) + e]);
+    let y = bitcast<f32>(B[(pu(TB) >> 2u) + e % pu(OP + 2u)]);
+    var r: f32;
+    switch pu(OP + 1u) {
+        case 0u: { r = x + y; }
+        case 1u: { r = x - y; }
+        case 2u: { r = x * y; }
+        default: { r = x / y; }
+    }
+    atomicStore(&D[(pu(TD) >> 2u) + e], bitcast<u32>(r));
+}
+
+// contiguous f32, flat: dst[e] = f(A[e]); words: n, code, p0, p1
+@compute @workgroup_size(64)
+fn map_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let x = bitcast<f32>(A[(pu(TA) >> 2u) + e]);
+    atomicStore(&D[(pu(TD) >> 2u) + e], bitcast<u32>(apply_map(pu(OP + 1u), x, pf(OP + 2u), pf(OP + 3u))));
+}
