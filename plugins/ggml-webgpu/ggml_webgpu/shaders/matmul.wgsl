@@ -83,23 +83,38 @@ fn mul_mat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let nt = min(NT, n_all - n0);
     var acc: array<f32, 8>;
     for (var j = 0u; j < NT; j++) { acc[j] = 0.0; }
-    var w: array<f32, 32>;
-    let nchunks = (k + 31u) / 32u;
-    for (var c = l; c < nchunks; c += WG) {
-        a_load32(t, row, nb(TA, 0u), c, k, &w);
-        let kn = min(32u, k - 32u * c);
-        for (var j = 0u; j < nt; j++) {
-            let bw = ((batch * n_all + n0 + j) * k + 32u * c) * 4u;
-            var s = 0.0;
-            for (var q = 0u; q < kn; q++) { s += w[q] * B_f32(bw + q * 4u); }
-            acc[j] += s;
+    let bw0 = (batch * n_all + n0) * k * 4u;
+    if (t == T_F32 && nb(TA, 0u) == 4u && (row & 3u) == 0u) {  // packed f32 rows: plain word loads
+        let r4 = row >> 2u;
+        let b4 = bw0 >> 2u;
+        for (var q = l; q < k; q += WG) {
+            let wv = bitcast<f32>(A[r4 + q]);
+            for (var j = 0u; j < nt; j++) { acc[j] += wv * bitcast<f32>(B[b4 + j * k + q]); }
+        }
+    } else if (block_bytes(t) == 0u) {  // plain weights: the 64 invocations take every 64th element
+        let nb0 = nb(TA, 0u);
+        for (var q = l; q < k; q += WG) {
+            let wv = A_f(row + q * nb0, t);
+            for (var j = 0u; j < nt; j++) { acc[j] += wv * B_f32(bw0 + (j * k + q) * 4u); }
+        }
+    } else {  // quantized: every 64th chunk of 32, decoded once for all the columns
+        var w: array<f32, 32>;
+        let nchunks = k / 32u;
+        for (var c = l; c < nchunks; c += WG) {
+            a_dq32(t, row, c, &w);
+            for (var j = 0u; j < nt; j++) {
+                let bw = bw0 + (j * k + 32u * c) * 4u;
+                var s = 0.0;
+                for (var q = 0u; q < 32u; q++) { s += w[q] * B_f32(bw + q * 4u); }
+                acc[j] += s;
+            }
         }
     }
-    for (var j = 0u; j < NT; j++) { acc_red[j * WG + l] = acc[j]; }
+    for (var j = 0u; j < nt; j++) { acc_red[j * WG + l] = acc[j]; }
     workgroupBarrier();
     for (var s = 32u; s > 0u; s = s >> 1u) {
         if (l < s) {
-            for (var j = 0u; j < NT; j++) { acc_red[j * WG + l] += acc_red[j * WG + l + s]; }
+            for (var j = 0u; j < nt; j++) { acc_red[j * WG + l] += acc_red[j * WG + l + s]; }
         }
         workgroupBarrier();
     }
