@@ -21,7 +21,7 @@ FAMILIES: Final = {
     "rows": ("norm", "soft_max"),
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows"),
-    "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm"),
+    "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm", "mul_mat_id"),
 }
 
 _HEADER: Final = f"""

@@ -474,3 +474,39 @@ def _tiled(launcher: Launcher, a: Tensor, node: Tensor, sp: Slot, sd: Slot) -> l
             words = [groups, n, k, b2, b2 // a.ne[2], b3 // a.ne[3], m0 + r0, mc, a.ne[2], tn, tm]
             out.append(Dispatch("matmul.sgemm", groups, (pa, sp, None, sd), words))
     return out
+
+
+# ------------------------------------------------------------------------------------------------ MUL_MAT_ID
+
+
+def _mul_mat_id_ok(limits: Limits, node: Tensor) -> bool:
+    a, b, ids = _src(node, 0), _src(node, 1), _src(node, 2)
+    return (
+        a.type in ACTIVATION_ROUNDING
+        and a.nb[0] == a.type.type_size
+        and b.type in (T.F32, T.F16)
+        and ids.type == T.I32
+        and node.type == T.F32
+        and fits(limits, a, b, ids, node)
+        and 4 * b.nelements + limits.offset_alignment <= limits.max_binding
+    )
+
+
+@kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a, b, ids = _src(node, 0), _src(node, 1), _src(node, 2)
+    k, b1, n_tok = a.ne[0], b.ne[1], b.ne[2]
+    mode = ACTIVATION_ROUNDING[a.type]
+    blk = 256 if mode == _R_Q8_K else 32
+    packed = 4 * b.nelements
+    scratch = launcher.scratch("b", packed)
+    pnb = (4, 4 * k, 4 * k * b1, 4 * k * b1 * n_tok)
+    sp = raw_slot(launcher.limits, scratch, 0, packed, (k, b1, n_tok, 1), pnb)
+    n_blocks = -(-k // blk) * b.nrows
+    n_used = ids.ne[0]
+    groups = a.ne[1] * n_used * ids.ne[1]
+    words = [groups, a.type, k, b1, n_used, launcher.error_code(node)]
+    pack = Dispatch("matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp),
+                    [n_blocks, b.type, mode, blk])
+    slots = (slot(launcher, a), sp, slot(launcher, ids), slot(launcher, node))
+    return [pack, Dispatch("matmul.mul_mat_id", groups, slots, words)]

@@ -160,3 +160,22 @@ def test_a_graph_recomputed_in_new_buffers_uses_them(wdev: WebGPUDevice, backend
         buf.free()
         for t in (a, out):
             t.buffer, t.data_offset = None, None
+
+
+def test_bad_expert_index_raises_naming_the_node(wdev: WebGPUDevice, backend: g.Backend) -> None:
+    ctx = g.Context("moe")
+    experts = ctx.new_tensor_3d("f32", 32, 4, 3, "experts")
+    x = ctx.new_tensor_3d("f32", 32, 1, 2, "x")
+    ids = ctx.new_tensor_2d("i32", 1, 2, "ids")
+    out = ops.mul_mat_id(experts, x, ids)
+    assert wdev.supports_op(out)
+    graph = g.build_graph(out)
+    buf = g.alloc_ctx_tensors(ctx, wdev.buffer_type())
+    experts.set_data(np.ones((3, 4, 32), np.float32))
+    x.set_data(np.ones((2, 1, 32), np.float32))
+    ids.set_data(np.array([[1], [3]], np.int32))  # expert 3 of 3
+    with pytest.raises(ComputeError, match="out of range"):
+        backend.graph_compute(graph)
+    got = out.to_numpy().reshape(2, 1, 4)
+    assert (got[0] == 32).all() and not got[1].any()
+    buf.free()

@@ -70,3 +70,14 @@ def test_everything_on_webgpu(tmp_path: Path) -> None:
     assert m.placement.device_of(0).name == "WebGPU0"
     assert _rel(got, cpu) < 1e-5
     assert _rel(got, tiny_models.reference_logits(CFG, w, TOKENS, "f32", "f16")) < 1e-4
+
+
+def test_mixture_of_experts_split(tmp_path: Path) -> None:
+    """MUL_MAT_ID layers shared between CPU and WebGPU0 give the CPU's logits."""
+    cfg = CFG.with_(n_expert=4, n_expert_used=2)
+    w = tiny_models.random_weights(cfg, 7)
+    path = tiny_models.write_model(tmp_path / "moe.gguf", cfg, w, "q8_0")
+    cpu, _ = _logits(path, PlacementRequest(devices=["CPU"]), "f32")
+    split, m = _logits(path, PlacementRequest(devices=["CPU", "WebGPU0"], tensor_split=[1, 1]), "f32")
+    assert {s.name for s in m.placement.shares if s.layers} == {"CPU", "WebGPU0"}
+    assert _rel(split, cpu) < 1e-5

@@ -214,3 +214,55 @@ fn sgemm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         }
     }
 }
+
+// this invocation's share of the dot product of weight row `row` (A) with the packed activation row at byte bw (B)
+fn partial_dot(t: u32, row: u32, bw: u32, k: u32, l: u32) -> f32 {
+    var acc = 0.0;
+    if (block_bytes(t) == 0u) {
+        let nb0 = nb(TA, 0u);
+        for (var q = l; q < k; q += WG) { acc += A_f(row + q * nb0, t) * B_f32(bw + q * 4u); }
+    } else {
+        var w: array<f32, 32>;
+        for (var c = l; c < k / 32u; c += WG) {
+            a_dq32(t, row, c, &w);
+            var s = 0.0;
+            for (var q = 0u; q < 32u; q++) { s += w[q] * B_f32(bw + (32u * c + q) * 4u); }
+            acc += s;
+        }
+    }
+    return acc;
+}
+
+// MUL_MAT_ID: D[m, slot, tok] = A[:, m, C[slot, tok]] . Bp[tok][slot % b1]; one workgroup per output.
+// A bad expert index writes 0 and reports `code`. words: n_groups, type A, K, b1, n_used, code
+@compute @workgroup_size(64)
+fn mul_mat_id(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_id) lid: vec3<u32>) {
+    let g = group(wid, nwg);
+    if (g >= pu(OP)) { return; }
+    let l = lid.x;
+    let t = pu(OP + 1u);
+    let k = pu(OP + 2u);
+    let b1 = pu(OP + 3u);
+    let n_used = pu(OP + 4u);
+    let m_all = ne(TA, 1u);
+    let m = g % m_all;
+    let slot = (g / m_all) % n_used;
+    let tok = g / (m_all * n_used);
+    let ex = C_i(at(TC, slot, tok, 0u, 0u), T_I32);
+    let bad = ex < 0 || u32(ex) >= ne(TA, 2u);
+    var p = 0.0;
+    if (!bad) { p = partial_dot(t, at(TA, 0u, m, u32(ex), 0u), ((tok * b1 + slot % b1) * k) * 4u, k, l); }
+    red_mm[l] = p;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (l < s) { red_mm[l] += red_mm[l + s]; }
+        workgroupBarrier();
+    }
+    if (l == 0u) {
+        if (bad && m == 0u) { report(pu(OP + 5u)); }
+        d_st32(at(TD, m, slot, tok, 0u), bitcast<u32>(select(red_mm[0], 0.0, bad)));
+    }
+}
+
+var<workgroup> red_mm: array<f32, 64>;
