@@ -86,11 +86,11 @@ class Slot:
 
 @dataclass
 class Dispatch:
-    """One kernel launch: ``groups`` workgroups of 64 (laid out 2-d by the backend) over operands A, B, C, D."""
+    """One kernel launch: ``groups`` workgroups (laid out 2-d by the backend) over operands A, B, C, D (, E, F)."""
 
     kernel: str
     groups: int
-    slots: tuple[Slot | None, Slot | None, Slot | None, Slot | None]
+    slots: tuple[Slot | None, ...]
     op: list[int]
 
 

@@ -10,15 +10,20 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
-__all__ = ["FAMILIES", "N_WORDS", "PARAM_BYTES", "family_source"]
+__all__ = ["FAMILIES", "N_WORDS", "OP_WORD", "PARAM_BYTES", "SLOT_BINDINGS", "family_source"]
 
-#: u32 words of one dispatch's uniform parameters (4 tensor descriptors of 9 words, then the op's words)
-N_WORDS: Final = 64
+#: u32 words of one dispatch's uniform parameters (6 tensor descriptors of 9 words, then the op's words)
+N_WORDS: Final = 128
+#: the first op word (after the descriptors of A, B, C, D, E, F; OP in common.wgsl)
+OP_WORD: Final = 54
+#: operand slots -> binding numbers (5 is the error word)
+SLOT_BINDINGS: Final = (1, 2, 3, 4, 6, 7)
 PARAM_BYTES: Final = 4 * N_WORDS
 #: kernel families (file stem -> entry points)
 FAMILIES: Final = {
     "elementwise": ("map", "binary", "glu", "binary_flat", "map_flat"),
     "rows": ("norm", "soft_max"),
+    "attention": ("flash_attn",),
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows"),
     "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm", "mul_mat_id"),
@@ -32,6 +37,8 @@ struct Params {{ v: array<vec4<u32>, {N_WORDS // 4}> }};
 @group(0) @binding(3) var<storage, read_write> C: array<u32>;
 @group(0) @binding(4) var<storage, read_write> D: array<atomic<u32>>;
 @group(0) @binding(5) var<storage, read_write> ERR: array<atomic<u32>>;
+@group(0) @binding(6) var<storage, read_write> E: array<u32>;
+@group(0) @binding(7) var<storage, read_write> F: array<u32>;
 """
 
 # byte-addressed reads of one operand binding (X is A, B or C); little-endian, any alignment where it matters
@@ -83,5 +90,5 @@ def family_source(family: str) -> str:
     """The complete WGSL module of one kernel family."""
     if family not in FAMILIES:
         raise KeyError(f"no WGSL kernel family {family!r} (known: {', '.join(FAMILIES)})")
-    accessors = "".join(_ACCESSORS.replace("X", x) for x in "ABC")
+    accessors = "".join(_ACCESSORS.replace("X", x) for x in "ABCEF")
     return "\n".join([_HEADER, accessors, _read("common.wgsl"), _read("quants.wgsl"), _read(f"{family}.wgsl")])

@@ -510,3 +510,36 @@ def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
                     [n_blocks, b.type, mode, blk])
     slots = (slot(launcher, a), sp, slot(launcher, ids), slot(launcher, node))
     return [pack, Dispatch("matmul.mul_mat_id", groups, slots, words)]
+
+
+# ------------------------------------------------------------------------------------------------ FLASH_ATTN_EXT
+
+#: largest V head size of the flash-attention kernel (its per-invocation accumulator, FA_DMAX in attention.wgsl)
+FA_DMAX: Final = 256
+
+
+def _flash_ok(limits: Limits, node: Tensor) -> bool:
+    q, k, v, m, s = _src(node, 0), _src(node, 1), _src(node, 2), node.src[3], node.src[4]
+    return (
+        q.type == T.F32
+        and k.type in (T.F32, T.F16)
+        and v.type in (T.F32, T.F16)
+        and (m is None or m.type == T.F16)
+        and (s is None or s.type == T.F32)
+        and node.type == T.F32
+        and v.ne[0] <= FA_DMAX
+        and fits(limits, q, k, v, m, s, node)
+    )
+
+
+@kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
+def _bind_flash(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    q, k, v, mask, sinks = _src(node, 0), _src(node, 1), _src(node, 2), node.src[3], node.src[4]
+    scale, max_bias, softcap = (node.op_param_f32(i) for i in range(3))
+    m0, m1, n_log2 = alibi_params(q.ne[2], max_bias)
+    n = q.ne[1] * q.ne[2] * q.ne[3]
+    words = [n, f32(scale), f32(max_bias), f32(m0), f32(m1), n_log2, f32(softcap), k.type, v.type,
+             int(mask is not None), int(sinks is not None)]
+    slots = (slot(launcher, q), slot(launcher, k), slot(launcher, v), slot(launcher, node),
+             slot(launcher, mask) if mask is not None else None, slot(launcher, sinks) if sinks is not None else None)
+    return [Dispatch("attention.flash_attn", n, slots, words)]

@@ -41,7 +41,7 @@ from ggml_core import (
 )
 from ggml_webgpu import _dispatch, ops  # noqa: F401 - ops registers the binders
 from ggml_webgpu._dispatch import Dispatch, Limits
-from ggml_webgpu._shaders import FAMILIES, N_WORDS, PARAM_BYTES, family_source
+from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
 
 wgpu: Any
 try:  # wgpu is optional at import time: without it the registry reports why it has no devices
@@ -198,9 +198,9 @@ class PipelineCache:
         stage = wgpu.ShaderStage.COMPUTE
         entries = [{"binding": 0, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.uniform}}]
         entries += [
-            {"binding": i, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(1, 6)
+            {"binding": i, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(1, 8)
         ]
-        #: the one bind group layout of every kernel: P, A, B, C, D, ERR
+        #: the one bind group layout of every kernel: P, A, B, C, D, ERR, E, F
         self.layout = gpu.create_bind_group_layout(entries=entries)
         self._pipeline_layout = gpu.create_pipeline_layout(bind_group_layouts=[self.layout])
 
@@ -457,15 +457,16 @@ class WebGPUBackend(Backend):
             for s_i, s in enumerate(d.slots):
                 if s is not None:
                     host[i, 9 * s_i : 9 * s_i + 9] = s.words
-            host[i, 36 : 36 + len(d.op)] = np.array(d.op, dtype=np.int64).astype(np.uint32)
+            host[i, OP_WORD : OP_WORD + len(d.op)] = np.array(d.op, dtype=np.int64).astype(np.uint32)
             entries = [{"binding": 0, "resource": {"buffer": params, "offset": i * PARAM_BYTES, "size": PARAM_BYTES}}]
-            for s_i, s in enumerate(d.slots):
+            slots = (*d.slots, *(None,) * (len(SLOT_BINDINGS) - len(d.slots)))
+            for binding, s in zip(SLOT_BINDINGS, slots, strict=True):
                 res = (
                     {"buffer": s.buffer, "offset": s.offset, "size": s.size}
                     if s is not None
                     else {"buffer": self._dummy, "offset": 0, "size": 16}
                 )
-                entries.append({"binding": 1 + s_i, "resource": res})
+                entries.append({"binding": binding, "resource": res})
             entries.append({"binding": 5, "resource": {"buffer": self.err_buf, "offset": 0, "size": 16}})
             group = self.gpu.create_bind_group(layout=self._pipelines.layout, entries=entries)
             gx = min(d.groups, self.limits.max_groups)

@@ -81,3 +81,15 @@ def test_mixture_of_experts_split(tmp_path: Path) -> None:
     split, m = _logits(path, PlacementRequest(devices=["CPU", "WebGPU0"], tensor_split=[1, 1]), "f32")
     assert {s.name for s in m.placement.shares if s.layers} == {"CPU", "WebGPU0"}
     assert _rel(split, cpu) < 1e-5
+
+
+def test_everything_on_webgpu_with_flash_attention(tmp_path: Path) -> None:
+    w = tiny_models.random_weights(CFG, 1)
+    path = tiny_models.write_model(tmp_path / "m.gguf", CFG, w, "f32")
+    cpu, _ = _logits(path, PlacementRequest(devices=["CPU"]), "f16")
+    params = ModelParams(placement=PlacementRequest(devices=["WebGPU0"]), n_ctx=32, progress=False, flash_attn=True)
+    with Model.load(path, params) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        assert m.executor.n_splits == 2  # the embeddings on the CPU, every layer (attention included) on WebGPU0
+    # flash attention's online softmax (and the CPU's f16 V accumulation) against the CPU's plain softmax path
+    assert float(((got - cpu) ** 2).sum() / (cpu**2).sum()) < 1e-6

@@ -1,8 +1,8 @@
 // ggml-webgpu: what every kernel shares (prepended to each shader module, after the generated binding accessors).
 //
-// Every kernel has the same bind group: P (uniform parameters: four tensor descriptors, then the op's own words),
-// A, B, C (operands) and D (destination, atomic words so that 8- and 16-bit stores never race with a neighbour),
-// ERR (the first bad-index code of a submission). Storage is bound as u32 words; tensors are addressed in bytes
+// Every kernel has the same bind group: P (uniform parameters: six tensor descriptors, then the op's own words),
+// A, B, C, E, F (operands) and D (destination, atomic words so that 8- and 16-bit stores never race with a
+// neighbour), ERR (the largest bad-index code of a submission). Storage is bound as u32 words; tensors are addressed in bytes
 // through their descriptor: base (byte offset inside the bound window), ne[4], nb[4] (bytes).
 // f16 and bf16 are converted with integer arithmetic (round to nearest even, overflow to inf), so kernels need
 // no shader-f16 and give the same bits on every adapter.
@@ -11,7 +11,9 @@ const TA = 0u;
 const TB = 9u;
 const TC = 18u;
 const TD = 27u;
-const OP = 36u;
+const TE = 36u;
+const TF = 45u;
+const OP = 54u;
 const WG = 64u;
 
 const T_F32 = 0u;
