@@ -28,11 +28,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))  # wgpu-native warns without it
 
-from _util import machine, paired_ms  # noqa: E402
+from _util import machine, paired_ms
 
-import ggml_core as g  # noqa: E402
-from ggml_core import ops  # noqa: E402
-from ggml_core.quants import quantize  # noqa: E402
+import ggml_core as g
+from ggml_core import ops
+from ggml_core.quants import quantize
 
 
 def _mul_mat(dev: g.Device, wtype: str, w: np.ndarray, x: np.ndarray) -> Callable[[], None]:
