@@ -68,7 +68,8 @@ def bench_matvec(dev: g.Device, types: list[str], size: int, repeat: int, rng: n
     print(f"    {'f32':>6} weights {ours_f32:9.2f} ms   ratio to numpy {ours_f32 / ref:8.1f}x")
     for t in types:
         tq, base = paired_ms(_mul_mat(dev, t, w, x), f32_run, repeat)
-        print(f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   to our f32 weights {tq / base:5.2f}x")
+        print(f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   "
+              f"to our f32 weights {tq / base:5.2f}x")
 
 
 def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
