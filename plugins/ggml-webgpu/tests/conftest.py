@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from ggml_webgpu.plugin import WebGPUDevice
 from wgpu_helpers import no_device_reason, webgpu_devices
 
 import ggml_core as g
 from ggml_core import Device
+from ggml_webgpu.plugin import WebGPUDevice
 
 
 @pytest.fixture(scope="session")

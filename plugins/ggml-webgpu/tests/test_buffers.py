@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ggml_webgpu.plugin import WebGPUBuffer, WebGPUDevice
 
 import ggml_core as g
 from ggml_core import ComputeError, OutOfBoundsError, TensorError, ops
+from ggml_webgpu.plugin import WebGPUBuffer, WebGPUDevice
 
 
 def _tensor(dev: g.Device, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:

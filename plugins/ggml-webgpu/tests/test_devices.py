@@ -4,11 +4,11 @@ filters, and zero devices with the reason when wgpu or an adapter is missing."""
 from __future__ import annotations
 
 import pytest
-from ggml_webgpu import plugin
-from ggml_webgpu.plugin import ADAPTER_TYPES, AdapterInfo, WebGPUDevice, WebGPUReg, discover
 
 import ggml_core as g
 from ggml_core import DeviceType
+from ggml_webgpu import plugin
+from ggml_webgpu.plugin import ADAPTER_TYPES, AdapterInfo, WebGPUDevice, WebGPUReg, discover
 
 
 def test_devices_are_named_in_order_with_their_api(wdev: WebGPUDevice) -> None:

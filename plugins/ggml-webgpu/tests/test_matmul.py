@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from ggml_webgpu.ops import SGEMM_MIN_COLUMNS
-from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
 
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
+from ggml_webgpu.ops import SGEMM_MIN_COLUMNS
+from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
 
 Build = Callable[[g.Context], tuple[g.Tensor, dict[g.Tensor, bytes]]]
 

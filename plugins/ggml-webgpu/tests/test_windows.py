@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
 from wgpu_helpers import no_device_reason, webgpu_devices
 
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
+from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
 
 WINDOW = 65536
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ggml_webgpu.plugin import WebGPUDevice, webgpu_reg
-
 import ggml_core as g
+from ggml_webgpu.plugin import WebGPUDevice, webgpu_reg
 
 # wgpu-native warns on stderr when XDG_RUNTIME_DIR is unset; a private temporary folder silences it
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))
