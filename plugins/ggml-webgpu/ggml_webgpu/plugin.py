@@ -211,6 +211,8 @@ class PipelineCache:
             return pipe
         family, entry = name.split(".")
         with self._lock:
+            if name in self._pipelines:
+                return self._pipelines[name]
             module = self._modules.get(family)
             if module is None:
                 try:
@@ -225,10 +227,21 @@ class PipelineCache:
             return pipe
 
     def compile_all(self) -> None:
-        """Compile every kernel now (enumeration does, so a broken driver shows up as a skipped adapter)."""
+        """Compile every kernel now (families otherwise compile on first use: 5-10 s for all on lavapipe)."""
         for family, entries in FAMILIES.items():
             for entry in entries:
                 self.get(f"{family}.{entry}")
+
+    def probe(self) -> None:
+        """Build one small kernel on the shared layout: enumeration checks that the driver compiles WGSL at all."""
+        code = (
+            "@group(0) @binding(4) var<storage, read_write> D: array<atomic<u32>>;\n"
+            "@compute @workgroup_size(64) fn main() { atomicStore(&D[0], 0u); }\n"
+        )
+        module = self._gpu.create_shader_module(code=code, label="probe")
+        self._gpu.create_compute_pipeline(
+            layout=self._pipeline_layout, compute={"module": module, "entry_point": "main"}, label="probe"
+        )
 
 
 # ================================================================================================ buffers
@@ -470,7 +483,11 @@ class WebGPUBackend(Backend):
             entries.append({"binding": 5, "resource": {"buffer": self.err_buf, "offset": 0, "size": 16}})
             group = self.gpu.create_bind_group(layout=self._pipelines.layout, entries=entries)
             gx = min(d.groups, self.limits.max_groups)
-            steps.append((node, self._pipelines.get(d.kernel), group, (gx, -(-d.groups // gx))))
+            try:
+                pipe = self._pipelines.get(d.kernel)
+            except Exception as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+            steps.append((node, pipe, group, (gx, -(-d.groups // gx))))
         self.queue.write_buffer(params, 0, host)
         if len(self._plans) > 64:  # forget old graphs (and the nodes their error codes name)
             self._plans.clear()
@@ -644,7 +661,7 @@ class WebGPUReg(BackendReg):
         for info, adapter in found.adapters:
             try:
                 dev = WebGPUDevice(f"WebGPU{len(devices)}", info, adapter, max_binding)
-                dev.pipelines.compile_all()
+                dev.pipelines.probe()
             except Exception as exc:  # noqa: BLE001 - one adapter failing must not hide the others
                 self.skipped[f"{info.index} {info.description}"] = f"cannot be used: {type(exc).__name__}: {exc}"
                 continue

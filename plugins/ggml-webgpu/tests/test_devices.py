@@ -94,3 +94,13 @@ def test_an_opengl_duplicate_of_a_native_adapter_is_left_out() -> None:
 def test_adapter_description_names_the_api() -> None:
     info = AdapterInfo(0, "Apple M2", "apple", "Metal", "IntegratedGPU", "", (), {})
     assert info.description == "Apple M2 (Metal)" and info.type == DeviceType.IGPU
+
+
+def test_every_kernel_compiles(wdev: WebGPUDevice) -> None:
+    """Families compile on first use; this compiles every entry point of every WGSL file on this adapter."""
+    wdev.pipelines.compile_all()
+    from ggml_webgpu._shaders import FAMILIES
+
+    for family, entries in FAMILIES.items():
+        for entry in entries:
+            assert wdev.pipelines.get(f"{family}.{entry}") is not None
