@@ -543,3 +543,39 @@ def _bind_flash(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     slots = (slot(launcher, q), slot(launcher, k), slot(launcher, v), slot(launcher, node),
              slot(launcher, mask) if mask is not None else None, slot(launcher, sinks) if sinks is not None else None)
     return [Dispatch("attention.flash_attn", n, slots, words)]
+
+
+# ------------------------------------------------------------------------------------------------ reductions, sorting
+
+#: longest row ARGSORT / TOP_K rank (each element counts the row: ne0^2 comparisons per row)
+SORT_MAX_ROW: Final = 8192
+
+
+def _sum_rows_ok(limits: Limits, node: Tensor) -> bool:
+    a = _src(node, 0)
+    return a.type == T.F32 and node.type == T.F32 and fits(limits, a, node)
+
+
+@kernel(GGMLOp.SUM_ROWS, GGMLOp.MEAN, supports=_sum_rows_ok)
+def _bind_sum_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a = _src(node, 0)
+    words = [a.nrows, int(node.op == GGMLOp.MEAN)]
+    return [Dispatch("rows.sum_rows", a.nrows, (slot(launcher, a), None, None, slot(launcher, node)), words)]
+
+
+def _sort_ok(limits: Limits, node: Tensor) -> bool:
+    a = _src(node, 0)
+    return a.type == T.F32 and node.type == T.I32 and a.ne[0] <= SORT_MAX_ROW and fits(limits, a, node)
+
+
+@kernel(GGMLOp.ARGSORT, GGMLOp.TOP_K, supports=_sort_ok)
+def _bind_sort(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a = _src(node, 0)
+    desc = node.op == GGMLOp.TOP_K or node.op_param_i32(0) == 1
+    return [_elementwise_over(a, "rows.rank_sort", launcher, node, [int(desc)])]
+
+
+def _elementwise_over(src: Tensor, kernel_name: str, launcher: Launcher, node: Tensor, op: list[int]) -> Dispatch:
+    """One invocation per element of ``src`` (not of the result)."""
+    n = src.nelements
+    return Dispatch(kernel_name, groups_1d(n), (slot(launcher, src), None, None, slot(launcher, node)), [n, *op])

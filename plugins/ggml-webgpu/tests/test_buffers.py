@@ -137,11 +137,11 @@ def test_a_tensor_in_host_memory_is_refused_by_name(wdev: WebGPUDevice, cpu: g.D
 def test_an_unsupported_node_is_refused_by_name(wdev: WebGPUDevice, backend: g.Backend) -> None:
     ctx = g.Context("u")
     a = ctx.new_tensor_2d("f32", 8, 3, "a")
-    out = ops.argsort(a)
+    out = ops.cumsum(a)
     assert not wdev.supports_op(out)
     graph = g.build_graph(out)
     buf = g.alloc_ctx_tensors(ctx, wdev.buffer_type())
-    with pytest.raises(ComputeError, match="ARGSORT"):
+    with pytest.raises(ComputeError, match="CUMSUM"):
         backend.graph_compute(graph)
     buf.free()
 
@@ -178,4 +178,21 @@ def test_bad_expert_index_raises_naming_the_node(wdev: WebGPUDevice, backend: g.
         backend.graph_compute(graph)
     got = out.to_numpy().reshape(2, 1, 4)
     assert (got[0] == 32).all() and not got[1].any()
+    buf.free()
+
+
+def test_argsort_is_a_permutation_even_with_nan_and_ties(wdev: WebGPUDevice, backend: g.Backend) -> None:
+    ctx = g.Context("sort")
+    a = ctx.new_tensor_2d("f32", 9, 2, "a")
+    out = ops.argsort(a, ops.SortOrder.DESC)
+    graph = g.build_graph(out)
+    buf = g.alloc_ctx_tensors(ctx, wdev.buffer_type())
+    v = np.array([[3, 1, np.nan, 1, -0.0, 0.0, -np.inf, np.inf, 2], [5, 5, 5, 5, 1, 1, 1, 1, 0]], np.float32)
+    a.set_data(v)
+    backend.graph_compute(graph)
+    got = out.to_numpy().reshape(2, 9)
+    for row, idx in zip(v, got, strict=True):
+        assert sorted(idx.tolist()) == list(range(9))  # every index once
+        finite = [x for x in row[idx] if not np.isnan(x)]
+        assert finite == sorted(finite, reverse=True)
     buf.free()

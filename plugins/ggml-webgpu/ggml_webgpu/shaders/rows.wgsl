@@ -115,3 +115,48 @@ fn soft_max(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         d_st32(y + k * nb(TD, 0u), bitcast<u32>(exp(w - mx) * inv));
     }
 }
+
+// SUM_ROWS / MEAN: words: n_rows, mean (0 sum, 1 divide by ne0)
+@compute @workgroup_size(64)
+fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r = group(wid, nwg);
+    if (r >= pu(OP)) { return; }
+    let l = lid.x;
+    let n = ne(TA, 0u);
+    let i = unflat4(r, vec4<u32>(ne(TA, 1u), ne(TA, 2u), ne(TA, 3u), 1u));
+    let src = at(TA, 0u, i.x, i.y, i.z);
+    var s = 0.0;
+    for (var k = l; k < n; k += WG) { s += A_f32(src + k * nb(TA, 0u)); }
+    var total = group_sum(s, l);
+    if (pu(OP + 1u) != 0u) { total = total / f32(n); }
+    if (l == 0u) { d_st32(at(TD, 0u, i.x, i.y, i.z), bitcast<u32>(total)); }
+}
+
+// a total order of the f32 bit patterns (NaNs after +inf, or before -inf when negative): every rank is unique,
+// so the result is a permutation whatever the data
+fn sort_key(v: f32) -> u32 {
+    let u = bitcast<u32>(v);
+    return select(u ^ 0x80000000u, ~u, (u & 0x80000000u) != 0u);
+}
+
+// ARGSORT / TOP_K by ranking: element i0 of its row goes to position rank = #{j: x_j before x_i0} (ties by index,
+// a valid order for ggml's unstable sort); TOP_K keeps ranks < ne0 of D. words: n, descending
+@compute @workgroup_size(64)
+fn rank_sort(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let i = unflat(e, TA);
+    let row = at(TA, 0u, i.y, i.z, i.w);
+    let s0 = nb(TA, 0u);
+    let x = sort_key(A_f32(row + i.x * s0));
+    let desc = pu(OP + 1u) != 0u;
+    var rank = 0u;
+    for (var j = 0u; j < ne(TA, 0u); j++) {
+        let y = sort_key(A_f32(row + j * s0));
+        let before = select((y < x), (y > x), desc) || (y == x && j < i.x);
+        rank += select(0u, 1u, before);
+    }
+    if (rank < ne(TD, 0u)) { d_st32(at(TD, rank, i.y, i.z, i.w), i.x); }
+}
