@@ -30,13 +30,16 @@ __all__ = [
     "Slot",
     "Supports",
     "bind",
+    "elementwise",
     "extent",
     "f32",
     "fits",
     "groups_1d",
     "kernel",
     "raw_slot",
+    "row_windows",
     "slot",
+    "src",
     "supports",
 ]
 
@@ -222,3 +225,31 @@ def f32(x: float) -> int:
 def groups_1d(n_items: int) -> int:
     """Workgroups of 64 covering ``n_items`` invocations."""
     return max(1, math.ceil(n_items / WG))
+
+
+# ------------------------------------------------------------------------------------------------ binder helpers
+
+
+def src(node: Tensor, i: int) -> Tensor:
+    """Operand ``i`` of ``node`` (the op builders guarantee it exists)."""
+    s = node.src[i]
+    assert s is not None, f"{node.op_desc}: operand {i} is missing"
+    return s
+
+
+def elementwise(kernel_name: str, launcher: Launcher, node: Tensor, op: list[int], **slots: Tensor) -> Dispatch:
+    """One invocation per element of ``node``, operands ``a``/``b``/``c`` in A/B/C, ``node`` in D."""
+    n = node.nelements
+    a, b, c = (slot(launcher, slots[k]) if k in slots else None for k in "abc")
+    return Dispatch(kernel_name, groups_1d(n), (a, b, c, slot(launcher, node)), [n, *op])
+
+
+def row_windows(limits: Limits, t: Tensor) -> list[tuple[int, int]]:
+    """(first row, row count) windows of ``t``'s dimension 1, each fitting one storage binding."""
+    if fits(limits, t):
+        return [(0, t.ne[1])]
+    tail = extent(t.type, (t.ne[0], 1, t.ne[2], t.ne[3]), t.nb)
+    per = (limits.max_binding - limits.offset_alignment - tail) // t.nb[1] + 1
+    if per < 1:
+        raise NotImplementedError(f"{t.describe()}: its rows cannot be split into windows of the storage binding")
+    return [(r, min(per, t.ne[1] - r)) for r in range(0, t.ne[1], per)]
