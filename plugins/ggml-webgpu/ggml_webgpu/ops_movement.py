@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_webgpu._dispatch import (
@@ -12,6 +13,7 @@ from ggml_webgpu._dispatch import (
     Launcher,
     Limits,
     elementwise,
+    f32,
     fits,
     groups_1d,
     kernel,
@@ -23,6 +25,8 @@ from ggml_webgpu._dispatch import (
 T = GGMLType
 
 __all__: list[str] = []
+
+_GATHER: Final = {GGMLOp.REPEAT: 0, GGMLOp.CONCAT: 1, GGMLOp.PAD: 2, GGMLOp.DIAG_MASK_INF: 3, GGMLOp.DIAG_MASK_ZERO: 3}
 
 
 # ------------------------------------------------------------------------------------------------ CPY / CONT / DUP
@@ -105,3 +109,34 @@ def _bind_set_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     words = [b.nelements, b.type, node.type, c.type, launcher.error_code(node)]
     slots = (slot(launcher, b), slot(launcher, c), None, slot(launcher, node))
     return [Dispatch("movement.set_rows", groups_1d(b.nelements), slots, words)]
+
+
+# ---------------------------------------------------------------------------------- REPEAT, CONCAT, PAD, DIAG_MASK
+
+
+def _gather_ok(limits: Limits, node: Tensor) -> bool:
+    a, b = src(node, 0), node.src[1]
+    if a.type not in FLOAT_TYPES or node.type != a.type or not fits(limits, a, b, node) or a.is_empty:
+        return False
+    if node.op == GGMLOp.CONCAT:
+        return b is not None and b.type == a.type
+    if node.op in (GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO):
+        return a.type == T.F32 and node.ne == a.ne
+    return True
+
+
+@kernel(*_GATHER, supports=_gather_ok)
+def _bind_gather(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a, b = src(node, 0), node.src[1]
+    mode = _GATHER[node.op]
+    words = [mode, a.type, 0, 0, *([0] * 8)]
+    if node.op == GGMLOp.CONCAT:
+        words[2] = node.op_param_i32(0)
+    elif node.op == GGMLOp.PAD:
+        words[2] = node.op_param_i32(8)
+        words[4:12] = [node.op_param_i32(i) & 0xFFFFFFFF for i in range(8)]
+    elif mode == 3:
+        words[2] = node.op_param_i32(0)
+        words[3] = f32(float("-inf") if node.op == GGMLOp.DIAG_MASK_INF else 0.0)
+    slots = {"a": a, "b": b} if b is not None else {"a": a}
+    return [elementwise("movement.gather", launcher, node, words, **slots)]

@@ -92,3 +92,57 @@ fn set_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     }
     d_stf(at(TD, i.x, u32(r), i.z, i.w), pu(OP + 2u), A_f(at(TA, i.x, i.y, i.z, i.w), pu(OP + 1u)));
 }
+
+fn wrap(j: i32, n: u32) -> u32 {
+    let m = j % i32(n);
+    return u32(select(m, m + i32(n), m < 0));
+}
+
+// layout ops, one invocation per destination element, float types: REPEAT (mode 0: A at the index modulo its
+// shape), CONCAT (1: A, then B along dimension `dim`), PAD (2: A shifted by the left pads, zeros or wrapped cells
+// outside), DIAG_MASK (3: `value` above the diagonal shifted by n_past).
+// words: n, mode, type, dim | circular | n_past, value bits, pads lp0 rp0 lp1 rp1 lp2 rp2 lp3 rp3 (signed)
+@compute @workgroup_size(64)
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let o = unflat(e, TD);
+    let t = pu(OP + 2u);
+    let dst = at(TD, o.x, o.y, o.z, o.w);
+    let na = shape(TA);
+    var v = 0.0;
+    switch pu(OP + 1u) {
+        case 0u: { v = A_f(at(TA, o.x % na.x, o.y % na.y, o.z % na.z, o.w % na.w), t); }
+        case 1u: {
+            let d = pu(OP + 3u);
+            if (o[d] < na[d]) {
+                v = A_f(at(TA, o.x, o.y, o.z, o.w), t);
+            } else {
+                var j = o;
+                j[d] = o[d] - na[d];
+                v = B_f(at(TB, j.x, j.y, j.z, j.w), t);
+            }
+        }
+        case 2u: {
+            let circular = pu(OP + 3u) != 0u;
+            var j: vec4<u32>;
+            var inside = true;
+            for (var d = 0u; d < 4u; d++) {
+                let jd = i32(o[d]) - pi(OP + 5u + 2u * d);
+                if (jd < 0 || jd >= i32(na[d])) {
+                    inside = false;
+                    j[d] = wrap(jd, na[d]);
+                } else {
+                    j[d] = u32(jd);
+                }
+            }
+            if (inside || circular) { v = A_f(at(TA, j.x, j.y, j.z, j.w), t); }
+        }
+        default: {
+            v = A_f(at(TA, o.x, o.y, o.z, o.w), t);
+            if (o.x > pu(OP + 3u) + o.y) { v = pf(OP + 4u); }
+        }
+    }
+    d_stf(dst, t, v);
+}

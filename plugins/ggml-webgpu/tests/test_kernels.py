@@ -1,5 +1,6 @@
-"""MUL_MAT paths the conformance cases do not reach: the tiled SGEMM (16+ activation rows) with broadcasting over
-dims 2-3, permuted activations and weights in row windows; compared with the CPU plugin on the same bytes.
+"""Kernel paths the conformance cases do not reach, compared with the CPU plugin on the same bytes: the tiled
+SGEMM (16+ activation rows) with broadcasting over dims 2-3, permuted activations and weights in row windows;
+circular padding.
 
 Tolerance: both sides multiply the same f32 values (weights decoded with ggml's arithmetic, activations rounded
 to the weight type's dot type); only the summation order differs, so NMSE stays at float32 rounding (< 1e-10).
@@ -85,3 +86,16 @@ def test_tiled_sgemm_over_weight_windows(wdev: WebGPUDevice, cpu: g.Device) -> N
     build = _case("q8_0", 300, 20, 256, (1, 1), (1, 1), False)  # 300 x 256 f32 = 300 KiB packed
     got, want = _run(small, build), _run(cpu, build)
     assert float(((got - want) ** 2).sum() / (want**2).sum()) < 1e-10
+
+
+def test_circular_padding_matches_the_cpu(wdev: WebGPUDevice, cpu: g.Device) -> None:
+    """PAD's wrap-around mode (no conformance case yet): left and right pads on every dimension."""
+    v = np.arange(5 * 4 * 3 * 2, dtype=np.float32).reshape(2, 3, 4, 5)
+
+    def build(ctx: g.Context) -> tuple[g.Tensor, dict[g.Tensor, bytes]]:
+        a = ctx.new_tensor_4d("f32", 5, 4, 3, 2, "a")
+        return ops.pad_ext_circular(a, 2, 3, 1, 0, 0, 2, 1, 1), {a: v.tobytes()}
+
+    got, want = _run(wdev, build), _run(cpu, build)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, np.pad(v, ((1, 1), (0, 2), (1, 0), (2, 3)), mode="wrap"))
