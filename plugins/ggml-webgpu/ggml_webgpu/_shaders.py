@@ -22,7 +22,7 @@ PARAM_BYTES: Final = 4 * N_WORDS
 #: kernel families (file stem -> entry points)
 FAMILIES: Final = {
     "elementwise": ("map", "binary", "glu", "binary_flat", "map_flat"),
-    "rows": ("norm", "soft_max", "sum_rows", "rank_sort"),
+    "rows": ("norm", "soft_max", "sum_rows", "rank_sort", "argmax", "cumsum", "sum_all"),
     "attention": ("flash_attn",),
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows", "gather"),

@@ -27,7 +27,7 @@ __all__ = ['GLU_SUPPORTED', 'UNARY_SUPPORTED']
 # ------------------------------------------------------------------------------------------------ binary
 
 
-_BINARY: Final = {GGMLOp.ADD: 0, GGMLOp.SUB: 1, GGMLOp.MUL: 2, GGMLOp.DIV: 3}
+_BINARY: Final = {GGMLOp.ADD: 0, GGMLOp.ADD1: 0, GGMLOp.SUB: 1, GGMLOp.MUL: 2, GGMLOp.DIV: 3}
 
 
 def _binary_ok(limits: Limits, node: Tensor) -> bool:
@@ -55,7 +55,7 @@ def _repeats_flat(a: Tensor, b: Tensor) -> bool:
     return all(n == 1 for n in b.ne[d:])
 
 
-@kernel(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, supports=_binary_ok)
+@kernel(*_BINARY, supports=_binary_ok)
 def _bind_binary(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), src(node, 1)
     if _flat_f32(a, b, node) and _repeats_flat(a, b):
@@ -85,6 +85,8 @@ UNARY_SUPPORTED: Final = frozenset(
         UnaryOp.HARDSWISH,
         UnaryOp.HARDSIGMOID,
         UnaryOp.EXP,
+        UnaryOp.EXPM1,
+        UnaryOp.SOFTPLUS,
         UnaryOp.GELU_ERF,
         UnaryOp.FLOOR,
         UnaryOp.CEIL,

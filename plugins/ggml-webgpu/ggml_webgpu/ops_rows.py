@@ -75,3 +75,20 @@ def _elementwise_over(source: Tensor, kernel_name: str, launcher: Launcher, node
     n = source.nelements
     slots = (slot(launcher, source), None, None, slot(launcher, node))
     return Dispatch(kernel_name, groups_1d(n), slots, [n, *op])
+
+
+def _f32_in(limits: Limits, node: Tensor) -> bool:
+    a = src(node, 0)
+    want = T.I32 if node.op == GGMLOp.ARGMAX else T.F32
+    return a.type == T.F32 and node.type == want and fits(limits, a, node)
+
+
+@kernel(GGMLOp.ARGMAX, GGMLOp.CUMSUM, GGMLOp.SUM, supports=_f32_in)
+def _bind_scan(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a = src(node, 0)
+    slots = (slot(launcher, a), None, None, slot(launcher, node))
+    if node.op == GGMLOp.ARGMAX:
+        return [Dispatch("rows.argmax", a.ne[1], slots, [a.ne[1]])]
+    if node.op == GGMLOp.CUMSUM:
+        return [Dispatch("rows.cumsum", groups_1d(a.nrows), slots, [a.nrows])]
+    return [Dispatch("rows.sum_all", 1, slots, [1])]

@@ -56,6 +56,8 @@ fn apply_map(op: u32, x: f32, p0: f32, p1: f32) -> f32 {
         case 11u: { return x * hardsigmoid(x); }
         case 12u: { return hardsigmoid(x); }
         case 13u: { return exp(x); }
+        case 14u: { return exp(x) - 1.0; }  // ggml computes expf(x) - 1
+        case 15u: { return select(log(1.0 + exp(x)), x, x > 20.0); }
         case 16u: { return gelu_erf(x); }
         case 18u: { return floor(x); }
         case 19u: { return ceil(x); }

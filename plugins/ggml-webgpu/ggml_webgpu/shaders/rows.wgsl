@@ -160,3 +160,68 @@ fn rank_sort(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     }
     if (rank < ne(TD, 0u)) { d_st32(at(TD, rank, i.y, i.z, i.w), i.x); }
 }
+
+var<workgroup> red_i: array<u32, 64>;
+
+// ARGMAX per row of A (ties: the last index, as ggml); words: n_rows
+@compute @workgroup_size(64)
+fn argmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r = group(wid, nwg);
+    if (r >= pu(OP)) { return; }
+    let l = lid.x;
+    let n = ne(TA, 0u);
+    let row = at(TA, 0u, r, 0u, 0u);
+    var best = A_f32(row);
+    var bi = 0u;
+    for (var k = l; k < n; k += WG) {
+        let v = A_f32(row + k * nb(TA, 0u));
+        if (v >= best) { best = v; bi = k; }  // k grows: >= keeps the last of equal values
+    }
+    red[l] = best;
+    red_i[l] = bi;
+    workgroupBarrier();
+    for (var s = 32u; s > 0u; s = s >> 1u) {
+        if (l < s) {
+            let v = red[l + s];
+            let i = red_i[l + s];
+            if (v > red[l] || (v == red[l] && i > red_i[l])) {
+                red[l] = v;
+                red_i[l] = i;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (l == 0u) { d_st32(at(TD, r, 0u, 0u, 0u), red_i[0]); }
+}
+
+// CUMSUM: one invocation per row, the running sum in order (as ggml); words: n_rows
+@compute @workgroup_size(64)
+fn cumsum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let r = item(wid, nwg, lid);
+    if (r >= pu(OP)) { return; }
+    let i = unflat4(r, vec4<u32>(ne(TA, 1u), ne(TA, 2u), ne(TA, 3u), 1u));
+    let src = at(TA, 0u, i.x, i.y, i.z);
+    let dst = at(TD, 0u, i.x, i.y, i.z);
+    var s = 0.0;
+    for (var k = 0u; k < ne(TA, 0u); k++) {
+        s += A_f32(src + k * nb(TA, 0u));
+        d_st32(dst + k * nb(TD, 0u), bitcast<u32>(s));
+    }
+}
+
+// SUM of every element of A, by one workgroup; words: 1
+@compute @workgroup_size(64)
+fn sum_all(@builtin(local_invocation_id) lid: vec3<u32>) {
+    let l = lid.x;
+    let sh = shape(TA);
+    let n = sh.x * sh.y * sh.z * sh.w;
+    var s = 0.0;
+    for (var e = l; e < n; e += WG) {
+        let i = unflat(e, TA);
+        s += A_f32(at(TA, i.x, i.y, i.z, i.w));
+    }
+    let total = group_sum(s, l);
+    if (l == 0u) { d_st32(pu(TD), bitcast<u32>(total)); }
+}
