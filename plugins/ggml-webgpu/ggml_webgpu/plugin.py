@@ -292,7 +292,7 @@ class _Plan:
 class WebGPUBackend(Backend):
     """A stream on one WebGPU device: each graph is one command encoder with one compute pass, submitted at once.
 
-    Kernels that can meet bad indices (GET_ROWS, SET_ROWS) record an error code in a small buffer, which
+    Kernels that can meet bad indices (GET_ROWS, SET_ROWS, MUL_MAT_ID) record an error code in a small buffer, which
     :meth:`synchronize` reads and raises as a :class:`ComputeError` naming the node.
     """
 
