@@ -21,7 +21,7 @@ SLOT_BINDINGS: Final = (1, 2, 3, 4, 6, 7)
 PARAM_BYTES: Final = 4 * N_WORDS
 #: kernel families (file stem -> entry points)
 FAMILIES: Final = {
-    "elementwise": ("map", "binary", "glu", "binary_flat", "map_flat"),
+    "elementwise": ("map", "binary", "glu", "binary_flat", "map_flat", "add_id"),
     "rows": ("norm", "soft_max", "sum_rows", "rank_sort", "argmax", "cumsum", "sum_all"),
     "attention": ("flash_attn",),
     "rope": ("rope",),

@@ -161,3 +161,17 @@ def _bind_glu(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     alpha, limit = (node.op_param_f32(2), node.op_param_f32(3)) if op == GluOp.SWIGLU_OAI else (0.0, 0.0)
     words = [node.nelements, int(op), node.type, f32(alpha), f32(limit)]
     return [Dispatch("elementwise.glu", groups_1d(node.nelements), (x, g, None, slot(launcher, node)), words)]
+
+
+# ------------------------------------------------------------------------------------------------ ADD_ID
+
+
+def _add_id_ok(limits: Limits, node: Tensor) -> bool:
+    a, b, ids = src(node, 0), src(node, 1), src(node, 2)
+    return a.type == b.type == node.type == T.F32 and ids.type == T.I32 and fits(limits, a, b, ids, node)
+
+
+@kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
+def _bind_add_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
+    a, b, ids = src(node, 0), src(node, 1), src(node, 2)
+    return [elementwise("elementwise.add_id", launcher, node, [launcher.error_code(node)], a=a, b=b, c=ids)]

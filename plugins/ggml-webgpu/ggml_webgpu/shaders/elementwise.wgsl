@@ -161,3 +161,21 @@ fn map_flat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let x = bitcast<f32>(A[(pu(TA) >> 2u) + e]);
     atomicStore(&D[(pu(TD) >> 2u) + e], bitcast<u32>(apply_map(pu(OP + 1u), x, pf(OP + 2u), pf(OP + 3u))));
 }
+
+// ADD_ID: dst(i0, i1, i2) = A(i0, i1, i2) + B(i0, C(i1, i2)); a bad id adds nothing and reports `code`.
+// words: n, code
+@compute @workgroup_size(64)
+fn add_id(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let i = unflat(e, TD);
+    let r = C_i(at(TC, i.y, i.z, 0u, 0u), T_I32);
+    var v = A_f32(at(TA, i.x, i.y, i.z, i.w));
+    if (r < 0 || u32(r) >= ne(TB, 1u)) {
+        if (i.x == 0u) { report(pu(OP + 1u)); }
+    } else {
+        v += B_f32(at(TB, i.x, u32(r), 0u, 0u));
+    }
+    d_st32(at(TD, i.x, i.y, i.z, i.w), bitcast<u32>(v));
+}
