@@ -177,7 +177,7 @@ def extent(t_type: GGMLType, ne: Sequence[int], nb: Sequence[int]) -> int:
 
 def fits(limits: Limits, *ts: Tensor | None) -> bool:
     """Every given tensor's bytes fit one storage binding (with the offset alignment's slack)."""
-    return all(t is None or t.nbytes + limits.offset_alignment <= limits.max_binding for t in ts)
+    return all(t is None or t.nbytes + limits.offset_alignment + 4 <= limits.max_binding for t in ts)
 
 
 def slot(
