@@ -58,6 +58,13 @@ QUANT_TYPES: Final = frozenset(
         GGMLType.Q4_K,
         GGMLType.Q5_K,
         GGMLType.Q6_K,
+        GGMLType.IQ4_NL,
+        GGMLType.IQ4_XS,
+        GGMLType.TQ1_0,
+        GGMLType.TQ2_0,
+        GGMLType.MXFP4,
+        GGMLType.NVFP4,
+        GGMLType.Q1_0,
     }
 )
 #: invocations per workgroup of every kernel (WG in common.wgsl)

@@ -48,6 +48,13 @@ ACTIVATION_ROUNDING: Final[dict[GGMLType, int]] = {
     T.Q4_K: _R_Q8_K,
     T.Q5_K: _R_Q8_K,
     T.Q6_K: _R_Q8_K,
+    T.IQ4_NL: _R_Q8_0,
+    T.MXFP4: _R_Q8_0,
+    T.NVFP4: _R_Q8_0,
+    T.Q1_0: _R_Q8_0,
+    T.IQ4_XS: _R_Q8_K,
+    T.TQ1_0: _R_Q8_K,
+    T.TQ2_0: _R_Q8_K,
 }
 #: activation rows per mul_mat workgroup (NT in matmul.wgsl)
 _NT: Final = 8
