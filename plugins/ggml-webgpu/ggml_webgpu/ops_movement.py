@@ -24,7 +24,10 @@ from ggml_webgpu._dispatch import (
 
 T = GGMLType
 
-__all__: list[str] = []
+__all__ = ["QUANTIZE_TYPES"]
+
+#: types CPY and SET_ROWS quantize into (ggml's reference quantizers, byte for byte)
+QUANTIZE_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0})
 
 _GATHER: Final = {GGMLOp.REPEAT: 0, GGMLOp.CONCAT: 1, GGMLOp.PAD: 2, GGMLOp.DIAG_MASK_INF: 3, GGMLOp.DIAG_MASK_ZERO: 3}
 
@@ -40,6 +43,8 @@ def _copy_ok(limits: Limits, node: Tensor) -> bool:
         bs = a.type.block_size
         # a block copy needs whole blocks along ne[0] on both sides
         return bs == 1 or (a.ne[0] % bs == 0 and node.ne[0] % bs == 0)
+    if node.type in QUANTIZE_TYPES:
+        return a.type in FLOAT_TYPES and node.ne[0] % 32 == 0
     return a.type in FLOAT_TYPES and node.type in FLOAT_TYPES
 
 
@@ -52,6 +57,10 @@ def _blocks(t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
 @kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
 def _bind_copy(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
+    if node.type in QUANTIZE_TYPES and a.type in FLOAT_TYPES:
+        n = node.nelements // 32
+        slots = (slot(launcher, a), None, None, slot(launcher, node))
+        return [Dispatch("movement.cpy_q", groups_1d(n), slots, [n, a.type, node.type])]
     if a.type != node.type:
         return [elementwise("movement.cpy", launcher, node, [a.type, node.type], a=a)]
     unit = a.type.type_size
@@ -98,7 +107,7 @@ def _set_rows_ok(limits: Limits, node: Tensor) -> bool:
     return (
         b.type in (T.F32, T.F16)
         and c.type in (T.I32, T.I64)
-        and node.type in FLOAT_TYPES
+        and (node.type in FLOAT_TYPES or (node.type in QUANTIZE_TYPES and b.ne[0] % 32 == 0))
         and fits(limits, b, c, node)
     )
 
@@ -106,8 +115,12 @@ def _set_rows_ok(limits: Limits, node: Tensor) -> bool:
 @kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
 def _bind_set_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     b, c = src(node, 0), src(node, 1)
-    words = [b.nelements, b.type, node.type, c.type, launcher.error_code(node)]
     slots = (slot(launcher, b), slot(launcher, c), None, slot(launcher, node))
+    if node.type in QUANTIZE_TYPES:
+        n = b.nelements // 32
+        return [Dispatch("movement.set_rows_q", groups_1d(n), slots, [n, b.type, node.type, c.type,
+                                                                          launcher.error_code(node)])]
+    words = [b.nelements, b.type, node.type, c.type, launcher.error_code(node)]
     return [Dispatch("movement.set_rows", groups_1d(b.nelements), slots, words)]
 
 

@@ -100,6 +100,12 @@ fn f32_to_f16(x: f32) -> u32 {
     return s | q;
 }
 
+// C's roundf: halves away from zero
+fn roundf(x: f32) -> f32 {
+    let t = trunc(x);
+    return select(t, t + sign(x), abs(x - t) >= 0.5);
+}
+
 fn round_f16(x: f32) -> f32 { return f16_to_f32(f32_to_f16(x)); }
 
 fn f32_to_bf16(x: f32) -> u32 {

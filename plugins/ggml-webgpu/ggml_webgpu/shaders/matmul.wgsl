@@ -3,12 +3,6 @@
 // mul_mat decodes the weights in-shader, 32 at a time, and multiplies them with up to 8 activation rows per
 // workgroup (one weight row per workgroup, K split over its 64 invocations, then a tree reduction).
 
-// C's roundf: halves away from zero
-fn roundf(x: f32) -> f32 {
-    let t = trunc(x);
-    return select(t, t + sign(x), abs(x - t) >= 0.5);
-}
-
 // words: n_items (blocks), type A, mode (0 none, 1 f16, 2 Q8_0, 3 Q8_K, 4 bf16), blk (32 or 256)
 @compute @workgroup_size(64)
 fn pack_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

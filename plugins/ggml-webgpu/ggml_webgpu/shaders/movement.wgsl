@@ -146,3 +146,119 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     d_stf(dst, t, v);
 }
+
+// ---- quantizers: one 32-value block in ggml's quantize_row_*_ref arithmetic (byte-identical), written at byte b
+// of D with byte stores (blocks are 18-24 or 34 bytes: never whole words)
+
+fn st16_any(b: u32, v: u32) {
+    d_st8(b, v & 0xffu);
+    d_st8(b + 1u, (v >> 8u) & 0xffu);
+}
+
+fn st32_any(b: u32, v: u32) {
+    st16_any(b, v & 0xffffu);
+    st16_any(b + 2u, v >> 16u);
+}
+
+fn d_q32(t: u32, x: ptr<function, array<f32, 32>>, b: u32) {
+    switch t {
+        case 8u: {  // Q8_0: d = amax / 127, q = round(x / d)
+            var amax = 0.0;
+            for (var l = 0u; l < 32u; l++) { amax = max(amax, abs((*x)[l])); }
+            let d = amax / 127.0;
+            let id = select(0.0, 1.0 / d, d != 0.0);
+            st16_any(b, f32_to_f16(d));
+            for (var l = 0u; l < 32u; l++) { d_st8(b + 2u + l, bitcast<u32>(i32(roundf((*x)[l] * id))) & 0xffu); }
+        }
+        case 2u, 6u: {  // Q4_0 / Q5_0: d = (value of largest magnitude) / -8 (-16)
+            var amax = 0.0;
+            var vmax = 0.0;
+            for (var l = 0u; l < 32u; l++) {
+                if (amax < abs((*x)[l])) { amax = abs((*x)[l]); vmax = (*x)[l]; }
+            }
+            let d = vmax / select(-16.0, -8.0, t == 2u);
+            let id = select(0.0, 1.0 / d, d != 0.0);
+            st16_any(b, f32_to_f16(d));
+            if (t == 2u) {
+                for (var l = 0u; l < 16u; l++) {
+                    let lo = min(15, i32((*x)[l] * id + 8.5));
+                    let hi = min(15, i32((*x)[l + 16u] * id + 8.5));
+                    d_st8(b + 2u + l, (u32(lo) & 0xfu) | ((u32(hi) & 0xfu) << 4u));
+                }
+            } else {
+                var qh = 0u;
+                for (var l = 0u; l < 16u; l++) {
+                    let lo = u32(min(31, i32((*x)[l] * id + 16.5)));
+                    let hi = u32(min(31, i32((*x)[l + 16u] * id + 16.5)));
+                    d_st8(b + 6u + l, (lo & 0xfu) | ((hi & 0xfu) << 4u));
+                    qh = qh | (((lo & 0x10u) >> 4u) << l) | (((hi & 0x10u) >> 4u) << (l + 16u));
+                }
+                st32_any(b + 2u, qh);
+            }
+        }
+        case 3u, 7u: {  // Q4_1 / Q5_1: d = (max - min) / 15 (31), m = min
+            var vmin = (*x)[0];
+            var vmax = (*x)[0];
+            for (var l = 1u; l < 32u; l++) {
+                vmin = min(vmin, (*x)[l]);
+                vmax = max(vmax, (*x)[l]);
+            }
+            let d = (vmax - vmin) / select(31.0, 15.0, t == 3u);
+            let id = select(0.0, 1.0 / d, d != 0.0);
+            st16_any(b, f32_to_f16(d));
+            st16_any(b + 2u, f32_to_f16(vmin));
+            if (t == 3u) {
+                for (var l = 0u; l < 16u; l++) {
+                    let lo = min(15, i32(((*x)[l] - vmin) * id + 0.5));
+                    let hi = min(15, i32(((*x)[l + 16u] - vmin) * id + 0.5));
+                    d_st8(b + 4u + l, (u32(lo) & 0xfu) | ((u32(hi) & 0xfu) << 4u));
+                }
+            } else {
+                var qh = 0u;
+                for (var l = 0u; l < 16u; l++) {
+                    let lo = u32(i32(((*x)[l] - vmin) * id + 0.5)) & 0xffu;
+                    let hi = u32(i32(((*x)[l + 16u] - vmin) * id + 0.5)) & 0xffu;
+                    d_st8(b + 8u + l, (lo & 0xfu) | ((hi & 0xfu) << 4u));
+                    qh = qh | (((lo & 0x10u) >> 4u) << l) | (((hi & 0x10u) >> 4u) << (l + 16u));
+                }
+                st32_any(b + 4u, qh);
+            }
+        }
+        default: { }
+    }
+}
+
+// SET_ROWS into quantized rows: one invocation per 32-value block of A; words as set_rows
+@compute @workgroup_size(64)
+fn set_rows_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let i = unflat4(e, vec4<u32>(ne(TA, 0u) / 32u, ne(TA, 1u), ne(TA, 2u), ne(TA, 3u)));
+    let r = B_i(at(TB, i.y, i.z % ne(TB, 1u), i.w % ne(TB, 2u), 0u), pu(OP + 3u));
+    if (r < 0 || u32(r) >= ne(TD, 1u)) {
+        if (i.x == 0u) { report(pu(OP + 4u)); }
+        return;
+    }
+    var x: array<f32, 32>;
+    for (var l = 0u; l < 32u; l++) { x[l] = A_f(at(TA, 32u * i.x + l, i.y, i.z, i.w), pu(OP + 1u)); }
+    d_q32(pu(OP + 2u), &x, at(TD, i.x, u32(r), i.z, i.w));
+}
+
+// CPY into a quantized tensor: one invocation per destination block, its 32 values from A in flat order;
+// words: n_blocks, type A, type D
+@compute @workgroup_size(64)
+fn cpy_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let nd = shape(TD);
+    let o = unflat4(e, vec4<u32>(nd.x / 32u, nd.y, nd.z, nd.w));
+    let first = ((o.w * nd.z + o.z) * nd.y + o.y) * nd.x + 32u * o.x;
+    var x: array<f32, 32>;
+    for (var l = 0u; l < 32u; l++) {
+        let i = unflat(first + l, TA);
+        x[l] = A_f(at(TA, i.x, i.y, i.z, i.w), pu(OP + 1u));
+    }
+    d_q32(pu(OP + 2u), &x, at(TD, o.x, o.y, o.z, o.w));
+}
