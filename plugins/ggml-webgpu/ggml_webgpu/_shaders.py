@@ -25,7 +25,7 @@ FAMILIES: Final = {
     "rows": ("norm", "soft_max", "sum_rows", "rank_sort", "argmax", "cumsum", "sum_all"),
     "attention": ("flash_attn",),
     "rope": ("rope",),
-    "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows", "gather", "set_rows_q", "cpy_q"),
+    "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows", "gather", "set_rows_q", "cpy_q", "cpy_dq"),
     "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm", "mul_mat_id"),
 }
 

@@ -45,6 +45,8 @@ def _copy_ok(limits: Limits, node: Tensor) -> bool:
         return bs == 1 or (a.ne[0] % bs == 0 and node.ne[0] % bs == 0)
     if node.type in QUANTIZE_TYPES:
         return a.type in FLOAT_TYPES and node.ne[0] % 32 == 0
+    if a.type in QUANT_TYPES:
+        return node.type in FLOAT_TYPES and a.nb[0] == a.type.type_size
     return a.type in FLOAT_TYPES and node.type in FLOAT_TYPES
 
 
@@ -61,6 +63,10 @@ def _bind_copy(launcher: Launcher, node: Tensor) -> list[Dispatch]:
         n = node.nelements // 32
         slots = (slot(launcher, a), None, None, slot(launcher, node))
         return [Dispatch("movement.cpy_q", groups_1d(n), slots, [n, a.type, node.type])]
+    if a.type in QUANT_TYPES and node.type in FLOAT_TYPES:
+        n = a.nelements // 32
+        slots = (slot(launcher, a), None, None, slot(launcher, node))
+        return [Dispatch("movement.cpy_dq", groups_1d(n), slots, [n, a.type, node.type])]
     if a.type != node.type:
         return [elementwise("movement.cpy", launcher, node, [a.type, node.type], a=a)]
     unit = a.type.type_size

@@ -262,3 +262,21 @@ fn cpy_q(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
     d_q32(pu(OP + 2u), &x, at(TD, o.x, o.y, o.z, o.w));
 }
+
+// CPY out of a quantized tensor: one invocation per 32 source values, written in flat order to any float D;
+// words: n_chunks, type A, type D
+@compute @workgroup_size(64)
+fn cpy_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_id) lid: vec3<u32>) {
+    let e = item(wid, nwg, lid);
+    if (e >= pu(OP)) { return; }
+    let na = shape(TA);
+    let i = unflat4(e, vec4<u32>(na.x / 32u, na.y, na.z, na.w));
+    var y: array<f32, 32>;
+    a_dq32(pu(OP + 1u), at(TA, 0u, i.y, i.z, i.w), i.x, &y);
+    let first = ((i.w * na.z + i.z) * na.y + i.y) * na.x + 32u * i.x;
+    for (var l = 0u; l < 32u; l++) {
+        let o = unflat(first + l, TD);
+        d_stf(at(TD, o.x, o.y, o.z, o.w), pu(OP + 2u), y[l]);
+    }
+}
