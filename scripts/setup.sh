@@ -38,6 +38,18 @@ if [ -z "${GGML_NO_APT:-}" ] && ! ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; 
     fi
 fi
 
+# 1b. Mesa's Vulkan drivers (lavapipe: Vulkan on the CPU), so the WebGPU plugin has an adapter everywhere.
+if [ -z "${GGML_NO_APT:-}" ] && ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing mesa-vulkan-drivers (lavapipe, Vulkan for the CPU) with apt-get"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            mesa-vulkan-drivers libvulkan1; } >/tmp/ggml-apt-vulkan.log 2>&1 \
+            || say "Vulkan driver install failed (see /tmp/ggml-apt-vulkan.log); WebGPU tests will skip"
+    else
+        say "no Vulkan driver and not root: WebGPU devices will be absent (install mesa-vulkan-drivers to get one)"
+    fi
+fi
+
 # 2. The virtual environment.
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating $VENV"

@@ -1,0 +1,123 @@
+"""WebGPU plugin speed, each number next to a numpy baseline measured in the same run.
+
+Usage: ``python benchmarks/bench_webgpu.py [--device WebGPU0] [--size 256] [--repeat 5] [--types q4_0,q8_0,...]``
+
+Prints the CPU model and the adapter, then medians of ``--repeat`` runs (after a warm-up that compiles the
+pipelines and records the graph), each timed alternately with its baseline so that both see the same load:
+
+1. SGEMM ``size``³ f32: our MUL_MAT graph in GFLOP/s, numpy's ``b @ a.T``, and the ratio.
+2. Matrix-vector products (one activation row, ``4 size`` × ``4 size`` weights) for f32 and each quantized type:
+   time, and the ratio to numpy's f32 matrix-vector product and to our f32 weights.
+3. ADD of 4M f32 values: GiB/s (bytes read + written) against numpy's ``np.add(..., out=)``.
+
+Device times include recording, submitting and waiting (``graph_compute``), not host↔device copies. On lavapipe
+(Mesa's Vulkan on the CPU) the plugin is a correctness target: expect ratios far below 1; the interesting numbers
+come from a real GPU adapter. Numbers are noisy on a shared machine: compare the ratios, and rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))  # wgpu-native warns without it
+
+from _util import machine, paired_ms
+
+import ggml_core as g
+from ggml_core import ops
+from ggml_core.quants import quantize
+
+
+def _mul_mat(dev: g.Device, wtype: str, w: np.ndarray, x: np.ndarray) -> Callable[[], None]:
+    ctx = g.Context("bench")
+    a = ctx.new_tensor_2d(wtype, w.shape[1], w.shape[0], "w")
+    b = ctx.new_tensor_2d("f32", x.shape[1], x.shape[0], "x")
+    graph = g.build_graph(ops.mul_mat(a, b))
+    backend = dev.init_backend()
+    g.alloc_ctx_tensors(ctx, dev.buffer_type())
+    a.set_bytes(w.tobytes() if wtype == "f32" else quantize(w, wtype).tobytes())
+    b.set_data(x)
+    return lambda: backend.graph_compute(graph)
+
+
+def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> None:
+    """Our SGEMM against numpy's."""
+    w = rng.uniform(-1, 1, (size, size)).astype(np.float32)
+    x = rng.uniform(-1, 1, (size, size)).astype(np.float32)
+    ours, ref = paired_ms(_mul_mat(dev, "f32", w, x), lambda: x @ w.T, repeat)
+    flop = 2.0 * size**3
+    print(f"SGEMM {size}^3 f32: {dev.name} {flop / ours / 1e6:8.2f} GFLOP/s ({ours:.1f} ms)   "
+          f"numpy {flop / ref / 1e6:8.2f} GFLOP/s ({ref:.2f} ms)   ratio {ref / ours:.3f}x")
+
+
+def bench_matvec(dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator) -> None:
+    """Matrix-vector products per weight type against numpy's f32 one and our f32 weights."""
+    k = m = 4 * size
+    w = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    x = rng.uniform(-1, 1, (1, k)).astype(np.float32)
+    f32_run = _mul_mat(dev, "f32", w, x)
+    ours_f32, ref = paired_ms(f32_run, lambda: x @ w.T, repeat)
+    print(f"MUL_MAT matvec M={m} K={k}: numpy f32 {ref:.3f} ms")
+    print(f"    {'f32':>6} weights {ours_f32:9.2f} ms   ratio to numpy {ours_f32 / ref:8.1f}x")
+    for t in types:
+        tq, base = paired_ms(_mul_mat(dev, t, w, x), f32_run, repeat)
+        print(f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   "
+              f"to our f32 weights {tq / base:5.2f}x")
+
+
+def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+    """ADD of 4M f32 values: bandwidth of our kernel and of numpy."""
+    n = 4 * 2**20
+    ctx = g.Context("add")
+    x = ctx.new_tensor_1d("f32", n, "x")
+    y = ctx.new_tensor_1d("f32", n, "y")
+    graph = g.build_graph(ops.add(x, y))
+    backend = dev.init_backend()
+    g.alloc_ctx_tensors(ctx, dev.buffer_type())
+    xv = rng.uniform(-1, 1, n).astype(np.float32)
+    yv = rng.uniform(-1, 1, n).astype(np.float32)
+    x.set_data(xv)
+    y.set_data(yv)
+    zv = np.empty_like(xv)
+    ours, ref = paired_ms(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat)
+    gib = 3 * 4 * n / 2**30
+    print(f"ADD 4M f32: {dev.name} {gib / ours * 1e3:6.2f} GiB/s ({ours:.1f} ms)   numpy {gib / ref * 1e3:6.1f} GiB/s "
+          f"({ref:.2f} ms)   ratio {ref / ours:.3f}x")
+
+
+def main() -> int:
+    """Run the three benchmarks on one WebGPU device."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--device", default="WebGPU0")
+    p.add_argument("--size", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
+    p.add_argument("--only", choices=("sgemm", "matvec", "add"), default=None)
+    args = p.parse_args()
+    try:
+        dev = g.get_device(args.device)
+    except g.DeviceNotFoundError as exc:
+        print(f"no WebGPU device to benchmark: {exc}")
+        return 1
+    info = machine()
+    print(f"CPU: {info['cpu']} ({info['cores']} cores, load {info['load_average']}); numpy {info['numpy']}")
+    print(f"{dev.name}: {dev.description}, type {dev.type.name}")
+    rng = np.random.default_rng(0)
+    if args.only in (None, "sgemm"):
+        bench_sgemm(dev, args.size, args.repeat, rng)
+    if args.only in (None, "matvec"):
+        bench_matvec(dev, [t.strip() for t in args.types.split(",") if t.strip()], args.size, args.repeat, rng)
+    if args.only in (None, "add"):
+        bench_add(dev, args.repeat, rng)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,620 @@
+"""The WebGPU backend plugin: checks → kernels → buffers → backend → device → registration.
+
+Every wgpu adapter (Vulkan, Metal, D3D12; OpenGL only where no other API reaches the same hardware) becomes a
+device ``WebGPU0``, ``WebGPU1``, … (``GGML_WEBGPU_ADAPTERS`` restricts which). A ggml buffer is one GPU storage
+buffer; tensors are bound to kernels as windows of it (see ``_dispatch``). A graph is recorded into one command
+encoder and one compute pass: each node is one or a few dispatches, each with its parameters in its own 256-byte
+slice of one uniform buffer per graph; the recorded passes, bind groups and parameters are cached per graph.
+All backends of a device share its queue, so reads and writes are ordered after the work submitted before them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from ggml_core import (
+    API_VERSION,
+    AllocationError,
+    Backend,
+    BackendReg,
+    Buffer,
+    BufferType,
+    ComputeError,
+    Device,
+    DeviceCaps,
+    DeviceProps,
+    DeviceType,
+    Event,
+    GGMLOp,
+    Graph,
+    Tensor,
+    TensorError,
+    TensorFlag,
+    hookimpl,
+)
+from ggml_webgpu import (  # noqa: F401 - the ops_* modules register their binders
+    _dispatch,
+    ops_attention,
+    ops_elementwise,
+    ops_matmul,
+    ops_movement,
+    ops_rows,
+)
+from ggml_webgpu._adapters import ADAPTER_TYPES, AdapterInfo, Discovery, adapter_info
+from ggml_webgpu._adapters import discover as _discover
+from ggml_webgpu._dispatch import Dispatch, Limits
+from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
+
+wgpu: Any
+try:  # wgpu is optional at import time: without it the registry reports why it has no devices
+    import wgpu as _wgpu
+
+    wgpu = _wgpu
+    _IMPORT_ERROR: str | None = None
+except Exception as _exc:  # noqa: BLE001 - ImportError, or wgpu-native failing to load
+    wgpu = None
+    _IMPORT_ERROR = f"wgpu is not importable: {type(_exc).__name__}: {_exc} (pip install wgpu)"
+
+__all__ = [
+    "ADAPTER_TYPES",
+    "AdapterInfo",
+    "WebGPUBackend",
+    "WebGPUBuffer",
+    "WebGPUBufferType",
+    "WebGPUDevice",
+    "WebGPUEvent",
+    "WebGPUReg",
+    "adapter_info",
+    "discover",
+    "webgpu_reg",
+]
+
+#: alignment of tensors inside a buffer (ggml-webgpu uses the storage offset alignment; 256 covers every adapter)
+ALIGNMENT: Final = 256
+#: limits shown by ``ggml-core devices`` (and requested at their adapter maximum)
+SHOWN_LIMITS: Final = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroups-per-dimension",
+    "min-storage-buffer-offset-alignment",
+    "min-uniform-buffer-offset-alignment",
+)
+_STORAGE_USAGE: Final = ("STORAGE", "COPY_SRC", "COPY_DST")
+_SERIALS: Final = itertools.count(1)
+
+
+# ================================================================================================ checks
+
+
+def discover(environ: Mapping[str, str]) -> Discovery:
+    """Every wgpu adapter (honouring GGML_WEBGPU_ADAPTERS); never raises (see ``_adapters``)."""
+    return _discover(wgpu, environ, _IMPORT_ERROR)
+
+
+# ================================================================================================ kernels
+
+
+class PipelineCache:
+    """Shader modules (one per kernel family) and compute pipelines (one per entry point) of one GPU device."""
+
+    def __init__(self, gpu: Any) -> None:
+        self._gpu = gpu
+        self._lock = threading.Lock()
+        self._modules: dict[str, Any] = {}
+        self._pipelines: dict[str, Any] = {}
+        stage = wgpu.ShaderStage.COMPUTE
+        entries = [{"binding": 0, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.uniform}}]
+        entries += [
+            {"binding": i, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(1, 8)
+        ]
+        #: the one bind group layout of every kernel: P, A, B, C, D, ERR, E, F
+        self.layout = gpu.create_bind_group_layout(entries=entries)
+        self._pipeline_layout = gpu.create_pipeline_layout(bind_group_layouts=[self.layout])
+
+    def get(self, name: str) -> Any:
+        """The pipeline of ``family.entry``, compiled on first use (a failure raises with naga's message)."""
+        pipe = self._pipelines.get(name)
+        if pipe is not None:
+            return pipe
+        family, entry = name.split(".")
+        with self._lock:
+            if name in self._pipelines:
+                return self._pipelines[name]
+            module = self._modules.get(family)
+            if module is None:
+                try:
+                    module = self._gpu.create_shader_module(code=family_source(family), label=family)
+                except Exception as exc:
+                    raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
+                self._modules[family] = module
+            pipe = self._gpu.create_compute_pipeline(
+                layout=self._pipeline_layout, compute={"module": module, "entry_point": entry}, label=name
+            )
+            self._pipelines[name] = pipe
+            return pipe
+
+    def compile_all(self) -> None:
+        """Compile every kernel now (families otherwise compile on first use: 5-10 s for all on lavapipe)."""
+        for family, entries in FAMILIES.items():
+            for entry in entries:
+                self.get(f"{family}.{entry}")
+
+    def probe(self) -> None:
+        """Build one small kernel on the shared layout: enumeration checks that the driver compiles WGSL at all."""
+        code = (
+            "@group(0) @binding(4) var<storage, read_write> D: array<atomic<u32>>;\n"
+            "@compute @workgroup_size(64) fn main() { atomicStore(&D[0], 0u); }\n"
+        )
+        module = self._gpu.create_shader_module(code=code, label="probe")
+        self._gpu.create_compute_pipeline(
+            layout=self._pipeline_layout, compute={"module": module, "entry_point": "main"}, label="probe"
+        )
+
+
+# ================================================================================================ buffers
+
+
+def _usage(*names: str) -> int:
+    u = 0
+    for n in names:
+        u |= int(getattr(wgpu.BufferUsage, n))
+    return u
+
+
+class WebGPUBufferType(BufferType):
+    """``WebGPU<i>``: storage buffers of one device, at most the adapter's largest buffer each."""
+
+    device: WebGPUDevice
+
+    def _alloc(self, size: int) -> Buffer:
+        dev = self.device
+        try:
+            gpu = dev.gpu.create_buffer(size=max(4, -(-size // 4) * 4), usage=_usage(*_STORAGE_USAGE))
+        except Exception as exc:
+            free, _ = dev.memory()
+            raise AllocationError(dev.name, size, free, f"createBuffer failed: {exc}") from exc
+        return WebGPUBuffer(self, size, gpu)
+
+
+class WebGPUBuffer(Buffer):
+    """One GPU storage buffer; reads and writes go through the device's queue (writes of partial words merge)."""
+
+    buffer_type: WebGPUBufferType
+
+    def __init__(self, buffer_type: WebGPUBufferType, size: int, gpu: Any) -> None:
+        super().__init__(buffer_type, size)
+        #: the ``GPUBuffer`` (its size is ``size`` rounded up to 4 bytes)
+        self.gpu = gpu
+        #: unique per allocation (``id()`` may be reused after a free): recorded graphs are keyed by it
+        self.serial = next(_SERIALS)
+        self.device = buffer_type.device
+        self.device.allocated += size
+
+    def _read_words(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes [lo, hi) widened to whole words, as a uint8 array starting at lo rounded down."""
+        start, stop = lo - lo % 4, -(-hi // 4) * 4
+        return np.frombuffer(self.device.queue.read_buffer(self.gpu, start, stop - start), dtype=np.uint8).copy()
+
+    def _write(self, offset: int, data: memoryview) -> None:
+        host = np.frombuffer(data, dtype=np.uint8)
+        end = offset + host.nbytes
+        if offset % 4 or end % 4:  # the queue writes whole words: merge the partial ones with what is there
+            start = offset - offset % 4
+            words = self._read_words(offset, end)
+            words[offset - start : end - start] = host
+            host, offset = words, start
+        self.device.queue.write_buffer(self.gpu, offset, host)
+
+    def _read(self, offset: int, out: memoryview) -> None:
+        dst = np.frombuffer(out, dtype=np.uint8)
+        words = self._read_words(offset, offset + dst.nbytes)
+        skip = offset % 4
+        dst[:] = words[skip : skip + dst.nbytes]
+
+    def _fill(self, offset: int, size: int, value: int) -> None:
+        if value == 0 and offset % 4 == 0 and size % 4 == 0:
+            enc = self.device.gpu.create_command_encoder()
+            enc.clear_buffer(self.gpu, offset, size)
+            self.device.queue.submit([enc.finish()])
+            return
+        step = 1 << 24
+        for o in range(offset, offset + size, step):
+            n = min(step, offset + size - o)
+            self._write(o, np.full(n, value, dtype=np.uint8).data)
+
+    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
+        aligned = not (src_offset | dst_offset | size) % 4
+        if isinstance(src, WebGPUBuffer) and src.device.gpu is self.device.gpu and aligned:
+            enc = self.device.gpu.create_command_encoder()
+            enc.copy_buffer_to_buffer(src.gpu, src_offset, self.gpu, dst_offset, size)
+            self.device.queue.submit([enc.finish()])
+            return True
+        if isinstance(src, WebGPUBuffer):  # another device or unaligned: through host memory
+            staged = np.empty(size, dtype=np.uint8)
+            src._read(src_offset, staged.data)
+            self._write(dst_offset, staged.data)
+            return True
+        host = src.host_array()
+        if host is None:
+            return False
+        self._write(dst_offset, np.ascontiguousarray(host[src_offset : src_offset + size]).data)
+        return True
+
+    def _free(self) -> None:
+        self.gpu.destroy()
+        self.device.allocated -= self.size
+
+
+# ================================================================================================ backend
+
+
+class WebGPUEvent(Event):
+    """A point in a device's queue. Waiting maps a word of a device buffer, which completes only after every
+    submission before it (wgpu-py 0.32's ``onSubmittedWorkDone`` binding is broken, so that is the portable wait)."""
+
+    def __init__(self, device: WebGPUDevice) -> None:
+        super().__init__(device)
+        self._recorded = False
+
+    def record(self, backend: Backend) -> None:
+        """Mark the work submitted to ``backend``'s queue so far."""
+        if not isinstance(backend, WebGPUBackend):
+            raise TypeError(f"{self.device.name}: a WebGPU event can only be recorded on a WebGPU backend")
+        self._recorded = True
+
+    def synchronize(self) -> None:
+        """Block until the recorded work is done (a never-recorded event is complete)."""
+        if self._recorded:
+            assert isinstance(self.device, WebGPUDevice)
+            self.device.wait_idle()
+            self._recorded = False
+
+
+@dataclass
+class _Plan:
+    """A graph recorded for replay: pipelines, bind groups and 2-d workgroup counts, with the uniform buffer."""
+
+    signature: tuple[object, ...]
+    steps: list[tuple[Tensor, Any, Any, tuple[int, int]]]
+    params: Any
+    checked: bool
+
+
+class WebGPUBackend(Backend):
+    """A stream on one WebGPU device: each graph is one command encoder with one compute pass, submitted at once.
+
+    Kernels that can meet bad indices (GET_ROWS, SET_ROWS, MUL_MAT_ID) record an error code in a small buffer, which
+    :meth:`synchronize` reads and raises as a :class:`ComputeError` naming the node.
+    """
+
+    device: WebGPUDevice
+
+    def __init__(self, device: WebGPUDevice) -> None:
+        super().__init__(device)
+        self.gpu = device.gpu
+        self.queue = device.queue
+        self.limits = device.limits
+        self._pipelines = device.pipelines
+        self._scratch: dict[str, Any] = {}
+        self._plans: dict[int, _Plan] = {}
+        self._checked_nodes: dict[int, Tensor] = {}
+        self._next_code = 0
+        self._check_errors = False
+        self._dummy = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
+        self.err_buf = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
+
+    # ---- what binders use ---------------------------------------------------------------------------------
+
+    def owns(self, t: Tensor) -> Any:
+        """The GPU buffer of ``t`` when it lives on this device."""
+        buf = t.buffer
+        return buf.gpu if isinstance(buf, WebGPUBuffer) and buf.device.gpu is self.gpu else None
+
+    def scratch(self, slot_name: str, nbytes: int) -> Any:
+        """A device buffer of at least ``nbytes`` for temporaries; a larger one replaces it (old plans keep theirs)."""
+        buf = self._scratch.get(slot_name)
+        if buf is None or buf.size < nbytes:
+            buf = self._scratch[slot_name] = self.gpu.create_buffer(
+                size=max(16, -(-nbytes // 4) * 4), usage=_usage(*_STORAGE_USAGE)
+            )
+        return buf
+
+    def error_code(self, node: Tensor) -> int:
+        """The code a kernel reports for a bad index in ``node`` (read back by :meth:`synchronize`)."""
+        self._next_code += 1
+        self._checked_nodes[self._next_code] = node
+        return self._next_code
+
+    # ---- copies -------------------------------------------------------------------------------------------
+
+    def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
+        """Copy on the device when both tensors live on it (ordered in the shared queue); False otherwise."""
+        if self.owns(src) is None or self.owns(dst) is None:
+            return False
+        assert isinstance(dst.buffer, WebGPUBuffer)
+        return dst.buffer.cpy_tensor(src, dst)
+
+    def synchronize(self) -> None:
+        """Wait for the queue; raise the first error a kernel reported (a bad row index...)."""
+        if self._check_errors:
+            self._check_errors = False
+            err = int(np.frombuffer(self.queue.read_buffer(self.err_buf, 0, 4), dtype=np.uint32)[0])
+            if err:
+                self.queue.write_buffer(self.err_buf, 0, np.zeros(4, np.uint32))
+                node = self._checked_nodes.get(err)
+                raise ComputeError(node, self.name, "an index is out of range (the bad rows were left unwritten/zero)")
+        else:
+            self.device.wait_idle()
+
+    # ---- compute ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _signature(graph: Graph) -> tuple[object, ...]:
+        return tuple(
+            (t.id, t.op, t.ne, t.nb, getattr(t.buffer, "serial", id(t.buffer)), t.data_offset,
+             *(s.id if s is not None else 0 for s in t.src[:5]))
+            for t in graph.nodes
+        )
+
+    def _plan(self, graph: Graph) -> _Plan:
+        sig = self._signature(graph)
+        cached = self._plans.get(graph.uid)
+        if cached is not None and cached.signature == sig:
+            return cached
+        n_codes = self._next_code
+        work: list[tuple[Tensor, Dispatch]] = []
+        for node in graph.nodes:
+            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+                continue
+            try:
+                work += [(node, d) for d in _dispatch.bind(self, node)]
+            except (NotImplementedError, TensorError) as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+        params = self.gpu.create_buffer(size=max(1, len(work)) * PARAM_BYTES, usage=_usage("UNIFORM", "COPY_DST"))
+        host = np.zeros((max(1, len(work)), N_WORDS), dtype=np.uint32)
+        steps = []
+        for i, (node, d) in enumerate(work):
+            for s_i, s in enumerate(d.slots):
+                if s is not None:
+                    host[i, 9 * s_i : 9 * s_i + 9] = s.words
+            host[i, OP_WORD : OP_WORD + len(d.op)] = np.array(d.op, dtype=np.int64).astype(np.uint32)
+            entries = [{"binding": 0, "resource": {"buffer": params, "offset": i * PARAM_BYTES, "size": PARAM_BYTES}}]
+            slots = (*d.slots, *(None,) * (len(SLOT_BINDINGS) - len(d.slots)))
+            for binding, s in zip(SLOT_BINDINGS, slots, strict=True):
+                res = (
+                    {"buffer": s.buffer, "offset": s.offset, "size": s.size}
+                    if s is not None
+                    else {"buffer": self._dummy, "offset": 0, "size": 16}
+                )
+                entries.append({"binding": binding, "resource": res})
+            entries.append({"binding": 5, "resource": {"buffer": self.err_buf, "offset": 0, "size": 16}})
+            group = self.gpu.create_bind_group(layout=self._pipelines.layout, entries=entries)
+            gx = min(d.groups, self.limits.max_groups)
+            try:
+                pipe = self._pipelines.get(d.kernel)
+            except Exception as exc:
+                raise ComputeError(node, self.name, str(exc)) from exc
+            steps.append((node, pipe, group, (gx, -(-d.groups // gx))))
+        self.queue.write_buffer(params, 0, host)
+        if len(self._plans) > 64:  # forget old graphs (and the nodes their error codes name)
+            self._plans.clear()
+            self._checked_nodes = {c: n for c, n in self._checked_nodes.items() if c > n_codes}
+        plan = _Plan(sig, steps, params, self._next_code > n_codes)
+        self._plans[graph.uid] = plan
+        return plan
+
+    def graph_compute_async(self, graph: Graph) -> None:
+        """Record every node's dispatches into one compute pass and submit it; returns before the work is done."""
+        plan = self._plan(graph)
+        if not plan.steps:
+            return
+        enc = self.gpu.create_command_encoder()
+        cpass = enc.begin_compute_pass()
+        for node, pipe, group, (gx, gy) in plan.steps:
+            if self.abort_callback is not None and self.abort_callback():
+                raise ComputeError(node, self.name, "aborted by the abort callback")
+            cpass.set_pipeline(pipe)
+            cpass.set_bind_group(0, group)
+            cpass.dispatch_workgroups(gx, gy)
+        cpass.end()
+        try:
+            self.queue.submit([enc.finish()])
+        except Exception as exc:
+            raise ComputeError(plan.steps[0][0], self.name, f"wgpu refused the graph: {exc}") from exc
+        self._check_errors = self._check_errors or plan.checked
+
+    def free(self) -> None:
+        """Wait for the queue and release the temporaries."""
+        self.device.wait_idle()
+        self._plans.clear()
+        self._scratch.clear()
+
+
+# ================================================================================================ device
+
+
+def _host_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+class WebGPUDevice(Device):
+    """One wgpu adapter opened as a GPU device, with its queue and kernel pipelines."""
+
+    caps = DeviceCaps(asynchronous=True, host_buffer=False, buffer_from_host_ptr=False, events=True)
+
+    def __init__(self, name: str, info: AdapterInfo, adapter: Any, max_binding: int | None = None) -> None:
+        super().__init__(name, info.description, device_id=f"wgpu:{info.index}")
+        self.info = info
+        self.type = info.type
+        wanted = {k: info.limits[k] for k in ("max-buffer-size", "max-storage-buffer-binding-size") if k in info.limits}
+        feats = [f for f in ("shader-f16",) if f in info.features]
+        #: the wgpu GPUDevice
+        self.gpu = adapter.request_device_sync(required_features=feats, required_limits=wanted)
+        self.queue = self.gpu.queue
+        lim = self.gpu.limits
+        binding = int(lim["max-storage-buffer-binding-size"])
+        self.limits = Limits(
+            max_binding=min(binding, max_binding) if max_binding else binding,
+            offset_alignment=int(lim["min-storage-buffer-offset-alignment"]),
+            max_groups=int(lim["max-compute-workgroups-per-dimension"]),
+        )
+        #: bytes allocated in this device's buffers (wgpu has no free-memory query)
+        self.allocated = 0
+        self.pipelines = PipelineCache(self.gpu)
+        self._fence = self.gpu.create_buffer(size=4, usage=_usage(*_STORAGE_USAGE))
+        self._buft = WebGPUBufferType(name, self, alignment=ALIGNMENT, max_size=int(lim["max-buffer-size"]))
+
+    def wait_idle(self) -> None:
+        """Block until every submission to the queue has finished (mapping a word waits for them all)."""
+        self.queue.read_buffer(self._fence, 0, 4)
+
+    def memory(self) -> tuple[int, int]:
+        """(total minus what this process allocated, total): host memory, as wgpu has no memory query."""
+        total = _host_memory()
+        return max(0, total - self.allocated), total
+
+    def props(self) -> DeviceProps:
+        """Props, with the adapter's API, type, driver, features and limits under ``extra``."""
+        p = super().props()
+        extra: dict[str, Any] = {
+                "api": self.info.backend,
+                "adapter type": self.info.adapter_type,
+                "driver": self.info.driver,
+                "features": ", ".join(self.info.features),
+                **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
+                "binding window": self.limits.max_binding,
+        }
+        p.extra.update(extra)
+        return p
+
+    def buffer_type(self) -> BufferType:
+        """Device memory."""
+        return self._buft
+
+    def init_backend(self, params: str | None = None) -> Backend:
+        """A new stream on this device (sharing the device's queue)."""
+        return WebGPUBackend(self)
+
+    def supports_op(self, op: Tensor) -> bool:
+        """Ops, types, layouts and sizes with a WGSL kernel that passes the conformance comparison with the CPU."""
+        return _dispatch.supports(self.limits, op)
+
+    def supports_buft(self, buft: BufferType) -> bool:
+        """Only this device's own memory."""
+        return buft is self._buft
+
+    def offload_op(self, op: Tensor) -> bool:
+        """Large matrix products are worth moving to a real GPU; never to a CPU adapter."""
+        if self.type not in (DeviceType.GPU, DeviceType.IGPU) or op.op != GGMLOp.MUL_MAT:
+            return False
+        b = op.src[1]
+        return b is not None and b.ne[1] * b.ne[2] * b.ne[3] >= 32
+
+    def event_new(self) -> Event:
+        """A new event."""
+        return WebGPUEvent(self)
+
+
+# ================================================================================================ registration
+
+
+class WebGPUReg(BackendReg):
+    """The ``WebGPU`` registry: every wgpu adapter, as selected by ``GGML_WEBGPU_ADAPTERS``.
+
+    ``GGML_WEBGPU_MAX_BINDING`` lowers the storage binding window (bytes), to exercise the windowed paths.
+    When there are no devices :attr:`unavailable_reason` says why; reading it enumerates the devices first.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._reason: str | None = None
+        self._environ = environ
+        #: adapters found but not exposed, with the reason
+        self.skipped: dict[str, str] = {}
+        super().__init__("WebGPU", description="WebGPU adapters (Vulkan, Metal, D3D12) through wgpu-py", priority=5)
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why this registry has no devices (enumerating them first), or None."""
+        if getattr(self, "_devices", None) is None and hasattr(self, "_lock"):
+            try:
+                self.devices  # noqa: B018 - enumeration records the reason
+            except Exception as exc:  # noqa: BLE001 - a reason is shown, never raised
+                self._reason = f"device enumeration failed: {type(exc).__name__}: {exc}"
+        return self._reason
+
+    @unavailable_reason.setter
+    def unavailable_reason(self, value: str | None) -> None:
+        self._reason = value
+
+    def enumerate_devices(self) -> list[Device]:
+        """Discover the adapters, open each and compile the kernels, name the survivors WebGPU0, WebGPU1…"""
+        env = os.environ if self._environ is None else self._environ
+        found = discover(env)
+        self.skipped = dict(found.skipped)
+        raw = env.get("GGML_WEBGPU_MAX_BINDING", "").strip()
+        max_binding = None
+        if raw:
+            try:
+                max_binding = int(raw)
+                if max_binding < 4096:
+                    raise ValueError("must be at least 4096")
+            except ValueError as exc:
+                self._reason = f"GGML_WEBGPU_MAX_BINDING={raw!r} is not a byte count: {exc}"
+                return []
+        devices: list[Device] = []
+        for info, adapter in found.adapters:
+            try:
+                dev = WebGPUDevice(f"WebGPU{len(devices)}", info, adapter, max_binding)
+                dev.pipelines.probe()
+            except Exception as exc:  # noqa: BLE001 - one adapter failing must not hide the others
+                self.skipped[f"{info.index} {info.description}"] = f"cannot be used: {type(exc).__name__}: {exc}"
+                continue
+            devices.append(dev)
+        if not devices:
+            reason = found.reason or "no wgpu adapter could be used"
+            if self.skipped:
+                reason += "; " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items())
+            self._reason = reason
+        return devices
+
+    def features(self) -> dict[str, str]:
+        """wgpu version and the adapters left out (with why)."""
+        out = {"wgpu": getattr(wgpu, "__version__", "missing") if wgpu is not None else "missing"}
+        for desc, why in self.skipped.items():
+            out[f"skipped {desc}"] = why
+        return out
+
+
+_REG: WebGPUReg | None = None
+
+
+def webgpu_reg() -> WebGPUReg:
+    """The process-wide WebGPU registry."""
+    global _REG
+    if _REG is None:
+        _REG = WebGPUReg()
+    return _REG
+
+
+@hookimpl
+def ggml_api_version() -> int:
+    """This plugin speaks the current plugin API."""
+    return API_VERSION
+
+
+@hookimpl
+def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+    """Register the WebGPU registry (it reports its own reason when there are no devices)."""
+    register(webgpu_reg())

@@ -1,0 +1,22 @@
+"""Helpers shared by the WebGPU plugin's tests (a uniquely named module: pytest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import ggml_core as g
+from ggml_webgpu.plugin import WebGPUDevice, webgpu_reg
+
+# wgpu-native warns on stderr when XDG_RUNTIME_DIR is unset; a private temporary folder silences it
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))
+
+
+def webgpu_devices() -> list[WebGPUDevice]:
+    """Every WebGPU device the process-wide registry exposes."""
+    return [d for d in g.devices() if isinstance(d, WebGPUDevice)]
+
+
+def no_device_reason() -> str:
+    """Why there is no WebGPU device here (for skip messages)."""
+    return f"no WebGPU adapter: {webgpu_reg().unavailable_reason or 'none found'}"
