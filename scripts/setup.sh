@@ -43,8 +43,8 @@ if [ -z "${GGML_NO_APT:-}" ] && ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "installing mesa-vulkan-drivers (lavapipe, Vulkan for the CPU) with apt-get"
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            mesa-vulkan-drivers libvulkan1; } >/tmp/ggml-apt-vulkan.log 2>&1 \
-            || say "Vulkan driver install failed (see /tmp/ggml-apt-vulkan.log); WebGPU tests will skip"
+            mesa-vulkan-drivers libvulkan1; } >>"$LOG" 2>&1 \
+            || say "Vulkan driver install failed (see $LOG); WebGPU tests will skip"
     else
         say "no Vulkan driver and not root: WebGPU devices will be absent (install mesa-vulkan-drivers to get one)"
     fi
