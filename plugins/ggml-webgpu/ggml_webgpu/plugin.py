@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,22 @@ from ggml_webgpu._adapters import discover as _discover
 from ggml_webgpu._dispatch import Dispatch, Limits
 from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
 
+
+def _runtime_dir() -> None:
+    """Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on every enumeration when it is unset (CI, cron,
+    containers): point it at a private per-user directory, as a login session would. A set one is left alone."""
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    path = os.path.join(tempfile.gettempdir(), f"ggml-webgpu-runtime-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        if os.stat(path).st_uid == os.getuid():
+            os.environ["XDG_RUNTIME_DIR"] = path
+    except OSError:
+        pass
+
+
+_runtime_dir()
 wgpu: Any
 try:  # wgpu is optional at import time: without it the registry reports why it has no devices
     import wgpu as _wgpu
