@@ -1,7 +1,7 @@
 """GGUF models end to end: checked loading, placement across devices, LLaMA-family graphs, KV cache, sampling,
 tokenizers, and the embedded default model.
 
-- :mod:`.gguf_header` / :mod:`.gguf_file`: the bounded header walk, then gguf-py's memory-mapped reader
+- :mod:`.gguf_header` / :mod:`.gguf_file`: the bounded header walk (the reader itself), values from the memory map
 - :mod:`.hparams`: hyperparameters from ``{arch}.*`` metadata
 - :mod:`.placement`: which device holds which layer, and the fit check
 - :mod:`.weights`: the weights' names and shapes; zero-copy CPU binding and streamed uploads
