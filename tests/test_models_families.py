@@ -21,8 +21,8 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 
 from ggml_core import GGUFError
 from ggml_core.models import ARCHITECTURES, Model, ModelParams, PlacementRequest
-from ggml_core.models.hparams import read_hparams
 from ggml_core.models.gguf_file import open_gguf
+from ggml_core.models.hparams import read_hparams
 
 CPU_ONLY = PlacementRequest(devices=["CPU"])
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40]
@@ -95,7 +95,7 @@ def test_the_family_features_matter(tmp_path: Path) -> None:
     assert hp.has_swa and [hp.is_swa(il) for il in range(6)] == [True] * 5 + [False]
     assert hp.rope_base(0) == 10000.0 and hp.rope_base(5) == cfg.freq_base
     for variant in (cfg.with_(n_swa=64), cfg.with_(arch="gemma2", n_swa=4)):
-        other = {k: v for k, v in w.items() if variant.qk_norm or "attn_q_norm" not in k and "attn_k_norm" not in k}
+        other = {k: v for k, v in w.items() if variant.qk_norm or ("attn_q_norm" not in k and "attn_k_norm" not in k)}
         assert _rel(got, reference_logits(variant, other, TOKENS)) > 1e-3
     g2 = CONFIGS["gemma2"]
     path2, w2 = _write(tmp_path, g2)
