@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "plan": "plan",
     "rpc-server": "rpc_server",
+    "models": "models",
+    "tokenize": "tokenize",
 }
 
 

@@ -83,9 +83,19 @@ class Tokenizer:
     pre: str = "default"
 
     def __post_init__(self) -> None:
-        self._ids: dict[str, int] = {}
-        for i, t in enumerate(self.tokens):
-            self._ids.setdefault(t, i)
+        # as llama.cpp's token_to_id: a text that appears twice maps to its last id
+        self._ids: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
+        n_types = len(self.types)
+        special = [
+            (t, i)
+            for i, t in enumerate(self.tokens)
+            if t
+            and i < n_types
+            and self.types[i] in (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"], TOKEN_TYPE["unknown"])
+        ]
+        special.sort(key=lambda p: -len(p[0]))  # longest first; stable: equal lengths keep id order
+        self._specials_all = special
+        self._specials_user = [(t, i) for t, i in special if self.types[i] == TOKEN_TYPE["user_defined"]]
         self._byte_ids: dict[int, int] = {}
         if self.kind == "llama":
             for b in range(256):
@@ -103,17 +113,53 @@ class Tokenizer:
 
     # ------------------------------------------------------------------------------------------------ encode
 
-    def encode(self, text: str, *, add_bos: bool | None = None) -> list[int]:
-        """Token ids of ``text`` (with BOS first when the vocabulary asks for it, or ``add_bos``)."""
+    def encode(self, text: str, *, add_bos: bool | None = None, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (with BOS first when the vocabulary asks for it, or ``add_bos``).
+
+        As llama.cpp's ``llama_tokenize``: the text is first cut at the strings of user-defined tokens (always) and,
+        with ``parse_special``, of control tokens (``<bos>``, ``<start_of_turn>``, ...), longest first; those become
+        their ids and the fragments between are tokenized (SentencePiece: a space is prefixed, when the vocabulary
+        asks for one, to the first fragment and to each one after a special token).
+        """
         ids: list[int] = []
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
             ids.append(self.bos_id)
-        if text:
-            ids += self._encode_spm(text) if self.kind == "llama" else self._encode_bpe(text)
+        prev_special = True
+        for frag in self._partition(text, parse_special):
+            if isinstance(frag, int):
+                ids.append(frag)
+                prev_special = True
+            elif self.kind == "llama":
+                ids += self._encode_spm(frag, prefix=self.add_space_prefix and prev_special)
+                prev_special = False
+            else:
+                ids += self._encode_bpe(frag)
         return ids
 
-    def _encode_spm(self, text: str) -> list[int]:
-        if self.add_space_prefix:
+    def _partition(self, text: str, parse_special: bool) -> list[str | int]:
+        """``text`` cut into plain fragments (str) and special token ids (int), llama.cpp's
+        ``tokenizer_st_partition``."""
+        frags: list[str | int] = [text] if text else []
+        specials = self._specials_all if parse_special else self._specials_user
+        for piece, tid in specials:
+            if not any(isinstance(f, str) and piece in f for f in frags):
+                continue
+            out: list[str | int] = []
+            for f in frags:
+                if isinstance(f, int) or piece not in f:
+                    out.append(f)
+                    continue
+                parts = f.split(piece)
+                for i, part in enumerate(parts):
+                    if i:
+                        out.append(tid)
+                    if part:
+                        out.append(part)
+            frags = out
+        return frags
+
+    def _encode_spm(self, text: str, *, prefix: bool) -> list[int]:
+        if prefix:
             text = " " + text
         syms = list(text.replace(" ", _SPACE))
         # a doubly linked list of symbols and a heap of mergeable neighbours: (-score, left position, left, right)
@@ -214,6 +260,12 @@ class Tokenizer:
         if ttype == TOKEN_TYPE["user_defined"]:
             return text.encode("utf-8")
         return bytes(self._u2b[c] if c in self._u2b else ord(c) & 0xFF for c in text)
+
+    def piece(self, tid: int) -> str:
+        """The text of one token for display (control tokens as their name, as llama-tokenize shows them)."""
+        if 0 <= tid < len(self.types) and self.types[tid] == TOKEN_TYPE["control"]:
+            return self.tokens[tid]
+        return self.token_bytes(tid).decode("utf-8", errors="replace")
 
     def decode(self, ids: list[int], *, strip_prefix_space: bool = True) -> str:
         """The text of ``ids`` (invalid UTF-8 replaced); the prefix space the llama encoder adds is removed."""
