@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        print(f"{r['name']:<{width}}  {r['description']}")
+    width = max(len(a) for a in ARCHITECTURES)
+    for a in ARCHITECTURES.values():
+        print(f"{a.name:<{width}}  {a.description}")
     return 0
