@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
+import numpy as np
+
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.gguf_header import ValueType
@@ -85,14 +87,9 @@ class Tokenizer:
     def __post_init__(self) -> None:
         # as llama.cpp's token_to_id: a text that appears twice maps to its last id
         self._ids: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
-        n_types = len(self.types)
-        special = [
-            (t, i)
-            for i, t in enumerate(self.tokens)
-            if t
-            and i < n_types
-            and self.types[i] in (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"], TOKEN_TYPE["unknown"])
-        ]
+        kinds = np.asarray(self.types[: len(self.tokens)], dtype=np.int64)
+        wanted = (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"], TOKEN_TYPE["unknown"])
+        special = [(self.tokens[i], i) for i in np.flatnonzero(np.isin(kinds, wanted)).tolist() if self.tokens[i]]
         special.sort(key=lambda p: -len(p[0]))  # longest first; stable: equal lengths keep id order
         self._specials_all = special
         self._specials_user = [(t, i) for t, i in special if self.types[i] == TOKEN_TYPE["user_defined"]]
