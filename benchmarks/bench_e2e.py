@@ -1,18 +1,16 @@
-"""End-to-end LLaMA speed on the CPU: prompt processing of 128 tokens and generation, vs llama.cpp's CPU backend.
+"""End-to-end LLaMA speed on the CPU against llama.cpp itself, measured in the same run on the same machine.
 
 The model is llama-bench's shape for this comparison: 512 wide, 4 layers, 8 heads, n_ff 1536, vocab 4096, random
-weights in f32, q8_0 and q4_0 (written once into a temporary directory). Each (type, threads) runs in its own
-process (its peak RSS is its own; BLAS threads are set to the same count). Prints tokens/s (median of the
-repetitions) and the ratio to llama.cpp's CPU backend measured on a machine of this kind with 2 threads:
+weights in f32, q8_0, q4_0 and q4_K (written once into a temporary directory). For each (type, threads) the
+benchmark alternates, ``--rounds`` times: ggml-core in its own process (its peak RSS is its own; BLAS threads set
+to the same count), then llama.cpp (0c1e570, built here for this CPU by ``ggml_core.testing.llama_cpp``; a
+prompt of 128 tokens in one batch and single-token generation on an empty cache, as llama-bench does). Prints the
+CPU model, tokens/s of both (medians over all repetitions), the ratios, and a floor for any numpy implementation
+measured in ggml-core's process: the model's matrix products alone (``x @ W.T`` for every weight matrix, float32)
+for a 128-token batch and for one token (``x floor``: 1.0 = no overhead beyond the products).
 
-    pp128: f32 3520, q8_0 3705, q4_0 3787 tokens/s       tg: f32 320, q8_0 897, q4_0 865 tokens/s
-
-Targets: prompt processing >= 1.0x, generation >= 0.5x of those. Numbers are noisy on a shared machine, so each
-process also times, in the same run, a floor for any numpy implementation: the model's matrix products alone
-(``x @ W.T`` for every weight matrix, float32, dequantized once) for a 128-token batch and for one token. The
-``x floor`` columns are ggml-core's speed divided by that (1.0 = no overhead beyond the products).
-
-Usage: ``python benchmarks/bench_e2e.py [--types f32,q8_0,q4_0] [--threads 1,2] [--n-gen 32] [--reps 3] [--json]``
+Usage: ``python benchmarks/bench_e2e.py [--types f32,q8_0,q4_0,q4_k] [--threads 1,2] [--n-gen 32] [--reps 3]
+[--rounds 2] [--json] [--no-llama-cpp]``
 """
 
 from __future__ import annotations
@@ -31,11 +29,8 @@ from typing import Any, Final
 
 import numpy as np
 
-#: llama.cpp CPU backend, 2 threads, same model shape (tokens/s)
-LLAMA_CPP_PP128: Final = {"f32": 3520.0, "q8_0": 3705.0, "q4_0": 3787.0}
-LLAMA_CPP_TG: Final = {"f32": 320.0, "q8_0": 897.0, "q4_0": 865.0}
 TARGET_PP: Final = 1.0
-TARGET_TG: Final = 0.5
+TARGET_TG: Final = 0.7
 
 SHAPE: Final = {"n_embd": 512, "n_layer": 4, "n_head": 8, "n_ff": 1536, "n_vocab": 4096, "n_ctx": 512}
 N_PROMPT: Final = 128
@@ -57,6 +52,15 @@ def write_bench_model(path: Path, wtype: str, seed: int = 0) -> Path:
     w.add_uint32("llama.attention.head_count", SHAPE["n_head"])
     w.add_uint32("llama.attention.head_count_kv", SHAPE["n_head"])
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    # a SentencePiece vocabulary of the model's size (llama.cpp refuses a model without one; text is not used)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581t{i}" for i in range(v - len(tokens))]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * v)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (v - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
 
     def add(name: str, rows: int, cols: int) -> None:
         a = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -106,6 +110,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
             pp.append(res.prompt_tokens_per_s)
             tg.append(res.gen_tokens_per_s)
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the floor's copies
+        breakdown = _decode_breakdown(m, prompt, n_gen)
         floor_pp, floor_tg = _matmul_floor(m, reps)
     return {
         "pp_tokens_per_s": statistics.median(pp),
@@ -116,7 +121,41 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
         "tg_all": tg,
         "load_s": t_load,
         "peak_rss_mb": peak_rss_mb,
+        "decode_breakdown_ms": breakdown,
     }
+
+
+def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]:
+    """Milliseconds per generated token: each op kind's kernels, and the host work around them (``host``: graph
+    build, scheduling, plan checks, sampling — everything that is not a kernel), from ``n_gen`` timed decode steps.
+    The CPU engine's replay is wrapped to time each node; the wrapper costs ~0.1 µs a node."""
+    from ggml_cpu.engine import Engine
+
+    acc: dict[str, float] = {}
+    original = Engine._replay
+
+    def timed(self: Engine, plan: Any) -> None:
+        clock = time.perf_counter
+        for node, thunk in plan.steps:
+            t0 = clock()
+            thunk()
+            acc[node.op.name] = acc.get(node.op.name, 0.0) + clock() - t0
+
+    m.reset()
+    m.process_prompt(prompt[:8])
+    Engine._replay = timed  # type: ignore[method-assign]
+    try:
+        t0 = time.perf_counter()
+        token = prompt[8]
+        for _ in range(n_gen):
+            token = int(np.argmax(m.decode([token])[-1]))
+        total = time.perf_counter() - t0
+    finally:
+        Engine._replay = original  # type: ignore[method-assign]
+    out = {k: v / n_gen * 1e3 for k, v in sorted(acc.items(), key=lambda kv: -kv[1])}
+    out["host"] = (total - sum(acc.values())) / n_gen * 1e3
+    out["total"] = total / n_gen * 1e3
+    return out
 
 
 def _matmul_floor(m: Any, reps: int) -> tuple[float, float]:
@@ -137,19 +176,51 @@ def _matmul_floor(m: Any, reps: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
+def _ours(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any] | None:
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[k] = str(threads)
+    cmd = [sys.executable, __file__, "--one", str(path), str(threads), "--n-gen", str(n_gen), "--reps", str(reps)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(f"# ggml-core {path.name} x{threads} failed:\n{proc.stderr}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _theirs(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[float]]:
+    from ggml_core.testing.llama_cpp import LlamaCpp
+
+    times = LlamaCpp(path, threads=threads, kv_type="f16").bench(N_PROMPT, n_gen, reps)
+    return {"pp": [N_PROMPT / t for t in times["pp"]], "tg": [n_gen / t for t in times["tg"]]}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Write the models, run every (type, threads) in a subprocess, print the table."""
+    """Write the models, run every (type, threads) alternating ggml-core and llama.cpp, print the table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--types", default="f32,q8_0,q4_0")
+    ap.add_argument("--types", default="f32,q8_0,q4_0,q4_k")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--n-gen", type=int, default=32, help="tokens generated per repetition")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of ggml-core and llama.cpp")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="ggml-core and the numpy floor only")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(Path(args.one[0]), int(args.one[1]), args.n_gen, args.reps)))
         return 0
+    from ggml_core.testing.llama_cpp import Unavailable, cmake_isa_flags, cpu_model, harness
+
+    use_llama = not args.no_llama_cpp
+    if use_llama:
+        try:
+            harness()
+        except Unavailable as exc:
+            print(f"# llama.cpp unavailable ({exc}); measuring ggml-core only", file=sys.stderr)
+            use_llama = False
+    isa = ",".join(f[4:].split("=")[0].lower() for f in cmake_isa_flags() if f.endswith("=ON"))
+    print(f"# CPU: {cpu_model()} ({os.cpu_count()} cores); llama.cpp built with {isa}", file=sys.stderr)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
         for wtype in args.types.split(","):
@@ -158,35 +229,52 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# wrote {wtype} model ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
                   file=sys.stderr)  # fmt: skip
             for th in (int(x) for x in args.threads.split(",")):
-                env = dict(os.environ)
-                for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-                    env[k] = str(th)
-                cmd = [sys.executable, __file__, "--one", str(path), str(th), "--n-gen", str(args.n_gen)]
-                cmd += ["--reps", str(args.reps)]
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-                if proc.returncode != 0:
-                    print(f"# {wtype} x{th} failed:\n{proc.stderr}", file=sys.stderr)
+                ours: list[dict[str, Any]] = []
+                theirs: dict[str, list[float]] = {"pp": [], "tg": []}
+                for _ in range(args.rounds):
+                    r = _ours(path, th, args.n_gen, args.reps)
+                    if r is not None:
+                        ours.append(r)
+                    if use_llama:
+                        for k, v in _theirs(path, th, args.n_gen, args.reps).items():
+                            theirs[k] += v
+                if not ours:
                     continue
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
-                r.update(type=wtype, threads=th)
-                r["pp_ratio"] = r["pp_tokens_per_s"] / LLAMA_CPP_PP128[wtype]
-                r["tg_ratio"] = r["tg_tokens_per_s"] / LLAMA_CPP_TG[wtype]
-                r["pp_vs_floor"] = r["pp_tokens_per_s"] / r["floor_pp_tokens_per_s"]
-                r["tg_vs_floor"] = r["tg_tokens_per_s"] / r["floor_tg_tokens_per_s"]
-                rows.append(r)
-                print(f"# {wtype} x{th}: pp {r['pp_tokens_per_s']:.1f}, tg {r['tg_tokens_per_s']:.1f}", file=sys.stderr)
+                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model()}
+                for k in ("pp", "tg"):
+                    row[f"{k}_tokens_per_s"] = statistics.median(v for r in ours for v in r[f"{k}_all"])
+                    row[f"{k}_vs_floor"] = row[f"{k}_tokens_per_s"] / statistics.median(
+                        r[f"floor_{k}_tokens_per_s"] for r in ours
+                    )
+                    if theirs[k]:
+                        row[f"llama_cpp_{k}_tokens_per_s"] = statistics.median(theirs[k])
+                        row[f"{k}_ratio"] = row[f"{k}_tokens_per_s"] / row[f"llama_cpp_{k}_tokens_per_s"]
+                row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours)
+                row["decode_breakdown_ms"] = ours[-1]["decode_breakdown_ms"]
+                rows.append(row)
+                print(f"# {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = f"{'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'x llama.cpp':>11} {'x floor':>8} {'tg tok/s':>9}"
-    head += f" {'x llama.cpp':>11} {'x floor':>8} {'peak RSS MB':>12}"
-    print(f"{head}  (targets: pp >= {TARGET_PP}x, tg >= {TARGET_TG}x of llama.cpp at 2 threads)")
+    print(f"CPU: {cpu_model()}; same-run ratios to llama.cpp (targets: pp >= {TARGET_PP}x, tg >= {TARGET_TG}x)")
+    head = f"{'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8}"
+    head += f" {'tg tok/s':>9} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8} {'peak RSS MB':>12}"
+    print(head)
     for r in rows:
-        print(
-            f"{r['type']:<6} {r['threads']:>3} {r['pp_tokens_per_s']:>12.1f} {r['pp_ratio']:>10.3f}x "
-            f"{r['pp_vs_floor']:>7.2f}x {r['tg_tokens_per_s']:>9.1f} {r['tg_ratio']:>10.3f}x {r['tg_vs_floor']:>7.2f}x "
-            f"{r['peak_rss_mb']:>12.0f}"
-        )
+        cells = [f"{r['type']:<6} {r['threads']:>3}"]
+        for k in ("pp", "tg"):
+            ref = r.get(f"llama_cpp_{k}_tokens_per_s")
+            cells.append(
+                f"{r[f'{k}_tokens_per_s']:>{12 if k == 'pp' else 9}.1f} "
+                + (f"{ref:>10.1f} {r[f'{k}_ratio']:>6.2f}x" if ref else f"{'-':>10} {'-':>7}")
+                + f" {r[f'{k}_vs_floor']:>7.2f}x"
+            )
+        cells.append(f"{r['peak_rss_mb']:>12.0f}")
+        print(" ".join(cells))
+    print("\nper generated token, ms (kernels by op; host = everything else):")
+    for r in rows:
+        parts = [f"{k} {v:.3f}" for k, v in r["decode_breakdown_ms"].items()]
+        print(f"  {r['type']:<6} x{r['threads']}: " + ", ".join(parts))
     return 0
 
 

@@ -96,6 +96,17 @@ __all__ = [
 ]
 
 
+def _public_exceptions_here() -> None:
+    """Tracebacks and reprs name the exceptions as users import them (``ggml_core.OpError``), not by private module."""
+    for name in __all__:
+        obj = globals().get(name)
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            obj.__module__ = __name__
+
+
+_public_exceptions_here()
+
+
 def devices() -> list[Device]:
     """Every device of every loaded plugin, accelerators first and the CPU last."""
     return get_registry().devices()

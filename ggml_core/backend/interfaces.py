@@ -430,6 +430,9 @@ class Device:
     type: DeviceType = DeviceType.GPU
     #: capabilities
     caps: DeviceCaps = DeviceCaps()
+    #: True for the host CPU seen through another API (an OpenCL CPU device such as PoCL's): the default placement
+    #: does not prefer it over the CPU plugin (it would compete for the same cores); it is used when named
+    host_cpu: bool = False
 
     def __init__(self, name: str, description: str = "", *, device_id: str | None = None) -> None:
         self.name = name

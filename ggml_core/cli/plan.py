@@ -43,7 +43,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ggml_core.cli._placement_args import list_devices
+    from ggml_core.cli.rpc_server import use_rpc_servers
     from ggml_core.models import Model
+    from ggml_core.models.bufts import describe_weights
+
+    if args.list_devices:
+        use_rpc_servers(args.rpc)
+        return list_devices()
     from ggml_core.sched import render_dot, render_svg, render_text
 
     path, is_default = resolve_model_path(args)
@@ -73,6 +80,18 @@ def _run(args: argparse.Namespace) -> int:
                 "n_ctx": n_ctx,
                 "n_tokens": n_tokens,
                 "devices": devices,
+                "weights": [
+                    {
+                        "name": c.name,
+                        "slot": c.slot,
+                        "buffer_type": c.buft_name,
+                        "device": c.device.name,
+                        "MB": round(c.nbytes / 2**20, 4),
+                        "reason": c.reason,
+                    }
+                    for c in placement.weights.values()
+                ],
+                "notes": list(placement.notes),
                 "n_splits": plan.n_splits,
                 "n_input_copies": plan.n_copies,
                 "bytes_copied": plan.bytes_copied,
@@ -100,6 +119,11 @@ def _run(args: argparse.Namespace) -> int:
         for d in devices:
             sizes = f"{d['MB']:9.2f} MB (weights {d['weights_MB']:.2f}, KV {d['kv_MB']:.2f})"
             print(f"  {d['name']:<10} {d['layer_range']:<28} {sizes}")
+        for note in placement.notes:
+            print(f"  note: {note}")
+        print("weights (buffer type and why):")
+        for line in describe_weights(list(placement.weights.values())):
+            print(f"  {line}")
         print(render_text(plan))
         for what, target in (("SVG", args.svg), ("DOT", args.dot)):
             if target is not None:

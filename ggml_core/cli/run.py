@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ggml_core.cli._placement_args import add_placement_args, list_devices, n_gpu_layers, placement_extras
+
 __all__ = ["add_model_args", "add_parser", "model_params", "run"]
 
 
@@ -42,12 +44,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("placement (as llama.cpp)")
     g.add_argument("--device", "-dev", type=_names, help="devices to place layers on, e.g. CPU,OpenCL0")
     g.add_argument(
-        "--n-gpu-layers", "-ngl", type=int, help="layers (counting the output layer) to offload; default all"
+        "--n-gpu-layers",
+        "-ngl",
+        type=n_gpu_layers,
+        help="layers (counting the output layer) to offload to the devices, 'all' or 'auto'; default all",
     )
     g.add_argument("--split-mode", "-sm", choices=["none", "layer"], default="layer", help="how to share layers")
     g.add_argument("--tensor-split", "-ts", type=_float_list, help="share per device, e.g. 3,1")
     g.add_argument("--main-gpu", "-mg", type=int, default=0, help="device index for --split-mode none")
     g.add_argument("--rpc", type=_names, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
+    add_placement_args(g)  # -ot, --cpu-moe, --n-cpu-moe, --no-op-offload, --no-kv-offload, --list-devices
     c = p.add_argument_group("context")
     c.add_argument("--ctx-size", "-c", type=int, help="KV cache cells (default: what prompt and generation need)")
     c.add_argument("--batch-size", "-b", type=int, default=512, help="prompt tokens per batch")
@@ -93,6 +99,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
     from ggml_core.models import ModelParams, PlacementRequest
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
+    extras = placement_extras(args)
     devices, split = args.device, args.tensor_split
     if default_model and devices is None:
         devices = [d.name for d in get_registry().devices()]
@@ -104,6 +111,8 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
         split_mode=args.split_mode,
         tensor_split=split,
         main_device=args.main_gpu,
+        overrides=extras["overrides"],
+        kv_offload=extras["kv_offload"],
     )
     return ModelParams(
         placement=req,
@@ -113,6 +122,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
         batch_size=args.batch_size,
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),
+        op_offload=extras["op_offload"],
     )
 
 
@@ -139,8 +149,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ggml_core.cli.rpc_server import use_rpc_servers
     from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
     from ggml_core.models.tokenizer import load_tokenizer
+
+    if args.list_devices:
+        use_rpc_servers(args.rpc)
+        return list_devices()
 
     path, is_default = resolve_model_path(args)
     f = open_gguf(path)
@@ -242,6 +257,7 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "arch": model.hp.arch,
         "hparams": model.hp.describe(),
         "devices": plan.as_dict(),
+        "placement_notes": list(plan.notes),
         "split_mode": plan.split_mode,
         "scheduler": model.executor.uses_scheduler,
         "n_splits": model.executor.n_splits,
@@ -271,6 +287,8 @@ def _print_header(info: dict[str, Any], out: Any) -> None:
             f"  {d['name']:<10} {d['layer_range']:<28} {d['MB']:9.2f} MB: weights {d['weights_MB']:.2f}{mapped}, "
             f"KV {d['kv_MB']:.2f}\n"
         )
+    for note in info["placement_notes"]:
+        out.write(f"  note: {note}\n")
     attn = "flash attention" if info["flash_attn"] else "soft_max attention"
     out.write(f"context {info['n_ctx']} cells, KV {info['kv_type']}, {attn}, batch {info['batch_size']}\n")
     out.flush()

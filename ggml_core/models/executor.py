@@ -41,6 +41,7 @@ class Executor:
     :param n_threads: threads for the CPU backend (None: its default)
     :param graph_size: the scheduler's node budget
     :param use_scheduler: None: use it when available; False: never (CPU only); True: require it
+    :param op_offload: let a device take ops whose weights are in host memory (large batches; ``--no-op-offload``)
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class Executor:
         n_threads: int | None = None,
         graph_size: int = 4096,
         use_scheduler: bool | None = None,
+        op_offload: bool = True,
     ) -> None:
         devs = [d for d in devices if d.type != DeviceType.CPU]
         cpus = [d for d in devices if d.type == DeviceType.CPU]
@@ -75,7 +77,7 @@ class Executor:
         if n_threads is not None:
             self.cpu_backend.set_n_threads(n_threads)
         self.sched: Any | None = (
-            sched_cls(self.backends, None, graph_size=graph_size, parallel=False, op_offload=True)
+            sched_cls(self.backends, None, graph_size=graph_size, parallel=False, op_offload=op_offload)
             if sched_cls is not None
             else None
         )

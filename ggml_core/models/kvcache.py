@@ -90,7 +90,7 @@ class KVCache:
         ctxs: dict[str, Context] = {}
         devs = {}
         for il in range(hp.n_layer):
-            dev = placement.device_of(il)
+            dev = placement.kv_device_of(il)
             ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
             n = cache.size(il)

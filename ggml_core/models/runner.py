@@ -18,15 +18,24 @@ from typing import Any, Final, TextIO
 
 import numpy as np
 
+from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
+from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
 from ggml_core.models.executor import Executor
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams, read_hparams
 from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
-from ggml_core.models.placement import Placement, PlacementRequest, plan_placement
+from ggml_core.models.placement import (
+    Placement,
+    PlacementRequest,
+    fit_check,
+    maps_weights,
+    plan_placement,
+    resolve_devices,
+)
 from ggml_core.models.sampling import Sampler
-from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, weight_specs
+from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, slot_nbytes, weight_specs
 
 __all__ = ["KV_PAD", "GenerationResult", "Model", "ModelParams", "compute_estimate", "default_n_ctx"]
 
@@ -52,6 +61,8 @@ class ModelParams:
     #: None: use the scheduler when available
     use_scheduler: bool | None = None
     check_fit: bool = True
+    #: False (``--no-op-offload``): ops with host weights never move to a device
+    op_offload: bool = True
     #: sliding-window layers keep the whole context instead of their window (llama.cpp's ``--swa-full``)
     swa_full: bool = False
 
@@ -168,6 +179,7 @@ class Model:
                 n_threads=params.n_threads,
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
+                op_offload=params.op_offload,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
             model.reserve()
@@ -388,11 +400,22 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
     n_swa_layers = sum(hp.is_swa(il) for il in range(hp.n_layer))
     cells = (n_ctx * (hp.n_layer - n_swa_layers) + swa * n_swa_layers + hp.n_layer - 1) // hp.n_layer
     kv_layer = kv_bytes_per_layer(hp, cells, params.kv_type)
-    return plan_placement(
-        params.placement,
-        hp.n_layer,
-        slot_bytes(f, specs),
-        kv_layer,
-        compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx),
-        check_fit=params.check_fit,
-    )
+    compute = compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx)
+    req = params.placement
+    placement = plan_placement(req, hp.n_layer, slot_bytes(f, specs), kv_layer, compute, check_fit=False)
+    shapes = ProbeShapes(hp.head_dim_k, hp.n_head, hp.n_rot, hp.rope_type, hp.n_expert_used if hp.is_moe else 1)
+    infos = [
+        WeightInfo(s.name, s.slot, f.tensor_info(s.source).type, f.tensor_info(s.source).ne, slot_nbytes(f, s))
+        for s in specs
+    ]
+    kv = KVInfo(as_type(params.kv_type), hp.n_embd_k_gqa, hp.n_embd_v_gqa, n_ctx, not params.flash_attn)
+    assign_weights(placement, infos, shapes, req.overrides, kv, kv_offload=req.kv_offload)
+    cpu = placement.slot_device[-1]
+    items = [
+        (c.device, c.slot, c.nbytes, c.buft is cpu.buffer_type() and maps_weights(cpu))
+        for c in placement.weights.values()
+    ]
+    placement.account(items, kv_layer, compute, resolve_devices(req.devices))
+    if params.check_fit:
+        fit_check(placement)
+    return placement

@@ -17,13 +17,22 @@ from ggml_core._errors import GGUFError
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
 from ggml_core.alloc import alloc_ctx_tensors, pad
-from ggml_core.backend.interfaces import Buffer, BufferUsage, Device
+from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, Device
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import INPUT_SLOT, Placement, maps_weights
 from ggml_core.models.progress import Progress
 
-__all__ = ["UPLOAD_CHUNK", "ModelWeights", "UploadStat", "WeightSpec", "load_weights", "slot_bytes", "weight_specs"]
+__all__ = [
+    "UPLOAD_CHUNK",
+    "ModelWeights",
+    "UploadStat",
+    "WeightSpec",
+    "load_weights",
+    "slot_bytes",
+    "slot_nbytes",
+    "weight_specs",
+]
 
 #: bytes per upload call when streaming weights to a device
 UPLOAD_CHUNK: Final = 16 * 2**20
@@ -77,11 +86,16 @@ def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     return specs
 
 
+def slot_nbytes(f: GGUFFile, spec: WeightSpec, alignment: int = 64) -> int:
+    """One weight's bytes, padded to ``alignment``."""
+    return pad(f.tensor_info(spec.source).nbytes, alignment)
+
+
 def slot_bytes(f: GGUFFile, specs: list[WeightSpec], alignment: int = 64) -> dict[int, int]:
     """Weight bytes per slot (each tensor padded to ``alignment``)."""
     out: dict[int, int] = {}
     for s in specs:
-        out[s.slot] = out.get(s.slot, 0) + pad(f.tensor_info(s.source).nbytes, alignment)
+        out[s.slot] = out.get(s.slot, 0) + slot_nbytes(f, s, alignment)
     return out
 
 
@@ -131,18 +145,21 @@ def load_weights(
     stream: TextIO | None = None,
     upload: bool = True,
 ) -> ModelWeights:
-    """Create each weight on its slot's device: in place from the mmap on the CPU, uploaded elsewhere.
+    """Create each weight in its chosen buffer type: in place from the mmap for the CPU's own buffer type, uploaded
+    elsewhere (the placement's per-weight choice; without one, the slot's device).
 
     ``upload=False`` allocates device weights without copying their data (for planning: shapes and buffers only).
     """
     out = ModelWeights({})
-    by_device: dict[str, tuple[Device, list[WeightSpec]]] = {}
+    by_buft: dict[tuple[int, int], tuple[Device, BufferType, list[WeightSpec]]] = {}
     for s in specs:
-        dev = placement.device_of(s.slot)
-        by_device.setdefault(dev.name, (dev, []))[1].append(s)
+        choice = placement.weights.get(s.name)
+        dev = choice.device if choice is not None else placement.device_of(s.slot)
+        buft = choice.buft if choice is not None else dev.buffer_type()
+        by_buft.setdefault((id(dev), id(buft)), (dev, buft, []))[2].append(s)
     try:
-        for dev, dspecs in by_device.values():
-            ctx = Context(f"weights:{dev.name}")
+        for dev, buft, dspecs in by_buft.values():
+            ctx = Context(f"weights:{buft.name}")
             out.contexts.append(ctx)
             made = []
             for s in dspecs:
@@ -150,9 +167,9 @@ def load_weights(
                 t = ctx.new_tensor(info.type, info.ne, name=s.name)
                 out.tensors[s.name] = t
                 made.append((t, s))
-            mapped = maps_weights(dev) and _bind_mapped(f, dev, made, out)
+            mapped = buft is dev.buffer_type() and maps_weights(dev) and _bind_mapped(f, dev, made, out)
             if not mapped:
-                _upload(f, dev, ctx, made, out, progress and upload, stream, upload)
+                _upload(f, dev, buft, ctx, made, out, progress and upload, stream, upload)
     except BaseException:
         out.free()
         raise
@@ -174,6 +191,7 @@ def _bind_mapped(f: GGUFFile, dev: Device, made: list[tuple[Tensor, WeightSpec]]
 def _upload(
     f: GGUFFile,
     dev: Device,
+    buft: BufferType,
     ctx: Context,
     made: list[tuple[Tensor, WeightSpec]],
     out: ModelWeights,
@@ -181,7 +199,7 @@ def _upload(
     stream: TextIO | None,
     upload: bool,
 ) -> None:
-    buf = alloc_ctx_tensors(ctx, dev.buffer_type())
+    buf = alloc_ctx_tensors(ctx, buft)
     out.buffers.append(buf)
     buf.set_usage(BufferUsage.WEIGHTS)
     if not upload:

@@ -95,8 +95,11 @@ class Placer:
         return -1 if t is None else self.ids.get(t.id, -1)
 
     def _from_buffer(self, buf: Buffer, op: Tensor) -> int:
+        # a leaf (a weight, a cache) or a view computes nothing: only whether the memory is usable counts (ggml also
+        # asks supports_op, which turns a device declining NONE into an abort for every weight it holds)
+        computes = op.op != GGMLOp.NONE and op.op not in VIEW_OPS
         for b in range(len(self.backends)):
-            if self.supports_buft(b, buf.buffer_type) and self.supports(b, op):
+            if self.supports_buft(b, buf.buffer_type) and (not computes or self.supports(b, op)):
                 return b
         return -1
 

@@ -82,6 +82,7 @@ class DeviceInfo:
         return {
             "platform": self.platform,
             "opencl_type": self.cl_type,
+            "host_cpu": self.is_cpu,
             "opencl_version": self.version,
             "compute_units": self.compute_units,
             "max_alloc": self.max_alloc,

@@ -464,6 +464,8 @@ class OpenCLDevice(Device):
         super().__init__(name, info.description, device_id=info.device_id)
         self.info = info
         self.type = _device_type(info)
+        #: a CPU-type OpenCL device runs on the host's cores: not preferred over the CPU plugin unless named
+        self.host_cpu = info.is_cpu
         self.cl_device = cl_device
         #: shared by the devices of one platform, so that copies between them stay on the devices
         self.context = context

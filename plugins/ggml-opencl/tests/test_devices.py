@@ -36,6 +36,8 @@ def test_cpu_type_device_is_a_separate_memory_device_not_the_cpu(ocl: OpenCLDevi
     """A CPU-type OpenCL device (PoCL) is targetable like a GPU and never taken for the CPU plugin's device."""
     if ocl.info.cl_type == "CPU":
         assert ocl.type == DeviceType.GPU
+    # ...but flagged as the host CPU seen through OpenCL, so the default placement prefers the CPU plugin
+    assert ocl.host_cpu == (ocl.info.cl_type == "CPU") == ocl.props().extra["host_cpu"]
     assert ocl.type in (DeviceType.GPU, DeviceType.IGPU)
     assert not ocl.buffer_type().is_host
     cpu = g.get_device("CPU")

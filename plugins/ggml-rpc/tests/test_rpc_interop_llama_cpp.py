@@ -68,12 +68,20 @@ def test_our_client_against_llama_cpp_server(
     assert isinstance(dev, RPCDevice) and not dev.conn.ggml_core and dev.conn.version == (7, 0, 0)
     free, total = dev.memory()
     assert 0 < free <= total
-    # a LLaMA-style block with quantized weights: ggml's CPU kernels there, ours here
-    for wtype in ("f32", "f16", "q8_0", "q4_0"):
+    # a LLaMA-style block with quantized weights: ggml's CPU kernels there, ours here. Both sides round the
+    # activations a product reads to its weights' dot type (f16, or q8_0 blocks), but the values they round are
+    # float32 sums taken in different orders (~1e-7 relative apart), so now and then one lands on the other side of
+    # a rounding step. One such flip moves an f16 activation by one ulp (2^-11 relative) and shifts an output by
+    # about 2^-11 * |w x| ~ 1e-4 of the largest output (K = 64..256): the f16 bound allows a few flips, 1e-3. f32
+    # has no rounding step (float32 summation order only). A q8_0 step is 1/127 of the block's largest value, so a
+    # 1e-7 difference crosses one rarely (~1e-5 per value), but when it does the output moves by ~1e-3 of its
+    # largest value: the quantized bounds allow one such flip.
+    bounds = {"f32": 1e-4, "f16": 1e-3, "q8_0": 2e-3, "q4_0": 2e-3}
+    for wtype, bound in bounds.items():
         want = run_layer(cpu, wtype, [1, 2])
         got = run_layer(dev, wtype, [1, 2])
         for w, g in zip(want, got, strict=True):
-            assert rel(g, w) < 1e-4, wtype
+            assert rel(g, w) < bound, wtype
 
 
 @pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")

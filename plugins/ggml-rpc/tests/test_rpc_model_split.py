@@ -86,3 +86,30 @@ def test_a_server_can_serve_opencl(
     assert rel(prompt, cpu_prompt) < 1e-4  # another device sums in another order
     assert server.stats["EXT_SUPPORTS_OP"] > 0 and server.stats["graphs computed"] > 0
     assert server.stats["refused"] == 0
+
+
+def test_rpc_flag_alone_adds_the_servers_devices_to_the_default_list(
+    model_path: Path,
+    server: RPCServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As llama.cpp: ``--rpc HOST:PORT`` without ``--device`` offloads to the server's devices (RPC devices first)."""
+    import json
+
+    from ggml_core.backend.registry import reset_registry
+
+    monkeypatch.delenv("GGML_RPC_SERVERS", raising=False)
+    base = ["run", str(model_path), "--tokens", "1,5,9,3", "-n", "0", "--json", "--kv-type", "f32", "--no-warmup"]
+    try:
+        assert main([*base, "--device", "none", "--logits-out", str(tmp_path / "cpu.npy")]) == 0
+        capsys.readouterr()
+        assert main([*base, "--rpc", server.address, "--logits-out", str(tmp_path / "rpc.npy")]) == 0
+        info = json.loads(capsys.readouterr().out)
+    finally:
+        reset_registry()
+    held = [d["name"] for d in info["devices"] if d["layers"]]
+    assert held and held[0].startswith("RPC"), info["devices"]
+    assert server.stats["GRAPH_COMPUTE"] > 0 and server.stats["SET_TENSOR"] > 0
+    assert rel(np.load(tmp_path / "rpc.npy"), np.load(tmp_path / "cpu.npy")) < 1e-5

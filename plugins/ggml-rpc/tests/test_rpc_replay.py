@@ -4,8 +4,8 @@
 0c1e570's ggml-rpc client through ggml's public API: ten LLaMA-style graphs, each computed twice, the second time
 as GRAPH_RECOMPUTE) talking to a fresh ggml-core server serving the CPU. Handles and base addresses are
 per-connection counters, so a fresh server answers the replayed frames exactly as it did then: every answer must
-match the recorded one byte for byte, except free memory (it varies) and computed values (compared as float32 with
-a tolerance, so that kernel improvements do not break the test)."""
+match the recorded one byte for byte, except the memory figures (this machine's, not the recording machine's) and
+computed values (compared as float32 with a tolerance, so that kernel improvements do not break the test)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def test_replay_of_llama_cpp_client_frames(server: RPCServer) -> None:
                 assert len(got) == want_size, name
                 if cmd == Cmd.GET_DEVICE_MEMORY:
                     free, total = struct.unpack("<QQ", got)
-                    assert 0 < free <= total == struct.unpack("<QQ", want)[1]
+                    # both figures are this machine's (the recording's were the recording machine's)
+                    assert 0 < free <= total
                 elif cmd == Cmd.GET_TENSOR:
                     np.testing.assert_allclose(np.frombuffer(got, "<f4"), np.frombuffer(want, "<f4"), 1e-5, 1e-6)
                 else:

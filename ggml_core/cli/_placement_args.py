@@ -1,0 +1,99 @@
+"""llama.cpp's placement flags beyond ``--device``/``-ngl``/``-sm``/``-ts``: ``--list-devices``, ``-ot``,
+``--cpu-moe``, ``--n-cpu-moe``, ``--no-op-offload``, ``--no-kv-offload``; shared by ``run`` and ``plan``.
+
+Meanings follow llama.cpp's ``common/arg.cpp`` (docs/models.md puts each next to its llama.cpp counterpart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+__all__ = ["add_placement_args", "list_devices", "n_gpu_layers", "placement_extras"]
+
+
+def n_gpu_layers(text: str) -> int | None:
+    """``-ngl N``, ``all`` or ``auto`` (both: every layer; there is no memory fitting yet) or ``-1`` (all)."""
+    if text.strip().lower() in ("all", "auto"):
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of layers, 'all' or 'auto', got {text!r}") from None
+    return None if n < 0 else n
+
+
+def add_placement_args(g: Any) -> None:
+    """Add the flags to an argument group."""
+    g.add_argument(
+        "--list-devices", action="store_true", help="print the devices that can take layers (after --rpc) and exit"
+    )
+    g.add_argument(
+        "--override-tensor",
+        "-ot",
+        action="append",
+        metavar="REGEX=BUFT,...",
+        help="weights whose name matches REGEX go to buffer type BUFT (e.g. 'ffn_.*_exps=CPU'); repeatable",
+    )
+    g.add_argument("--cpu-moe", "-cmoe", action="store_true", help="keep every MoE expert weight on the CPU")
+    g.add_argument(
+        "--n-cpu-moe",
+        "-ncmoe",
+        type=int,
+        metavar="N",
+        help="keep the MoE expert weights of the first N layers on the CPU",
+    )
+    g.add_argument(
+        "--no-op-offload",
+        action="store_true",
+        help="never move an op whose weights are in host memory to a device (large batches do by default)",
+    )
+    g.add_argument("--no-kv-offload", "-nkvo", action="store_true", help="keep every layer's KV cache in host memory")
+
+
+def placement_extras(args: argparse.Namespace) -> dict[str, Any]:
+    """``overrides`` and ``kv_offload`` for the PlacementRequest, ``op_offload`` for ModelParams.
+
+    Order as llama.cpp's: ``-ot`` items, then ``--cpu-moe``, then ``--n-cpu-moe`` (the first matching pattern wins).
+    """
+    from ggml_core.models.bufts import moe_overrides, parse_overrides
+
+    overrides = []
+    for text in getattr(args, "override_tensor", None) or []:
+        overrides += parse_overrides(text)
+    if getattr(args, "cpu_moe", False):
+        overrides += moe_overrides(None)
+    n_cpu_moe = getattr(args, "n_cpu_moe", None)
+    if n_cpu_moe is not None:
+        overrides += moe_overrides(n_cpu_moe)
+    return {
+        "overrides": tuple(overrides),
+        "kv_offload": not getattr(args, "no_kv_offload", False),
+        "op_offload": not getattr(args, "no_op_offload", False),
+    }
+
+
+def list_devices(out: TextIO | None = None) -> int:
+    """llama.cpp's ``--list-devices``: every device but the CPU, ``NAME: DESCRIPTION (TOTAL MiB, FREE MiB free)``;
+    here each line also says whether the default placement uses the device."""
+    from ggml_core.backend.interfaces import DeviceType
+    from ggml_core.backend.registry import get_registry
+    from ggml_core.models.placement import default_devices
+
+    out = out or sys.stdout
+    devs = [d for d in get_registry().devices() if d.type != DeviceType.CPU]
+    default = default_devices()
+    out.write("Available devices:\n")
+    for d in devs:
+        free, total = d.memory()
+        if d in default:
+            note = "default"
+        elif getattr(d, "host_cpu", False):
+            note = "the host CPU through another API: used only when named"
+        else:
+            note = "used when named"
+        out.write(f"  {d.name}: {d.description} ({total >> 20} MiB, {free >> 20} MiB free) [{note}]\n")
+    if not devs:
+        out.write("  (none: every layer runs on the CPU)\n")
+    return 0
