@@ -45,7 +45,7 @@ def _write(tmp_path: Path, cfg: TinyConfig, wtype: str = "f32", seed: int = 0) -
 CONFIGS = {
     "qwen3": TinyConfig(arch="qwen3"),
     "gemma3": TinyConfig(arch="gemma3", n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
-    "gemma2": TinyConfig(arch="gemma2", n_layer=2, n_swa=4, attn_softcap=3.0, final_softcap=5.0),
+    "gemma2": TinyConfig(arch="gemma2", n_layer=2, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
 }
 
 

@@ -129,10 +129,25 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
     return wtype if arr.shape[-1] % block == 0 else "f32"
 
 
-def write_model(path: Path, cfg: TinyConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
-    """Write a GGUF with llama.cpp's key and tensor names; matrices stored as ``wtype`` (see weight_type_of)."""
+def write_model(
+    path: Path, cfg: TinyConfig, w: dict[str, np.ndarray], wtype: str = "f32", *, vocab: bool = False
+) -> Path:
+    """Write a GGUF with llama.cpp's key and tensor names; matrices stored as ``wtype`` (see weight_type_of).
+
+    ``vocab``: add a SentencePiece vocabulary of ``n_vocab`` placeholder tokens (llama.cpp refuses a model without
+    one; the tests feed token ids).
+    """
     writer = GGUFWriter(str(path), cfg.arch)
     a = cfg.arch
+    if vocab:
+        tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, cfg.n_vocab)]
+        writer.add_string("tokenizer.ggml.model", "llama")
+        writer.add_array("tokenizer.ggml.tokens", tokens)
+        writer.add_array("tokenizer.ggml.scores", [0.0] * cfg.n_vocab)
+        writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (cfg.n_vocab - 3))
+        writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+        writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+        writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
     writer.add_uint32(f"{a}.block_count", cfg.n_layer)

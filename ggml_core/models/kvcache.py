@@ -124,8 +124,9 @@ class KVCache:
 
     @property
     def groups(self) -> tuple[str, ...]:
-        """The groups this model's layers fall in."""
-        return GROUPS if self.hp.has_swa else GROUPS[:1]
+        """The groups this model's layers fall in (a group without layers has no inputs in the graph)."""
+        swa = [self.hp.is_swa(il) for il in range(self.hp.n_layer)]
+        return tuple(g for g, present in zip(GROUPS, (not all(swa), any(swa)), strict=True) if present)
 
     def n_kv(self, group: str, n_kv_full: int) -> int:
         """The cells a graph attends over in ``group`` when the full layers attend over ``n_kv_full``."""

@@ -1,0 +1,60 @@
+"""Each family of the registry against llama.cpp itself (built on this machine by ``ggml_core.testing.llama_cpp``;
+skipped with the reason where it cannot be built), on tiny random GGUFs written here: same file, same token ids,
+logits of every position in one batch and token by token.
+
+Bounds (issue 14): f32 weights with an f32 KV cache ≤ 1e-4 max |Δlogit|, where nothing rounds to a coarse grid on
+either side. Gemma's GEGLU reads ggml's f16 GELU table on both sides, a coarse grid: see the test for how the Gemma
+models keep their margins wide.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import TinyConfig, random_weights, write_model
+
+from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.testing import llama_cpp
+
+CONFIGS = {
+    "llama": TinyConfig(arch="llama", n_vocab=64),
+    "qwen2": TinyConfig(arch="qwen2", n_vocab=64),
+    "qwen3": TinyConfig(arch="qwen3", n_vocab=64),
+    "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
+    "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
+}
+TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # longer than the windows of 4
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    try:
+        llama_cpp.harness()
+    except llama_cpp.Unavailable as exc:
+        pytest.skip(f"llama.cpp cannot be built here: {exc}")
+
+
+@pytest.mark.parametrize("arch", sorted(CONFIGS))
+def test_family_logits_match_llama_cpp(tmp_path: Path, built: None, arch: str) -> None:
+    cfg = CONFIGS[arch]
+    w = random_weights(cfg, 0)
+    if cfg.gemma:
+        # GEGLU reads ggml's f16 GELU table on both sides: one gate value that float32 summation order lands across
+        # an f16 rounding step moves its output by one f16 step and cascades through later layers. Zero gates after
+        # layer 0 give GELU(0) = 0 exactly (no lookup can flip) while every layer's attention still runs (gemma3's
+        # global layer 5 with its own rope base included); layer 0's FFN carries the GELU check.
+        for il in range(1, cfg.n_layer):
+            w[f"blk.{il}.ffn_gate.weight"] = np.zeros_like(w[f"blk.{il}.ffn_gate.weight"])
+    path = write_model(tmp_path / f"{arch}.gguf", cfg, w, "f32", vocab=True)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want = ref.logits(TOKENS)
+    want_steps = ref.logits(TOKENS, steps=True)
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
+    with Model.load(path, params) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= 1e-4, f"{arch}: max |Δlogit| = {np.abs(got - want).max():.3g}"
+    assert np.abs(got_steps - want_steps).max() <= 1e-4, f"{arch}: steps max |Δ| {np.abs(got_steps - want_steps).max()}"
