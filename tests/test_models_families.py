@@ -44,13 +44,14 @@ def _write(tmp_path: Path, cfg: TinyConfig, wtype: str = "f32", seed: int = 0) -
 
 CONFIGS = {
     "qwen3": TinyConfig(arch="qwen3"),
+    "qwen3moe": TinyConfig(arch="qwen3moe", n_expert=4, n_expert_used=2),
     "gemma3": TinyConfig(arch="gemma3", n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
     "gemma2": TinyConfig(arch="gemma2", n_layer=2, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
 }
 
 
 def test_every_family_is_registered() -> None:
-    assert {"llama", "qwen2", "qwen3", "gemma2", "gemma3"} <= set(ARCHITECTURES)
+    assert {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"} <= set(ARCHITECTURES)
     for name, arch in ARCHITECTURES.items():
         assert arch.name == name and arch.description
 

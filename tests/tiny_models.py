@@ -51,7 +51,7 @@ class TinyConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.arch in ("gemma3", "qwen3")
+        return self.arch in ("gemma3", "qwen3", "qwen3moe")
 
     @property
     def neox(self) -> bool:
@@ -166,6 +166,8 @@ def write_model(
     if cfg.n_expert:
         writer.add_uint32(f"{a}.expert_count", cfg.n_expert)
         writer.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
+        if a == "qwen3moe":
+            writer.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff)
     for name, arr in w.items():
         t = weight_type_of(name, arr, wtype)
         if t == "f32":
