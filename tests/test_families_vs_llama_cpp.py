@@ -76,3 +76,33 @@ def test_quantized_weights_match_llama_cpp(tmp_path: Path, built: None, arch: st
     with Model.load(path, params) as m:
         got = m.process_prompt(TOKENS, all_logits=True)
     assert np.abs(got - want).max() <= 1e-3, f"{arch} {wtype}: max |Δlogit| = {np.abs(got - want).max():.3g}"
+
+
+def fuse_phi3(cfg: TinyConfig, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Phi 3's file layout from separate weights: attn_qkv = rows q | k | v, ffn_up = rows gate | up."""
+    out = dict(w)
+    for il in range(cfg.n_layer):
+        b = f"blk.{il}."
+        out[b + "attn_qkv.weight"] = np.concatenate([out.pop(b + f"attn_{x}.weight") for x in "qkv"])
+        out[b + "ffn_up.weight"] = np.concatenate([out.pop(b + "ffn_gate.weight"), out.pop(b + "ffn_up.weight")])
+    return out
+
+
+def test_phi3_fused_projections_match_llama_cpp_and_the_definition(tmp_path: Path, built: None) -> None:
+    """phi3's fused q/k/v and gate/up, against llama.cpp and against the numpy definition of the unfused model
+    (the same function: q·kᵀ/√d with NEOX rope, SwiGLU)."""
+    from tiny_models import reference_logits
+
+    cfg = TinyConfig(arch="phi3", n_vocab=64)
+    w = random_weights(cfg, 0)
+    path = write_model(tmp_path / "phi3.gguf", cfg, fuse_phi3(cfg, w), "f32", vocab=True)
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
+    with Model.load(path, params) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= 1e-4, f"phi3: max |Δlogit| = {np.abs(got - want).max():.3g}"
+    assert np.abs(steps - want).max() <= 1e-4
+    ref = reference_logits(cfg, w, TOKENS)
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-6
