@@ -130,12 +130,18 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
 
 
 def write_model(
-    path: Path, cfg: TinyConfig, w: dict[str, np.ndarray], wtype: str = "f32", *, vocab: bool = False
+    path: Path,
+    cfg: TinyConfig,
+    w: dict[str, np.ndarray],
+    wtype: str = "f32",
+    *,
+    vocab: bool = False,
+    extra: Callable[[GGUFWriter], None] | None = None,
 ) -> Path:
     """Write a GGUF with llama.cpp's key and tensor names; matrices stored as ``wtype`` (see weight_type_of).
 
     ``vocab``: add a SentencePiece vocabulary of ``n_vocab`` placeholder tokens (llama.cpp refuses a model without
-    one; the tests feed token ids).
+    one; the tests feed token ids). ``extra``: writes more metadata (a tokenizer of the test's own).
     """
     writer = GGUFWriter(str(path), cfg.arch)
     a = cfg.arch
@@ -157,6 +163,8 @@ def write_model(
     writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
     writer.add_float32(f"{a}.rope.freq_base", cfg.freq_base)
     writer.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if extra is not None:
+        extra(writer)
     if cfg.n_swa:
         writer.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
     if cfg.attn_softcap:

@@ -8,14 +8,13 @@ A piece still not in the vocabulary is written as its UTF-8 bytes (``<0xXX>`` to
 **gpt2** (byte-level BPE): the text is split by the pre-tokenizer's pattern, each piece's bytes are mapped to
 printable characters (GPT-2's byte-to-unicode table), and ``tokenizer.ggml.merges`` are applied lowest rank first.
 
-Python's ``re`` has no ``\\p{L}``/``\\p{N}``: letters are written ``[^\\W\\d_]`` and numbers ``\\d`` (Unicode
-decimal digits), which agrees with the Unicode classes on all but rare numeric symbols such as ``²``.
+The pre-tokenizers (llama.cpp's patterns, with Unicode classes through the ``regex`` package) are in
+:mod:`ggml_core.models.pretokenize`.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
@@ -25,6 +24,7 @@ import numpy as np
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.gguf_header import ValueType
+from ggml_core.models.pretokenize import IGNORE_MERGES, pre_type, split
 
 __all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 
@@ -32,24 +32,6 @@ __all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 TOKEN_TYPE: Final = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}
 
 _SPACE: Final = "\u2581"
-_L: Final = r"[^\W\d_]"
-_N: Final = r"\d"
-_NOT_SLN: Final = r"[^\s\w]|_"  # not whitespace, not a letter, not a number
-
-#: pre-tokenizer patterns by ``tokenizer.ggml.pre`` (GPT-2's when absent or unknown)
-PRE_PATTERNS: Final[dict[str, str]] = {
-    "default": rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?(?:{_NOT_SLN})+|\s+(?!\S)|\s+",
-    "llama3": (
-        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}{{1,3}}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
-        r"|\s+(?!\S)|\s+"
-    ),
-    "qwen2": (
-        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
-        r"|\s+(?!\S)|\s+"
-    ),
-}
-PRE_PATTERNS["llama-bpe"] = PRE_PATTERNS["llama3"]
-PRE_PATTERNS["gpt2"] = PRE_PATTERNS["default"]
 
 
 @lru_cache(maxsize=1)
@@ -99,7 +81,7 @@ class Tokenizer:
                 bid = self._ids.get(f"<0x{b:02X}>")
                 if bid is not None:
                     self._byte_ids[b] = bid
-        self._pattern = re.compile(PRE_PATTERNS.get(self.pre, PRE_PATTERNS["default"]))
+        self._pre_type = pre_type(self.pre)
         self._b2u = bytes_to_unicode()
         self._u2b = {u: b for b, u in self._b2u.items()}
 
@@ -208,8 +190,13 @@ class Tokenizer:
 
     def _encode_bpe(self, text: str) -> list[int]:
         out: list[int] = []
-        for m in self._pattern.finditer(text):
-            word = "".join(self._b2u[b] for b in m.group(0).encode("utf-8"))
+        ignore_merges = self._pre_type in IGNORE_MERGES
+        for frag in split(text, self._pre_type):
+            word = "".join(self._b2u[b] for b in frag.encode("utf-8"))
+            whole = self._ids.get(word) if ignore_merges else None
+            if whole is not None:  # llama.cpp's ignore_merges: a word in the vocabulary is one token
+                out.append(whole)
+                continue
             for piece in self._bpe(word):
                 tid = self._ids.get(piece)
                 if tid is not None:
