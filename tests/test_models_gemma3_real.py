@@ -260,3 +260,22 @@ def test_gemma3_270m_logits_and_greedy_text_match_llama_cpp(gemma: Path, llama_c
     steps = range(len(prompt) - 1, len(ids) - 1)
     first_tie = next((i for i, s in enumerate(steps) if not wide[s]), len(lc_gen))
     assert greedy[:first_tie] == lc_gen[:first_tie], (tok.decode(greedy), tok.decode(lc_gen))
+
+
+def test_gemma3_270m_split_over_cpu_and_opencl(gemma: Path) -> None:
+    """The same model with its layers shared by CPU and OpenCL0 (PoCL here) through the scheduler: as close to the
+    float64 reference as the CPU alone, and the same top-1 wherever the reference's margin is wide."""
+    from test_models_split import _opencl_or_skip
+
+    _opencl_or_skip()
+    params = ModelParams(placement=PlacementRequest(devices=["CPU", "OpenCL0"], tensor_split=[1, 1]), progress=False)
+    with Model.load(gemma, params) as m:
+        assert {d.name for d in m.placement.devices} == {"CPU", "OpenCL0"}
+        tok = m.tokenizer
+        ids = tok.encode(PROMPT) + tok.encode(LLAMA_CPP_CONTINUATION, add_bos=False)
+        split = m.process_prompt(ids, all_logits=True).astype(np.float64)
+    ref = _reference_logits(gemma, ids)
+    assert _nmse(split, ref) < NMSE_BOUND
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    wide = top2[:, 1] - top2[:, 0] >= MARGIN
+    assert (split.argmax(1) == ref.argmax(1))[wide].all()
