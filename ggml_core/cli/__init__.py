@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "rpc-server": "rpc_server",
     "models": "models",
     "tokenize": "tokenize",
+    "chat": "chat",
 }
 
 

@@ -85,6 +85,10 @@ class Tokenizer:
         self._b2u = bytes_to_unicode()
         self._u2b = {u: b for b, u in self._b2u.items()}
 
+    def token_id(self, text: str) -> int | None:
+        """The id of the token whose text is ``text``, or None."""
+        return self._ids.get(text)
+
     @property
     def n_vocab(self) -> int:
         """Number of tokens."""
