@@ -20,6 +20,9 @@ from ggml_core.testing import llama_cpp
 
 CONFIGS = {
     "llama": TinyConfig(arch="llama", n_vocab=64),
+    # Llama 3's rope scaling as llama.cpp takes it: per-pair frequency divisors from the rope_freqs tensor
+    "llama-rope-freqs": TinyConfig(arch="llama", n_vocab=64, rope_freqs=True),
+    "mixtral": TinyConfig(arch="llama", n_vocab=64, n_expert=4, n_expert_used=2),
     "qwen2": TinyConfig(arch="qwen2", n_vocab=64),
     "qwen3": TinyConfig(arch="qwen3", n_vocab=64),
     "qwen3moe": TinyConfig(arch="qwen3moe", n_vocab=64, n_expert=4, n_expert_used=2),
