@@ -279,3 +279,14 @@ def test_gemma3_270m_split_over_cpu_and_opencl(gemma: Path) -> None:
     top2 = np.sort(ref, axis=1)[:, -2:]
     wide = top2[:, 1] - top2[:, 0] >= MARGIN
     assert (split.argmax(1) == ref.argmax(1))[wide].all()
+
+
+def test_gemma3_270m_long_context_keeps_local_layers_to_their_window(gemma: Path) -> None:
+    """iSWA at the training context (32,768 cells): the 15 local layers hold 1,024 cells (window 512 + a batch of
+    512), the 3 global ones everything, so the cache is a fifth of a full one."""
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=32768, progress=False)
+    with Model.load(gemma, params) as m:
+        sizes = [t.ne[1] for t in m.kv.k]
+        assert sizes == [1024 if il % 6 < 5 else 32768 for il in range(18)]
+        row = 2 * m.hp.n_embd_k_gqa * 2  # K and V, f16
+        assert m.kv.nbytes == row * sum(sizes) < row * 32768 * 18 / 4
