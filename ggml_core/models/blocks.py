@@ -51,13 +51,13 @@ def rope(g: GraphBuilder, il: int, t: Tensor) -> Tensor:
         g.layer_opt(il, "rope_freqs"),
         hp.n_rot,
         hp.rope_type,
-        hp.n_ctx_train,
+        hp.n_ctx_orig or hp.n_ctx_train,
         hp.rope_base(il),
         hp.rope_freq_scale,
-        0.0,
+        hp.rope_ext_factor,
         1.0,
-        32.0,
-        1.0,
+        hp.yarn_beta_fast,
+        hp.yarn_beta_slow,
     )
 
 

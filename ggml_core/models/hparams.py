@@ -61,6 +61,11 @@ class HParams:
     swa_layers: tuple[bool, ...] = ()
     #: rope base of the sliding-window layers (0: rope_freq_base)
     rope_freq_base_swa: float = 0.0
+    #: YaRN (``rope.scaling.type = yarn``): extrapolation mix 1, the original context, ramp bounds
+    rope_ext_factor: float = 0.0
+    n_ctx_orig: int = 0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -146,16 +151,22 @@ def read_hparams(f: GGUFFile) -> HParams:
     freq_base = f.get_float(k + "rope.freq_base", 10000.0)
     if freq_base <= 1.0:
         raise GGUFError(f.path, f"metadata '{k}rope.freq_base'", f"{freq_base} must be > 1")
-    freq_scale = 1.0
+    freq_scale, ext_factor = 1.0, 0.0
+    n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
+    n_ctx_orig = n_ctx_train
     scaling = f.get_str(k + "rope.scaling.type", "none")
-    if scaling == "linear":
+    if scaling in ("linear", "yarn"):
         factor = f.get_float(k + "rope.scaling.factor", 1.0)
         if factor <= 0:
             raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
         freq_scale = 1.0 / factor
-    elif scaling not in ("none", ""):
-        raise GGUFError(f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear)")
-    n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
+    if scaling == "yarn":  # llama.cpp: ext_factor 1, the original context from the file, ggml's rope does the rest
+        ext_factor = 1.0
+        n_ctx_orig = f.get_int(k + "rope.scaling.original_context_length", n_ctx_train, minimum=1)
+    elif scaling not in ("none", "", "linear"):
+        raise GGUFError(
+            f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear, yarn)"
+        )
     n_expert = f.get_int(k + "expert_count", 0, minimum=0)
     n_expert_used = f.get_int(k + "expert_used_count", 0, minimum=0)
     if n_expert and not 0 < n_expert_used <= n_expert:
@@ -185,6 +196,10 @@ def read_hparams(f: GGUFFile) -> HParams:
         rope_type=arch.rope_type,
         rope_freq_base=freq_base,
         rope_freq_scale=freq_scale,
+        rope_ext_factor=ext_factor,
+        n_ctx_orig=n_ctx_orig,
+        yarn_beta_fast=f.get_float(k + "rope.scaling.yarn_beta_fast", 32.0),
+        yarn_beta_slow=f.get_float(k + "rope.scaling.yarn_beta_slow", 1.0),
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
