@@ -116,15 +116,41 @@ def _csv(path: Path, rows: list[tuple[str, str, str, str]]) -> None:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for dev, op, supported, msg in rows:
-            w.writerow({"backend_name": dev, "op_name": op, "op_params": "x" if msg == "" else "",
-                        "test_mode": "support", "supported": supported, "passed": supported, "error_message": msg})
+            w.writerow(
+                {
+                    "backend_name": dev,
+                    "op_name": op,
+                    "op_params": "x" if msg == "" else "",
+                    "test_mode": "support",
+                    "supported": supported,
+                    "passed": supported,
+                    "error_message": msg,
+                }
+            )
 
 
 def test_ops_md_marks_all_some_none(tmp_path: Path) -> None:
-    _csv(tmp_path / "A.csv", [("A", "ADD", "yes", ""), ("A", "ADD", "yes", ""), ("A", "MUL", "yes", ""),
-                              ("A", "MUL", "no", ""), ("A", "DIV", "no", ""), ("A", "ROPE", "no", "no test case")])
-    _csv(tmp_path / "CPU.csv", [("CPU", "ADD", "yes", ""), ("CPU", "ADD", "yes", ""), ("CPU", "MUL", "yes", ""),
-                                ("CPU", "MUL", "yes", ""), ("CPU", "DIV", "yes", "")])
+    _csv(
+        tmp_path / "A.csv",
+        [
+            ("A", "ADD", "yes", ""),
+            ("A", "ADD", "yes", ""),
+            ("A", "MUL", "yes", ""),
+            ("A", "MUL", "no", ""),
+            ("A", "DIV", "no", ""),
+            ("A", "ROPE", "no", "no test case"),
+        ],
+    )
+    _csv(
+        tmp_path / "CPU.csv",
+        [
+            ("CPU", "ADD", "yes", ""),
+            ("CPU", "ADD", "yes", ""),
+            ("CPU", "MUL", "yes", ""),
+            ("CPU", "MUL", "yes", ""),
+            ("CPU", "DIV", "yes", ""),
+        ],
+    )
     md = opsdocs.render(sorted(tmp_path.glob("*.csv")))
     assert "| Op | cases | CPU | A |" in md  # the CPU column comes first
     assert "| ADD | 2 | ✅ | ✅ |" in md
@@ -152,7 +178,11 @@ def _pytest(tmp_path: Path, *args: str) -> str:
 
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     return proc.stdout + proc.stderr
 

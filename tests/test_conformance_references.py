@@ -76,13 +76,32 @@ def _translate(g: Any, gctx: Any, node: Any, m: dict[int, Any]) -> Any:
     op = node.op
     s = [None if x is None else m[x.id] for x in node.src]
     i32, f32 = node.op_param_i32, node.op_param_f32
-    binary = {GGMLOp.ADD: "ggml_add", GGMLOp.SUB: "ggml_sub", GGMLOp.MUL: "ggml_mul", GGMLOp.DIV: "ggml_div",
-              GGMLOp.ADD1: "ggml_add1", GGMLOp.COUNT_EQUAL: "ggml_count_equal", GGMLOp.OUT_PROD: "ggml_out_prod",
-              GGMLOp.MUL_MAT: "ggml_mul_mat", GGMLOp.GET_ROWS: "ggml_get_rows", GGMLOp.CPY: "ggml_cpy"}
-    unary = {GGMLOp.SQR: "ggml_sqr", GGMLOp.SQRT: "ggml_sqrt", GGMLOp.LOG: "ggml_log", GGMLOp.SIN: "ggml_sin",
-             GGMLOp.COS: "ggml_cos", GGMLOp.SUM: "ggml_sum", GGMLOp.SUM_ROWS: "ggml_sum_rows",
-             GGMLOp.MEAN: "ggml_mean", GGMLOp.ARGMAX: "ggml_argmax", GGMLOp.CUMSUM: "ggml_cumsum",
-             GGMLOp.DUP: "ggml_dup", GGMLOp.CONT: "ggml_cont"}
+    binary = {
+        GGMLOp.ADD: "ggml_add",
+        GGMLOp.SUB: "ggml_sub",
+        GGMLOp.MUL: "ggml_mul",
+        GGMLOp.DIV: "ggml_div",
+        GGMLOp.ADD1: "ggml_add1",
+        GGMLOp.COUNT_EQUAL: "ggml_count_equal",
+        GGMLOp.OUT_PROD: "ggml_out_prod",
+        GGMLOp.MUL_MAT: "ggml_mul_mat",
+        GGMLOp.GET_ROWS: "ggml_get_rows",
+        GGMLOp.CPY: "ggml_cpy",
+    }
+    unary = {
+        GGMLOp.SQR: "ggml_sqr",
+        GGMLOp.SQRT: "ggml_sqrt",
+        GGMLOp.LOG: "ggml_log",
+        GGMLOp.SIN: "ggml_sin",
+        GGMLOp.COS: "ggml_cos",
+        GGMLOp.SUM: "ggml_sum",
+        GGMLOp.SUM_ROWS: "ggml_sum_rows",
+        GGMLOp.MEAN: "ggml_mean",
+        GGMLOp.ARGMAX: "ggml_argmax",
+        GGMLOp.CUMSUM: "ggml_cumsum",
+        GGMLOp.DUP: "ggml_dup",
+        GGMLOp.CONT: "ggml_cont",
+    }
     if op in binary:
         return _fn(g, binary[op])(gctx, s[0], s[1])
     if op in unary:
@@ -166,8 +185,7 @@ def _translate(g: Any, gctx: Any, node: Any, m: dict[int, Any]) -> Any:
             g.ggml_soft_max_add_sinks(t, s[2])
         return t
     if op == GGMLOp.ROPE:
-        return g.ggml_rope_ext(gctx, s[0], s[1], s[2], i32(1), i32(2), i32(4),
-                               *[f32(i) for i in range(5, 11)])
+        return g.ggml_rope_ext(gctx, s[0], s[1], s[2], i32(1), i32(2), i32(4), *[f32(i) for i in range(5, 11)])
     if op == GGMLOp.FLASH_ATTN_EXT:
         t = g.ggml_flash_attn_ext(gctx, s[0], s[1], s[2], s[3], f32(0), f32(1), f32(2))
         if s[4] is not None:
@@ -254,7 +272,11 @@ def _run_family(ops: str) -> list[dict[str, Any]]:
     while True:
         proc = subprocess.run(
             [sys.executable, __file__, "--child", ops, str(first)],
-            capture_output=True, text=True, timeout=600, env=env, check=False,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            check=False,
         )
         rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         out += [r for r in rows if "case" in r]

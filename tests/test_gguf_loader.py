@@ -180,3 +180,53 @@ def test_upload_to_opencl_with_progress(tmp_path: Path, capsys: pytest.CaptureFi
         assert t.get_bytes() == m.file.tensor_bytes("blk.0.ffn_up.weight").tobytes()
         assert m.weights.uploads[0].device == "OpenCL0" and m.weights.uploads[0].nbytes > 0
     assert "MB/s" in capsys.readouterr().err
+
+
+def test_string_and_number_arrays_match_gguf_py(tmp_path: Path) -> None:
+    """A vocabulary-sized file (unicode, empty and long strings) read by the walk and by gguf-py, the independent
+    reference: same strings, same numbers; numeric arrays are views of the map, not copies."""
+    rng = np.random.default_rng(3)
+    alphabet = ["a", "▁", "é", "中", "😀", " ", "\n", "<0x0A>", "", "\x00"]
+    tokens = ["".join(rng.choice(alphabet, int(rng.integers(0, 12)))) for _ in range(5000)] + ["x" * 3000]
+    scores = rng.standard_normal(len(tokens)).astype(np.float32)
+    path = tmp_path / "vocab.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.scores", scores.tolist())
+    w.add_array("tokenizer.ggml.token_type", rng.integers(1, 7, len(tokens)).tolist())
+    w.add_string("after", "still here")
+    w.add_tensor("t", np.arange(64, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    f = open_gguf(path)
+    ref = GGUFReader(str(path))
+    assert f.keys == [k for k in ref.fields if not k.startswith("GGUF.")]
+    strings = f.get_string_array("tokenizer.ggml.tokens")
+    assert len(strings) == len(tokens) and strings[5] == tokens[5] and strings[-1] == tokens[-1]
+    assert f.get_strings("tokenizer.ggml.tokens") == ref.fields["tokenizer.ggml.tokens"].contents() == tokens
+    assert f.get_raw_strings("tokenizer.ggml.tokens") == [t.encode() for t in tokens]
+    got = f.get_numbers("tokenizer.ggml.scores")
+    np.testing.assert_array_equal(got, ref.fields["tokenizer.ggml.scores"].contents())
+    assert not got.flags.owndata and not got.flags.writeable
+    np.testing.assert_array_equal(
+        f.get_numbers("tokenizer.ggml.token_type"), ref.fields["tokenizer.ggml.token_type"].contents()
+    )
+    assert f.get("after") == "still here"
+    assert f.tensor_bytes("t").view(np.float32).tolist() == list(range(64))
+    assert f.data_offset == ref.data_offset and f.tensor_info("t").offset == ref.tensors[0].data_offset
+
+
+def test_the_load_path_does_not_use_gguf_py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gguf
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("gguf-py's reader was used on the load path")
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    monkeypatch.setattr(gguf.gguf_reader, "GGUFReader", refuse)
+    cfg = TinyConfig()
+    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 0), "q8_0")
+    with Model.load(path, ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=32, progress=False)) as m:
+        assert m.decode([1, 2]).shape == (1, cfg.n_vocab)

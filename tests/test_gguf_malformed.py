@@ -275,3 +275,57 @@ def test_fuzzed_files_fail_cleanly_or_load(tmp_path: Path, valid: bytes, data: s
         # no longer has) is reported as a plain value error naming what is wrong
         assert str(exc)
     assert time.perf_counter() - t0 < 3.0
+
+
+# ------------------------------------------------------------------------------------------------ size bombs
+
+#: peak Python/numpy allocations while opening a file and reading every value, as a multiple of the file's size
+#: (what is kept per entry: a dict slot and a small int for each key or tensor name, 8-byte offsets for strings;
+#: reading an array of strings back as a list adds one Python object per element)
+BOMB_MEMORY_FACTOR = 12
+
+
+def _bomb(kind: str) -> bytes:
+    n = 200_000
+    if kind == "array_1.6M":
+        return _header(0, 1) + _str("a") + struct.pack("<IIQ", 9, 0, 1_600_000) + bytes(1_600_000)
+    if kind == "array_4.8M":
+        return _header(0, 1) + _str("a") + struct.pack("<IIQ", 9, 0, 4_800_000) + bytes(4_800_000)
+    if kind == "keys_200k":
+        return _header(0, n) + b"".join(_str(f"k{i}") + struct.pack("<IB", 0, 1) for i in range(n))
+    if kind == "empty_strings_200k":
+        return _header(0, 1) + _str("s") + struct.pack("<IIQ", 9, 8, n) + bytes(8 * n)
+    assert kind == "zero_tensors_200k"
+    return _pad(_header(n, 0) + b"".join(_tensor_info(f"t{i}", [0], 0, 0) for i in range(n)))
+
+
+@pytest.mark.parametrize("kind", ["array_1.6M", "array_4.8M", "keys_200k", "empty_strings_200k", "zero_tensors_200k"])
+def test_size_bombs_open_in_bounded_memory_and_are_rejected_as_models(tmp_path: Path, kind: str) -> None:
+    """The header walk is the reader: arrays stay views of the map, strings are offsets, entries are table rows.
+    gguf-py's reader spent 5-23 s and 0.5-1.3 GB on these (and a MemoryError traceback on 4.8M elements)."""
+    import tracemalloc
+
+    data = _bomb(kind)
+    p = _write(tmp_path, data, f"{kind}.gguf")
+    t0 = time.perf_counter()
+    tracemalloc.start()
+    try:
+        f = open_gguf(p)
+        for key in f.keys:
+            f.get(key)
+        for i in range(0, len(f.tensors), 997):
+            assert f.tensors[i].nbytes == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= BOMB_MEMORY_FACTOR * len(data), f"{peak / 1e6:.1f} MB for a {len(data) / 1e6:.1f} MB file"
+    if kind.startswith("array"):
+        arr = f.get("a")
+        assert arr.size == int(kind[6:-1].replace(".", "")) * 100_000 and not arr.flags.owndata  # a view of the map
+    elif kind == "empty_strings_200k":
+        assert len(f.get_string_array("s")) == 200_000 and f.get_string_array("s")[-1] == ""
+    # not models: one clear error, never a traceback from deep inside
+    with pytest.raises(GGUFError, match=r"general\.architecture") as err:
+        Model.load(p, PARAMS)
+    assert str(err.value).startswith(str(p)) and "\n" not in str(err.value)
+    assert time.perf_counter() - t0 < 60  # a hang guard (tracemalloc slows allocation several-fold), not a timing

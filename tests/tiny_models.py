@@ -39,6 +39,33 @@ class TinyConfig:
     n_expert_used: int = 0
     tied_output: bool = False
     rope_freqs: bool = False
+    #: sliding window (gemma2/gemma3 layers that are local attend over this many positions)
+    n_swa: int = 0
+    #: gemma2: attention-logit and final-logit softcapping
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+
+    @property
+    def gemma(self) -> bool:
+        return self.arch in ("gemma2", "gemma3")
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch in ("gemma3", "qwen3", "qwen3moe")
+
+    @property
+    def neox(self) -> bool:
+        return self.arch != "llama"
+
+    def is_swa(self, il: int) -> bool:
+        """llama.cpp's patterns: gemma3 five local layers then a global one, gemma2 even layers local."""
+        if not self.n_swa or not self.gemma:
+            return False
+        pattern = 6 if self.arch == "gemma3" else 2
+        return il % pattern < pattern - 1
+
+    def rope_base(self, il: int) -> float:
+        return 10000.0 if self.arch == "gemma3" and self.is_swa(il) else self.freq_base
 
     @property
     def head_dim(self) -> int:
@@ -72,6 +99,12 @@ def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
         w[b + "attn_v.weight"] = mat(cfg.n_head_kv * hd, e)
         w[b + "attn_output.weight"] = mat(e, cfg.n_head * hd)
         w[b + "ffn_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
+        if cfg.qk_norm:
+            w[b + "attn_q_norm.weight"] = rng.uniform(0.5, 1.5, hd).astype(np.float32)
+            w[b + "attn_k_norm.weight"] = rng.uniform(0.5, 1.5, hd).astype(np.float32)
+        if cfg.gemma:
+            w[b + "post_attention_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
+            w[b + "post_ffw_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
         if cfg.arch == "qwen2":
             w[b + "attn_q.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head * hd).astype(np.float32)
             w[b + "attn_k.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head_kv * hd).astype(np.float32)
@@ -96,10 +129,31 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
     return wtype if arr.shape[-1] % block == 0 else "f32"
 
 
-def write_model(path: Path, cfg: TinyConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
-    """Write a GGUF with llama.cpp's key and tensor names; matrices stored as ``wtype`` (see weight_type_of)."""
+def write_model(
+    path: Path,
+    cfg: TinyConfig,
+    w: dict[str, np.ndarray],
+    wtype: str = "f32",
+    *,
+    vocab: bool = False,
+    extra: Callable[[GGUFWriter], None] | None = None,
+) -> Path:
+    """Write a GGUF with llama.cpp's key and tensor names; matrices stored as ``wtype`` (see weight_type_of).
+
+    ``vocab``: add a SentencePiece vocabulary of ``n_vocab`` placeholder tokens (llama.cpp refuses a model without
+    one; the tests feed token ids). ``extra``: writes more metadata (a tokenizer of the test's own).
+    """
     writer = GGUFWriter(str(path), cfg.arch)
     a = cfg.arch
+    if vocab:
+        tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, cfg.n_vocab)]
+        writer.add_string("tokenizer.ggml.model", "llama")
+        writer.add_array("tokenizer.ggml.tokens", tokens)
+        writer.add_array("tokenizer.ggml.scores", [0.0] * cfg.n_vocab)
+        writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (cfg.n_vocab - 3))
+        writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+        writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+        writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
     writer.add_uint32(f"{a}.block_count", cfg.n_layer)
@@ -109,9 +163,19 @@ def write_model(path: Path, cfg: TinyConfig, w: dict[str, np.ndarray], wtype: st
     writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
     writer.add_float32(f"{a}.rope.freq_base", cfg.freq_base)
     writer.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if extra is not None:
+        extra(writer)
+    if cfg.n_swa:
+        writer.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    if cfg.attn_softcap:
+        writer.add_float32(f"{a}.attn_logit_softcapping", cfg.attn_softcap)
+    if cfg.final_softcap:
+        writer.add_float32(f"{a}.final_logit_softcapping", cfg.final_softcap)
     if cfg.n_expert:
         writer.add_uint32(f"{a}.expert_count", cfg.n_expert)
         writer.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
+        if a == "qwen3moe":
+            writer.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff)
     for name, arr in w.items():
         t = weight_type_of(name, arr, wtype)
         if t == "f32":
@@ -201,46 +265,93 @@ def reference_logits(
     n, hd = len(tokens), cfg.head_dim
     pos = np.arange(n)
     x = st["token_embd.weight"][0][np.asarray(tokens)]
-    neox = cfg.arch == "qwen2"
+    if cfg.gemma:
+        x = x * np.float64(np.float32(np.sqrt(cfg.n_embd)))
     group = cfg.n_head // cfg.n_head_kv
-    causal = np.triu(np.full((n, n), -np.inf), 1)
+    back = pos[:, None] - pos[None, :]
+    causal = np.where(back >= 0, 0.0, -np.inf)
+    window = np.where((back >= 0) & (back < max(cfg.n_swa, 1)), 0.0, -np.inf)
+
+    def norm(t: np.ndarray, name: str) -> np.ndarray:
+        return _rms_norm(t, cfg.rms_eps) * st[name][0]
+
     for il in range(cfg.n_layer):
         b = f"blk.{il}."
-        h = _rms_norm(x, cfg.rms_eps) * st[b + "attn_norm.weight"][0]
+        h = norm(x, b + "attn_norm.weight")
         q, k, v = mm(b + "attn_q.weight", h), mm(b + "attn_k.weight", h), mm(b + "attn_v.weight", h)
         if cfg.arch == "qwen2":
             q, k, v = q + st[b + "attn_q.bias"][0], k + st[b + "attn_k.bias"][0], v + st[b + "attn_v.bias"][0]
+        q, k = q.reshape(n, cfg.n_head, hd), k.reshape(n, cfg.n_head_kv, hd)
+        if cfg.qk_norm:
+            q, k = norm(q, b + "attn_q_norm.weight"), norm(k, b + "attn_k_norm.weight")
         ff = w.get("rope_freqs.weight")
-        q = _rope(q.reshape(n, cfg.n_head, hd), pos, hd, cfg.freq_base, neox, ff)
-        k = _rope(k.reshape(n, cfg.n_head_kv, hd), pos, hd, cfg.freq_base, neox, ff)
+        q = _rope(q, pos, hd, cfg.rope_base(il), cfg.neox, ff)
+        k = _rope(k, pos, hd, cfg.rope_base(il), cfg.neox, ff)
+        # gemma scales q (by 1/sqrt(head_dim), a power of two here) and the softmax by 1
+        scale = 1.0 / np.sqrt(hd)
+        if cfg.gemma:
+            q, scale = q * np.float64(np.float32(scale)), 1.0
         v = v.reshape(n, cfg.n_head_kv, hd)
         if kv_type == "f16":  # the cache stores f16; mul_mat rounds q to f16 to meet it
             k = k.astype(np.float32).astype(np.float16).astype(np.float64)
             v = v.astype(np.float32).astype(np.float16).astype(np.float64)
             if round_activations:
                 q = q.astype(np.float32).astype(np.float16).astype(np.float64)
+        mask = window if cfg.is_swa(il) else causal
         out = np.empty((n, cfg.n_head, hd))
         for hh in range(cfg.n_head):
             kvh = hh // group  # consecutive query heads share one KV head
-            s = q[:, hh] @ k[:, kvh].T / np.sqrt(hd) + causal
+            s = q[:, hh] @ k[:, kvh].T
+            if cfg.attn_softcap:
+                s = cfg.attn_softcap * np.tanh(s / cfg.attn_softcap)
+            s = s * scale + mask
             p = np.exp(s - s.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
             if kv_type == "f16" and round_activations:
                 p = p.astype(np.float32).astype(np.float16).astype(np.float64)
             out[:, hh] = p @ v[:, kvh]
-        x = x + mm(b + "attn_output.weight", out.reshape(n, cfg.n_head * hd))
-        h = _rms_norm(x, cfg.rms_eps) * st[b + "ffn_norm.weight"][0]
-        x = x + (_moe(cfg, st, b, h) if cfg.n_expert else _ffn(mm, b, h))
-    h = _rms_norm(x, cfg.rms_eps) * st["output_norm.weight"][0]
-    return mm("output.weight" if "output.weight" in st else "token_embd.weight", h)
+        a = mm(b + "attn_output.weight", out.reshape(n, cfg.n_head * hd))
+        if cfg.gemma:
+            a = norm(a, b + "post_attention_norm.weight")
+        x = x + a
+        h = norm(x, b + "ffn_norm.weight")
+        if cfg.n_expert:
+            f = _moe(cfg, st, b, h)
+        else:
+            f = _ffn(mm, b, h, _gelu_ggml if round_activations else _gelu) if cfg.gemma else _ffn(mm, b, h)
+        if cfg.gemma:
+            f = norm(f, b + "post_ffw_norm.weight")
+        x = x + f
+    h = norm(x, "output_norm.weight")
+    logits = mm("output.weight" if "output.weight" in st else "token_embd.weight", h)
+    if cfg.final_softcap:
+        logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
+    return logits
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_ggml(x: np.ndarray) -> np.ndarray:
+    """ggml's CPU GELU on f32: for -10 < x < 10 its f16 table at f16(x) (GELU rounded to f16), x or 0 outside."""
+    x16 = x.astype(np.float32).astype(np.float16).astype(np.float64)
+    table = _gelu(x16).astype(np.float32).astype(np.float16).astype(np.float64)
+    return np.where(x <= -10.0, 0.0, np.where(x >= 10.0, x, table))
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def _ffn(mm: Callable[[str, np.ndarray], np.ndarray], b: str, h: np.ndarray) -> np.ndarray:
-    return mm(b + "ffn_down.weight", _silu(mm(b + "ffn_gate.weight", h)) * mm(b + "ffn_up.weight", h))
+def _ffn(
+    mm: Callable[[str, np.ndarray], np.ndarray],
+    b: str,
+    h: np.ndarray,
+    act: Callable[[np.ndarray], np.ndarray] = _silu,
+) -> np.ndarray:
+    return mm(b + "ffn_down.weight", act(mm(b + "ffn_gate.weight", h)) * mm(b + "ffn_up.weight", h))
 
 
 def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.ndarray) -> np.ndarray:

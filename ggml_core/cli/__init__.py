@@ -22,6 +22,9 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "plan": "plan",
     "new-plugin": "new_plugin",
+    "models": "models",
+    "tokenize": "tokenize",
+    "chat": "chat",
 }
 
 

@@ -97,8 +97,15 @@ def uncovered_rows(device: str, tested_ops: set[str], mode: str, ops_filter: set
         if op in tested_ops or (ops_filter is not None and op not in ops_filter):
             continue
         row: dict[str, Any] = dict.fromkeys(FIELDS)
-        row.update(backend_name=device, op_name=op, op_params="", test_mode=mode, supported=False, passed=False,
-                   error_message="no test case")
+        row.update(
+            backend_name=device,
+            op_name=op,
+            op_params="",
+            test_mode=mode,
+            supported=False,
+            passed=False,
+            error_message="no test case",
+        )
         rows.append(row)
     return rows
 
@@ -202,8 +209,12 @@ def run(args: argparse.Namespace) -> int:
     )
     ops_filter = {o.strip().upper() for o in args.op.split(",")} if args.op and "(" not in args.op else None
     if args.op and not cases:
-        print(f"ggml-core test-ops: no case matches -o {args.op!r}" + (f" -p {args.pattern!r}" if args.pattern else "")
-              + " (see --show-coverage)", file=sys.stderr)
+        print(
+            f"ggml-core test-ops: no case matches -o {args.op!r}"
+            + (f" -p {args.pattern!r}" if args.pattern else "")
+            + " (see --show-coverage)",
+            file=sys.stderr,
+        )
     rows: list[dict[str, Any]] = []
     failing: list[str] = []
     backends_ok = 0
@@ -220,8 +231,15 @@ def run(args: argparse.Namespace) -> int:
                     bar.stream.write("\r")
                 print(f"  {r.case.name}: {_status_text(r, args.mode)} [{r.device}]", flush=True)
 
-        results = run_many(cases, dev, args.mode, reference=args.reference, jobs=args.jobs,
-                           perf_seconds=args.perf_seconds, on_result=on_result)
+        results = run_many(
+            cases,
+            dev,
+            args.mode,
+            reference=args.reference,
+            jobs=args.jobs,
+            perf_seconds=args.perf_seconds,
+            on_result=on_result,
+        )
         if bar is not None:
             bar.close()
         rows += result_rows(results)
@@ -267,7 +285,9 @@ def _footer(dev: Device, results: Sequence[Any], mode: str, rows: list[dict[str,
     elif mode == "perf":
         print(f"  {ok}/{ok + fail} cases ran ({unsupported} not supported, {skipped} skipped)")
     else:
-        print(f"  {ok}/{ok + fail} tests passed ({unsupported} not supported, {skipped} skipped: no builder, input "
-              "generator or reference)")
+        print(
+            f"  {ok}/{ok + fail} tests passed ({unsupported} not supported, {skipped} skipped: no builder, input "
+            "generator or reference)"
+        )
     print(f"  Backend {dev.name}: {'OK' if fail == 0 else 'FAIL'}")
     print()

@@ -16,7 +16,7 @@ from ggml_core._errors import DeviceNotFoundError
 from ggml_core._tensor import Tensor
 from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Backend, Buffer, Device, DeviceType
-from ggml_core.models.llama import BuiltGraph
+from ggml_core.models.graph import BuiltGraph
 
 __all__ = ["Executor", "scheduler_available"]
 

@@ -1,23 +1,24 @@
-"""An open GGUF file: checked header, metadata read through ``gguf.GGUFReader``, tensor data memory-mapped.
+"""An open GGUF file: the checked header walk's metadata and tensor infos over the memory-mapped file.
 
-:func:`open_gguf` first walks the header with :func:`~ggml_core.models.gguf_header.read_header` (bounded, every
-field checked), then opens the file with gguf-py's memory-mapping reader for the metadata. Tensor descriptions come
-from the checked walk, tensor bytes are zero-copy slices of the reader's ``np.memmap``.
+:func:`open_gguf` walks the header with :func:`~ggml_core.models.gguf_header.read_header` (bounded, every field
+checked) and keeps its memory map. Values are decoded from it when asked for: numeric arrays are zero-copy numpy
+views, arrays of strings are a :class:`StringArray` (one offsets table; strings decoded on access), tensor bytes are
+zero-copy slices. gguf-py is not used.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import numpy as np
-from gguf import GGUFReader
 
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_header import HeaderInfo, KVInfo, TensorInfo, ValueType, read_header
 
-__all__ = ["GGUFFile", "open_gguf"]
+__all__ = ["GGUFFile", "StringArray", "open_gguf"]
 
 _INT_TYPES: Final = frozenset(
     {
@@ -49,15 +50,59 @@ _NP: Final[dict[ValueType, str]] = {
 _MISSING: Final = object()
 
 
-class _Reader(GGUFReader):
-    """gguf-py's reader, minus its tensor list: tensors come from the checked header walk.
+class StringArray(Sequence[str]):
+    """An array of strings in the file: ``len``, indexing and iteration decode from the memory map on demand.
 
-    (gguf-py builds its tensor list with its own type table, which may lag behind ggml's; our walk already
-    checked every tensor against ggml's types.)
+    :param offsets: ``count + 1`` file offsets; string i's bytes are ``buf[offsets[i] + 8 : offsets[i + 1]]``
     """
 
-    def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
-        self.tensors = []
+    def __init__(self, path: str, key: str, buf: np.ndarray, offsets: np.ndarray) -> None:
+        self._path, self._key, self._buf, self.offsets = path, key, buf, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} strings")
+        i %= n
+        return self._decode(i, self.raw(i))
+
+    def raw(self, i: int) -> bytes:
+        """String ``i`` as bytes."""
+        return self._buf[int(self.offsets[i]) + 8 : int(self.offsets[i + 1])].tobytes()
+
+    def _decode(self, i: int, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GGUFError(self._path, f"metadata {self._key!r}[{i}]", f"is not valid UTF-8 ({exc.reason})") from None
+
+    def raw_list(self) -> list[bytes]:
+        """Every string as bytes (one pass over the array's bytes)."""
+        offs = self.offsets.tolist()
+        if not offs:
+            return []
+        blob = self._buf[offs[0] : offs[-1]].tobytes()
+        base = offs[0]
+        return [blob[a - base + 8 : b - base] for a, b in itertools.pairwise(offs)]
+
+    def tolist(self) -> list[str]:
+        """Every string decoded (GGUFError naming the first invalid one)."""
+        raws = self.raw_list()
+        try:
+            return [r.decode("utf-8") for r in raws]
+        except UnicodeDecodeError:
+            for i, r in enumerate(raws):
+                self._decode(i, r)
+            raise
 
 
 class GGUFFile:
@@ -69,28 +114,18 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self.header: HeaderInfo = read_header(self.path)
-        try:
-            self._reader = _Reader(self.path, "r")
-        except (ValueError, KeyError, IndexError, OverflowError) as exc:  # the walk should have caught it first
-            raise GGUFError(self.path, "file", f"gguf-py could not read it: {exc}") from None
-        if self._reader.data_offset != self.header.data_offset:
-            raise GGUFError(
-                self.path,
-                "data section",
-                f"gguf-py places it at {self._reader.data_offset}, the header walk at {self.header.data_offset}",
-            )
-        self._tensors = {t.name: t for t in self.header.tensors}
+        self._buf = self.header.buf
 
     def __repr__(self) -> str:
         h = self.header
-        return f"GGUFFile({self.path!r}, v{h.version}, {len(h.kv)} keys, {len(self._tensors)} tensors)"
+        return f"GGUFFile({self.path!r}, v{h.version}, {len(h.kv)} keys, {len(h.tensors)} tensors)"
 
     # ------------------------------------------------------------------------------------------ memory
 
     @property
     def memmap(self) -> np.ndarray:
         """The whole file as a read-only ``uint8`` memory map."""
-        return self._reader.data
+        return self._buf
 
     @property
     def data_offset(self) -> int:
@@ -100,20 +135,20 @@ class GGUFFile:
     @property
     def data_section(self) -> np.ndarray:
         """The tensor data section as a read-only ``uint8`` view of the memory map (no copy)."""
-        return self._reader.data[self.header.data_offset :]
+        return self._buf[self.header.data_offset :]
 
     @property
-    def tensors(self) -> list[TensorInfo]:
-        """Every tensor description, in file order."""
-        return list(self.header.tensors)
+    def tensors(self) -> Sequence[TensorInfo]:
+        """Every tensor description, in file order (made on access: cheap to hold for any number of tensors)."""
+        return self.header.tensors
 
     def has_tensor(self, name: str) -> bool:
         """True when the file holds a tensor of this name."""
-        return name in self._tensors
+        return self.header.tensors.has(name)
 
     def tensor_info(self, name: str) -> TensorInfo:
         """The description of tensor ``name`` (GGUFError naming it when absent)."""
-        t = self._tensors.get(name)
+        t = self.header.tensors.get(name)
         if t is None:
             raise GGUFError(self.path, f"tensor {name!r}", "is missing")
         return t
@@ -121,7 +156,7 @@ class GGUFFile:
     def tensor_bytes(self, name: str) -> np.ndarray:
         """The raw bytes of tensor ``name``: a read-only ``uint8`` view of the memory map."""
         t = self.tensor_info(name)
-        return self._reader.data[t.offset : t.offset + t.nbytes]
+        return self._buf[t.offset : t.offset + t.nbytes]
 
     # ------------------------------------------------------------------------------------------ metadata
 
@@ -212,34 +247,27 @@ class GGUFFile:
         return kv
 
     def get_numbers(self, key: str, item_types: Sequence[ValueType] | None = None) -> np.ndarray:
-        """A numeric array as a numpy array (a copy, native byte order)."""
+        """A numeric array as a read-only numpy view of the memory map (bool arrays: a converted copy)."""
         kv = self._array(key, item_types)
         assert kv.item_type is not None
         if kv.item_type == ValueType.STRING:
             raise GGUFError(self.path, f"metadata {key!r}", "holds strings, not numbers")
-        start = kv.offset + 4 + 4 + 8  # value type, element type, count
         dt = np.dtype(_NP[kv.item_type])
-        raw = self._reader.data[start : start + kv.count * dt.itemsize]
-        out = raw.view(dt).astype(dt.newbyteorder("="))
+        out = self._buf[kv.data_offset : kv.data_offset + kv.count * dt.itemsize].view(dt)
         return out.astype(bool) if kv.item_type == ValueType.BOOL else out
+
+    def get_string_array(self, key: str) -> StringArray:
+        """An array of strings, lazily decoded (see :class:`StringArray`)."""
+        self._array(key, [ValueType.STRING])
+        return StringArray(self.path, key, self._buf, self.header.kv.string_offsets(key))
 
     def get_strings(self, key: str) -> list[str]:
         """An array of strings (invalid UTF-8 gives GGUFError naming the element)."""
-        self._array(key, [ValueType.STRING])
-        field = self._reader.fields[key]
-        out = []
-        for i, idx in enumerate(field.data):
-            try:
-                out.append(bytes(field.parts[idx]).decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise GGUFError(self.path, f"metadata {key!r}[{i}]", f"is not valid UTF-8 ({exc.reason})") from None
-        return out
+        return self.get_string_array(key).tolist()
 
     def get_raw_strings(self, key: str) -> list[bytes]:
         """An array of strings as raw bytes (for vocabularies that may hold partial UTF-8)."""
-        self._array(key, [ValueType.STRING])
-        field = self._reader.fields[key]
-        return [bytes(field.parts[idx]) for idx in field.data]
+        return self.get_string_array(key).raw_list()
 
 
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:

@@ -1,7 +1,8 @@
-"""Hyperparameters of LLaMA-family models, read from GGUF metadata (``{arch}.*`` keys) and checked.
+"""Hyperparameters of a model, read from GGUF metadata (``{arch}.*`` keys) and checked.
 
-Supported architectures: ``llama`` (GQA, NORMAL rope; with ``llama.expert_count`` > 0 the Mixtral mixture of
-experts) and ``qwen2`` (biases on Q/K/V, NEOX rope).
+The keys every family shares (sizes, heads, rope, norm epsilon) are read here; what a family adds (biases, QK-norm,
+sliding-window layers, softcapping, embedding scale) its module in :mod:`ggml_core.models.arch` reads through
+:meth:`~ggml_core.models.arch.Architecture.read` and passes back as overrides of :class:`HParams`' defaults.
 """
 
 from __future__ import annotations
@@ -13,12 +14,8 @@ import numpy as np
 
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
-from ggml_core.ops import ROPE_TYPE_NEOX, ROPE_TYPE_NORMAL
 
-__all__ = ["SUPPORTED_ARCHS", "HParams", "read_hparams"]
-
-#: architecture → rope mode, as llama.cpp's ``llama_model_rope_type``
-SUPPORTED_ARCHS: Final[dict[str, int]] = {"llama": ROPE_TYPE_NORMAL, "qwen2": ROPE_TYPE_NEOX}
+__all__ = ["MAX_LAYERS", "HParams", "read_hparams", "supported_archs"]
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
@@ -55,6 +52,31 @@ class HParams:
     n_expert: int = 0
     n_expert_used: int = 0
     qkv_bias: bool = False
+    #: RMS norms of q and k over each head (``attn_q_norm`` / ``attn_k_norm``), before rope
+    qk_norm: bool = False
+    #: extra RMS norms after attention and after the FFN (``post_attention_norm`` / ``post_ffw_norm``)
+    post_norms: bool = False
+    #: the gated FFN's activation: "silu" (SwiGLU) or "gelu" (GEGLU, tanh approximation)
+    ffn_act: str = "silu"
+    #: the token embeddings are multiplied by this (Gemma: sqrt(n_embd))
+    embd_scale: float = 1.0
+    #: q is multiplied by this before q·kᵀ and the softmax scale is 1 (Gemma); 0: softmax scale 1/sqrt(head_dim)
+    q_scale: float = 0.0
+    #: attention logits pass through ``c·tanh(x/c)`` (Gemma 2); 0: off
+    attn_softcap: float = 0.0
+    #: output logits pass through ``c·tanh(x/c)``; 0: off
+    final_softcap: float = 0.0
+    #: sliding-window attention: the window (keys at most n_swa - 1 positions back), 0: none
+    n_swa: int = 0
+    #: per layer: True where the layer attends over the sliding window (empty: no such layer)
+    swa_layers: tuple[bool, ...] = ()
+    #: rope base of the sliding-window layers (0: rope_freq_base)
+    rope_freq_base_swa: float = 0.0
+    #: YaRN (``rope.scaling.type = yarn``): extrapolation mix 1, the original context, ramp bounds
+    rope_ext_factor: float = 0.0
+    n_ctx_orig: int = 0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -71,25 +93,49 @@ class HParams:
         """True for a mixture-of-experts model."""
         return self.n_expert > 0
 
+    @property
+    def has_swa(self) -> bool:
+        """True when some layer attends over a sliding window."""
+        return self.n_swa > 0 and any(self.swa_layers)
+
+    def is_swa(self, il: int) -> bool:
+        """True when layer ``il`` attends over the sliding window."""
+        return self.n_swa > 0 and bool(self.swa_layers) and self.swa_layers[il]
+
+    def rope_base(self, il: int) -> float:
+        """The rope frequency base of layer ``il``."""
+        return self.rope_freq_base_swa if self.is_swa(il) and self.rope_freq_base_swa else self.rope_freq_base
+
     def describe(self) -> str:
         """One line for the CLI."""
         moe = f", {self.n_expert} experts ({self.n_expert_used} used)" if self.is_moe else ""
+        swa = f", sliding window {self.n_swa} on {sum(self.swa_layers)} layers" if self.has_swa else ""
         return (
             f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {self.n_head} heads "
-            f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}"
+            f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}{swa}"
         )
+
+
+def supported_archs() -> dict[str, int]:
+    """Architecture name → rope mode, for every registered family."""
+    from ggml_core.models.arch import ARCHITECTURES
+
+    return {name: a.rope_type for name, a in ARCHITECTURES.items()}
 
 
 def read_hparams(f: GGUFFile) -> HParams:
     """Read and check the hyperparameters; GGUFError naming the file and key on anything missing or absurd."""
-    arch = f.get_str("general.architecture")
-    if arch not in SUPPORTED_ARCHS:
+    from ggml_core.models.arch import ARCHITECTURES
+
+    arch_name = f.get_str("general.architecture")
+    arch = ARCHITECTURES.get(arch_name)
+    if arch is None:
         raise GGUFError(
             f.path,
             "metadata 'general.architecture'",
-            f"{arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})",
+            f"{arch_name!r} is not supported (supported: {', '.join(ARCHITECTURES)}; see 'ggml-core models')",
         )
-    k = arch + "."
+    k = arch_name + "."
     n_embd = f.get_int(k + "embedding_length", minimum=1)
     n_layer = f.get_int(k + "block_count", minimum=1)
     if n_layer > MAX_LAYERS:
@@ -116,23 +162,29 @@ def read_hparams(f: GGUFFile) -> HParams:
     freq_base = _f32(f, k + "rope.freq_base", f.get_float(k + "rope.freq_base", 10000.0))
     if freq_base <= 1.0:
         raise GGUFError(f.path, f"metadata '{k}rope.freq_base'", f"{freq_base} must be > 1")
-    freq_scale = 1.0
+    freq_scale, ext_factor = 1.0, 0.0
+    n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
+    n_ctx_orig = n_ctx_train
     scaling = f.get_str(k + "rope.scaling.type", "none")
-    if scaling == "linear":
+    if scaling in ("linear", "yarn"):
         factor = f.get_float(k + "rope.scaling.factor", 1.0)
         if factor <= 0:
             raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
         _f32(f, k + "rope.scaling.factor", factor)
         freq_scale = _f32(f, k + "rope.scaling.factor", 1.0 / factor)
-    elif scaling not in ("none", ""):
-        raise GGUFError(f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear)")
-    n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
+    if scaling == "yarn":  # llama.cpp: ext_factor 1, the original context from the file, ggml's rope does the rest
+        ext_factor = 1.0
+        n_ctx_orig = f.get_int(k + "rope.scaling.original_context_length", n_ctx_train, minimum=1)
+    elif scaling not in ("none", "", "linear"):
+        raise GGUFError(
+            f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear, yarn)"
+        )
     n_expert = f.get_int(k + "expert_count", 0, minimum=0)
     n_expert_used = f.get_int(k + "expert_used_count", 0, minimum=0)
     if n_expert and not 0 < n_expert_used <= n_expert:
         raise GGUFError(f.path, f"metadata '{k}expert_used_count'", f"{n_expert_used} must be in 1..{n_expert}")
-    if n_expert and arch != "llama":
-        raise GGUFError(f.path, f"metadata '{k}expert_count'", f"mixture of experts is supported for llama, not {arch}")
+    if n_expert and not arch.moe:
+        raise GGUFError(f.path, f"metadata '{k}expert_count'", f"mixture of experts is not supported for {arch_name}")
     if not f.has_tensor("token_embd.weight"):
         raise GGUFError(f.path, "tensor 'token_embd.weight'", "is missing (every model needs its token embeddings)")
     embd = f.tensor_info("token_embd.weight")
@@ -143,8 +195,8 @@ def read_hparams(f: GGUFFile) -> HParams:
         raise GGUFError(f.path, "tensor 'token_embd.weight'", "has 0 rows: the vocabulary is empty")
     if n_vocab != embd.ne[1]:
         raise GGUFError(f.path, f"metadata '{k}vocab_size'", f"{n_vocab} differs from token_embd's {embd.ne[1]} rows")
-    return HParams(
-        arch=arch,
+    hp = HParams(
+        arch=arch_name,
         n_vocab=n_vocab,
         n_ctx_train=n_ctx_train,
         n_embd=n_embd,
@@ -155,11 +207,15 @@ def read_hparams(f: GGUFFile) -> HParams:
         head_dim_k=head_dim_k,
         head_dim_v=head_dim_v,
         n_rot=n_rot,
-        rope_type=SUPPORTED_ARCHS[arch],
+        rope_type=arch.rope_type,
         rope_freq_base=freq_base,
         rope_freq_scale=freq_scale,
+        rope_ext_factor=ext_factor,
+        n_ctx_orig=n_ctx_orig,
+        yarn_beta_fast=f.get_float(k + "rope.scaling.yarn_beta_fast", 32.0),
+        yarn_beta_slow=f.get_float(k + "rope.scaling.yarn_beta_slow", 1.0),
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
-        qkv_bias=arch == "qwen2",
     )
+    return arch.read(f, hp)

@@ -1,9 +1,15 @@
 """The KV cache: one K and one V tensor per layer on that layer's device, f16 (llama.cpp's default) or f32.
 
-One sequence; cell ``i`` holds position ``i``. K is ``[n_embd_k_gqa, kv_size]`` (a token's keys are one row). V is
-stored the same way for flash attention, and *transposed* otherwise (``v_trans``, as llama.cpp does), so that the
-``kq · v`` product reads rows of one value dimension across positions. New keys and values are written with
-SET_ROWS at row indices given as graph inputs, so the graph of a decode step does not change from token to token.
+One sequence. K is ``[n_embd_k_gqa, size]`` (a token's keys are one row). V is stored the same way for flash
+attention, and *transposed* otherwise (``v_trans``, as llama.cpp does), so that the ``kq · v`` product reads rows of
+one value dimension across positions. New keys and values are written with SET_ROWS at row indices given as graph
+inputs, so the graph of a decode step does not change from token to token.
+
+Layers come in two groups, as llama.cpp's iSWA cache: ``"full"`` layers attend over every past position and keep
+``kv_size`` cells; ``"swa"`` (sliding-window) layers see only the last ``n_swa`` positions and keep a ring of
+``swa_size`` cells (position p in cell ``p % swa_size``), so their memory stays bounded however long the context.
+The ring holds ``n_swa + batch - 1`` cells at least: a batch's own writes never evict a key one of its tokens still
+sees. Each group has its own cell → position table, from which its mask is made (:meth:`KVCache.mask`).
 """
 
 from __future__ import annotations
@@ -22,15 +28,25 @@ from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import Placement
 from ggml_core.ops import reshape_2d, set_rows, view_3d
 
-__all__ = ["KV_TYPES", "KVCache", "kv_bytes_per_layer"]
+__all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "swa_cache_size"]
 
 KV_TYPES: Final = ("f16", "f32")
+#: the layer groups of a cache
+GROUPS: Final = ("full", "swa")
 
 
 def kv_bytes_per_layer(hp: HParams, kv_size: int, kv_type: str) -> int:
     """Bytes of one layer's K and V."""
     t = as_type(kv_type)
     return row_size(t, hp.n_embd_k_gqa) * kv_size + row_size(t, hp.n_embd_v_gqa) * kv_size
+
+
+def swa_cache_size(hp: HParams, kv_size: int, n_batch: int, pad: int = 256) -> int:
+    """Cells of a sliding-window layer: the window plus one batch, padded, at most ``kv_size`` (llama.cpp's rule)."""
+    if not hp.has_swa:
+        return kv_size
+    need = hp.n_swa + n_batch - 1
+    return min(kv_size, (need + pad - 1) // pad * pad)
 
 
 @dataclass
@@ -41,28 +57,45 @@ class KVCache:
     kv_size: int
     type: GGMLType
     v_trans: bool
+    #: cells of the sliding-window layers (``kv_size`` when they keep everything)
+    swa_size: int = 0
     k: list[Tensor] = field(default_factory=list)
     v: list[Tensor] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
-    #: number of cells holding valid entries (= the next position)
+    #: number of positions processed (= the next position)
     n_past: int = 0
+    #: per group: the position each cell holds (-1: empty)
+    cell_pos: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, hp: HParams, placement: Placement, kv_size: int, kv_type: str, *, v_trans: bool) -> KVCache:
-        """Allocate the cache on the layers' devices."""
+    def create(
+        cls,
+        hp: HParams,
+        placement: Placement,
+        kv_size: int,
+        kv_type: str,
+        *,
+        v_trans: bool,
+        swa_size: int | None = None,
+    ) -> KVCache:
+        """Allocate the cache on the layers' devices (``swa_size``: cells of the sliding-window layers)."""
         if kv_type not in KV_TYPES:
             raise ValueError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
         if kv_size <= 0:
             raise ValueError(f"the KV cache needs at least one cell, got kv_size={kv_size}")
-        cache = cls(hp, kv_size, as_type(kv_type), v_trans)
+        swa = kv_size if swa_size is None or not hp.has_swa else min(swa_size, kv_size)
+        if hp.has_swa and swa < min(hp.n_swa, kv_size):
+            raise ValueError(f"the sliding-window cache needs at least the window ({hp.n_swa} cells), got {swa}")
+        cache = cls(hp, kv_size, as_type(kv_type), v_trans, swa)
         ctxs: dict[str, Context] = {}
         devs = {}
         for il in range(hp.n_layer):
             dev = placement.kv_device_of(il)
             ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
-            cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, kv_size, f"cache_k_l{il}"))
-            cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, kv_size, f"cache_v_l{il}"))
+            n = cache.size(il)
+            cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
+            cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
         try:
             for name, ctx in ctxs.items():
                 buf = alloc_ctx_tensors(ctx, devs[name].buffer_type())
@@ -72,7 +105,58 @@ class KVCache:
         except BaseException:
             cache.free()
             raise
+        cache.clear_positions()
         return cache
+
+    # --------------------------------------------------------------------------------------------- cells
+
+    def group(self, il: int) -> str:
+        """``"swa"`` for a sliding-window layer, else ``"full"``."""
+        return "swa" if self.hp.is_swa(il) else "full"
+
+    def group_size(self, group: str) -> int:
+        """Cells of the layers of ``group``."""
+        return self.swa_size if group == "swa" else self.kv_size
+
+    def size(self, il: int) -> int:
+        """Cells of layer ``il``."""
+        return self.group_size(self.group(il))
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The groups this model's layers fall in (a group without layers has no inputs in the graph)."""
+        swa = [self.hp.is_swa(il) for il in range(self.hp.n_layer)]
+        return tuple(g for g, present in zip(GROUPS, (not all(swa), any(swa)), strict=True) if present)
+
+    def n_kv(self, group: str, n_kv_full: int) -> int:
+        """The cells a graph attends over in ``group`` when the full layers attend over ``n_kv_full``."""
+        return min(self.group_size(group), n_kv_full)
+
+    def cells(self, group: str, pos: np.ndarray) -> np.ndarray:
+        """The cells positions ``pos`` are written to (int64)."""
+        return np.asarray(pos, dtype=np.int64) % self.group_size(group)
+
+    def record(self, pos: np.ndarray) -> None:
+        """Note that positions ``pos`` were written (call before building the masks of the batch)."""
+        for g in self.groups:
+            self.cell_pos[g][self.cells(g, pos)] = pos
+
+    def mask(self, group: str, pos: np.ndarray, n_kv: int) -> np.ndarray:
+        """``[n_tokens, n_kv]`` float32: 0 where the cell's key is visible to the token at ``pos``, -inf else.
+
+        Visible: a position at most the token's own, and for ``"swa"`` fewer than ``n_swa`` positions back
+        (llama.cpp's ``LLAMA_SWA_TYPE_STANDARD``).
+        """
+        cp = self.cell_pos[group][:n_kv][None, :]
+        p = np.asarray(pos, dtype=np.int64)[:, None]
+        ok = (cp >= 0) & (cp <= p)
+        if group == "swa":
+            ok &= p - cp < self.hp.n_swa
+        return np.where(ok, 0.0, -np.inf).astype(np.float32)
+
+    def clear_positions(self) -> None:
+        """Every cell empty."""
+        self.cell_pos = {g: np.full(self.group_size(g), -1, dtype=np.int64) for g in self.groups}
 
     @property
     def nbytes(self) -> int:
@@ -84,6 +168,7 @@ class KVCache:
         for b in self.buffers:
             b.clear(0)
         self.n_past = 0
+        self.clear_positions()
 
     def free(self) -> None:
         """Release the buffers."""
@@ -105,9 +190,8 @@ class KVCache:
         v, hp = self.v[il], self.hp
         es = v.type.type_size
         if self.v_trans:
-            return view_3d(
-                v, n_kv, hp.head_dim_v, hp.n_head_kv, self.kv_size * es, self.kv_size * hp.head_dim_v * es, 0
-            )
+            size = self.size(il)
+            return view_3d(v, n_kv, hp.head_dim_v, hp.n_head_kv, size * es, size * hp.head_dim_v * es, 0)
         return view_3d(
             v, hp.head_dim_v, n_kv, hp.n_head_kv, row_size(v.type, hp.n_embd_v_gqa), row_size(v.type, hp.head_dim_v), 0
         )
@@ -124,11 +208,11 @@ class KVCache:
         n = v_cur.ne[0] * v_cur.ne[1]
         return set_rows(reshape_2d(v, 1, v.nelements), reshape_2d(v_cur, 1, n), v_idxs)
 
-    def v_indices(self, slots: np.ndarray) -> np.ndarray:
+    def v_indices(self, slots: np.ndarray, group: str = "full") -> np.ndarray:
         """Row indices for :meth:`write_v`: the slots themselves, or for the transposed layout, element
-        ``(token t, dim j)`` of ``v_cur`` goes to row ``j * kv_size + slot_t``."""
+        ``(token t, dim j)`` of ``v_cur`` goes to row ``j * size + slot_t``."""
         slots = np.asarray(slots, dtype=np.int64)
         if not self.v_trans:
             return slots
         dims = np.arange(self.hp.n_embd_v_gqa, dtype=np.int64)
-        return (dims[None, :] * self.kv_size + slots[:, None]).reshape(-1)
+        return (dims[None, :] * self.group_size(group) + slots[:, None]).reshape(-1)

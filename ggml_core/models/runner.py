@@ -19,12 +19,13 @@ from typing import Any, Final, TextIO
 import numpy as np
 
 from ggml_core._types import as_type
+from ggml_core.models.arch import Architecture, get_architecture
 from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
 from ggml_core.models.executor import Executor
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
+from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams, read_hparams
-from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer
-from ggml_core.models.llama import BuiltGraph, build_llama_graph, graph_size_for, kq_mask
+from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.placement import (
     Placement,
     PlacementRequest,
@@ -70,6 +71,8 @@ class ModelParams:
     check_fit: bool = True
     #: False (``--no-op-offload``): ops with host weights never move to a device
     op_offload: bool = True
+    #: sliding-window layers keep the whole context instead of their window (llama.cpp's ``--swa-full``)
+    swa_full: bool = False
 
 
 def default_n_ctx(hp: HParams) -> int:
@@ -128,7 +131,7 @@ class GenerationResult:
 
 
 class Model:
-    """A LLaMA-family model loaded onto its devices, with one KV cache (one sequence)."""
+    """A model of a registered family loaded onto its devices, with one KV cache (one sequence)."""
 
     def __init__(
         self,
@@ -149,6 +152,7 @@ class Model:
         self.weights = weights
         self.kv = kv
         self.executor = executor
+        self.arch: Architecture = get_architecture(hp.arch)
         self._graphs: OrderedDict[tuple[int, int, bool], BuiltGraph] = OrderedDict()
         self._tokenizer: Any = None
 
@@ -191,7 +195,8 @@ class Model:
         executor: Executor | None = None
         try:
             n_ctx = params.n_ctx or default_n_ctx(hp)
-            kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn)
+            swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
+            kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn, swa_size=swa)
             executor = Executor(
                 placement.devices,
                 n_threads=params.n_threads,
@@ -213,7 +218,8 @@ class Model:
     def worst_case_graph(self) -> BuiltGraph:
         """The graph of the largest batch over the whole cache, with every position's logits."""
         n = min(self.params.batch_size, self.kv.kv_size)
-        return build_llama_graph(
+        return build_graph(
+            self.arch,
             self.hp,
             self.weights,
             self.kv,
@@ -279,8 +285,15 @@ class Model:
         if bg is not None:
             self._graphs.move_to_end(key)
             return bg
-        bg = build_llama_graph(
-            self.hp, self.weights, self.kv, n_tokens, n_kv, all_logits=all_logits, flash_attn=self.params.flash_attn
+        bg = build_graph(
+            self.arch,
+            self.hp,
+            self.weights,
+            self.kv,
+            n_tokens,
+            n_kv,
+            all_logits=all_logits,
+            flash_attn=self.params.flash_attn,
         )
         self._graphs[key] = bg
         while len(self._graphs) > GRAPH_CACHE:
@@ -316,15 +329,20 @@ class Model:
         n_kv = self.n_kv_for(n_past + n)
         bg = self.graph(n, n_kv, all_logits or n == 1)
         pos = np.arange(n_past, n_past + n, dtype=np.int32)
+        kv = self.kv
+        kv.record(pos)
 
         def set_inputs(g: BuiltGraph) -> None:
             g.inputs["tokens"].set_data(ids)
             g.inputs["pos"].set_data(pos)
-            mask = kq_mask(pos, n_kv)
-            g.inputs["mask"].set_data(mask.astype(np.float16) if self.params.flash_attn else mask)
-            g.inputs["k_idxs"].set_data(pos.astype(np.int64))
-            if self.kv.v_trans:
-                g.inputs["v_idxs"].set_data(self.kv.v_indices(pos))
+            for group in kv.groups:
+                sfx = "" if group == "full" else "_" + group
+                mask = kv.mask(group, pos, kv.n_kv(group, n_kv))
+                g.inputs["mask" + sfx].set_data(mask.astype(np.float16) if self.params.flash_attn else mask)
+                cells = kv.cells(group, pos)
+                g.inputs["k_idxs" + sfx].set_data(cells)
+                if kv.v_trans:
+                    g.inputs["v_idxs" + sfx].set_data(kv.v_indices(cells, group))
 
         self.executor.compute(bg, set_inputs)
         self.kv.n_past = n_past + n
@@ -399,7 +417,11 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
         raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
     if params.kv_type not in ("f16", "f32"):
         raise ValueError(f"--kv-type must be f16 or f32, got {params.kv_type!r}")
-    kv_layer = kv_bytes_per_layer(hp, n_ctx, params.kv_type)
+    # per layer on average: sliding-window layers keep only their window
+    swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
+    n_swa_layers = sum(hp.is_swa(il) for il in range(hp.n_layer))
+    cells = (n_ctx * (hp.n_layer - n_swa_layers) + swa * n_swa_layers + hp.n_layer - 1) // hp.n_layer
+    kv_layer = kv_bytes_per_layer(hp, cells, params.kv_type)
     compute = compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx)
     req = params.placement
     placement = plan_placement(req, hp.n_layer, slot_bytes(f, specs), kv_layer, compute, check_fit=False)

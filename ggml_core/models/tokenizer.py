@@ -8,21 +8,23 @@ A piece still not in the vocabulary is written as its UTF-8 bytes (``<0xXX>`` to
 **gpt2** (byte-level BPE): the text is split by the pre-tokenizer's pattern, each piece's bytes are mapped to
 printable characters (GPT-2's byte-to-unicode table), and ``tokenizer.ggml.merges`` are applied lowest rank first.
 
-Python's ``re`` has no ``\\p{L}``/``\\p{N}``: letters are written ``[^\\W\\d_]`` and numbers ``\\d`` (Unicode
-decimal digits), which agrees with the Unicode classes on all but rare numeric symbols such as ``²``.
+The pre-tokenizers (llama.cpp's patterns, with Unicode classes through the ``regex`` package) are in
+:mod:`ggml_core.models.pretokenize`.
 """
 
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
+import numpy as np
+
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.gguf_header import ValueType
+from ggml_core.models.pretokenize import IGNORE_MERGES, pre_type, split
 
 __all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 
@@ -30,24 +32,6 @@ __all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 TOKEN_TYPE: Final = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}
 
 _SPACE: Final = "\u2581"
-_L: Final = r"[^\W\d_]"
-_N: Final = r"\d"
-_NOT_SLN: Final = r"[^\s\w]|_"  # not whitespace, not a letter, not a number
-
-#: pre-tokenizer patterns by ``tokenizer.ggml.pre`` (GPT-2's when absent or unknown)
-PRE_PATTERNS: Final[dict[str, str]] = {
-    "default": rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?(?:{_NOT_SLN})+|\s+(?!\S)|\s+",
-    "llama3": (
-        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}{{1,3}}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
-        r"|\s+(?!\S)|\s+"
-    ),
-    "qwen2": (
-        rf"(?i:'s|'t|'re|'ve|'m|'ll|'d)|(?:[^\r\n\w]|_)?{_L}+|{_N}| ?(?:{_NOT_SLN})+[\r\n]*|\s*[\r\n]+"
-        r"|\s+(?!\S)|\s+"
-    ),
-}
-PRE_PATTERNS["llama-bpe"] = PRE_PATTERNS["llama3"]
-PRE_PATTERNS["gpt2"] = PRE_PATTERNS["default"]
 
 
 @lru_cache(maxsize=1)
@@ -83,18 +67,27 @@ class Tokenizer:
     pre: str = "default"
 
     def __post_init__(self) -> None:
-        self._ids: dict[str, int] = {}
-        for i, t in enumerate(self.tokens):
-            self._ids.setdefault(t, i)
+        # as llama.cpp's token_to_id: a text that appears twice maps to its last id
+        self._ids: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
+        kinds = np.asarray(self.types[: len(self.tokens)], dtype=np.int64)
+        wanted = (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"], TOKEN_TYPE["unknown"])
+        special = [(self.tokens[i], i) for i in np.flatnonzero(np.isin(kinds, wanted)).tolist() if self.tokens[i]]
+        special.sort(key=lambda p: -len(p[0]))  # longest first; stable: equal lengths keep id order
+        self._specials_all = special
+        self._specials_user = [(t, i) for t, i in special if self.types[i] == TOKEN_TYPE["user_defined"]]
         self._byte_ids: dict[int, int] = {}
         if self.kind == "llama":
             for b in range(256):
                 bid = self._ids.get(f"<0x{b:02X}>")
                 if bid is not None:
                     self._byte_ids[b] = bid
-        self._pattern = re.compile(PRE_PATTERNS.get(self.pre, PRE_PATTERNS["default"]))
+        self._pre_type = pre_type(self.pre)
         self._b2u = bytes_to_unicode()
         self._u2b = {u: b for b, u in self._b2u.items()}
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the token whose text is ``text``, or None."""
+        return self._ids.get(text)
 
     @property
     def n_vocab(self) -> int:
@@ -103,17 +96,53 @@ class Tokenizer:
 
     # ------------------------------------------------------------------------------------------------ encode
 
-    def encode(self, text: str, *, add_bos: bool | None = None) -> list[int]:
-        """Token ids of ``text`` (with BOS first when the vocabulary asks for it, or ``add_bos``)."""
+    def encode(self, text: str, *, add_bos: bool | None = None, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (with BOS first when the vocabulary asks for it, or ``add_bos``).
+
+        As llama.cpp's ``llama_tokenize``: the text is first cut at the strings of user-defined tokens (always) and,
+        with ``parse_special``, of control tokens (``<bos>``, ``<start_of_turn>``, ...), longest first; those become
+        their ids and the fragments between are tokenized (SentencePiece: a space is prefixed, when the vocabulary
+        asks for one, to the first fragment and to each one after a special token).
+        """
         ids: list[int] = []
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
             ids.append(self.bos_id)
-        if text:
-            ids += self._encode_spm(text) if self.kind == "llama" else self._encode_bpe(text)
+        prev_special = True
+        for frag in self._partition(text, parse_special):
+            if isinstance(frag, int):
+                ids.append(frag)
+                prev_special = True
+            elif self.kind == "llama":
+                ids += self._encode_spm(frag, prefix=self.add_space_prefix and prev_special)
+                prev_special = False
+            else:
+                ids += self._encode_bpe(frag)
         return ids
 
-    def _encode_spm(self, text: str) -> list[int]:
-        if self.add_space_prefix:
+    def _partition(self, text: str, parse_special: bool) -> list[str | int]:
+        """``text`` cut into plain fragments (str) and special token ids (int), llama.cpp's
+        ``tokenizer_st_partition``."""
+        frags: list[str | int] = [text] if text else []
+        specials = self._specials_all if parse_special else self._specials_user
+        for piece, tid in specials:
+            if not any(isinstance(f, str) and piece in f for f in frags):
+                continue
+            out: list[str | int] = []
+            for f in frags:
+                if isinstance(f, int) or piece not in f:
+                    out.append(f)
+                    continue
+                parts = f.split(piece)
+                for i, part in enumerate(parts):
+                    if i:
+                        out.append(tid)
+                    if part:
+                        out.append(part)
+            frags = out
+        return frags
+
+    def _encode_spm(self, text: str, *, prefix: bool) -> list[int]:
+        if prefix:
             text = " " + text
         syms = list(text.replace(" ", _SPACE))
         # a doubly linked list of symbols and a heap of mergeable neighbours: (-score, left position, left, right)
@@ -165,8 +194,13 @@ class Tokenizer:
 
     def _encode_bpe(self, text: str) -> list[int]:
         out: list[int] = []
-        for m in self._pattern.finditer(text):
-            word = "".join(self._b2u[b] for b in m.group(0).encode("utf-8"))
+        ignore_merges = self._pre_type in IGNORE_MERGES
+        for frag in split(text, self._pre_type):
+            word = "".join(self._b2u[b] for b in frag.encode("utf-8"))
+            whole = self._ids.get(word) if ignore_merges else None
+            if whole is not None:  # llama.cpp's ignore_merges: a word in the vocabulary is one token
+                out.append(whole)
+                continue
             for piece in self._bpe(word):
                 tid = self._ids.get(piece)
                 if tid is not None:
@@ -214,6 +248,12 @@ class Tokenizer:
         if ttype == TOKEN_TYPE["user_defined"]:
             return text.encode("utf-8")
         return bytes(self._u2b[c] if c in self._u2b else ord(c) & 0xFF for c in text)
+
+    def piece(self, tid: int) -> str:
+        """The text of one token for display (control tokens as their name, as llama-tokenize shows them)."""
+        if 0 <= tid < len(self.types) and self.types[tid] == TOKEN_TYPE["control"]:
+            return self.tokens[tid]
+        return self.token_bytes(tid).decode("utf-8", errors="replace")
 
     def decode(self, ids: list[int], *, strip_prefix_space: bool = True) -> str:
         """The text of ``ids`` (invalid UTF-8 replaced); the prefix space the llama encoder adds is removed."""

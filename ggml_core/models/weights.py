@@ -1,4 +1,4 @@
-"""The weights of a LLaMA-family model: which tensors (names, shapes, layer slot), and loading them onto devices.
+"""The weights of a model: which tensors (names, shapes, layer slot), and loading them onto devices.
 
 CPU-placed weights are used in place: one ``CPU_Mapped`` buffer wraps the file's memory-mapped data section
 (``buffer_from_host_ptr``, zero-copy) and each tensor is bound at its file offset. Weights of other devices go into
@@ -58,40 +58,14 @@ def _strip(ne: tuple[int, ...]) -> tuple[int, ...]:
 
 def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     """Every weight of the model with its expected shape; GGUFError naming the tensor when one is missing or wrong."""
+    from ggml_core.models.arch import get_architecture
+
+    arch = get_architecture(hp.arch)
     e, nl = hp.n_embd, hp.n_layer
-    q_out, v_out = hp.n_head * hp.head_dim_k, hp.n_head * hp.head_dim_v
     specs = [WeightSpec("token_embd.weight", "token_embd.weight", INPUT_SLOT, (e, hp.n_vocab))]
     for il in range(nl):
         b = f"blk.{il}."
-        layer = [
-            (b + "attn_norm.weight", (e,), True),
-            (b + "attn_q.weight", (e, q_out), False),
-            (b + "attn_k.weight", (e, hp.n_embd_k_gqa), False),
-            (b + "attn_v.weight", (e, hp.n_embd_v_gqa), False),
-            (b + "attn_output.weight", (v_out, e), False),
-            (b + "ffn_norm.weight", (e,), True),
-        ]
-        if hp.qkv_bias:
-            layer += [
-                (b + "attn_q.bias", (q_out,), True),
-                (b + "attn_k.bias", (hp.n_embd_k_gqa,), True),
-                (b + "attn_v.bias", (hp.n_embd_v_gqa,), True),
-            ]
-        if hp.is_moe:
-            x = hp.n_expert
-            layer += [
-                (b + "ffn_gate_inp.weight", (e, x), False),
-                (b + "ffn_gate_exps.weight", (e, hp.n_ff, x), False),
-                (b + "ffn_up_exps.weight", (e, hp.n_ff, x), False),
-                (b + "ffn_down_exps.weight", (hp.n_ff, e, x), False),
-            ]
-        else:
-            layer += [
-                (b + "ffn_gate.weight", (e, hp.n_ff), False),
-                (b + "ffn_up.weight", (e, hp.n_ff), False),
-                (b + "ffn_down.weight", (hp.n_ff, e), False),
-            ]
-        specs += [WeightSpec(n, n, il, ne, vec) for n, ne, vec in layer]
+        specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in arch.layer_weights(hp, il)]
     specs.append(WeightSpec("output_norm.weight", "output_norm.weight", nl, (e,), True))
     # no output matrix: the embeddings are tied (used again as lm_head)
     out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"

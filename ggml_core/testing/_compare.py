@@ -119,9 +119,7 @@ def _nmse_check(exp: np.ndarray, act: np.ndarray, threshold: float) -> Compariso
     nan = np.flatnonzero(np.isnan(a) | np.isnan(e))
     if nan.size:
         i = int(nan[0])
-        return Comparison(
-            False, float("nan"), f"NaN at {_index(exp.shape, i)} (expected {e[i]:.6g}, got {a[i]:.6g})"
-        )
+        return Comparison(False, float("nan"), f"NaN at {_index(exp.shape, i)} (expected {e[i]:.6g}, got {a[i]:.6g})")
     be, ba = _big(e), _big(a)
     either = be | ba
     if either.any():

@@ -93,9 +93,7 @@ def run_many(
 _worker_state: dict[str, Any] = {}
 
 
-def _worker_run(
-    device_name: str, mode: str, reference: str, perf_seconds: float, indices: list[int]
-) -> list[_Packed]:
+def _worker_run(device_name: str, mode: str, reference: str, perf_seconds: float, indices: list[int]) -> list[_Packed]:
     from ggml_core.backend.registry import get_registry
 
     key = f"{device_name}|{reference}"
@@ -136,8 +134,18 @@ def _run_parallel(
         for fut in cf.as_completed(futures):
             for i, status, message, error, time_us, n_runs, nbytes in fut.result():
                 case = pool[i]
-                r = CaseResult(case, device.name, mode, Status[status], message, error, time_us, n_runs,
-                               case.flops if mode == "perf" else 0, nbytes)
+                r = CaseResult(
+                    case,
+                    device.name,
+                    mode,
+                    Status[status],
+                    message,
+                    error,
+                    time_us,
+                    n_runs,
+                    case.flops if mode == "perf" else 0,
+                    nbytes,
+                )
                 results[i] = r
                 if on_result is not None:
                     on_result(r)

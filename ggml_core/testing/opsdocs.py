@@ -169,9 +169,7 @@ def render(paths: Sequence[Path]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write docs/ops/<DEVICE>.csv for every device here (unless --from-csv), then docs/ops.md."""
-    p = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--docs-dir", type=Path, default=Path("docs"), help="default: ./docs")
     p.add_argument("--from-csv", action="store_true", help="do not run support mode; use the CSVs already there")
     p.add_argument("-b", "--backend", metavar="DEVICE[,DEVICE]", help="only these devices (default: every device)")

@@ -23,9 +23,7 @@ __all__ = [
 FLOATS: Final = (GGMLType.F32, GGMLType.F16)
 
 #: every storage quantization type (Q8_1 and Q8_K exist only as matrix-product activation types)
-QUANTIZED: Final = tuple(
-    t for t in GGMLType if t.is_quantized and t not in (GGMLType.Q8_1, GGMLType.Q8_K)
-)
+QUANTIZED: Final = tuple(t for t in GGMLType if t.is_quantized and t not in (GGMLType.Q8_1, GGMLType.Q8_K))
 
 #: weight types of matrix products: f32, f16, bf16 and every quantized type
 WEIGHT_TYPES: Final = (GGMLType.F32, GGMLType.F16, GGMLType.BF16, *QUANTIZED)

@@ -106,19 +106,29 @@ def _rope(
         a = strided_rows(ctx, t, ne, 8) if layout == "rows" else leaf(ctx, t, ne, "a")
         pos = leaf(ctx, T.I32, [ne[2]], "pos")
         ff = leaf(ctx, T.F32, [n_dims // 2], "freq_factors") if freq_factors else None
-        out = builder("rope_ext")(a, pos, ff, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor,
-                                  attn_factor, beta_fast, beta_slow)
+        out = builder("rope_ext")(
+            a, pos, ff, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow
+        )
         init: dict[Tensor, Init] = {pos: integers(0, 2000)}
         if ff is not None:
             init[ff] = uniform(0.8, 1.2)
         return Built(out, [a, pos, ff], init)
 
     def reference(a: np.ndarray, pos: np.ndarray, ff: np.ndarray | None) -> np.ndarray:
-        return ref.rope(a, pos, ff, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor,
-                        beta_fast, beta_slow)
+        return ref.rope(
+            a, pos, ff, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow
+        )
 
-    params = {"type": t, "ne": list(ne), "n_dims": n_dims, "mode": mode, "fs": freq_scale, "ef": ext_factor,
-              "ff": freq_factors, "v": layout == "rows"}
+    params = {
+        "type": t,
+        "ne": list(ne),
+        "n_dims": n_dims,
+        "mode": mode,
+        "fs": freq_scale,
+        "ef": ext_factor,
+        "ff": freq_factors,
+        "v": layout == "rows",
+    }
     return Case("ROPE", params, build, reference)
 
 
@@ -173,8 +183,20 @@ def _flash(
     ) -> np.ndarray:
         return ref.flash_attn_ext(q, k, v, m, scale, max_bias, softcap, s, kv == T.F16)
 
-    params = {"hsk": d, "hsv": dv, "nh": n_head, "nr": n_head // n_head_kv, "kv": n_kv, "nb": n_q, "b": batch,
-              "mask": mask, "sinks": sinks, "max_bias": max_bias, "logit_softcap": softcap, "type_KV": kv}
+    params = {
+        "hsk": d,
+        "hsv": dv,
+        "nh": n_head,
+        "nr": n_head // n_head_kv,
+        "kv": n_kv,
+        "nb": n_q,
+        "b": batch,
+        "mask": mask,
+        "sinks": sinks,
+        "max_bias": max_bias,
+        "logit_softcap": softcap,
+        "type_KV": kv,
+    }
     if causal:
         params["causal"] = True
     flops = 2 * n_head * n_q * n_kv * (d + dv) * batch

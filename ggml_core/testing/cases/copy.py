@@ -68,6 +68,7 @@ def _cpy(
         params["dst_rows_apart"] = dst_rows_apart
     threshold = ref.cpy_quant_nmse(src, dst, n)
     check = Check.exact() if threshold == 0.0 else Check.nmse(threshold)
+
     def reference(a: np.ndarray) -> np.ndarray:
         _need_quantizer(dst)
         return ref.copy_into(a, _np_shape(ne))
@@ -179,6 +180,7 @@ def _set_rows(
     params = {"type_src": src, "type_dst": dst, "type_idx": idx, "ne": list(ne), "nr23": list(nr23), "r": r, "v": view}
     n_written = ne0 * r * full2 * full3
     check = Check.nmse(ref.set_rows_quant_nmse(src, dst, n_written)) if dst.is_quantized else Check.nmse()
+
     def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         _need_quantizer(dst)
         return ref.set_rows(a, b, c, dst)

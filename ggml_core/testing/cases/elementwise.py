@@ -34,8 +34,9 @@ def _binary(op: str, type: GGMLType, ne: Sequence[int], nr: Sequence[int], layou
                 init[t] = uniform(0.9, 1.1)
         return Built(out, [a, b], init)
 
-    return Case(op, {"type": type, "ne": list(ne), "nr": list(nr), "layout": layout}, build,
-                lambda a, b: ref.binary(op, a, b))
+    return Case(
+        op, {"type": type, "ne": list(ne), "nr": list(nr), "layout": layout}, build, lambda a, b: ref.binary(op, a, b)
+    )
 
 
 _BCAST = [
@@ -190,8 +191,9 @@ def _add_id(n: int, n_used: int, n_tok: int, n_expert: int) -> Case:
         ids = leaf(ctx, GGMLType.I32, [n_used, n_tok], "ids")
         return Built(builder("add_id")(a, b, ids), [a, b, ids], {ids: indices(n_expert)})
 
-    return Case("ADD_ID", {"type": F32, "n": n, "n_used": n_used, "n_tokens": n_tok, "n_experts": n_expert}, build,
-                ref.add_id)
+    return Case(
+        "ADD_ID", {"type": F32, "n": n, "n_used": n_used, "n_tokens": n_tok, "n_experts": n_expert}, build, ref.add_id
+    )
 
 
 def _swiglu_oai(ne: Sequence[int], mode: str, alpha: float, limit: float) -> Case:

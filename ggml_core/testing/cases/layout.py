@@ -29,8 +29,9 @@ def _repeat(t: GGMLType, ne: Sequence[int], nr: Sequence[int]) -> Case:
         return Built(builder("repeat")(a, shape), [a])
 
     np_full = (full[3], full[2], full[1], full[0])
-    return Case("REPEAT", {"type": t, "ne": list(ne), "nr": list(nr)}, build, lambda a: ref.repeat(a, np_full),
-                Check.exact())
+    return Case(
+        "REPEAT", {"type": t, "ne": list(ne), "nr": list(nr)}, build, lambda a: ref.repeat(a, np_full), Check.exact()
+    )
 
 
 def _concat(t: GGMLType, ne_a: Sequence[int], ne_b1: int, dim: int, view: bool) -> Case:
@@ -58,8 +59,12 @@ def _arange(start: float, stop: float, step: float) -> Case:
     def build(ctx: Context) -> Built:
         return Built(builder("arange")(ctx, start, stop, step), [])
 
-    return Case("ARANGE", {"type": T.F32, "start": start, "stop": stop, "step": step}, build,
-                lambda: ref.arange(start, stop, step))
+    return Case(
+        "ARANGE",
+        {"type": T.F32, "start": start, "stop": stop, "step": step},
+        build,
+        lambda: ref.arange(start, stop, step),
+    )
 
 
 def _fill(ne: Sequence[int], c: float) -> Case:
@@ -97,8 +102,13 @@ def _diag_mask(op: str, ne: Sequence[int], n_past: int) -> Case:
         a = leaf(ctx, T.F32, ne, "a")
         return Built(builder(op.lower())(a, n_past), [a])
 
-    return Case(op, {"type": T.F32, "ne": list(ne), "n_past": n_past}, build,
-                lambda a: ref.diag_mask(a, n_past, value), Check.exact())
+    return Case(
+        op,
+        {"type": T.F32, "ne": list(ne), "n_past": n_past},
+        build,
+        lambda a: ref.diag_mask(a, n_past, value),
+        Check.exact(),
+    )
 
 
 def _view(op: str, t: GGMLType, ne: Sequence[int]) -> Case:
@@ -131,8 +141,15 @@ def _view(op: str, t: GGMLType, ne: Sequence[int]) -> Case:
     return Case(op, {"type": t, "ne": list(ne)}, build, reference, Check.exact())
 
 
-def _one(op: str, ne: Sequence[int], make: str, args: tuple[object, ...], reference: Callable[..., np.ndarray],
-         check: Check | None = None, **params: object) -> Case:
+def _one(
+    op: str,
+    ne: Sequence[int],
+    make: str,
+    args: tuple[object, ...],
+    reference: Callable[..., np.ndarray],
+    check: Check | None = None,
+    **params: object,
+) -> Case:
     """A one-operand f32 op built as ``builder(make)(a, *args)``."""
 
     def build(ctx: Context) -> Built:
@@ -151,8 +168,9 @@ def _repeat_back(ne: Sequence[int], nr: Sequence[int]) -> Case:
         return Built(builder("repeat_back")(a, shape), [a])
 
     np_ne = (ne[3], ne[2], ne[1], ne[0])
-    return Case("REPEAT_BACK", {"type": T.F32, "ne": list(ne), "nr": list(nr)}, build,
-                lambda a: ref.repeat_back(a, np_ne))
+    return Case(
+        "REPEAT_BACK", {"type": T.F32, "ne": list(ne), "nr": list(nr)}, build, lambda a: ref.repeat_back(a, np_ne)
+    )
 
 
 def _timestep_embedding(n: int, dim: int, max_period: int) -> Case:
@@ -160,8 +178,12 @@ def _timestep_embedding(n: int, dim: int, max_period: int) -> Case:
         t = leaf(ctx, T.F32, [n], "timesteps")
         return Built(builder("timestep_embedding")(t, dim, max_period), [t], {t: uniform(0.0, 1000.0)})
 
-    return Case("TIMESTEP_EMBEDDING", {"type": T.F32, "n": n, "dim": dim, "max_period": max_period}, build,
-                lambda t: ref.timestep_embedding(t, dim, max_period))
+    return Case(
+        "TIMESTEP_EMBEDDING",
+        {"type": T.F32, "n": n, "dim": dim, "max_period": max_period},
+        build,
+        lambda t: ref.timestep_embedding(t, dim, max_period),
+    )
 
 
 def _extra_cases() -> list[Case]:
@@ -171,8 +193,17 @@ def _extra_cases() -> list[Case]:
     for p in ((1, 2, 0, 0, 0, 0, 0, 0), (0, 1, 2, 0, 1, 1, 0, 2)):
         out.append(_one("PAD", [10, 5, 4, 3], "pad_ext", p, lambda a, p=p: ref.pad_ext(a, p), lp_rp=list(p)))
     for p0, p1 in ((3, 2), (0, 4)):
-        out.append(_one("PAD_REFLECT_1D", [10, 3, 2, 1], "pad_reflect_1d", (p0, p1),
-                        lambda a, p0=p0, p1=p1: ref.pad_reflect_1d(a, p0, p1), p0=p0, p1=p1))
+        out.append(
+            _one(
+                "PAD_REFLECT_1D",
+                [10, 3, 2, 1],
+                "pad_reflect_1d",
+                (p0, p1),
+                lambda a, p0=p0, p1=p1: ref.pad_reflect_1d(a, p0, p1),
+                p0=p0,
+                p1=p1,
+            )
+        )
     for s in ((3, 0, 0, 0), (-2, 1, 2, -1)):
         out.append(_one("ROLL", [10, 5, 4, 3], "roll", s, lambda a, s=s: ref.roll(a, s), shifts=list(s)))
     out.append(_one("DIAG", [7, 1, 3, 2], "diag", (), ref.diag))
@@ -184,8 +215,9 @@ def _extra_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     """Every layout case."""
-    out = [_view(op, t, [6, 4, 3, 1]) for op in ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE")
-           for t in (T.F32, T.F16)]
+    out = [
+        _view(op, t, [6, 4, 3, 1]) for op in ("NONE", "VIEW", "RESHAPE", "PERMUTE", "TRANSPOSE") for t in (T.F32, T.F16)
+    ]
     for ne3 in (1, 3):
         for nr in ([1, 1, 1, 1], [2, 1, 1, 1], [1, 2, 1, 1], [1, 1, 2, 1], [1, 1, 1, 2]):
             out.append(_repeat(T.F32, [10, 5, 4, ne3], nr))

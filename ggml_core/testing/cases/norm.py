@@ -30,8 +30,12 @@ def _group_norm(ne: Sequence[int], n_groups: int, eps: float) -> Case:
         a = leaf(ctx, F32, ne, "a")
         return Built(builder("group_norm")(a, n_groups, eps), [a])
 
-    return Case("GROUP_NORM", {"type": F32, "ne": list(ne), "n_groups": n_groups, "eps": eps}, build,
-                lambda a: ref.group_norm(a, n_groups, eps))
+    return Case(
+        "GROUP_NORM",
+        {"type": F32, "ne": list(ne), "n_groups": n_groups, "eps": eps},
+        build,
+        lambda a: ref.group_norm(a, n_groups, eps),
+    )
 
 
 def cases() -> list[Case]:

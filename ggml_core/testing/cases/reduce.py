@@ -28,8 +28,11 @@ def _reduce(op: str, ne: Sequence[int], layout: str, reference: Callable[[np.nda
 
 
 def _argmax(ne: Sequence[int], ties: bool) -> Case:
-    init: Init = (lambda rng, t: rng.integers(-3, 4, (t.ne[3], t.ne[2], t.ne[1], t.ne[0])).astype(np.float32)) \
-        if ties else distinct_rows()
+    init: Init = (
+        (lambda rng, t: rng.integers(-3, 4, (t.ne[3], t.ne[2], t.ne[1], t.ne[0])).astype(np.float32))
+        if ties
+        else distinct_rows()
+    )
 
     def build(ctx: Context) -> Built:
         a = leaf(ctx, F32, ne, "a")
@@ -43,8 +46,13 @@ def _argsort(ne: Sequence[int], order: SortOrder) -> Case:
         a = leaf(ctx, F32, ne, "a")
         return Built(builder("argsort")(a, order), [a], {a: distinct_rows()})
 
-    return Case("ARGSORT", {"type": F32, "ne": list(ne), "order": order}, build,
-                lambda a: ref.argsort(a, order == SortOrder.DESC), Check.exact())
+    return Case(
+        "ARGSORT",
+        {"type": F32, "ne": list(ne), "order": order},
+        build,
+        lambda a: ref.argsort(a, order == SortOrder.DESC),
+        Check.exact(),
+    )
 
 
 def _top_k(ne: Sequence[int], k: int) -> Case:
@@ -85,4 +93,3 @@ def cases() -> list[Case]:
     out.append(_count_equal([4, 500, 1, 1]))
     out.append(_count_equal([33, 7, 3, 1]))
     return out
-

@@ -21,8 +21,17 @@ CONV_CHECK = Check.nmse(5e-4)
 
 
 def _im2col(
-    ne_in: Sequence[int], ne_k: Sequence[int], s0: int, s1: int, p0: int, p1: int, d0: int, d1: int, is_2d: bool,
-    kernel_type: GGMLType = T.F32, dst: GGMLType = T.F32,
+    ne_in: Sequence[int],
+    ne_k: Sequence[int],
+    s0: int,
+    s1: int,
+    p0: int,
+    p1: int,
+    d0: int,
+    d1: int,
+    is_2d: bool,
+    kernel_type: GGMLType = T.F32,
+    dst: GGMLType = T.F32,
 ) -> Case:
     def build(ctx: Context) -> Built:
         img = leaf(ctx, T.F32, ne_in, "input")
@@ -30,8 +39,20 @@ def _im2col(
         out = builder("im2col")(k, img, s0, s1, p0, p1, d0, d1, is_2d, dst)
         return Built(out, [k, img])
 
-    params = {"type_input": T.F32, "type_kernel": kernel_type, "dst_type": dst, "ne_input": list(ne_in),
-              "ne_kernel": list(ne_k), "s0": s0, "s1": s1, "p0": p0, "p1": p1, "d0": d0, "d1": d1, "is_2D": is_2d}
+    params = {
+        "type_input": T.F32,
+        "type_kernel": kernel_type,
+        "dst_type": dst,
+        "ne_input": list(ne_in),
+        "ne_kernel": list(ne_k),
+        "s0": s0,
+        "s1": s1,
+        "p0": p0,
+        "p1": p1,
+        "d0": d0,
+        "d1": d1,
+        "is_2D": is_2d,
+    }
     return Case("IM2COL", params, build, lambda k, x: ref.im2col(k, x, s0, s1, p0, p1, d0, d1, is_2d))
 
 
@@ -60,8 +81,17 @@ def _conv_2d(
             x = x.astype(np.float16)
         return ref.conv_2d(k, x, s0, s1, p0, p1, d0, d1)
 
-    params = {"ne_input": list(ne_in), "ne_kernel": list(ne_k), "type_kernel": kernel_type, "stride0": s0,
-              "stride1": s1, "padding0": p0, "padding1": p1, "dilation0": d0, "dilation1": d1}
+    params = {
+        "ne_input": list(ne_in),
+        "ne_kernel": list(ne_k),
+        "type_kernel": kernel_type,
+        "stride0": s0,
+        "stride1": s1,
+        "padding0": p0,
+        "padding1": p1,
+        "dilation0": d0,
+        "dilation1": d1,
+    }
     flops = 2 * ow * oh * oc * n * ic * kh * kw
     return Case("CONV_2D", params, build, reference, CONV_CHECK, flops)
 
@@ -81,8 +111,17 @@ def _pool_2d(op: PoolOp, ne: Sequence[int], k0: int, k1: int, s0: int, s1: int, 
         a = leaf(ctx, T.F32, ne, "input")
         return Built(builder("pool_2d")(a, op, k0, k1, s0, s1, p0, p1), [a])
 
-    params = {"pool_type": op, "type_input": T.F32, "ne_input": list(ne), "k0": k0, "k1": k1, "s0": s0, "s1": s1,
-              "p0": p0, "p1": p1}
+    params = {
+        "pool_type": op,
+        "type_input": T.F32,
+        "ne_input": list(ne),
+        "k0": k0,
+        "k1": k1,
+        "s0": s0,
+        "s1": s1,
+        "p0": p0,
+        "p1": p1,
+    }
     return Case("POOL_2D", params, build, lambda a: ref.pool_2d(a, op == PoolOp.AVG, k0, k1, s0, s1, p0, p1))
 
 
@@ -91,8 +130,12 @@ def _upscale(ne: Sequence[int], factor: int, mode: ScaleMode) -> Case:
         a = leaf(ctx, T.F32, ne, "a")
         return Built(builder("upscale")(a, factor, mode), [a])
 
-    return Case("UPSCALE", {"type": T.F32, "ne": list(ne), "scale_factor": factor, "mode": mode}, build,
-                lambda a: ref.upscale(a, factor, mode == ScaleMode.BILINEAR))
+    return Case(
+        "UPSCALE",
+        {"type": T.F32, "ne": list(ne), "scale_factor": factor, "mode": mode},
+        build,
+        lambda a: ref.upscale(a, factor, mode == ScaleMode.BILINEAR),
+    )
 
 
 def cases() -> list[Case]:
@@ -110,9 +153,13 @@ def cases() -> list[Case]:
         out.append(_conv_2d([12, 10, 3, 2], [3, 3, 3, 4], kt, 2, 1, 1, 2, 1, 2))
         out.append(_conv_2d([9, 13, 5, 1], [2, 3, 5, 6], kt, 3, 2, 2, 1, 2, 1))
         out.append(_conv_2d([8, 8, 1, 1], [1, 1, 1, 3], kt, 1, 1, 0, 0, 1, 1))
-    for ne_in, ne_k, s0 in (([3, 2, 1, 1], [2, 3, 2, 1], 3), ([3, 2, 1, 1], [3, 2, 2, 1], 1),
-                            ([13, 7, 1, 1], [3, 9, 7, 1], 2), ([2, 1, 1, 1], [3, 1, 1, 1], 1),
-                            ([197, 32, 1, 1], [16, 32, 32, 1], 1)):
+    for ne_in, ne_k, s0 in (
+        ([3, 2, 1, 1], [2, 3, 2, 1], 3),
+        ([3, 2, 1, 1], [3, 2, 2, 1], 1),
+        ([13, 7, 1, 1], [3, 9, 7, 1], 2),
+        ([2, 1, 1, 1], [3, 1, 1, 1], 1),
+        ([197, 32, 1, 1], [16, 32, 32, 1], 1),
+    ):
         out.append(_conv_transpose_1d(ne_in, ne_k, s0))
     for op in PoolOp:
         for k, s, p in ((1, 1, 0), (3, 1, 1), (3, 2, 0), (3, 2, 1), (2, 2, 1)):

@@ -34,8 +34,26 @@ VEC_DOT_TYPE: Final[dict[GGMLType, GGMLType]] = {
     T.MXFP4: T.Q8_0,
     T.NVFP4: T.Q8_0,
     T.IQ4_NL: T.Q8_0,
-    **{t: T.Q8_K for t in (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ2_XXS, T.IQ2_XS, T.IQ3_XXS, T.IQ3_S,
-                           T.IQ2_S, T.IQ1_S, T.IQ1_M, T.IQ4_XS, T.TQ1_0, T.TQ2_0)},
+    **{
+        t: T.Q8_K
+        for t in (
+            T.Q2_K,
+            T.Q3_K,
+            T.Q4_K,
+            T.Q5_K,
+            T.Q6_K,
+            T.IQ2_XXS,
+            T.IQ2_XS,
+            T.IQ3_XXS,
+            T.IQ3_S,
+            T.IQ2_S,
+            T.IQ1_S,
+            T.IQ1_M,
+            T.IQ4_XS,
+            T.TQ1_0,
+            T.TQ2_0,
+        )
+    },
 }
 
 

@@ -1,0 +1,44 @@
+"""llama (``llm_build_llama``): GQA, NORMAL rope (``rope_freqs`` factors for Llama 3), SwiGLU; with
+``llama.expert_count`` > 0 the Mixtral mixture of experts.
+
+Per layer: ``x += Wo·attn(rope(Wq·n), rope(Wk·n), Wv·n)`` with ``n = rms_norm(x)·attn_norm``, then
+``x += ffn(rms_norm(x)·ffn_norm)``.
+"""
+
+from __future__ import annotations
+
+from ggml_core import ops
+from ggml_core._tensor import Tensor
+from ggml_core.models import blocks
+from ggml_core.models.arch._base import Architecture
+from ggml_core.models.graph import GraphBuilder
+from ggml_core.models.hparams import HParams
+from ggml_core.ops import ROPE_TYPE_NORMAL
+
+__all__ = ["ARCH", "build_layer", "layer_weights"]
+
+
+def layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:
+    """Attention, then the FFN or the experts."""
+    return blocks.attn_weights(hp) + (blocks.moe_weights(hp) if hp.is_moe else blocks.ffn_weights(hp))
+
+
+def build_layer(g: GraphBuilder, il: int, x: Tensor) -> Tensor:
+    """The pre-norm block of llama (and of qwen2, qwen3: their differences live in the hyperparameters)."""
+    h = blocks.rms_norm(g, x, g.layer(il, "attn_norm.weight")).set_name(f"attn_norm-{il}")
+    attn = blocks.attention(g, il, *blocks.qkv(g, il, h))
+    attn = ops.mul_mat(g.layer(il, "attn_output.weight"), attn).set_name(f"attn_out-{il}")
+    x = g.last_only(il, ops.add(attn, x).set_name(f"ffn_inp-{il}"))
+    h = blocks.rms_norm(g, x, g.layer(il, "ffn_norm.weight")).set_name(f"ffn_norm-{il}")
+    ffn = blocks.moe_ffn(g, il, h) if g.hp.is_moe else blocks.glu_ffn(g, il, h)
+    return ops.add(ffn, x).set_name(f"l_out-{il}")
+
+
+ARCH = Architecture(
+    name="llama",
+    description="Llama 1-3, Mistral, Mixtral (MoE): GQA, NORMAL rope, SwiGLU",
+    rope_type=ROPE_TYPE_NORMAL,
+    layer_weights=layer_weights,
+    build_layer=build_layer,
+    moe=True,
+)

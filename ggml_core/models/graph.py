@@ -1,0 +1,143 @@
+"""The forward graph of one batch: the frame every family shares, and the builder a family's layers are made with.
+
+The frame, as llama.cpp's ``llm_build_*`` share it: GET_ROWS of the token embeddings (times the family's embedding
+scale), the family's layers one after the other, then ``logits = (rms_norm(x) * output_norm)·Wout`` (with the
+final softcapping where the family has it). The inputs of one batch (token ids, positions, per cache group the mask
+and the cells to write) are graph inputs, so the graph depends only on (n_tokens, n_kv, which outputs) and is
+reused from token to token. A family's layer (``build_layer`` in :mod:`ggml_core.models.arch`) is written with the
+blocks of :mod:`ggml_core.models.blocks` over a :class:`GraphBuilder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ggml_core import ops
+from ggml_core._context import Context
+from ggml_core._graph import Graph
+from ggml_core._tensor import Tensor
+from ggml_core.models.hparams import HParams
+from ggml_core.models.kvcache import KVCache
+from ggml_core.models.weights import ModelWeights
+
+if TYPE_CHECKING:
+    from ggml_core.models.arch import Architecture
+
+__all__ = ["BuiltGraph", "GraphBuilder", "build_graph", "graph_size_for"]
+
+
+@dataclass
+class BuiltGraph:
+    """A graph for one batch shape and its inputs."""
+
+    graph: Graph
+    ctx: Context
+    logits: Tensor
+    n_tokens: int
+    n_kv: int
+    #: True: logits of every token; False: of the last one
+    all_logits: bool
+    inputs: dict[str, Tensor] = field(default_factory=dict)
+    #: per-run state owned by the executor (allocation, scheduler bookkeeping)
+    state: dict[str, object] = field(default_factory=dict)
+
+
+def graph_size_for(hp: HParams) -> int:
+    """A node budget for the model's graph."""
+    per_layer = 80 + (24 + 2 * hp.n_expert_used if hp.is_moe else 0)
+    return max(2048, hp.n_layer * per_layer + 128)
+
+
+def _input(ctx: Context, name: str, type: str, *ne: int) -> Tensor:
+    return ctx.new_tensor(type, ne, name).set_input()
+
+
+class GraphBuilder:
+    """One batch's graph under construction: the weights, the cache, the inputs, and the graph the cache writes go
+    into. Inputs: ``tokens``, ``pos``, and per cache group ``g`` (``full``; ``swa`` when the model has
+    sliding-window layers) ``mask`` / ``k_idxs`` / ``v_idxs`` (suffixed ``_swa``)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        hp: HParams,
+        w: ModelWeights,
+        kv: KVCache,
+        n_tokens: int,
+        n_kv: int,
+        *,
+        all_logits: bool,
+        flash_attn: bool,
+        graph_size: int,
+    ) -> None:
+        self.ctx, self.hp, self.w, self.kv = ctx, hp, w, kv
+        self.n_tokens, self.n_kv, self.all_logits, self.flash_attn = n_tokens, n_kv, all_logits, flash_attn
+        self.graph = Graph(graph_size)
+        self.inputs: dict[str, Tensor] = {
+            "tokens": _input(ctx, "inp_tokens", "i32", n_tokens),
+            "pos": _input(ctx, "inp_pos", "i32", n_tokens),
+        }
+        for g in kv.groups:
+            sfx = "" if g == "full" else "_" + g
+            n = kv.n_kv(g, n_kv)
+            self.inputs["mask" + sfx] = _input(ctx, "kq_mask" + sfx, "f16" if flash_attn else "f32", n, n_tokens)
+            k_idxs = _input(ctx, "k_idxs" + sfx, "i64", n_tokens)
+            self.inputs["k_idxs" + sfx] = k_idxs
+            self.inputs["v_idxs" + sfx] = (
+                _input(ctx, "v_idxs" + sfx, "i64", n_tokens * hp.n_embd_v_gqa) if kv.v_trans else k_idxs
+            )
+
+    def layer(self, il: int, name: str) -> Tensor:
+        """Weight ``blk.{il}.{name}``."""
+        return self.w[f"blk.{il}.{name}"]
+
+    def layer_opt(self, il: int, name: str) -> Tensor | None:
+        """Weight ``blk.{il}.{name}``, or None when the model has none."""
+        return self.w.get(f"blk.{il}.{name}")
+
+    def group_input(self, il: int, name: str) -> Tensor:
+        """Input ``name`` (mask, k_idxs, v_idxs) of layer ``il``'s cache group."""
+        g = self.kv.group(il)
+        return self.inputs[name if g == "full" else f"{name}_{g}"]
+
+    def last_only(self, il: int, t: Tensor) -> Tensor:
+        """In the last layer, when only the last token's logits are wanted: its row of ``t`` (skip the others)."""
+        if il != self.hp.n_layer - 1 or self.all_logits or self.n_tokens == 1:
+            return t
+        return ops.view_2d(t, t.ne[0], 1, t.nb[1], (self.n_tokens - 1) * t.nb[1])
+
+
+def build_graph(
+    arch: Architecture,
+    hp: HParams,
+    w: ModelWeights,
+    kv: KVCache,
+    n_tokens: int,
+    n_kv: int,
+    *,
+    all_logits: bool,
+    flash_attn: bool = False,
+) -> BuiltGraph:
+    """The graph of one batch of ``n_tokens`` attending over the first ``n_kv`` cells of the full layers.
+
+    Every intermediate lives in a fresh context of its own (``with ctx:``), never in the weights' or the cache's.
+    """
+    from ggml_core.models.blocks import rms_norm
+
+    with Context(f"{hp.arch} batch {n_tokens}x{n_kv}") as ctx:
+        g = GraphBuilder(
+            ctx, hp, w, kv, n_tokens, n_kv, all_logits=all_logits, flash_attn=flash_attn, graph_size=graph_size_for(hp)
+        )
+        x = ops.get_rows(w["token_embd.weight"], g.inputs["tokens"]).set_name("inp_embd")
+        if hp.embd_scale != 1.0:
+            x = ops.scale(x, hp.embd_scale)
+        for il in range(hp.n_layer):
+            x = arch.build_layer(g, il, x)
+        h = rms_norm(g, x, w["output_norm.weight"]).set_name("result_norm")
+        logits = ops.mul_mat(w["output.weight"], h)
+        if hp.final_softcap:
+            logits = ops.scale(ops.tanh(ops.scale(logits, 1.0 / hp.final_softcap)), hp.final_softcap)
+        logits.set_name("result_output").set_output()
+        g.graph.build_forward_expand(logits)
+        return BuiltGraph(g.graph, ctx, logits, n_tokens, n_kv, all_logits, g.inputs)
