@@ -143,10 +143,27 @@ def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
     return deco
 
 
+#: the modules whose binders register themselves with :func:`kernel`; imported on the first support question or
+#: bind (they import the core's op builders, which listing devices does not need)
+_FAMILIES: Final = ("ops_attention", "ops_elementwise", "ops_matmul", "ops_movement", "ops_rows")
+_loaded = False
+
+
+def _load_binders() -> None:
+    global _loaded
+    if not _loaded:
+        import importlib
+
+        for family in _FAMILIES:
+            importlib.import_module(f"ggml_webgpu.{family}")
+        _loaded = True
+
+
 def supports(limits: Limits, node: Tensor) -> bool:
     """True when a kernel exists for ``node`` and handles its types, layouts and sizes on this device."""
     if node.op in _VIEWS:
         return True
+    _load_binders()
     pred = _SUPPORTS.get(node.op)
     if pred is None:
         return False
@@ -158,6 +175,7 @@ def supports(limits: Limits, node: Tensor) -> bool:
 
 def bind(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     """The dispatches computing ``node`` (``NotImplementedError`` naming the op when there is no kernel)."""
+    _load_binders()
     binder = _BINDERS.get(node.op)
     if binder is None or not supports(launcher.limits, node):
         types = ", ".join(s.type.traits.name for s in node.src if s is not None)

@@ -40,14 +40,7 @@ from ggml_core import (
     TensorFlag,
     hookimpl,
 )
-from ggml_webgpu import (  # noqa: F401 - the ops_* modules register their binders
-    _dispatch,
-    ops_attention,
-    ops_elementwise,
-    ops_matmul,
-    ops_movement,
-    ops_rows,
-)
+from ggml_webgpu import _dispatch
 from ggml_webgpu._adapters import ADAPTER_TYPES, AdapterInfo, Discovery, adapter_info
 from ggml_webgpu._adapters import discover as _discover
 from ggml_webgpu._dispatch import Dispatch, Limits
