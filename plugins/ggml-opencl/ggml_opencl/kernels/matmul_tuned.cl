@@ -1,0 +1,228 @@
+// ggml-opencl: the MUL_MAT kernels whose shapes are tuned per device (see _tuning.py). Not part of the main
+// program: _tuning.py builds this file (after common.cl, and quants.cl for k_mv) once per configuration, with
+// the configuration as defines. Every configuration computes the same sums; only the order of the additions
+// inside one dot product differs (float rounding), never which elements are added.
+//
+//  * k_gemm: C[n, m] over f32 weight panels [M/TM][K][TM] (k_pack_a) and f32 activation rows: a GEMM_TN x GEMM_TM
+//    tile per work-item, TM-wide vector loads of the panel, TN broadcast activations (register blocking), K
+//    unrolled by GEMM_KU. Work-group shape and TM/TN are tuned.
+//  * k_mv: few activation columns (token generation). The weights are read in their own type (MV_T, a compile-time
+//    constant so the decoder folds to one type) 32 values at a time, MV_R rows per work-group, MV_NC columns per
+//    pass, the work-group's items (local size tuned) taking chunks in turn, 16-wide vector products, then a local
+//    (work-group) reduction.
+
+#ifndef GEMM_TM
+#define GEMM_TM 8
+#endif
+#ifndef GEMM_TN
+#define GEMM_TN 8
+#endif
+#ifndef GEMM_KU
+#define GEMM_KU 1
+#endif
+#ifndef MV_R
+#define MV_R 1
+#endif
+#ifndef MV_NC
+#define MV_NC 1
+#endif
+#ifndef MV_LS
+#define MV_LS 1
+#endif
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define VTM CAT(float, GEMM_TM)
+#define VLOAD_TM CAT(vload, GEMM_TM)
+#define VSTORE_TM CAT(vstore, GEMM_TM)
+
+#ifndef MV_T
+// C[n, m_base + m] for a GEMM_TN x GEMM_TM tile per work-item. at: panels of this M chunk (Mc rows per matrix);
+// b: f32 rows, element strides ldb (row), sb2, sb3; dst: f32, element strides ldd, sd2, sd3.
+kernel void k_gemm(global const float* at, int K, int Mc, int Mv, int a2, int r2, int r3, global const uchar* b_p,
+                   ulong b_o, long ldb, long sb2, long sb3, int N, int b2, global uchar* d_p, ulong d_o, long ldd,
+                   long sd2, long sd3, int m_base) {
+    const int nt = get_global_id(0) * GEMM_TN, pm = get_global_id(1), ib = get_global_id(2);
+    const int i2 = ib % b2, i3 = ib / b2;
+    const int mt = pm * GEMM_TM;
+    if (nt >= N || mt >= Mc) return;
+    global const float* ap = at + (long)((i3 / r3) * a2 + i2 / r2) * Mc * K + (long)pm * K * GEMM_TM;
+    global const float* bb = (global const float*)(b_p + b_o) + i2 * sb2 + i3 * sb3;
+    global const float* brow[GEMM_TN];
+    VTM acc[GEMM_TN];
+    for (int i = 0; i < GEMM_TN; ++i) {
+        brow[i] = bb + (long)min(nt + i, N - 1) * ldb;
+        acc[i] = (VTM)(0.0f);
+    }
+    int k = 0;
+#if GEMM_KU > 1
+    for (; k + GEMM_KU <= K; k += GEMM_KU) {
+#pragma unroll
+        for (int u = 0; u < GEMM_KU; ++u) {
+            const VTM av = VLOAD_TM(k + u, ap);
+#pragma unroll
+            for (int i = 0; i < GEMM_TN; ++i) acc[i] = mad((VTM)(brow[i][k + u]), av, acc[i]);
+        }
+    }
+#endif
+    for (; k < K; ++k) {
+        const VTM av = VLOAD_TM(k, ap);
+#pragma unroll
+        for (int i = 0; i < GEMM_TN; ++i) acc[i] = mad((VTM)(brow[i][k]), av, acc[i]);
+    }
+    global float* dd = (global float*)(d_p + d_o) + i2 * sd2 + i3 * sd3 + m_base + mt;
+    for (int i = 0; i < GEMM_TN; ++i) {
+        if (nt + i >= N) break;
+        global float* out = dd + (long)(nt + i) * ldd;
+        if (mt + GEMM_TM <= Mv) {
+            VSTORE_TM(acc[i], 0, out);
+        } else {
+            float tmp[GEMM_TM];
+            VSTORE_TM(acc[i], 0, tmp);
+            for (int j = 0; mt + j < Mv; ++j) out[j] = tmp[j];
+        }
+    }
+}
+
+#else  // MV_T: the matrix-vector kernel for weight type MV_T
+
+inline float hsum16(float16 v) {
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    const float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+// values [32c, 32c + 32) of a weight row as two float16 (zeros past K). The common types are decoded with vector
+// operations in dq32's arithmetic (the same float products, so the same values bit for bit); the others go
+// through dq32 itself.
+inline void mv_load(global const uchar* row, long nb0, int c, int K, float16* y0, float16* y1) {
+#if MV_T == T_F32
+    if (nb0 == 4 && 32 * c + 32 <= K) {
+        global const float* p = (global const float*)row + 32 * c;
+        *y0 = vload16(0, p);
+        *y1 = vload16(1, p);
+        return;
+    }
+#elif MV_T == T_F16
+    if (nb0 == 2 && 32 * c + 32 <= K) {
+        global const half* p = (global const half*)row + 32 * c;
+        *y0 = vload_half16(0, p);
+        *y1 = vload_half16(1, p);
+        return;
+    }
+#elif MV_T == T_Q4_0
+    {
+        global const uchar* b = row + 18 * c;
+        const float d = rd_f16(b);
+        const uchar16 q = vload16(0, b + 2);
+        *y0 = (convert_float16(q & (uchar16)(0xF)) - 8.0f) * d;
+        *y1 = (convert_float16(q >> (uchar16)(4)) - 8.0f) * d;
+        return;
+    }
+#elif MV_T == T_Q4_1
+    {
+        global const uchar* b = row + 20 * c;
+        const float d = rd_f16(b), m = rd_f16(b + 2);
+        const uchar16 q = vload16(0, b + 4);
+        *y0 = convert_float16(q & (uchar16)(0xF)) * d + m;
+        *y1 = convert_float16(q >> (uchar16)(4)) * d + m;
+        return;
+    }
+#elif MV_T == T_Q8_0
+    {
+        global const uchar* b = row + 34 * c;
+        const float d = rd_f16(b);
+        *y0 = convert_float16(vload16(0, (global const char*)(b + 2))) * d;
+        *y1 = convert_float16(vload16(1, (global const char*)(b + 2))) * d;
+        return;
+    }
+#elif MV_T == T_Q4_K  // (shifts on int vectors: x86 has no variable byte shifts)
+    {
+        global const uchar* b = row + 144 * (c >> 3);
+        const int s = c & 7, shift = 4 * (s & 1);
+        float sc, mn;
+        scale_min_k4(s, b + 4, &sc, &mn);
+        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
+        global const uchar* q = b + 16 + 32 * (s >> 1);
+        *y0 = d1 * convert_float16((convert_int16(vload16(0, q)) >> shift) & 0xF) - m1;
+        *y1 = d1 * convert_float16((convert_int16(vload16(1, q)) >> shift) & 0xF) - m1;
+        return;
+    }
+#elif MV_T == T_Q6_K
+    {
+        global const uchar* b = row + 210 * (c >> 3);
+        const int n = (c & 7) >> 2, k = c & 3;
+        const float d = rd_f16(b + 208);
+        global const uchar* ql = b + 64 * n + 32 * (k & 1);
+        global const uchar* qh = b + 128 + 32 * n;
+        const int ls = 4 * (k >> 1), hs = 2 * k;
+        const float d0 = d * (float)((char)b[192 + n * 8 + 2 * k]), d1 = d * (float)((char)b[193 + n * 8 + 2 * k]);
+        const int16 q0 = ((convert_int16(vload16(0, ql)) >> ls) & 0xF) | (((convert_int16(vload16(0, qh)) >> hs) & 3) << 4);
+        const int16 q1 = ((convert_int16(vload16(1, ql)) >> ls) & 0xF) | (((convert_int16(vload16(1, qh)) >> hs) & 3) << 4);
+        *y0 = d0 * convert_float16(q0 - 32);
+        *y1 = d1 * convert_float16(q1 - 32);
+        return;
+    }
+#endif
+    float y[32];
+    load32(MV_T, row, nb0, c, K, y);
+    *y0 = vload16(0, y);
+    *y1 = vload16(1, y);
+}
+
+// the activations' values [32c, 32c + 32) of a row (zeros past K: the row may end there)
+inline void mv_act(global const float* bn, int c, int K, float16* x0, float16* x1) {
+    const int k0 = 32 * c;
+    if (k0 + 32 <= K) {
+        *x0 = vload16(0, bn + k0);
+        *x1 = vload16(1, bn + k0);
+        return;
+    }
+    float x[32];
+    for (int l = 0; l < 32; ++l) x[l] = k0 + l < K ? bn[k0 + l] : 0.0f;
+    *x0 = vload16(0, x);
+    *x1 = vload16(1, x);
+}
+
+// dst[n, m] for MV_R weight rows per work-group of MV_LS items (rows past M are read clamped and not written), all N columns in
+// passes of MV_NC; b: f32 rows (ldb, sb2, sb3 element strides), dst: f32 (ldd, sd2, sd3).
+kernel void k_mv(TENSOR(a), int r2, int r3, global const uchar* b_p, ulong b_o, long ldb, long sb2, long sb3, int N,
+                 int b2, global uchar* d_p, ulong d_o, long ldd, long sd2, long sd3, local float* scratch) {
+    const int m0 = get_group_id(0) * MV_R, ib = get_global_id(1);
+    const int lid = MV_LS > 1 ? get_local_id(0) : 0;
+    const int i2 = ib % b2, i3 = ib / b2, K = a_ne.s0, M = a_ne.s1;
+    global const uchar* rows[MV_R];
+    for (int r = 0; r < MV_R; ++r) rows[r] = AT(a, 0, min(m0 + r, M - 1), i2 / r2, i3 / r3);
+    global const float* bb = (global const float*)(b_p + b_o) + i2 * sb2 + i3 * sb3;
+    global float* dd = (global float*)(d_p + d_o) + i2 * sd2 + i3 * sd3;
+    const int nc = (K + 31) / 32;
+    for (int n0 = 0; n0 < N; n0 += MV_NC) {
+        float16 acc[MV_R][MV_NC];
+        for (int r = 0; r < MV_R; ++r)
+            for (int j = 0; j < MV_NC; ++j) acc[r][j] = (float16)(0.0f);
+        for (int c = lid; c < nc; c += MV_LS) {
+            float16 y0[MV_R], y1[MV_R];
+#pragma unroll
+            for (int r = 0; r < MV_R; ++r) mv_load(rows[r], a_nb.s0, c, K, &y0[r], &y1[r]);
+#pragma unroll
+            for (int j = 0; j < MV_NC; ++j) {
+                float16 x0, x1;
+                mv_act(bb + (long)min(n0 + j, N - 1) * ldb, c, K, &x0, &x1);
+#pragma unroll
+                for (int r = 0; r < MV_R; ++r) acc[r][j] = mad(y1[r], x1, mad(y0[r], x0, acc[r][j]));
+            }
+        }
+        for (int r = 0; r < MV_R; ++r) {
+            for (int j = 0; j < MV_NC; ++j) {
+#if MV_LS > 1  // a local reduction (barriers only where there is more than one item)
+                const float s = group_sum(hsum16(acc[r][j]), scratch);
+#else
+                const float s = hsum16(acc[r][j]);
+#endif
+                if (lid == 0 && m0 + r < M && n0 + j < N) dd[(long)(n0 + j) * ldd + m0 + r] = s;
+            }
+        }
+    }
+}
+#endif
