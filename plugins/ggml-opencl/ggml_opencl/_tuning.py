@@ -84,7 +84,8 @@ class TuningError(ValueError):
 
 @dataclass(frozen=True)
 class GemmConfig:
-    """``k_gemm``: a ``tn`` × ``tm`` tile per work-item (``tm`` = vector width), K unrolled ``ku`` times."""
+    """``k_gemm``: a ``tn`` × ``tm`` tile per work-item (``tm`` floats: one vector, two float16 for 32), K unrolled
+    ``ku`` times, work-groups of ``ls``."""
 
     tm: int
     tn: int
@@ -93,7 +94,7 @@ class GemmConfig:
 
     def defines(self) -> list[str]:
         """Compiler defines of this configuration."""
-        return [f"-DGEMM_TM={self.tm}", f"-DGEMM_TN={self.tn}", f"-DGEMM_KU={self.ku}"]
+        return [f"-DGEMM_TM={self.tm}", f"-DGEMM_VW={min(self.tm, 16)}", f"-DGEMM_TN={self.tn}", f"-DGEMM_KU={self.ku}"]
 
     def label(self) -> str:
         """Short text for reports."""
@@ -142,9 +143,9 @@ def gemm_candidates(info: DeviceInfo) -> list[GemmConfig]:
     if _cpu_style(info):
         width = max(4, min(16, info.vector_width))
         regs = 32 if info.vector_width >= 16 else 16  # AVX-512 has 32 vector registers, AVX2/SSE 16
-        for tm in sorted({width, max(4, width // 2)}, reverse=True):
-            for tn in (4, 8, 12, 16):
-                if tm // min(tm, info.vector_width) * tn <= regs - 4:
+        for tm, tns in ((2 * width, (6, 8, 12)), (width, (4, 8, 12, 16)), (max(4, width // 2), (8, 16))):
+            for tn in tns:
+                if tm // min(tm, info.vector_width) * tn <= regs - 4:  # accumulators stay in registers
                     out.append(GemmConfig(tm, tn, 1, (1, 1)))
         out.append(replace(default, ku=4))
     else:
@@ -259,6 +260,8 @@ class Tuner:
         self._chosen: dict[str, Config] = {}
         #: medians (ms) of the last tuning per shape class, for reports: {class: {label: ms}}
         self.timings: dict[str, dict[str, float]] = {}
+        #: the configuration in use per shape class (tuned, cached or default), for reports
+        self.chosen: dict[str, Config] = {}
         driver = str(getattr(cl_device, "driver_version", "")).strip()
         self.device_key = f"{info.platform}|{info.name}|{driver}|{info.version}"
         digest = hashlib.sha256(self.device_key.encode()).hexdigest()[:12]
@@ -322,6 +325,7 @@ class Tuner:
         mode = _mode(self._environ)
         default = candidates[0]
         if mode == "off":
+            self.chosen[shape] = default
             return default
         key = f"{shape}/default {default.label()}/src {SOURCE_DIGEST}"
         with self._lock:
@@ -333,7 +337,7 @@ class Tuner:
                 cfg, medians = self._tune(kind, candidates, a_type, shape)
                 self.timings[shape] = medians
                 self._store(key, cfg, medians)
-            self._chosen[key] = cfg
+            self._chosen[key] = self.chosen[shape] = cfg
             return cfg
 
     def _cached(self, kind: str, key: str, candidates: list[Any]) -> Any:

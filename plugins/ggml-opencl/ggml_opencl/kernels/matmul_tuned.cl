@@ -30,13 +30,30 @@
 #define MV_LS 1
 #endif
 
+// the tile's TM weight rows are GEMM_TV vectors of GEMM_VW floats (TM = 32 as two float16)
+#ifndef GEMM_VW
+#define GEMM_VW GEMM_TM
+#endif
+#define GEMM_TV (GEMM_TM / GEMM_VW)
+
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
-#define VTM CAT(float, GEMM_TM)
-#define VLOAD_TM CAT(vload, GEMM_TM)
-#define VSTORE_TM CAT(vstore, GEMM_TM)
+#define VT CAT(float, GEMM_VW)
+#define VLOAD_T CAT(vload, GEMM_VW)
+#define VSTORE_T CAT(vstore, GEMM_VW)
 
 #ifndef MV_T
+// one k step of the tile: GEMM_TV vector loads of the panel row, GEMM_TN broadcast activations
+#define GEMM_STEP(kk)                                                                    \
+    {                                                                                    \
+        VT av[GEMM_TV];                                                                  \
+        _Pragma("unroll") for (int v = 0; v < GEMM_TV; ++v) av[v] = VLOAD_T((kk) * GEMM_TV + v, ap); \
+        _Pragma("unroll") for (int i = 0; i < GEMM_TN; ++i) {                            \
+            const VT bk = (VT)(brow[i][kk]);                                             \
+            _Pragma("unroll") for (int v = 0; v < GEMM_TV; ++v) acc[i][v] = mad(bk, av[v], acc[i][v]); \
+        }                                                                                \
+    }
+
 // C[n, m_base + m] for a GEMM_TN x GEMM_TM tile per work-item. at: panels of this M chunk (Mc rows per matrix);
 // b: f32 rows, element strides ldb (row), sb2, sb3; dst: f32, element strides ldd, sd2, sd3.
 kernel void k_gemm(global const float* at, int K, int Mc, int Mv, int a2, int r2, int r3, global const uchar* b_p,
@@ -49,37 +66,32 @@ kernel void k_gemm(global const float* at, int K, int Mc, int Mv, int a2, int r2
     global const float* ap = at + (long)((i3 / r3) * a2 + i2 / r2) * Mc * K + (long)pm * K * GEMM_TM;
     global const float* bb = (global const float*)(b_p + b_o) + i2 * sb2 + i3 * sb3;
     global const float* brow[GEMM_TN];
-    VTM acc[GEMM_TN];
+    VT acc[GEMM_TN][GEMM_TV];
     for (int i = 0; i < GEMM_TN; ++i) {
         brow[i] = bb + (long)min(nt + i, N - 1) * ldb;
-        acc[i] = (VTM)(0.0f);
+        for (int v = 0; v < GEMM_TV; ++v) acc[i][v] = (VT)(0.0f);
     }
     int k = 0;
 #if GEMM_KU > 1
     for (; k + GEMM_KU <= K; k += GEMM_KU) {
 #pragma unroll
-        for (int u = 0; u < GEMM_KU; ++u) {
-            const VTM av = VLOAD_TM(k + u, ap);
-#pragma unroll
-            for (int i = 0; i < GEMM_TN; ++i) acc[i] = mad((VTM)(brow[i][k + u]), av, acc[i]);
-        }
+        for (int u = 0; u < GEMM_KU; ++u) GEMM_STEP(k + u)
     }
 #endif
-    for (; k < K; ++k) {
-        const VTM av = VLOAD_TM(k, ap);
-#pragma unroll
-        for (int i = 0; i < GEMM_TN; ++i) acc[i] = mad((VTM)(brow[i][k]), av, acc[i]);
-    }
+    for (; k < K; ++k) GEMM_STEP(k)
     global float* dd = (global float*)(d_p + d_o) + i2 * sd2 + i3 * sd3 + m_base + mt;
     for (int i = 0; i < GEMM_TN; ++i) {
         if (nt + i >= N) break;
         global float* out = dd + (long)(nt + i) * ldd;
-        if (mt + GEMM_TM <= Mv) {
-            VSTORE_TM(acc[i], 0, out);
-        } else {
-            float tmp[GEMM_TM];
-            VSTORE_TM(acc[i], 0, tmp);
-            for (int j = 0; mt + j < Mv; ++j) out[j] = tmp[j];
+        for (int v = 0; v < GEMM_TV; ++v) {
+            const int m = mt + v * GEMM_VW;
+            if (m + GEMM_VW <= Mv) {
+                VSTORE_T(acc[i][v], 0, out + v * GEMM_VW);
+            } else {
+                float tmp[GEMM_VW];
+                VSTORE_T(acc[i][v], 0, tmp);
+                for (int j = 0; m + j < Mv && j < GEMM_VW; ++j) out[v * GEMM_VW + j] = tmp[j];
+            }
         }
     }
 }
