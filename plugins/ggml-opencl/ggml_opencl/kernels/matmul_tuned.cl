@@ -197,6 +197,33 @@ inline void mv_act(global const float* bn, int c, int K, float16* x0, float16* x
     *x1 = vload16(1, x);
 }
 
+// a unit of the chunk loop: MV_U chunks of 32 values. Q4_K takes two (the low and high nibbles of the same 32
+// bytes, one read of the block's scales and minima for both); the other types one.
+#if MV_T == T_Q4_K
+#define MV_U 2
+inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
+    global const uchar* b = row + 144 * (p >> 2);
+    const int j = p & 3;
+    float sc0, mn0, sc1, mn1;
+    scale_min_k4(2 * j, b + 4, &sc0, &mn0);
+    scale_min_k4(2 * j + 1, b + 4, &sc1, &mn1);
+    const float d = rd_f16(b), dmin = rd_f16(b + 2);
+    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+    global const uchar* q = b + 16 + 32 * j;
+    const int16 qa = convert_int16(vload16(0, q)), qb = convert_int16(vload16(1, q));
+    y[0] = d0 * convert_float16(qa & 0xF) - m0;
+    y[1] = d0 * convert_float16(qb & 0xF) - m0;
+    y[2] = d1 * convert_float16(qa >> 4) - m1;
+    y[3] = d1 * convert_float16(qb >> 4) - m1;
+}
+#else
+#define MV_U 1
+inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
+    mv_load(row, nb0, p, K, &y[0], &y[1]);
+}
+#endif
+#define MV_V (2 * MV_U)
+
 // dst[n, m] for MV_R weight rows per work-group of MV_LS items (rows past M are read clamped and not written), all N columns in
 // passes of MV_NC; b: f32 rows (ldb, sb2, sb3 element strides), dst: f32 (ldd, sd2, sd3).
 kernel void k_mv(TENSOR(a), int r2, int r3, global const uchar* b_p, ulong b_o, long ldb, long sb2, long sb3, int N,
@@ -208,21 +235,28 @@ kernel void k_mv(TENSOR(a), int r2, int r3, global const uchar* b_p, ulong b_o, 
     for (int r = 0; r < MV_R; ++r) rows[r] = AT(a, 0, min(m0 + r, M - 1), i2 / r2, i3 / r3);
     global const float* bb = (global const float*)(b_p + b_o) + i2 * sb2 + i3 * sb3;
     global float* dd = (global float*)(d_p + d_o) + i2 * sd2 + i3 * sd3;
-    const int nc = (K + 31) / 32;
+    const int nu = (K + 32 * MV_U - 1) / (32 * MV_U);
     for (int n0 = 0; n0 < N; n0 += MV_NC) {
         float16 acc[MV_R][MV_NC];
         for (int r = 0; r < MV_R; ++r)
             for (int j = 0; j < MV_NC; ++j) acc[r][j] = (float16)(0.0f);
-        for (int c = lid; c < nc; c += MV_LS) {
-            float16 y0[MV_R], y1[MV_R];
+        for (int u = lid; u < nu; u += MV_LS) {
+            float16 y[MV_R][MV_V];
 #pragma unroll
-            for (int r = 0; r < MV_R; ++r) mv_load(rows[r], a_nb.s0, c, K, &y0[r], &y1[r]);
+            for (int r = 0; r < MV_R; ++r) mv_load_unit(rows[r], a_nb.s0, u, K, y[r]);
 #pragma unroll
             for (int j = 0; j < MV_NC; ++j) {
-                float16 x0, x1;
-                mv_act(bb + (long)min(n0 + j, N - 1) * ldb, c, K, &x0, &x1);
+                float16 x[MV_V];
+                global const float* bn = bb + (long)min(n0 + j, N - 1) * ldb;
 #pragma unroll
-                for (int r = 0; r < MV_R; ++r) acc[r][j] = mad(y1[r], x1, mad(y0[r], x0, acc[r][j]));
+                for (int v = 0; v < MV_U; ++v) mv_act(bn, u * MV_U + v, K, &x[2 * v], &x[2 * v + 1]);
+#pragma unroll
+                for (int r = 0; r < MV_R; ++r) {
+                    float16 t = acc[r][j];
+#pragma unroll
+                    for (int v = 0; v < MV_V; ++v) t = mad(y[r][v], x[v], t);
+                    acc[r][j] = t;
+                }
             }
         }
         for (int r = 0; r < MV_R; ++r) {
