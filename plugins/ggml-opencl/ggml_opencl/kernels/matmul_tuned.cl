@@ -141,6 +141,18 @@ inline void mv_load(global const uchar* row, long nb0, int c, int K, float16* y0
         *y1 = convert_float16(q >> (uchar16)(4)) * d + m;
         return;
     }
+#elif MV_T == T_Q5_0
+    {
+        global const uchar* b = row + 22 * c;
+        const float d = rd_f16(b);
+        const int16 qh = (int16)((int)rd_u32(b + 2));
+        const int16 lane = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const int16 q = convert_int16(vload16(0, b + 6));
+        const int16 lo = (q & 0xF) | (((qh >> lane) & 1) << 4), hi = (q >> 4) | (((qh >> (lane + 16)) & 1) << 4);
+        *y0 = convert_float16(lo - 16) * d;
+        *y1 = convert_float16(hi - 16) * d;
+        return;
+    }
 #elif MV_T == T_Q8_0
     {
         global const uchar* b = row + 34 * c;
@@ -197,8 +209,8 @@ inline void mv_act(global const float* bn, int c, int K, float16* x0, float16* x
     *x1 = vload16(1, x);
 }
 
-// a unit of the chunk loop: MV_U chunks of 32 values. Q4_K takes two (the low and high nibbles of the same 32
-// bytes, one read of the block's scales and minima for both); the other types one.
+// a unit of the chunk loop: MV_U chunks of 32 values. Q4_K and Q5_K take two (the low and high nibbles of the same
+// 32 bytes, one read of the block's scales and minima for both); the other types one.
 #if MV_T == T_Q4_K
 #define MV_U 2
 inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
@@ -215,6 +227,24 @@ inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float1
     y[1] = d0 * convert_float16(qb & 0xF) - m0;
     y[2] = d1 * convert_float16(qa >> 4) - m1;
     y[3] = d1 * convert_float16(qb >> 4) - m1;
+}
+#elif MV_T == T_Q5_K
+#define MV_U 2
+inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
+    global const uchar* b = row + 176 * (p >> 2);
+    const int j = p & 3;
+    float sc0, mn0, sc1, mn1;
+    scale_min_k4(2 * j, b + 4, &sc0, &mn0);
+    scale_min_k4(2 * j + 1, b + 4, &sc1, &mn1);
+    const float d = rd_f16(b), dmin = rd_f16(b + 2);
+    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+    global const uchar* q = b + 48 + 32 * j;
+    const int16 qa = convert_int16(vload16(0, q)), qb = convert_int16(vload16(1, q));
+    const int16 ha = convert_int16(vload16(0, b + 16)), hb = convert_int16(vload16(1, b + 16));
+    y[0] = d0 * convert_float16((qa & 0xF) | (((ha >> (2 * j)) & 1) << 4)) - m0;
+    y[1] = d0 * convert_float16((qb & 0xF) | (((hb >> (2 * j)) & 1) << 4)) - m0;
+    y[2] = d1 * convert_float16((qa >> 4) | (((ha >> (2 * j + 1)) & 1) << 4)) - m1;
+    y[3] = d1 * convert_float16((qb >> 4) | (((hb >> (2 * j + 1)) & 1) << 4)) - m1;
 }
 #else
 #define MV_U 1
