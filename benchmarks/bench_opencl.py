@@ -141,7 +141,7 @@ def main() -> int:
         print(f"no OpenCL device to benchmark: {exc}")
         return 1
     info = machine()
-    print(f"CPU: {info['cpu']} ({info['cores']} cores visible, load average {info['load_average']}); "
+    print(f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "
           f"numpy {np.__version__}")
     print(f"{dev.name}: {dev.description}")
     rng = np.random.default_rng(0)
@@ -155,6 +155,17 @@ def main() -> int:
         bench_add(dev, args.repeat, rng)
     _print_tuning(dev)
     return 0
+
+
+def _simd() -> str:
+    """The widest x86 vector extension the CPU reports (the model name alone may be generic in a VM)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return ""
+    best = next((x for x in ("avx512f", "avx2", "sse4_2") if x in flags), None)
+    return f", {best.upper()}" if best else ""
 
 
 def _print_tuning(dev: g.Device) -> None:
