@@ -6,7 +6,8 @@ vector width, K unroll, rows per work-group, work-group size) are each built, ru
 kernel for each work-group size at its first launch), then timed in interleaved rounds — every round runs every
 candidate once, in a rotating order, so that all see the same machine load — and the one with the lowest median
 wins. Ties and near-ties (within 3 %) go to the device's default shape. Timing stops after ``BUDGET_S`` seconds
-(at least three rounds), so tuning one kernel kind costs about 1–2 s plus the candidates' builds.
+(at least three rounds), so tuning one kernel kind costs about 1–2 s plus the candidates' builds (no candidate is
+built after ``BUILD_BUDGET_S``; PoCL caches builds on disk, so they are fast the second time).
 
 Results are kept per device in ``$GGML_OPENCL_TUNING_DIR`` (default ``~/.cache/ggml-core/opencl-tuning/``), one
 JSON file per platform + device name + driver version + device version, entries keyed by kernel kind and shape
@@ -43,6 +44,7 @@ from ggml_opencl._device_info import DeviceInfo
 
 __all__ = [
     "BUDGET_S",
+    "BUILD_BUDGET_S",
     "ENV_DIR",
     "ENV_MODE",
     "MV_MAX_COLUMNS",
@@ -68,6 +70,8 @@ ENV_DIR: Final = "GGML_OPENCL_TUNING_DIR"
 BUDGET_S: Final = 1.5
 #: a candidate must beat the default by this fraction to replace it (measurements are noisy)
 _MARGIN: Final = 0.03
+#: seconds after which no further candidate is built (slow compilers): the ones built so far compete
+BUILD_BUDGET_S: Final = 10.0
 _MIN_ROUNDS: Final = 3
 _MAX_ROUNDS: Final = 15
 #: N at and below which MUL_MAT uses k_mv; the first gemm shape class ends at _GEMM_SMALL_N
@@ -382,7 +386,10 @@ class Tuner:
         queue = cl.CommandQueue(self.context, self.cl_device)
         bench = _GemmBench(self, queue, shape) if kind == "gemm" else _MvBench(self, queue, a_type, shape)
         runs: list[tuple[Any, Any]] = []
+        t_build = time.perf_counter()
         for cfg in candidates:
+            if runs and time.perf_counter() - t_build > BUILD_BUDGET_S:
+                break
             try:
                 k = self._kernel(kind, cfg, a_type)
                 if self.max_local(k) < bench.group_items(cfg):
