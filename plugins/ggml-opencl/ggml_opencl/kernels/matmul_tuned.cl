@@ -106,8 +106,8 @@ inline float hsum16(float16 v) {
 }
 
 // values [32c, 32c + 32) of a weight row as two float16 (zeros past K). The common types are decoded with vector
-// operations in dq32's arithmetic (the same float products, so the same values bit for bit); the others go
-// through dq32 itself.
+// operations in dq32's arithmetic (the same float products, so the same values bit for bit; shifts on int
+// vectors, as x86 has no variable byte shifts); the K-quants below in pairs of chunks; the others through dq32.
 inline void mv_load(global const uchar* row, long nb0, int c, int K, float16* y0, float16* y1) {
 #if MV_T == T_F32
     if (nb0 == 4 && 32 * c + 32 <= K) {
@@ -161,33 +161,6 @@ inline void mv_load(global const uchar* row, long nb0, int c, int K, float16* y0
         *y1 = convert_float16(vload16(1, (global const char*)(b + 2))) * d;
         return;
     }
-#elif MV_T == T_Q4_K  // (shifts on int vectors: x86 has no variable byte shifts)
-    {
-        global const uchar* b = row + 144 * (c >> 3);
-        const int s = c & 7, shift = 4 * (s & 1);
-        float sc, mn;
-        scale_min_k4(s, b + 4, &sc, &mn);
-        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
-        global const uchar* q = b + 16 + 32 * (s >> 1);
-        *y0 = d1 * convert_float16((convert_int16(vload16(0, q)) >> shift) & 0xF) - m1;
-        *y1 = d1 * convert_float16((convert_int16(vload16(1, q)) >> shift) & 0xF) - m1;
-        return;
-    }
-#elif MV_T == T_Q6_K
-    {
-        global const uchar* b = row + 210 * (c >> 3);
-        const int n = (c & 7) >> 2, k = c & 3;
-        const float d = rd_f16(b + 208);
-        global const uchar* ql = b + 64 * n + 32 * (k & 1);
-        global const uchar* qh = b + 128 + 32 * n;
-        const int ls = 4 * (k >> 1), hs = 2 * k;
-        const float d0 = d * (float)((char)b[192 + n * 8 + 2 * k]), d1 = d * (float)((char)b[193 + n * 8 + 2 * k]);
-        const int16 q0 = ((convert_int16(vload16(0, ql)) >> ls) & 0xF) | (((convert_int16(vload16(0, qh)) >> hs) & 3) << 4);
-        const int16 q1 = ((convert_int16(vload16(1, ql)) >> ls) & 0xF) | (((convert_int16(vload16(1, qh)) >> hs) & 3) << 4);
-        *y0 = d0 * convert_float16(q0 - 32);
-        *y1 = d1 * convert_float16(q1 - 32);
-        return;
-    }
 #endif
     float y[32];
     load32(MV_T, row, nb0, c, K, y);
@@ -209,8 +182,8 @@ inline void mv_act(global const float* bn, int c, int K, float16* x0, float16* x
     *x1 = vload16(1, x);
 }
 
-// a unit of the chunk loop: MV_U chunks of 32 values. Q4_K and Q5_K take two (the low and high nibbles of the same
-// 32 bytes, one read of the block's scales and minima for both); the other types one.
+// a unit of the chunk loop: MV_U chunks of 32 values. Q4_K, Q5_K and Q6_K take two (the low and high nibbles of the
+// same 32 bytes, one read of the block's scales for both); the other types one.
 #if MV_T == T_Q4_K
 #define MV_U 2
 inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
@@ -246,6 +219,24 @@ inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float1
     y[2] = d1 * convert_float16((qa >> 4) | (((ha >> (2 * j + 1)) & 1) << 4)) - m1;
     y[3] = d1 * convert_float16((qb >> 4) | (((hb >> (2 * j + 1)) & 1) << 4)) - m1;
 }
+#elif MV_T == T_Q6_K
+// chunks k and k + 2 of a 128-value half share their ql and qh bytes (low/high nibble, other qh bits)
+#define MV_U 2
+#define MV_CHUNK(u, v) (((u) >> 1) * 4 + ((u) & 1) + 2 * (v))
+inline void mv_load_unit(global const uchar* row, long nb0, int u, int K, float16* y) {
+    global const uchar* b = row + 210 * (u >> 2);
+    const int n = (u >> 1) & 1, k0 = u & 1, hs = 2 * k0;
+    const float d = rd_f16(b + 208);
+    global const uchar* ql = b + 64 * n + 32 * k0;
+    global const uchar* qh = b + 128 + 32 * n;
+    global const uchar* sc = b + 192 + n * 8 + 2 * k0;
+    const int16 la = convert_int16(vload16(0, ql)), lb = convert_int16(vload16(1, ql));
+    const int16 ha = convert_int16(vload16(0, qh)), hb = convert_int16(vload16(1, qh));
+    y[0] = (d * (float)((char)sc[0])) * convert_float16(((la & 0xF) | (((ha >> hs) & 3) << 4)) - 32);
+    y[1] = (d * (float)((char)sc[1])) * convert_float16(((lb & 0xF) | (((hb >> hs) & 3) << 4)) - 32);
+    y[2] = (d * (float)((char)sc[4])) * convert_float16(((la >> 4) | (((ha >> (hs + 4)) & 3) << 4)) - 32);
+    y[3] = (d * (float)((char)sc[5])) * convert_float16(((lb >> 4) | (((hb >> (hs + 4)) & 3) << 4)) - 32);
+}
 #else
 #define MV_U 1
 inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
@@ -253,6 +244,9 @@ inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float1
 }
 #endif
 #define MV_V (2 * MV_U)
+#ifndef MV_CHUNK
+#define MV_CHUNK(u, v) ((u) * MV_U + (v))  // the chunk of 32 values that part v of unit u holds
+#endif
 
 // dst[n, m] for MV_R weight rows per work-group of MV_LS items (rows past M are read clamped and not written), all N columns in
 // passes of MV_NC; b: f32 rows (ldb, sb2, sb3 element strides), dst: f32 (ldd, sd2, sd3).
@@ -279,7 +273,7 @@ kernel void k_mv(TENSOR(a), int r2, int r3, global const uchar* b_p, ulong b_o, 
                 float16 x[MV_V];
                 global const float* bn = bb + (long)min(n0 + j, N - 1) * ldb;
 #pragma unroll
-                for (int v = 0; v < MV_U; ++v) mv_act(bn, u * MV_U + v, K, &x[2 * v], &x[2 * v + 1]);
+                for (int v = 0; v < MV_U; ++v) mv_act(bn, MV_CHUNK(u, v), K, &x[2 * v], &x[2 * v + 1]);
 #pragma unroll
                 for (int r = 0; r < MV_R; ++r) {
                     float16 t = acc[r][j];
