@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ggml_core import GGMLType
+from ggml_core import GGMLError, GGMLType
 from ggml_opencl._device_info import DeviceInfo
 
 __all__ = [
@@ -79,8 +79,13 @@ MV_MAX_COLUMNS: Final = 8
 _GEMM_SMALL_N: Final = 64
 
 
-class TuningError(ValueError):
+class TuningError(GGMLError, ValueError):
     """A tuning setting (environment variable) is invalid; the message names it and the accepted values."""
+
+    def __init__(self, variable: str, value: str, accepted: str) -> None:
+        super().__init__(f"{variable}={value!r} is not valid: use {accepted}")
+        self.variable = variable
+        self.value = value
 
 
 # ------------------------------------------------------------------------------------------------ configurations
@@ -201,7 +206,7 @@ def _mode(environ: Mapping[str, str]) -> str:
         return "off"
     if raw == "force":
         return "force"
-    raise TuningError(f"{ENV_MODE}={raw!r} is not a tuning mode: use 1 (tune once, cache), 0 (off) or force")
+    raise TuningError(ENV_MODE, raw, "1 (tune once, cache), 0 (off) or force")
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
