@@ -4,10 +4,12 @@ Kernel shapes that suit one machine are slow on another (SGEMM 1024³ on PoCL: 0
 another with the same defaults). So on first use of a kernel kind on a device, a handful of configurations (tile,
 vector width, K unroll, rows per work-group, work-group size) are each built, run once to warm up (PoCL compiles a
 kernel for each work-group size at its first launch), then timed in interleaved rounds — every round runs every
-candidate once, in a rotating order, so that all see the same machine load — and the one with the lowest median
-wins. Ties and near-ties (within 3 %) go to the device's default shape. Timing stops after ``BUDGET_S`` seconds
-(at least three rounds), so tuning one kernel kind costs about 1–2 s plus the candidates' builds (no candidate is
-built after ``BUILD_BUDGET_S``; PoCL caches builds on disk, so they are fast the second time).
+candidate once, in a rotating order, so that all see the same machine load — and each candidate is scored by the
+median over the rounds of its time divided by the default's time in the same round (a paired comparison: a
+round slowed by other work slows both). The lowest score wins; ties and near-ties (within 3 %) go to the
+device's default shape. Timing stops after ``BUDGET_S`` seconds (at least three rounds), so tuning one kernel
+kind costs about 1–2 s plus the candidates' builds (no candidate is built after ``BUILD_BUDGET_S``; PoCL caches
+builds on disk, so they are fast the second time).
 
 Results are kept per device in ``$GGML_OPENCL_TUNING_DIR`` (default ``~/.cache/ggml-core/opencl-tuning/``), one
 JSON file per platform + device name + driver version + device version, entries keyed by kernel kind and shape
@@ -269,6 +271,8 @@ class Tuner:
         self._chosen: dict[str, Config] = {}
         #: medians (ms) of the last tuning per shape class, for reports: {class: {label: ms}}
         self.timings: dict[str, dict[str, float]] = {}
+        #: per shape class, each candidate's median time ratio to the default's in the same rounds
+        self.ratios: dict[str, dict[str, float]] = {}
         #: the configuration in use per shape class (tuned, cached or default), for reports
         self.chosen: dict[str, Config] = {}
         driver = str(getattr(cl_device, "driver_version", "")).strip()
@@ -373,7 +377,8 @@ class Tuner:
         data = self._read()
         old = data.get("entries")
         entries: dict[str, Any] = old if isinstance(old, dict) else {}
-        entries[key] = {"config": asdict(cfg), "label": cfg.label(), "medians_ms": medians, "time": time.time()}
+        entries[key] = {"config": asdict(cfg), "label": cfg.label(), "medians_ms": medians,
+                        "vs_default": self.ratios.get(key.split("/default ")[0], {}), "time": time.time()}
         data = {"device": self.device_key, "entries": entries}
         tmp = self.cache_file.with_suffix(f".{os.getpid()}.tmp")
         try:
@@ -422,11 +427,16 @@ class Tuner:
                 queue.finish()
                 times[cfg].append(time.perf_counter() - t0)
         bench.release()
-        medians = {cfg: statistics.median(ts) for cfg, ts in times.items()}
-        best = min(medians, key=lambda c: medians[c])
+        # each candidate against the default run next to it in the same round (the same machine load), then the
+        # median over the rounds: robust to a core taken away for part of the run
         default = runs[0][0]
-        if default in medians and medians[best] >= medians[default] * (1 - _MARGIN):
+        ref = times[default]
+        ratio = {cfg: statistics.median(t / r for t, r in zip(ts, ref, strict=True)) for cfg, ts in times.items()}
+        best = min(ratio, key=lambda c: ratio[c])
+        if ratio[best] >= 1 - _MARGIN:
             best = default
+        self.ratios[shape] = {cfg.label(): round(x, 3) for cfg, x in ratio.items()}
+        medians = {cfg: statistics.median(ts) for cfg, ts in times.items()}
         return best, {cfg.label(): round(ms * 1e3, 4) for cfg, ms in medians.items()}
 
 
