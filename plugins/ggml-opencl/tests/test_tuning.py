@@ -105,8 +105,8 @@ def _case(w: GGMLType, m: int, n: int, k: int) -> Case:
     return Case("MUL_MAT", params, build, lambda a, b: ref.mul_mat(a, b, w), Check.nmse(5e-4))
 
 
-# the types k_mv decodes with vector code, and two that go through dq32 (BF16, Q3_K)
-VECTOR_DECODED = [T.F16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.BF16, T.Q3_K]
+# the types k_mv decodes with vector code, and two that go through dq32 (Q3_K, IQ4_NL)
+VECTOR_DECODED = [T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K, T.Q3_K, T.IQ4_NL]
 
 
 @pytest.mark.parametrize("w", VECTOR_DECODED, ids=lambda t: t.name)

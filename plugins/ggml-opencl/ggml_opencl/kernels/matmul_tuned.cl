@@ -123,6 +123,13 @@ inline void mv_load(global const uchar* row, long nb0, int c, int K, float16* y0
         *y1 = vload_half16(1, p);
         return;
     }
+#elif MV_T == T_BF16
+    if (nb0 == 2 && 32 * c + 32 <= K) {  // bf16 -> f32: the 16 bits on top of a zero mantissa tail
+        global const ushort* p = (global const ushort*)row + 32 * c;
+        *y0 = as_float16(convert_uint16(vload16(0, p)) << 16);
+        *y1 = as_float16(convert_uint16(vload16(1, p)) << 16);
+        return;
+    }
 #elif MV_T == T_Q4_0
     {
         global const uchar* b = row + 18 * c;
