@@ -309,7 +309,7 @@ class Tuner:
 
     # ---- programs ------------------------------------------------------------------------------------------
 
-    def _options(self, kind: str, cfg: Config, a_type: GGMLType | None) -> tuple[str, ...]:
+    def _options(self, cfg: Config, a_type: GGMLType | None) -> tuple[str, ...]:
         base = [o for o in self.info.build_options() if not o.startswith("-DGEMM_")]
         extra = [f"-DMV_T={int(a_type)}"] if a_type is not None else []
         return (*base, *cfg.defines(), *extra)
@@ -317,7 +317,7 @@ class Tuner:
     def _kernel(self, kind: str, cfg: Config, a_type: GGMLType | None) -> Any:
         import pyopencl as cl
 
-        opts = self._options(kind, cfg, a_type)
+        opts = self._options(cfg, a_type)
         with self._lock:
             prog = self._programs.get((kind, opts))
             if prog is None:
@@ -349,7 +349,8 @@ class Tuner:
             if cfg is None:
                 cfg, medians = self._tune(kind, candidates, a_type, shape)
                 self.timings[shape] = medians
-                self._store(key, cfg, medians)
+                if medians:  # an untimed fallback to the default is not remembered
+                    self._store(key, cfg, medians)
             self._chosen[key] = self.chosen[shape] = cfg
             return cfg
 
@@ -394,7 +395,11 @@ class Tuner:
         import pyopencl as cl
 
         queue = cl.CommandQueue(self.context, self.cl_device)
-        bench = _GemmBench(self, queue, shape) if kind == "gemm" else _MvBench(self, queue, a_type, shape)
+        try:
+            bench = _GemmBench(self, queue, shape) if kind == "gemm" else _MvBench(self, queue, a_type, shape)
+        except cl.Error as exc:  # no room for the synthetic problem: keep the default, say why
+            warnings.warn(f"{self.info.description}: cannot tune {shape} ({exc}); using the default", stacklevel=4)
+            return candidates[0], {}
         runs: list[tuple[Any, Any]] = []
         t_build = time.perf_counter()
         for cfg in candidates:
