@@ -13,7 +13,7 @@ builds on disk, so they are fast the second time).
 
 Results are kept per device in ``$GGML_OPENCL_TUNING_DIR`` (default ``~/.cache/ggml-core/opencl-tuning/``), one
 JSON file per platform + device name + driver version + device version, entries keyed by kernel kind and shape
-class (``gemm/n<=64``, ``gemm/n>64``, ``mv/Q4_0/n=1``, ``mv/Q4_0/n<=8``, …) and by a digest of the kernel source,
+class (``gemm/n<=64``, ``gemm/n>64``, ``mv/Q4_0/n=1``, ``mv/Q4_0/n<=16``, …) and by a digest of the kernel source,
 so an edited kernel is tuned anew. ``GGML_OPENCL_TUNE``: ``1`` (default) uses the cache and tunes what is
 missing, ``0`` uses the device's default shapes without tuning or cache, ``force`` tunes again once per process
 and rewrites the cache.
@@ -77,7 +77,7 @@ BUILD_BUDGET_S: Final = 10.0
 _MIN_ROUNDS: Final = 3
 _MAX_ROUNDS: Final = 15
 #: N at and below which MUL_MAT uses k_mv; the first gemm shape class ends at _GEMM_SMALL_N
-MV_MAX_COLUMNS: Final = 8
+MV_MAX_COLUMNS: Final = 16  # beyond ~16 columns packing the weights once beats re-reading them per pass
 _GEMM_SMALL_N: Final = 64
 
 
@@ -143,7 +143,7 @@ def gemm_class(n_cols: int) -> str:
 
 
 def mv_class(a_type: GGMLType, n_cols: int) -> str:
-    """The shape class of a matrix-vector product with ``a_type`` weights and ``n_cols`` (≤ 8) columns."""
+    """The shape class of a matrix-vector product with ``a_type`` weights and ``n_cols`` (≤ 16) columns."""
     return f"mv/{a_type.name}/n=1" if n_cols == 1 else f"mv/{a_type.name}/n<={MV_MAX_COLUMNS}"
 
 
@@ -179,7 +179,7 @@ def mv_candidates(info: DeviceInfo, n_cols: int) -> list[MvConfig]:
             if ls <= info.max_work_group:
                 out += [MvConfig(1, nc, ls), MvConfig(2, nc, ls)]
     if n_cols > 1:
-        out.append(replace(out[0], nc=MV_MAX_COLUMNS))
+        out.append(replace(out[0], nc=8))
     return _unique(out)
 
 
@@ -291,7 +291,7 @@ class Tuner:
         return cfg, self._kernel("gemm", cfg, None)
 
     def mv(self, a_type: GGMLType, n_cols: int) -> tuple[MvConfig, Any]:
-        """(configuration, ``cl.Kernel``) of ``k_mv`` for ``a_type`` weights and ``n_cols`` ≤ 8 columns."""
+        """(configuration, ``cl.Kernel``) of ``k_mv`` for ``a_type`` weights and ``n_cols`` ≤ 16 columns."""
         cfg = _FORCED.get("mv")
         if not isinstance(cfg, MvConfig):
             cfg = self._choose("mv", mv_class(a_type, n_cols), mv_candidates(self.info, n_cols), a_type)
