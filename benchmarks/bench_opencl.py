@@ -2,30 +2,39 @@
 
 Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]``
 
-Prints medians of ``--repeat`` runs (after a warm-up that builds and caches the kernels), each measurement timed
-in alternating blocks with its baseline so that both see the same load:
+Prints the CPU model and the device, then medians of ``--repeat`` runs (after a warm-up that builds the kernels
+and, on first use, tunes them for this device: see docs/opencl.md), each measurement timed in alternating blocks
+with its baseline so that both see the same load:
 
 1. SGEMM ``size``³ f32: our MUL_MAT graph (weights packed and multiplied on the device) in GFLOP/s, numpy's
-   ``b @ a.T`` in GFLOP/s, and the ratio (the target is ≥ 0.5×).
-2. Quantized MUL_MAT at the same shape and as a matrix-vector product (one activation row, 4096×4096 weights):
-   time per type and the ratio to the f32 weights' time (the target is ≤ 2×).
-3. Elementwise ADD of 16M f32 values: GB/s (bytes read + written) against numpy's ``np.add(..., out=)``.
+   ``b @ a.T`` in GFLOP/s, and the ratio (the goal is ≥ 0.5×).
+2. Matrix-vector product, 4096×4096 f32 weights and one activation row, against numpy's ``a @ x`` (the goal is
+   at most 2× numpy's time).
+3. Quantized MUL_MAT at the SGEMM shape and as the matrix-vector product: time per type and the ratio to the f32
+   weights' time (the goal for the matrix-vector product is ≤ 1×).
+4. Elementwise ADD of 16M f32 values: GB/s (bytes read + written) against numpy's ``np.add(..., out=)``.
 
-The device times include enqueueing and waiting (``graph_compute``), not host↔device copies. Numbers are noisy on a
-shared machine: compare the ratios, and rerun.
+At the end it prints the kernel configuration the tuner chose (or read from its cache) per shape class. The device
+times include enqueueing and waiting (``graph_compute``), not host↔device copies. Numbers are noisy on a shared
+machine: compare the ratios, and rerun.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 import ggml_core as g
 from ggml_core import ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import machine
 
 
 def _paired_median_s(fa: Callable[[], object], fb: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -74,6 +83,18 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     return ours
 
 
+def bench_matvec(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+    """4096×4096 f32 weights times one activation row: ours vs numpy."""
+    m = k = 4096
+    run = _mul_mat_runner(dev, "f32", m, 1, k, rng)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    x = rng.uniform(-1, 1, k).astype(np.float32)
+    ours, ref = _paired_median_s(run, lambda: a @ x, repeat)
+    gb = m * k * 4 / 2**30
+    print(f"MATVEC 4096x4096 f32: {dev.name} {ours * 1e3:.2f} ms ({gb / ours:.1f} GiB/s)   numpy {ref * 1e3:.2f} ms "
+          f"({gb / ref:.1f} GiB/s)   time ratio {ours / ref:.2f}x (goal <= 2x)")
+
+
 def bench_quantized(dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator) -> None:
     """Quantized weights against f32 weights, as a matrix product and as a matrix-vector product."""
     for label, (m, n, k) in (("matmul", (size, size, size)), ("matvec", (4096, 1, 4096))):
@@ -112,22 +133,55 @@ def main() -> int:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
-    p.add_argument("--only", choices=("sgemm", "quant", "add"), default=None)
+    p.add_argument("--only", choices=("sgemm", "matvec", "quant", "add"), default=None)
     args = p.parse_args()
     try:
         dev = g.get_device(args.device)
     except g.DeviceNotFoundError as exc:
         print(f"no OpenCL device to benchmark: {exc}")
         return 1
-    print(f"{dev.name}: {dev.description}; numpy {np.__version__}")
+    info = machine()
+    print(f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "
+          f"numpy {np.__version__}")
+    print(f"{dev.name}: {dev.description}")
     rng = np.random.default_rng(0)
     if args.only in (None, "sgemm"):
         bench_sgemm(dev, args.size, args.repeat, rng)
+    if args.only in (None, "matvec"):
+        bench_matvec(dev, args.repeat, rng)
     if args.only in (None, "quant"):
         bench_quantized(dev, [t.strip() for t in args.types.split(",") if t.strip()], args.size, args.repeat, rng)
     if args.only in (None, "add"):
         bench_add(dev, args.repeat, rng)
+    _print_tuning(dev)
     return 0
+
+
+def _simd() -> str:
+    """The widest x86 vector extension the CPU reports (the model name alone may be generic in a VM)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return ""
+    best = next((x for x in ("avx512f", "avx2", "sse4_2") if x in flags), None)
+    return f", {best.upper()}" if best else ""
+
+
+def _print_tuning(dev: g.Device) -> None:
+    """The kernel configuration in use per shape class (ggml-opencl's tuner)."""
+    try:
+        from ggml_opencl._tuning import tuner_for
+    except ImportError:
+        return
+    if not hasattr(dev, "cl_device"):
+        return
+    tuner = tuner_for(dev.context, dev.cl_device, dev.info)
+    print(f"tuned configurations ({tuner.cache_file}):")
+    for shape, cfg in sorted(tuner.chosen.items()):
+        timed = tuner.timings.get(shape)
+        how = f"tuned now over {len(timed)} candidates" if timed else "from the cache or the default"
+        print(f"    {shape:16} {cfg.label():28} ({how})")
 
 
 if __name__ == "__main__":

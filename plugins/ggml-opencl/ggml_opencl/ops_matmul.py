@@ -1,6 +1,7 @@
-"""MUL_MAT, MUL_MAT_ID, OUT_PROD (kernels in ``matmul.cl``).
+"""MUL_MAT, MUL_MAT_ID, OUT_PROD (kernels in ``matmul.cl`` and, tuned per device, ``matmul_tuned.cl``).
 
-MUL_MAT: a matrix-vector kernel for few columns, packed register-blocked GEMM otherwise.
+MUL_MAT: a matrix-vector kernel for few columns (``k_mv``), packed register-blocked GEMM otherwise (``k_gemm``);
+the shapes of both are tuned per device on first use (``_tuning.py``).
 
 Weights of any supported type are dequantized on the device (never on the host). The activations are rounded
 the way ggml's CPU rounds them before its dot products (to f16 for f16 weights, through Q8_0/Q8_1 blocks for the
@@ -33,6 +34,7 @@ from ggml_opencl._dispatch import (
     targs,
     targs_view,
 )
+from ggml_opencl._tuning import MV_MAX_COLUMNS, Tuner, tuner_for
 
 
 def cl_copy(queue: Any, host: np.ndarray, mem: Any, offset: int) -> None:
@@ -50,8 +52,6 @@ def cl_write(queue: Any, mem: Any, host: np.ndarray) -> None:
 
 __all__ = ["ACTIVATION_ROUNDING", "GROUPED_MIN_ROWS", "MV_MAX_COLUMNS", "PACK_LIMIT"]
 
-#: columns (activation rows) up to which the matrix-vector kernel is used (MV_NMAX in matmul.cl)
-MV_MAX_COLUMNS: Final = 8
 #: token-slot pairs from which MUL_MAT_ID groups the rows by expert and multiplies with the packed GEMM
 GROUPED_MIN_ROWS: Final = 32
 #: the most bytes of packed f32 weights per launch; larger weight matrices are packed and multiplied in row chunks
@@ -106,8 +106,7 @@ def _elems(nb: int, what: str, node: Tensor) -> int:
 def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
-    info = launcher.info
-    K, M = a.ne[0], a.ne[1]
+    K = a.ne[0]
     N, b2, b3 = b.ne[1], b.ne[2], b.ne[3]
     r2, r3 = b2 // a.ne[2], b3 // a.ne[3]
     batches = b2 * b3
@@ -130,13 +129,35 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     bargs = [bmem, np.uint64(boff), np.int64(ldb), np.int64(sb2), np.int64(sb3), np.int32(N), np.int32(b2)]
 
     if N <= MV_MAX_COLUMNS:
-        ls = launcher.local_size("k_mul_mv", info.mv_ls)
-        args = [*targs(launcher, a), np.int32(a.type), np.int32(r2), np.int32(r3), *bargs, *out, local_mem(ls * 4)]
-        steps.append(enqueue_nd(launcher, "k_mul_mv", (M * ls, batches), (ls, 1), args))
+        steps.append(_mat_vec(launcher, a, r2, r3, bargs, out, batches, N))
         return chain(*steps)
 
     steps += _packed_gemm(launcher, targs(launcher, a), a.type, a.ne, r2, r3, bargs, out, batches, N)
     return chain(*steps)
+
+
+def _tuner(launcher: Launcher) -> Tuner:
+    return tuner_for(launcher.context, launcher.queue.device, launcher.info)
+
+
+def _launch(launcher: Launcher, k: Any, gs: tuple[int, ...], ls: tuple[int, ...], args: list[Any]) -> Thunk:
+    queue = launcher.queue
+
+    def run() -> None:
+        k(queue, gs, ls, *args)
+
+    return run
+
+
+def _mat_vec(
+    launcher: Launcher, a: Tensor, r2: int, r3: int, bargs: list[Any], out: list[Any], batches: int, n: int
+) -> Thunk:
+    """k_mv (tuned rows per group, columns per pass, work-group size) over weights ``a`` in their own type."""
+    tuner = _tuner(launcher)
+    cfg, k = tuner.mv(a.type, n)
+    ls = cfg.ls
+    args = [*targs(launcher, a), np.int32(r2), np.int32(r3), *bargs, *out, local_mem(ls * 4)]
+    return _launch(launcher, k, ((a.ne[1] + cfg.r - 1) // cfg.r * ls, batches), (ls, 1), args)
 
 
 def _packed_gemm(
@@ -154,24 +175,26 @@ def _packed_gemm(
     """k_pack_a + k_gemm launches for weights ``a_args`` (``a_ne``), in row chunks that fit the scratch buffer."""
     info = launcher.info
     K, M = a_ne[0], a_ne[1]
-    tm, tn = info.gemm_tm, info.gemm_tn
+    tuner = _tuner(launcher)
+    cfg, k_gemm = tuner.gemm(n)
+    tm, tn = cfg.tm, cfg.tn
     n_mats = a_ne[2] * a_ne[3]
     limit = min(PACK_LIMIT, info.max_alloc)
     rows = max(tm, (limit // (4 * K * n_mats)) // tm * tm)
     rows = min(rows, roundup(M, tm))
     at = launcher.scratch("a", rows * K * n_mats * 4)
-    ls0, ls1 = info.gemm_ls
-    while ls0 * ls1 > launcher.local_size("k_gemm", ls0 * ls1):  # the kernel's limit on this device
+    ls0, ls1 = cfg.ls
+    while ls0 * ls1 > tuner.max_local(k_gemm):  # the kernel's limit on this device (only the untuned default)
         ls0, ls1 = max(1, ls0 // 2), max(1, ls1 // 2)
     steps: list[Thunk] = []
     for m_base in range(0, M, rows):
         mc = min(rows, roundup(M - m_base, tm))
-        pack = [*a_args, np.int32(a_type), np.int32(m_base), np.int32(mc), at]
+        pack = [*a_args, np.int32(a_type), np.int32(m_base), np.int32(mc), np.int32(tm), at]
         steps.append(enqueue(launcher, "k_pack_a", (K + 31) // 32 * mc * n_mats, pack))
         gs = (roundup((n + tn - 1) // tn, ls0), roundup(mc // tm, ls1), batches)
         args = [at, np.int32(K), np.int32(mc), np.int32(min(mc, M - m_base)), np.int32(a_ne[2]), np.int32(r2),
                 np.int32(r3), *bargs, *out, np.int32(m_base)]
-        steps.append(enqueue_nd(launcher, "k_gemm", gs, (ls0, ls1, 1), args))
+        steps.append(_launch(launcher, k_gemm, gs, (ls0, ls1, 1), args))
     return steps
 
 

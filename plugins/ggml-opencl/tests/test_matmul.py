@@ -1,4 +1,4 @@
-"""MUL_MAT paths the conformance cases reach only partly: the packed GEMM (N > 8) for every weight type, odd
+"""MUL_MAT paths the conformance cases reach only partly: the packed GEMM (N > 16) for every weight type, odd
 sizes, broadcasting, non-contiguous and f16 activations, weights packed in row chunks; all against the CPU plugin.
 """
 
@@ -59,7 +59,7 @@ def _check(case: Case, ocl: OpenCLDevice, cpu: g.Device, tight: float | None = N
 @pytest.mark.parametrize("w", WEIGHTS, ids=lambda t: t.name)
 @pytest.mark.parametrize("n", [1, 7, 40])
 def test_every_weight_type_on_both_paths(w: GGMLType, n: int, ocl: OpenCLDevice, cpu: g.Device) -> None:
-    """N ≤ 8 takes the matrix-vector kernel, larger N the packed GEMM; M = 40 leaves a partial tile."""
+    """N ≤ 16 takes the matrix-vector kernel, larger N the packed GEMM; M = 40 leaves a partial tile."""
     k = 512 if w.block_size > 32 else 96
     # activations rounded like ggml's dot type: agreement to float rounding, except Q4_1/Q5_1, whose
     # ggml dot product adds the block minimum times an f16-rounded activation sum

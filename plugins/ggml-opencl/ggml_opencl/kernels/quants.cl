@@ -74,7 +74,17 @@ inline float q3k_scale(global const uchar* s, int j) {
     return (float)((low | (high << 4)) - 32);
 }
 
-void dq32(int t, global const uchar* row, int c, float* y) {
+// programs that decode one type only (the tuned matrix-vector kernels) inline the decoder so that the type
+// switch folds away; the main program keeps one out-of-line copy
+#ifdef DQ32_INLINE
+#define DQ32_ATTR inline __attribute__((always_inline))
+#define LOAD32_ATTR inline __attribute__((always_inline))
+#else
+#define DQ32_ATTR
+#define LOAD32_ATTR inline
+#endif
+
+DQ32_ATTR void dq32(int t, global const uchar* row, int c, float* y) {
     switch (t) {
     case T_Q4_0: {
         global const uchar* b = row + 18 * c;
@@ -256,6 +266,26 @@ void dq32(int t, global const uchar* row, int c, float* y) {
     default:
         for (int l = 0; l < 32; ++l) y[l] = 0.0f;
     }
+}
+
+// 32 consecutive values of row `row` from column 32c (zeros past K); any float or quantized type
+LOAD32_ATTR void load32(int t, global const uchar* row, long nb0, int c, int K, float* y) {
+    if (type_block_bytes(t) != 0) {
+        dq32(t, row, c, y);
+        return;
+    }
+    const int k0 = 32 * c;
+    if (t == T_F32 && nb0 == 4 && k0 + 32 <= K) {
+        global const float* p = (global const float*)row + k0;
+        for (int l = 0; l < 32; ++l) y[l] = p[l];
+        return;
+    }
+    if (t == T_F16 && nb0 == 2 && k0 + 32 <= K) {
+        global const half* p = (global const half*)row + k0;
+        for (int l = 0; l < 4; ++l) vstore8(vload_half8(l, p), l, y);
+        return;
+    }
+    for (int l = 0; l < 32; ++l) y[l] = k0 + l < K ? load_f(row + (long)(k0 + l) * nb0, t) : 0.0f;
 }
 
 // ---------------------------------------------------------------------------------------------- quantizers
