@@ -266,11 +266,41 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
     return run
 
 
+def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
+    """The decode route, fully resolved: one prepared :class:`qdot.BlockProduct` per weight slice (None: not
+    applicable — too many rows, no block kernels, or operands whose slices are not plain views of their memory)."""
+    n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+    if b.type != GGMLType.F32 or a.type not in qdot.BLOCK_KERNEL_TYPES or n_rows > qdot.vec_rows_limit():
+        return None
+    w, x, out = arr(a), arr(b), arr(node)
+    products = []
+    for i3, i2, xs, os_ in _groups(a, b, x, out):
+        rows = w[i3, i2]
+        views = ((rows, w), (xs, x), (os_, out))
+        if not all(v.flags.c_contiguous and v.ndim == 2 and np.may_share_memory(v, base) for v, base in views):
+            return None  # a copy made now would not see later writes
+        product = qdot.block_product(rows, a.type, xs, os_)
+        if product is None:
+            return None
+        products.append(product)
+    if len(products) == 1:
+        return products[0]
+
+    def run() -> None:
+        for product in products:
+            product()
+
+    return run
+
+
 def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -> Thunk:
     wtype = a.type
     m = a.ne[1]
     if not can_dequantize(wtype):
         return lambda: np.copyto(arr(node), mul_mat_reference(a, b))
+    fast = _bind_block_products(a, b, node)
+    if fast is not None:
+        return fast
 
     def run() -> None:
         x = f32(b)
