@@ -131,3 +131,24 @@ def test_f16_rounding_equals_numpy() -> None:
     with np.errstate(over="ignore"):
         want = v.astype(np.float16).view(np.uint16)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["q4_0", "q5_1", "q8_0", "q4_k", "q6_k"])
+def test_threaded_and_serial_kernels_give_the_same_bits(name: str) -> None:
+    """The product may switch between its threaded and serial kernel by measured speed: that must change nothing."""
+    t = gc.as_type(name)
+    r = rng(16)
+    w = quantize(r.standard_normal((700, 1024)).astype(np.float32), t)  # ≥ 2²⁰ weight × row operations
+    x = r.standard_normal((2, 1024)).astype(np.float32)
+    assert np.array_equal(_separate(w, t, x, "serial"), _separate(w, t, x, "threaded"))
+    out = np.empty((2, 700), np.float32)
+    bound = qdot.block_product(w, t, x, out)
+    assert bound is not None
+    qdot.set_threads(2)
+    try:
+        for _ in range(2 * product._Faster.PROBES + 2):  # both variants probed, then the chosen one
+            out.fill(np.nan)
+            bound()
+            assert np.array_equal(out, _separate(w, t, x)), name
+    finally:
+        qdot.set_threads(qdot.max_threads())
