@@ -167,7 +167,7 @@ def _rope_tables(key: tuple[object, ...], pos: np.ndarray, compute: Callable[[],
     """cos / sin for ``pos`` under the setting ``key``: the memo's when the positions match, else ``compute()``."""
     raw = pos.tobytes()
     hit = _ROPE_MEMO.get(key)
-    if hit is not None:
+    if hit is not None and hit[0] == raw:
         return hit[1], hit[2]
     cos, sin = compute()
     if len(_ROPE_MEMO) >= _ROPE_MEMO_LIMIT:
