@@ -20,15 +20,18 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 __all__ = [
+    "Faster",
     "Threads",
     "blas_threads_control",
     "current_threads",
     "default_threads",
+    "one_thread",
     "parallel_for",
     "single_threaded_blas",
 ]
@@ -162,6 +165,84 @@ def parallel_for(fn: Callable[[int], None], n_tasks: int) -> None:
     finally:
         for f in futures:
             f.result()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Everything on the calling thread inside the block: numba's kernels, the worker pool's tasks, BLAS."""
+    from ggml_cpu.kernels.qdot import _jit
+
+    before = _jit.current_threads()
+    _jit.set_threads(1)
+    try:
+        with single_threaded_blas():
+            yield
+    finally:
+        _jit.set_threads(before)
+
+
+# ------------------------------------------------------------------------------------------------ choosing
+
+
+class Faster:
+    """Runs the faster of two variants of one computation, measured now and then on the machine as it is.
+
+    Threads pay off on idle cores, but on busy ones (a machine shared with other work) waking a second thread and
+    waiting for it can cost more than the work: measured on a shared 2-core machine, the 4096 × 512 Q8_0
+    matrix-vector product took several times longer threaded, and a 128 × 512 × 1536 SGEMM's median was 5× longer
+    on two OpenBLAS threads than on one. So a product bound once keeps both variants: every :attr:`PERIOD` calls
+    the next ``2 · PROBES`` alternate them, timed, and the one with the lower median runs until the next probe.
+
+    The variants must compute the same bits. Where that is not known by construction, pass ``out``: the first call
+    runs both on the same inputs and compares ``out``; if they differ, only ``first`` ever runs. (Our block
+    kernels compute each element with the same code either way; BLAS partitions its work by shape and thread count,
+    never by value, so one comparison per shape settles it.)
+
+    :param first: the default variant (threaded)
+    :param second: the alternative (one thread)
+    :param out: the array both write, to compare on the first call (None: identical by construction)
+    """
+
+    PERIOD: Final = 256
+    PROBES: Final = 3
+
+    __slots__ = ("_choice", "_fns", "_n", "_out", "_times")
+
+    def __init__(self, first: Callable[..., Any], second: Callable[..., Any], out: Any = None) -> None:
+        self._fns = (first, second)
+        self._choice: Callable[..., Any] | None = first
+        self._n = 0
+        self._out = out
+        self._times: tuple[list[float], list[float]] = ([], [])
+
+    def __call__(self, *args: Any) -> Any:
+        phase = self._n % self.PERIOD
+        self._n += 1
+        if phase >= 2 * self.PROBES or self._choice is None:
+            return (self._choice or self._fns[0])(*args)
+        if self._out is not None:
+            return self._compare(args)
+        which = phase & 1
+        t0 = time.perf_counter()
+        res = self._fns[which](*args)
+        self._times[which].append(time.perf_counter() - t0)
+        if phase == 2 * self.PROBES - 1:
+            a, b = (sorted(t)[len(t) // 2] for t in self._times)
+            self._choice = self._fns[0] if a <= b else self._fns[1]
+            self._times = ([], [])
+        return res
+
+    def _compare(self, args: tuple[Any, ...]) -> Any:
+        import numpy as np
+
+        self._fns[1](*args)
+        alt = np.array(self._out, copy=True)
+        res = self._fns[0](*args)  # the default runs last: its result is the one left in ``out``
+        if not np.array_equal(alt, self._out, equal_nan=True):
+            _LOG.info("ggml-cpu: threaded and one-thread results differ for a product here; keeping threads")
+            self._choice = None
+        self._out, self._n = None, 0  # no timing from this call (both ran cold): the probes start next
+        return res
 
 
 # ------------------------------------------------------------------------------------------------ setting

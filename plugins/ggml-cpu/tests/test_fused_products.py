@@ -19,6 +19,7 @@ from ggml_core.quants import quantize
 from ggml_cpu.kernels import qdot
 from ggml_cpu.kernels.matmul import bind_mul_mat
 from ggml_cpu.kernels.qdot import _jit, product
+from ggml_cpu.threads import Faster
 
 pytest.importorskip("numba")
 
@@ -146,9 +147,28 @@ def test_threaded_and_serial_kernels_give_the_same_bits(name: str) -> None:
     assert bound is not None
     qdot.set_threads(2)
     try:
-        for _ in range(2 * product._Faster.PROBES + 2):  # both variants probed, then the chosen one
+        for _ in range(2 * Faster.PROBES + 2):  # both variants probed, then the chosen one
             out.fill(np.nan)
             bound()
             assert np.array_equal(out, _separate(w, t, x)), name
     finally:
         qdot.set_threads(qdot.max_threads())
+
+
+def test_faster_never_switches_to_a_variant_with_other_bits() -> None:
+    out = np.zeros(3, np.float32)
+    calls = {"first": 0, "second": 0}
+
+    def first() -> None:
+        calls["first"] += 1
+        out[:] = 1.0
+
+    def second() -> None:
+        calls["second"] += 1
+        out[:] = np.nextafter(np.float32(1.0), np.float32(2.0))  # one ulp away: not the same bits
+
+    chooser = Faster(first, second, out)
+    for _ in range(3 * Faster.PERIOD):
+        chooser()
+        assert (out == 1.0).all()
+    assert calls["second"] == 1  # only the comparison on the first call

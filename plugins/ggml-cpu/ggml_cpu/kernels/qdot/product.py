@@ -16,7 +16,6 @@ dequantizers: slower, same numbers, same bounded memory.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Final
 
 import numpy as np
@@ -25,7 +24,7 @@ from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs, quantize_activations, quantize_activations_numpy
-from ggml_cpu.threads import current_threads, parallel_for, single_threaded_blas
+from ggml_cpu.threads import Faster, current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
@@ -148,43 +147,6 @@ def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.nd
     out[: r1 - r0] = rows
 
 
-class _Faster:
-    """Runs the faster of two variants that compute the same bits, measured now and then on this machine.
-
-    The threaded block kernel beats the serial one on idle cores, but waking a second thread costs more than it
-    gains when the cores are busy with other work (measured on a shared 2-core machine: the 4096 × 512 Q8_0
-    matrix-vector took several times longer threaded). Every :attr:`PERIOD` calls the next ``2 · PROBES`` alternate
-    the variants, timing each; the one with the lower median runs until the next probe. Both variants compute
-    every output element with the same instructions in the same order, so the choice never changes a result.
-    """
-
-    PERIOD: Final = 256
-    PROBES: Final = 3
-
-    __slots__ = ("_choice", "_fns", "_n", "_times")
-
-    def __init__(self, first: Any, second: Any) -> None:
-        self._fns = (first, second)
-        self._choice = first
-        self._n = 0
-        self._times: tuple[list[float], list[float]] = ([], [])
-
-    def __call__(self, *args: Any) -> int:
-        phase = self._n % self.PERIOD
-        self._n += 1
-        if phase >= 2 * self.PROBES:
-            return int(self._choice(*args))
-        which = phase & 1
-        t0 = time.perf_counter()
-        bad = int(self._fns[which](*args))
-        self._times[which].append(time.perf_counter() - t0)
-        if phase == 2 * self.PROBES - 1:
-            a, b = (sorted(t)[len(t) // 2] for t in self._times)
-            self._choice = self._fns[0] if a <= b else self._fns[1]
-            self._times = ([], [])
-        return bad
-
-
 class BlockProduct:
     """``out = x · dequant(W)ᵀ`` on fixed arrays by the block kernels, prepared once and run many times.
 
@@ -209,7 +171,7 @@ class BlockProduct:
         xs = np.zeros((n, nb), np.float32)  # Q8_1's s; unused by the other types
         parallel, self._serial = fns
         self._small = out.size * k < _SERIAL_WORK
-        self._faster = _Faster(parallel, self._serial)
+        self._faster = Faster(parallel, self._serial)
         self._x, self._dot, self._acts = x, dot, (xq, xd, xsum, xs)
         tail = (w, w.view(np.int8), xq, xd, xsum, xs, _F16, out)
         self._args = (x, True, *tail)
