@@ -290,11 +290,29 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
     if 4 * a.nelements <= _WHOLE_BYTES and (cache is None or not cache.eligible(a)):
         # small (a KV cache, a small matrix): one conversion and one batched product beat tiles per weight slice
 
-        def run_whole() -> None:
-            x = activations_as_dot_type(f32(b), wtype)
-            np.copyto(arr(node), matmul_4d(_float_rows_f32(arr(a), wtype), x))
+        # per weight slice (a head of a KV cache) one single-threaded product, on the workers or on the calling
+        # thread, whichever measures faster: the same slices either way, so the same bits for any thread count
+        a3, a2 = a.ne[3], a.ne[2]
+        r2, r3 = b.ne[2] // a2, b.ne[3] // a3
+        n_slices = a3 * a2
 
-        return _either_threading(run_whole, arr(node))
+        def whole(workers: int) -> None:
+            x = activations_as_dot_type(f32(b), wtype)
+            wf = _float_rows_f32(arr(a), wtype)
+            out = arr(node)
+
+            def work(first: int) -> None:
+                for i in range(first, n_slices, workers):
+                    i3, i2 = divmod(i, a2)
+                    o3, o2 = slice(i3 * r3, (i3 + 1) * r3), slice(i2 * r2, (i2 + 1) * r2)
+                    out[o3, o2] = matmul_4d(wf[i3 : i3 + 1, i2 : i2 + 1], x[o3, o2])
+
+            with single_threaded_blas():
+                parallel_for(work, workers)
+
+        if n_slices == 1:
+            return lambda: whole(1)
+        return Faster(lambda: whole(min(current_threads(), n_slices)), lambda: whole(1))
 
     def run() -> None:
         x = activations_as_dot_type(f32(b), wtype)
