@@ -201,35 +201,40 @@ class Faster:
     :param first: the default variant (threaded)
     :param second: the alternative (one thread)
     :param out: the array both write, to compare on the first call (None: identical by construction)
+    :param key: products with the same key (kind and shapes) share their measurements and choice
     """
 
     PERIOD: Final = 256
     PROBES: Final = 3
 
-    __slots__ = ("_choice", "_fns", "_n", "_out", "_times")
+    __slots__ = ("_fns", "_off", "_out", "_probe")
 
-    def __init__(self, first: Callable[..., Any], second: Callable[..., Any], out: Any = None) -> None:
+    def __init__(
+        self, first: Callable[..., Any], second: Callable[..., Any], out: Any = None, key: object = None
+    ) -> None:
         self._fns = (first, second)
-        self._choice: Callable[..., Any] | None = first
-        self._n = 0
         self._out = out
-        self._times: tuple[list[float], list[float]] = ([], [])
+        self._off = False
+        self._probe = _shared_probe(key) if key is not None else _Probe()
 
     def __call__(self, *args: Any) -> Any:
-        phase = self._n % self.PERIOD
-        self._n += 1
-        if phase >= 2 * self.PROBES or self._choice is None:
-            return (self._choice or self._fns[0])(*args)
+        if self._off:
+            return self._fns[0](*args)
         if self._out is not None:
             return self._compare(args)
+        p = self._probe
+        phase = p.n % self.PERIOD
+        p.n += 1
+        if phase >= 2 * self.PROBES:
+            return self._fns[p.pick](*args)
         which = phase & 1
         t0 = time.perf_counter()
         res = self._fns[which](*args)
-        self._times[which].append(time.perf_counter() - t0)
-        if phase == 2 * self.PROBES - 1:
-            a, b = (sorted(t)[len(t) // 2] for t in self._times)
-            self._choice = self._fns[0] if a <= b else self._fns[1]
-            self._times = ([], [])
+        p.times[which].append(time.perf_counter() - t0)
+        if phase == 2 * self.PROBES - 1 and all(p.times):
+            a, b = (sorted(t)[len(t) // 2] for t in p.times)
+            p.pick = 0 if a <= b else 1
+            p.times = ([], [])
         return res
 
     def _compare(self, args: tuple[Any, ...]) -> Any:
@@ -240,9 +245,30 @@ class Faster:
         res = self._fns[0](*args)  # the default runs last: its result is the one left in ``out``
         if not np.array_equal(alt, self._out, equal_nan=True):
             _LOG.info("ggml-cpu: threaded and one-thread results differ for a product here; keeping threads")
-            self._choice = None
-        self._out, self._n = None, 0  # no timing from this call (both ran cold): the probes start next
+            self._off = True
+        self._out = None
         return res
+
+
+class _Probe:
+    """The probe state of one :class:`Faster`, or shared by all of one ``key`` (products of one shape: the 16
+    attention projections of a prompt settle after one probe round instead of each probing on its own)."""
+
+    __slots__ = ("n", "pick", "times")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.pick = 0
+        self.times: tuple[list[float], list[float]] = ([], [])
+
+
+_probes: dict[object, _Probe] = {}
+
+
+def _shared_probe(key: object) -> _Probe:
+    if len(_probes) >= 4096:  # bounded: shapes of the models in use
+        _probes.clear()
+    return _probes.setdefault(key, _Probe())
 
 
 # ------------------------------------------------------------------------------------------------ setting

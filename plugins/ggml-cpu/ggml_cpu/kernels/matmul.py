@@ -203,14 +203,14 @@ def _weight_rows(w: np.ndarray, i3: int, i2: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ binders
 
 
-def _either_threading(run: Thunk, out: np.ndarray) -> Thunk:
+def _either_threading(run: Thunk, out: np.ndarray, key: object) -> Thunk:
     """``run`` as bound, or on one thread when that measures faster here and gives the same bits (see Faster)."""
 
     def one() -> None:
         with one_thread():
             run()
 
-    return Faster(run, one, out)
+    return Faster(run, one, out, key)
 
 
 def _mul_mat_ok(node: Tensor) -> bool:
@@ -233,7 +233,7 @@ def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
         def run() -> None:
             np.matmul(x, wt, out=out)
 
-        return _either_threading(run, out)
+        return _either_threading(run, out, ("f32", x.shape, wt.shape))
 
     def run_general() -> None:
         np.copyto(out, matmul_4d(w, f32(b)))
@@ -273,7 +273,7 @@ def _f32_tiles(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> Thunk:
         with single_threaded_blas():
             parallel_for(work, workers)
 
-    return Faster(threaded, serial)
+    return Faster(threaded, serial, key=("f32 tiles", x.shape, w.shape))
 
 
 def _float_rows_f32(rows: np.ndarray, wtype: GGMLType) -> np.ndarray:
@@ -312,7 +312,8 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
 
         if n_slices == 1:
             return lambda: whole(1)
-        return Faster(lambda: whole(min(current_threads(), n_slices)), lambda: whole(1))
+        key = ("half", tuple(a.ne), tuple(b.ne))
+        return Faster(lambda: whole(min(current_threads(), n_slices)), lambda: whole(1), key=key)
 
     def run() -> None:
         x = activations_as_dot_type(f32(b), wtype)
@@ -329,7 +330,7 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
                     np.matmul(xs, tile.T, out=target[:, r0 : r0 + step])
             done()
 
-    return _either_threading(run, arr(node))
+    return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 
 def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
@@ -382,7 +383,7 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
                 qdot.qmatmul(_weight_rows(w, i3, i2), wtype, xs, target)
             done()
 
-    return _either_threading(run, arr(node))
+    return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 
 def _cached_product(

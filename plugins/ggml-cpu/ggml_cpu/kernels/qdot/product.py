@@ -171,7 +171,7 @@ class BlockProduct:
         xs = np.zeros((n, nb), np.float32)  # Q8_1's s; unused by the other types
         parallel, self._serial = fns
         self._small = out.size * k < _SERIAL_WORK
-        self._faster = Faster(parallel, self._serial)
+        self._faster = Faster(parallel, self._serial, key=(wtype, w.shape, x.shape))
         self._x, self._dot, self._acts = x, dot, (xq, xd, xsum, xs)
         tail = (w, w.view(np.int8), xq, xd, xsum, xs, _F16, out)
         self._args = (x, True, *tail)
