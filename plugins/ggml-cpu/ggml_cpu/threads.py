@@ -99,7 +99,7 @@ def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:
 
 
 _blas: tuple[str, Callable[[int], None] | None] | None = None
-_blas_lock = threading.Lock()
+_blas_lock = threading.RLock()  # re-entrant: a one-thread run may contain single-threaded sections
 _blas_current: list[int | None] = [None]
 
 

@@ -127,8 +127,11 @@ def block_kernels_ready(wtype: GGMLType) -> bool:
 
 
 def tile_rows(k: int, m: int) -> int:
-    """Weight rows per dequantized tile for rows of ``k`` elements."""
-    return max(16, min(m, _TILE_BYTES // (4 * max(k, 1))))
+    """Weight rows per dequantized tile for rows of ``k`` elements: at most 4 MiB of float32, and at most a quarter
+    of the ``m`` rows (rounded up to 16), so that there are tiles to share among workers. Fixed by the shape alone,
+    never by the thread count: every tile is one single-threaded SGEMM, so the bits do not depend on threads."""
+    quarter = -(-(-(-m // 4)) // 16) * 16  # ⌈m/4⌉ rounded up to 16
+    return max(16, min(m, _TILE_BYTES // (4 * max(k, 1)), quarter))
 
 
 def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.ndarray, mins: np.ndarray) -> None:
@@ -225,9 +228,6 @@ def _tile_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) 
             if s is not None:
                 out[:, r0:r1] += s @ mins[: r1 - r0].T
 
-    if workers <= 1:
-        work(0)
-        return
     with single_threaded_blas():
         parallel_for(work, workers)
 
