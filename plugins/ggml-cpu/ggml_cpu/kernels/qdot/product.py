@@ -130,7 +130,7 @@ def tile_rows(k: int, m: int) -> int:
     """Weight rows per dequantized tile for rows of ``k`` elements: at most 4 MiB of float32, and at most a quarter
     of the ``m`` rows (rounded up to 16), so that there are tiles to share among workers. Fixed by the shape alone,
     never by the thread count: every tile is one single-threaded SGEMM, so the bits do not depend on threads."""
-    quarter = -(-(-(-m // 4)) // 16) * 16  # ⌈m/4⌉ rounded up to 16
+    quarter = (m + 63) // 64 * 16  # ⌈m/4⌉ rounded up to 16
     return max(16, min(m, _TILE_BYTES // (4 * max(k, 1)), quarter))
 
 
