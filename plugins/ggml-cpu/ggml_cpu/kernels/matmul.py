@@ -223,8 +223,6 @@ def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
     w, x, out = arr(a), f32(b) if b.type == GGMLType.F32 else None, arr(node)
     broadcast = a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]
     if x is not None and not broadcast and out.flags.c_contiguous:
-        if a.ne[2] == a.ne[3] == 1 and w[0, 0].flags.c_contiguous:
-            return _f32_tiles(w[0, 0], x[0, 0], out[0, 0])
         if a.ne[2] == a.ne[3] == 1:
             x, wt, out = x[0, 0], w[0, 0].T, out[0, 0]  # 2-D operands: numpy calls BLAS directly
         else:
@@ -239,41 +237,6 @@ def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
         np.copyto(out, matmul_4d(w, f32(b)))
 
     return run_general
-
-
-#: weight rows per tile of a 2-D f32 product: fixed, so that a result never depends on the thread count
-_F32_TILE_ROWS: Final = 256
-
-
-def _f32_tiles(w: np.ndarray, x: np.ndarray, out: np.ndarray) -> Thunk:
-    """``out = x · wᵀ`` (2-D, f32) as fixed tiles of weight rows, each one single-threaded BLAS call, shared out
-    among the plugin's workers (``parallel_for``) or run on the calling thread, whichever measures faster
-    (:class:`Faster`). The tiles are the same either way, so are the bits; and unlike one multi-threaded BLAS call,
-    the result does not depend on the thread count. On the shared 2-core machine a 512 × 1536 matrix-vector product
-    took 16 ms on two OpenBLAS threads and 0.09 ms on one."""
-    m = w.shape[0]
-    tiles = [(r0, min(m, r0 + _F32_TILE_ROWS)) for r0 in range(0, m, _F32_TILE_ROWS)]
-    parts = [(x, w[r0:r1].T, out[:, r0:r1]) for r0, r1 in tiles]
-
-    def serial() -> None:
-        with single_threaded_blas():
-            for xs, wt, o in parts:
-                np.matmul(xs, wt, out=o)
-
-    if len(parts) == 1:
-        return serial
-
-    def threaded() -> None:
-        workers = min(current_threads(), len(parts))
-
-        def work(first: int) -> None:
-            for xs, wt, o in parts[first::workers]:
-                np.matmul(xs, wt, out=o)
-
-        with single_threaded_blas():
-            parallel_for(work, workers)
-
-    return Faster(threaded, serial, key=("f32 tiles", x.shape, w.shape))
 
 
 def _float_rows_f32(rows: np.ndarray, wtype: GGMLType) -> np.ndarray:
