@@ -20,15 +20,18 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 __all__ = [
+    "Faster",
     "Threads",
     "blas_threads_control",
     "current_threads",
     "default_threads",
+    "one_thread",
     "parallel_for",
     "single_threaded_blas",
 ]
@@ -96,7 +99,7 @@ def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:
 
 
 _blas: tuple[str, Callable[[int], None] | None] | None = None
-_blas_lock = threading.Lock()
+_blas_lock = threading.RLock()  # re-entrant: a one-thread run may contain single-threaded sections
 _blas_current: list[int | None] = [None]
 
 
@@ -162,6 +165,110 @@ def parallel_for(fn: Callable[[int], None], n_tasks: int) -> None:
     finally:
         for f in futures:
             f.result()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Everything on the calling thread inside the block: numba's kernels, the worker pool's tasks, BLAS."""
+    from ggml_cpu.kernels.qdot import _jit
+
+    before = _jit.current_threads()
+    _jit.set_threads(1)
+    try:
+        with single_threaded_blas():
+            yield
+    finally:
+        _jit.set_threads(before)
+
+
+# ------------------------------------------------------------------------------------------------ choosing
+
+
+class Faster:
+    """Runs the faster of two variants of one computation, measured now and then on the machine as it is.
+
+    Threads pay off on idle cores, but on busy ones (a machine shared with other work) waking a second thread and
+    waiting for it can cost more than the work: measured on a shared 2-core machine, the 4096 × 512 Q8_0
+    matrix-vector product took several times longer threaded, and a 128 × 512 × 1536 SGEMM's median was 5× longer
+    on two OpenBLAS threads than on one. So a product bound once keeps both variants: every :attr:`PERIOD` calls
+    the next ``2 · PROBES`` alternate them, timed, and the one with the lower median runs until the next probe.
+
+    The variants must compute the same bits. Where that is not known by construction, pass ``out``: the first call
+    runs both on the same inputs and compares ``out``; if they differ, only ``first`` ever runs. (Our block
+    kernels compute each element with the same code either way; BLAS partitions its work by shape and thread count,
+    never by value, so one comparison per shape settles it.)
+
+    :param first: the default variant (threaded)
+    :param second: the alternative (one thread)
+    :param out: the array both write, to compare on the first call (None: identical by construction)
+    :param key: products with the same key (kind and shapes) share their measurements and choice
+    """
+
+    PERIOD: Final = 256
+    PROBES: Final = 3
+
+    __slots__ = ("_fns", "_off", "_out", "_probe")
+
+    def __init__(
+        self, first: Callable[..., Any], second: Callable[..., Any], out: Any = None, key: object = None
+    ) -> None:
+        self._fns = (first, second)
+        self._out = out
+        self._off = False
+        self._probe = _shared_probe(key) if key is not None else _Probe()
+
+    def __call__(self, *args: Any) -> Any:
+        if self._off:
+            return self._fns[0](*args)
+        if self._out is not None:
+            return self._compare(args)
+        p = self._probe
+        phase = p.n % self.PERIOD
+        p.n += 1
+        if phase >= 2 * self.PROBES:
+            return self._fns[p.pick](*args)
+        which = phase & 1
+        t0 = time.perf_counter()
+        res = self._fns[which](*args)
+        p.times[which].append(time.perf_counter() - t0)
+        if phase == 2 * self.PROBES - 1 and all(p.times):
+            a, b = (sorted(t)[len(t) // 2] for t in p.times)
+            p.pick = 0 if a <= b else 1
+            p.times = ([], [])
+        return res
+
+    def _compare(self, args: tuple[Any, ...]) -> Any:
+        import numpy as np
+
+        self._fns[1](*args)
+        alt = np.array(self._out, copy=True)
+        res = self._fns[0](*args)  # the default runs last: its result is the one left in ``out``
+        if not np.array_equal(alt, self._out, equal_nan=True):
+            _LOG.info("ggml-cpu: threaded and one-thread results differ for a product here; keeping threads")
+            self._off = True
+        self._out = None
+        return res
+
+
+class _Probe:
+    """The probe state of one :class:`Faster`, or shared by all of one ``key`` (products of one shape: the 16
+    attention projections of a prompt settle after one probe round instead of each probing on its own)."""
+
+    __slots__ = ("n", "pick", "times")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.pick = 0
+        self.times: tuple[list[float], list[float]] = ([], [])
+
+
+_probes: dict[object, _Probe] = {}
+
+
+def _shared_probe(key: object) -> _Probe:
+    if len(_probes) >= 4096:  # bounded: shapes of the models in use
+        _probes.clear()
+    return _probes.setdefault(key, _Probe())
 
 
 # ------------------------------------------------------------------------------------------------ setting

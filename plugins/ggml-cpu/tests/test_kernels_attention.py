@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from kernel_harness import CpuGraph, rng
 
+import ggml_core as gc
 from ggml_core import OpError, ops
 
 # ================================================================================================ SOFT_MAX
@@ -432,3 +433,26 @@ def test_diag_mask(n_past: int) -> None:
     g2 = CpuGraph()
     got_zero = g2.compute(ops.diag_mask_zero(g2.tensor(x), n_past))
     np.testing.assert_array_equal(got_zero[0], np.where(hidden, 0.0, x))
+
+
+def test_rope_nodes_sharing_a_setting_follow_their_own_positions() -> None:
+    """ROPE nodes of one setting share cos / sin tables per positions (a decode step): each node must still use
+    its own positions, also when they change between computes of the same plan."""
+    r = rng(5)
+    backend = gc.init_backend("CPU")
+    ctx = gc.Context("rope-memo")
+    x = ctx.new_tensor("f32", [32, 2, 3])
+    p1, p2 = ctx.new_tensor("i32", [3]), ctx.new_tensor("i32", [3])
+    outs = [ops.rope(x, p, 32, 0) for p in (p1, p2, p1)]
+    gc.alloc_ctx_tensors(ctx, backend)
+    gc.alloc_ctx_tensors(outs, backend)
+    xv = r.standard_normal((3, 2, 32)).astype(np.float32)
+    x.set_data(xv)
+    graph = gc.build_graph(outs)
+    for a, b in (([0, 1, 2], [5, 9, 40]), ([7, 8, 9], [0, 1, 2])):
+        p1.set_data(np.array(a, np.int32))
+        p2.set_data(np.array(b, np.int32))
+        backend.graph_compute(graph)
+        for out, pos in zip(outs, (a, b, a), strict=True):
+            ref = _rope_ref(xv[None], np.array(pos, np.int32), 32, False)
+            np.testing.assert_allclose(out.to_numpy(), ref, atol=2e-6)

@@ -9,6 +9,7 @@ ramp over the pair index, and ``mscale`` grows by ``0.1·ln(1/freq_scale)`` when
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -154,6 +155,27 @@ def _mrope_angles(
     return np.stack([table[w][:, i] for i, w in enumerate(which)], axis=1)
 
 
+#: the latest cos / sin tables per RoPE setting: ``key -> (positions' bytes, cos, sin)``. A decode step ropes Q and K
+#: of every layer at the same positions with the same setting, so one node computes the tables and the others
+#: reuse them (the same arrays: results are unchanged). Bounded: cleared past :data:`_ROPE_MEMO_LIMIT` settings.
+_ROPE_MEMO: dict[tuple[object, ...], tuple[bytes, np.ndarray, np.ndarray]] = {}
+_ROPE_MEMO_LIMIT = 64
+
+
+def _rope_tables(key: tuple[object, ...], pos: np.ndarray, compute: Callable[[], tuple[np.ndarray, np.ndarray]]
+                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """cos / sin for ``pos`` under the setting ``key``: the memo's when the positions match, else ``compute()``."""
+    raw = pos.tobytes()
+    hit = _ROPE_MEMO.get(key)
+    if hit is not None and hit[0] == raw:
+        return hit[1], hit[2]
+    cos, sin = compute()
+    if len(_ROPE_MEMO) >= _ROPE_MEMO_LIMIT:
+        _ROPE_MEMO.clear()
+    _ROPE_MEMO[key] = (raw, cos, sin)
+    return cos, sin
+
+
 def _rope_ok(node: Tensor) -> bool:
     a, p, ff = node.src[0], node.src[1], node.src[2]
     assert a is not None and p is not None
@@ -188,16 +210,24 @@ def _bind_rope(node: Tensor) -> Thunk:
     half = n_dims // 2
     n_pairs = a.ne[0] // 2 if vision else half
     lo, hi = n_offs, n_offs + n_dims
+    # the tables depend on the positions and these settings only (not on freq factors, which are data)
+    memo_key = (n_pairs, float(theta_scale), freq_scale, ext_factor, attn_factor, corr)
 
-    def run() -> None:
-        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
-        pos = arr(p).reshape(-1)
+    def tables(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if mode & ROPE_MROPE:
             angles = _mrope_angles(pos, a.ne[2], n_pairs, theta_scale, sections, mode)
         else:
             angles = theta_powers(pos[: a.ne[2]], n_pairs, theta_scale)
         factors = None if ff is None else f32(ff).reshape(-1)
-        cos, sin = rope_cos_sin(angles, freq_scale, ext_factor, attn_factor, corr, factors)
+        return rope_cos_sin(angles, freq_scale, ext_factor, attn_factor, corr, factors)
+
+    def run() -> None:
+        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
+        pos = arr(p).reshape(-1)
+        if mode & ROPE_MROPE or ff is not None:
+            cos, sin = tables(pos)
+        else:
+            cos, sin = _rope_tables(memo_key, pos[: a.ne[2]], lambda: tables(pos))
         c, s = cos[None, :, None, :], sin[None, :, None, :]
         y = np.array(x, dtype=np.float32)
         if mode == ROPE_NORMAL:  # adjacent pairs (x[2i], x[2i+1])

@@ -28,6 +28,7 @@ from ggml_core.quants import can_dequantize, dequantize, quantize
 from ggml_cpu.kernels import qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
 from ggml_cpu.kernels.qdot.halves import f16_to_f32
+from ggml_cpu.threads import Faster, current_threads, one_thread, parallel_for, single_threaded_blas
 
 __all__ = [
     "VEC_DOT_TYPE",
@@ -202,6 +203,16 @@ def _weight_rows(w: np.ndarray, i3: int, i2: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ binders
 
 
+def _either_threading(run: Thunk, out: np.ndarray, key: object) -> Thunk:
+    """``run`` as bound, or on one thread when that measures faster here and gives the same bits (see Faster)."""
+
+    def one() -> None:
+        with one_thread():
+            run()
+
+    return Faster(run, one, out, key)
+
+
 def _mul_mat_ok(node: Tensor) -> bool:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
@@ -220,7 +231,7 @@ def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
         def run() -> None:
             np.matmul(x, wt, out=out)
 
-        return run
+        return _either_threading(run, out, ("f32", x.shape, wt.shape))
 
     def run_general() -> None:
         np.copyto(out, matmul_4d(w, f32(b)))
@@ -242,11 +253,30 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
     if 4 * a.nelements <= _WHOLE_BYTES and (cache is None or not cache.eligible(a)):
         # small (a KV cache, a small matrix): one conversion and one batched product beat tiles per weight slice
 
-        def run_whole() -> None:
-            x = activations_as_dot_type(f32(b), wtype)
-            np.copyto(arr(node), matmul_4d(_float_rows_f32(arr(a), wtype), x))
+        # per weight slice (a head of a KV cache) one single-threaded product, on the workers or on the calling
+        # thread, whichever measures faster: the same slices either way, so the same bits for any thread count
+        a3, a2 = a.ne[3], a.ne[2]
+        r2, r3 = b.ne[2] // a2, b.ne[3] // a3
+        n_slices = a3 * a2
 
-        return run_whole
+        def whole(workers: int) -> None:
+            x = activations_as_dot_type(f32(b), wtype)
+            wf = _float_rows_f32(arr(a), wtype)
+            out = arr(node)
+
+            def work(first: int) -> None:
+                for i in range(first, n_slices, workers):
+                    i3, i2 = divmod(i, a2)
+                    o3, o2 = slice(i3 * r3, (i3 + 1) * r3), slice(i2 * r2, (i2 + 1) * r2)
+                    out[o3, o2] = matmul_4d(wf[i3 : i3 + 1, i2 : i2 + 1], x[o3, o2])
+
+            with single_threaded_blas():
+                parallel_for(work, workers)
+
+        if n_slices == 1:
+            return lambda: whole(1)
+        key = ("half", tuple(a.ne), tuple(b.ne))
+        return Faster(lambda: whole(min(current_threads(), n_slices)), lambda: whole(1), key=key)
 
     def run() -> None:
         x = activations_as_dot_type(f32(b), wtype)
@@ -263,6 +293,33 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
                     np.matmul(xs, tile.T, out=target[:, r0 : r0 + step])
             done()
 
+    return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
+
+
+def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
+    """The decode route, fully resolved: one prepared :class:`qdot.BlockProduct` per weight slice (None: not
+    applicable — too many rows, no block kernels, or operands whose slices are not plain views of their memory)."""
+    n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+    if b.type != GGMLType.F32 or a.type not in qdot.BLOCK_KERNEL_TYPES or n_rows > qdot.vec_rows_limit():
+        return None
+    w, x, out = arr(a), arr(b), arr(node)
+    products = []
+    for i3, i2, xs, os_ in _groups(a, b, x, out):
+        rows = w[i3, i2]
+        views = ((rows, w), (xs, x), (os_, out))
+        if not all(v.flags.c_contiguous and v.ndim == 2 and np.may_share_memory(v, base) for v, base in views):
+            return None  # a copy made now would not see later writes
+        product = qdot.block_product(rows, a.type, xs, os_)
+        if product is None:
+            return None
+        products.append(product)
+    if len(products) == 1:
+        return products[0]
+
+    def run() -> None:
+        for product in products:
+            product()
+
     return run
 
 
@@ -271,6 +328,9 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
     m = a.ne[1]
     if not can_dequantize(wtype):
         return lambda: np.copyto(arr(node), mul_mat_reference(a, b))
+    fast = _bind_block_products(a, b, node)
+    if fast is not None:
+        return fast
 
     def run() -> None:
         x = f32(b)
@@ -286,7 +346,7 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
                 qdot.qmatmul(_weight_rows(w, i3, i2), wtype, xs, target)
             done()
 
-    return run
+    return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 
 def _cached_product(

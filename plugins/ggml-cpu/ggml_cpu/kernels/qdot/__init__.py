@@ -16,7 +16,9 @@ from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations, quant
 from ggml_cpu.kernels.qdot.product import (
     BLOCK_KERNEL_TYPES,
     DOT_TYPE,
+    BlockProduct,
     block_kernels_ready,
+    block_product,
     dequantize_rows,
     qmatmul,
     tile_rows,
@@ -26,8 +28,10 @@ from ggml_cpu.kernels.qdot.product import (
 __all__ = [
     "BLOCK_KERNEL_TYPES",
     "DOT_TYPE",
+    "BlockProduct",
     "QActs",
     "block_kernels_ready",
+    "block_product",
     "cache_dir",
     "compile_seconds",
     "dequantize_rows",

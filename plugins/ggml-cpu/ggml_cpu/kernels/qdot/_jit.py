@@ -281,12 +281,14 @@ class KernelSpec:
         self.name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
 
 
-def spec_pair(fn: Callable[..., Any], signature: str, name: str) -> tuple[KernelSpec, KernelSpec]:
+def spec_pair(
+    fn: Callable[..., Any], signature: str, name: str, readonly: tuple[int, ...] = (0, 1)
+) -> tuple[KernelSpec, KernelSpec]:
     """A block kernel's two compiled variants: threads over the weight rows (``name``), and one thread for small
-    products (``name + "_serial"``); the weights and their int8 view (arguments 0, 1) may be read-only."""
+    products (``name + "_serial"``); the arguments at ``readonly`` (the weights, their int8 view) may be read-only."""
     return (
-        KernelSpec(fn, signature, parallel=True, readonly=(0, 1), name=name),
-        KernelSpec(fn, signature, readonly=(0, 1), name=f"{name}_serial"),
+        KernelSpec(fn, signature, parallel=True, readonly=readonly, name=name),
+        KernelSpec(fn, signature, readonly=readonly, name=f"{name}_serial"),
     )
 
 

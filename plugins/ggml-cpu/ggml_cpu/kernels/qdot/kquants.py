@@ -20,10 +20,11 @@ import numpy as np
 
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_K, quantize_into
 from ggml_cpu.kernels.qdot._blocks import f16_at
 from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot._simd import dot_q4_k, dot_q4_k_4, dot_q5_k, dot_q5_k_4, dot_q6_k, dot_q6_k_4
-from ggml_cpu.kernels.qdot.legacy import SIGNATURE
+from ggml_cpu.kernels.qdot.legacy import READONLY, SIGNATURE
 
 __all__ = ["SPECS"]
 
@@ -61,10 +62,14 @@ def _term(kind: int, isum: int, summ: int, d: float, dmin: float, dx: float) -> 
     return (dx * d) * np.float32(isum) - (dx * dmin) * np.float32(summ)
 
 
-def _kernel(kind: int) -> Callable[..., None]:
+def _kernel(kind: int) -> Callable[..., int]:
     """The kernel for one weight type: ``kind`` is a constant of the closure, so numba folds every branch on it."""
 
+    dot = DOT_Q8_K
+
     def kernel(
+        x: np.ndarray,
+        quant: bool,
         w: np.ndarray,
         wi: np.ndarray,
         xq: np.ndarray,
@@ -73,7 +78,11 @@ def _kernel(kind: int) -> Callable[..., None]:
         xs: np.ndarray,
         lut: np.ndarray,
         out: np.ndarray,
-    ) -> None:  # pragma: no cover - compiled
+    ) -> int:  # pragma: no cover - compiled
+        if quant:
+            bad = quantize_into(dot, x, xq, xd, xsum, xs, lut)
+            if bad:
+                return bad
         n_act, k = xq.shape
         nb = k // 256
         size = 144 if kind == _Q4_K else 176 if kind == _Q5_K else 210
@@ -105,13 +114,14 @@ def _kernel(kind: int) -> Callable[..., None]:
                     isum, summ = _sums1(kind, row, o, xq, n, b * 256, xsum, b * 16)
                     acc += _term(kind, isum, summ, d, dmin, xd[n, b])
                 out[n, m] = acc
+        return 0
 
     return kernel
 
 
 #: compiled-kernel specs per weight type: (threads over the weight rows, one thread for small products)
 SPECS: Final = {
-    GGMLType.Q4_K: _jit.spec_pair(_kernel(_Q4_K), SIGNATURE, "_dot_q4_k"),
-    GGMLType.Q5_K: _jit.spec_pair(_kernel(_Q5_K), SIGNATURE, "_dot_q5_k"),
-    GGMLType.Q6_K: _jit.spec_pair(_kernel(_Q6_K), SIGNATURE, "_dot_q6_k"),
+    GGMLType.Q4_K: _jit.spec_pair(_kernel(_Q4_K), SIGNATURE, "_dot_q4_k", READONLY),
+    GGMLType.Q5_K: _jit.spec_pair(_kernel(_Q5_K), SIGNATURE, "_dot_q5_k", READONLY),
+    GGMLType.Q6_K: _jit.spec_pair(_kernel(_Q6_K), SIGNATURE, "_dot_q6_k", READONLY),
 }

@@ -13,9 +13,15 @@ different order: the results differ by float rounding). Activation rows are take
 unpacked once for four dot products; the loop over weight rows runs in parallel. One kernel source serves the five
 types (``kind``, a constant when each is compiled).
 
-Signature :data:`SIGNATURE`: ``w`` the weight rows (M, row bytes) C-contiguous (``wi``: the same memory
-as int8), the activations ``xq`` (N, K) int8, ``xd`` their scales (N, K/32, f16-rounded), ``xsum`` their per-block
-sums, ``xs`` Q8_1's ``s`` (any (N, K/32) array for the other types), ``lut`` the f16 → f32 table, ``out`` (N, M).
+Activation quantization is fused in: with ``quant`` set, the kernel first quantizes the float32 rows ``x`` into
+``xq``/``xd``/``xsum``/``xs`` (:func:`._act_kernels.quantize_into`, bit for bit as
+:func:`.activations.quantize_activations`) and returns the number of non-finite inputs without computing when there
+are any (the caller then quantizes with numpy and calls again with ``quant`` off); otherwise it returns 0.
+
+Signature :data:`SIGNATURE`: ``x`` float32 (N, K), ``quant``, ``w`` the weight rows (M, row bytes) C-contiguous
+(``wi``: the same memory as int8), the activations ``xq`` (N, K) int8, ``xd`` their scales (N, K/32,
+f16-rounded), ``xsum`` their per-block sums, ``xs`` Q8_1's ``s`` (any (N, K/32) array for the other types),
+``lut`` the f16 → f32 table, ``out`` (N, M).
 """
 
 from __future__ import annotations
@@ -27,14 +33,17 @@ import numpy as np
 
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit, _simd
+from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_1, quantize_into
 from ggml_cpu.kernels.qdot._jit import inline, prange
 
-__all__ = ["SIGNATURE", "SPECS"]
+__all__ = ["READONLY", "SIGNATURE", "SPECS"]
 
 SIGNATURE: Final = (
-    "void(uint8[:, ::1], int8[:, ::1], int8[:, ::1], float32[:, ::1], int32[:, ::1], float32[:, ::1], float32[::1],"
-    " float32[:, ::1])"
+    "int64(float32[:, ::1], boolean, uint8[:, ::1], int8[:, ::1], int8[:, ::1], float32[:, ::1], int32[:, ::1],"
+    " float32[:, ::1], float32[::1], float32[:, ::1])"
 )
+#: the arguments that may be read-only arrays: the activations, the weights and their int8 view
+READONLY: Final = (0, 2, 3)
 
 _Q4_0, _Q4_1, _Q5_0, _Q5_1, _Q8_0 = 0, 1, 2, 3, 4
 
@@ -77,10 +86,14 @@ def _row1(
     return _Q8_0_1(row, xq, n, xd, xs, lut, nb)
 
 
-def _kernel(kind: int) -> Callable[..., None]:
+def _kernel(kind: int) -> Callable[..., int]:
     """The kernel for one weight type: ``kind`` is a constant of the closure, so numba folds every branch on it."""
 
+    dot = DOT_Q8_1 if kind in (_Q4_1, _Q5_1) else DOT_Q8_0
+
     def kernel(
+        x: np.ndarray,
+        quant: bool,
         w: np.ndarray,
         wi: np.ndarray,
         xq: np.ndarray,
@@ -89,7 +102,11 @@ def _kernel(kind: int) -> Callable[..., None]:
         xs: np.ndarray,
         lut: np.ndarray,
         out: np.ndarray,
-    ) -> None:  # pragma: no cover - compiled
+    ) -> int:  # pragma: no cover - compiled
+        if quant:
+            bad = quantize_into(dot, x, xq, xd, xsum, xs, lut)
+            if bad:
+                return bad
         n_act, k = xq.shape
         nb = k // 32
         n4 = n_act - n_act % 4
@@ -103,15 +120,16 @@ def _kernel(kind: int) -> Callable[..., None]:
                 out[n0 + 3, m] = a3
             for n in range(n4, n_act):
                 out[n, m] = _row1(kind, row, xq, n, xd, xs, lut, nb)
+        return 0
 
     return kernel
 
 
 #: compiled-kernel specs per weight type: (threads over the weight rows, one thread for small products)
 SPECS: Final = {
-    GGMLType.Q4_0: _jit.spec_pair(_kernel(_Q4_0), SIGNATURE, "_dot_q4_0"),
-    GGMLType.Q4_1: _jit.spec_pair(_kernel(_Q4_1), SIGNATURE, "_dot_q4_1"),
-    GGMLType.Q5_0: _jit.spec_pair(_kernel(_Q5_0), SIGNATURE, "_dot_q5_0"),
-    GGMLType.Q5_1: _jit.spec_pair(_kernel(_Q5_1), SIGNATURE, "_dot_q5_1"),
-    GGMLType.Q8_0: _jit.spec_pair(_kernel(_Q8_0), SIGNATURE, "_dot_q8_0"),
+    GGMLType.Q4_0: _jit.spec_pair(_kernel(_Q4_0), SIGNATURE, "_dot_q4_0", READONLY),
+    GGMLType.Q4_1: _jit.spec_pair(_kernel(_Q4_1), SIGNATURE, "_dot_q4_1", READONLY),
+    GGMLType.Q5_0: _jit.spec_pair(_kernel(_Q5_0), SIGNATURE, "_dot_q5_0", READONLY),
+    GGMLType.Q5_1: _jit.spec_pair(_kernel(_Q5_1), SIGNATURE, "_dot_q5_1", READONLY),
+    GGMLType.Q8_0: _jit.spec_pair(_kernel(_Q8_0), SIGNATURE, "_dot_q8_0", READONLY),
 }

@@ -23,13 +23,15 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations
-from ggml_cpu.threads import current_threads, parallel_for, single_threaded_blas
+from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs, quantize_activations, quantize_activations_numpy
+from ggml_cpu.threads import Faster, current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
     "DOT_TYPE",
+    "BlockProduct",
     "block_kernels_ready",
+    "block_product",
     "dequantize_rows",
     "qmatmul",
     "tile_rows",
@@ -125,8 +127,11 @@ def block_kernels_ready(wtype: GGMLType) -> bool:
 
 
 def tile_rows(k: int, m: int) -> int:
-    """Weight rows per dequantized tile for rows of ``k`` elements."""
-    return max(16, min(m, _TILE_BYTES // (4 * max(k, 1))))
+    """Weight rows per dequantized tile for rows of ``k`` elements: at most 4 MiB of float32, and at most a quarter
+    of the ``m`` rows (rounded up to 16), so that there are tiles to share among workers. Fixed by the shape alone,
+    never by the thread count: every tile is one single-threaded SGEMM, so the bits do not depend on threads."""
+    quarter = (m + 63) // 64 * 16  # ⌈m/4⌉ rounded up to 16
+    return max(16, min(m, _TILE_BYTES // (4 * max(k, 1)), quarter))
 
 
 def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.ndarray, mins: np.ndarray) -> None:
@@ -145,15 +150,64 @@ def dequantize_rows(w: np.ndarray, wtype: GGMLType, r0: int, r1: int, out: np.nd
     out[: r1 - r0] = rows
 
 
-def _block_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> bool:
+class BlockProduct:
+    """``out = x · dequant(W)ᵀ`` on fixed arrays by the block kernels, prepared once and run many times.
+
+    Everything is resolved here — the compiled kernels, the activation-quantization buffers, the argument tuples —
+    so a call is one call into compiled code that quantizes the rows of ``x`` (fused, bit for bit as
+    :func:`.activations.quantize_activations`) and runs the block dot products: no allocation, no Python per
+    block. A MUL_MAT node binds one per weight slice (``ggml_cpu.kernels.matmul``); :func:`qmatmul` makes one per
+    call. Rows holding NaN or infinity are quantized by the numpy reference instead (the kernel reports them).
+
+    Build with :func:`block_product`; ``x`` and ``out`` are read and written in place on every call.
+    """
+
+    __slots__ = ("_acts", "_args", "_dot", "_faster", "_pre", "_serial", "_small", "_x")
+
+    def __init__(self, fns: tuple[Any, Any], w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
+        n, k = x.shape
+        dot = DOT_TYPE[wtype]
+        nb = k // DOT_TYPES[dot]
+        xq = np.empty((n, k), np.int8)
+        xd = np.empty((n, nb), np.float32)
+        xsum = np.empty((n, k // 16 if dot == GGMLType.Q8_K else k // 32), np.int32)
+        xs = np.zeros((n, nb), np.float32)  # Q8_1's s; unused by the other types
+        parallel, self._serial = fns
+        self._small = out.size * k < _SERIAL_WORK
+        self._faster = Faster(parallel, self._serial, key=(wtype, w.shape, x.shape))
+        self._x, self._dot, self._acts = x, dot, (xq, xd, xsum, xs)
+        tail = (w, w.view(np.int8), xq, xd, xsum, xs, _F16, out)
+        self._args = (x, True, *tail)
+        self._pre = (x, False, *tail)
+
+    def __call__(self) -> None:
+        fn = self._serial if self._small or _jit.current_threads() == 1 else self._faster
+        if fn(*self._args):  # non-finite activations: the numpy quantizer defines their bytes
+            acts = quantize_activations_numpy(self._x, self._dot)
+            xq, xd, xsum, xs = self._acts
+            xq[...], xd[...], xsum[...] = acts.q, acts.d, acts.sums
+            if acts.s.size:
+                xs[...] = acts.s
+            fn(*self._pre)
+
+
+def block_product(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> BlockProduct | None:
+    """A :class:`BlockProduct` for these arrays, or None when ``wtype`` has no compiled block kernels here.
+
+    :param w: the weight rows, uint8 ``(M, row_bytes)`` C-contiguous (may be read-only)
+    :param x: float32 activations ``(N, K)`` C-contiguous (may be read-only)
+    :param out: float32 ``(N, M)`` C-contiguous
+    """
+    _check(w, wtype, x, out)
+    if wtype not in BLOCK_KERNEL_TYPES or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    if out.dtype != np.float32 or not out.flags.c_contiguous or not w.flags.c_contiguous:
+        return None
     specs = _kernels()[0].get(wtype)
-    small = out.size * acts.q.shape[1] < _SERIAL_WORK or current_threads() == 1
-    fn = _jit.get(specs[1 if small else 0]) if specs is not None else None
-    if fn is None:
-        return False
-    xs = acts.s.reshape(acts.d.shape) if acts.s.size else acts.d
-    fn(w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, _F16, out)
-    return True
+    fns = tuple(_jit.get(spec) for spec in specs) if specs is not None else ()
+    if len(fns) != 2 or fns[0] is None or fns[1] is None:
+        return None
+    return BlockProduct((fns[0], fns[1]), w, wtype, x, out)
 
 
 def _tile_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) -> None:
@@ -174,9 +228,6 @@ def _tile_product(w: np.ndarray, wtype: GGMLType, acts: QActs, out: np.ndarray) 
             if s is not None:
                 out[:, r0:r1] += s @ mins[: r1 - r0].T
 
-    if workers <= 1:
-        work(0)
-        return
     with single_threaded_blas():
         parallel_for(work, workers)
 
@@ -190,15 +241,22 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     :param out: float32 ``(N, M)`` C-contiguous, written
     :param route: ``"auto"``, ``"block"`` (block kernels, when compiled) or ``"tile"``
     """
-    n, k = x.shape
+    n = x.shape[0]
     if n == 0 or out.size == 0:
         return
+    _check(w, wtype, x, out)
+    use_block = route == "block" or (route == "auto" and n <= vec_rows_limit())
+    if use_block:
+        product = block_product(w, wtype, np.ascontiguousarray(x, dtype=np.float32), out)
+        if product is not None:
+            product()
+            return
+    _tile_product(w, wtype, quantize_activations(x, DOT_TYPE[wtype]), out)
+
+
+def _check(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
+    n, k = x.shape
     if k % wtype.block_size or w.shape[1] != k // wtype.block_size * wtype.type_size or out.shape != (n, w.shape[0]):
         raise ValueError(f"qmatmul: weights {w.shape} of {wtype.name}, activations {x.shape}, out {out.shape} disagree")
     if not can_dequantize(wtype) or wtype not in DOT_TYPE:
         raise ValueError(f"qmatmul: no dot product for {wtype.name} weights")
-    acts = quantize_activations(x, DOT_TYPE[wtype])
-    use_block = route == "block" or (route == "auto" and n <= vec_rows_limit())
-    if use_block and wtype in BLOCK_KERNEL_TYPES and _block_product(w, wtype, acts, out):
-        return
-    _tile_product(w, wtype, acts, out)
