@@ -54,7 +54,7 @@ def _ours(model: Path) -> dict[str, float]:
 def _llama_cpp(model: Path) -> float:
     from ggml_core.testing.llama_cpp import LlamaCpp
 
-    lc = LlamaCpp(model, threads=os.cpu_count() or 2, kv_type="f16")
+    lc = LlamaCpp(model, threads=os.cpu_count() or 2, kv_type="f16", passive_wait=False)
     ids = lc.tokenize(PROMPT)
     t0 = time.perf_counter()
     lc.generate(ids, 1)
