@@ -37,8 +37,21 @@ def _tiny(tmp_path: Path, wtype: str = "f32") -> tuple[Path, dict[str, np.ndarra
     return write_model(tmp_path / f"tiny-{wtype}.gguf", CFG, w, wtype), w
 
 
-def test_default_model_runs_on_every_device(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_default_model_is_placed_like_any_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """llama.cpp's default device list (GPUs and RPC devices; the CPU is the host): CPU-backed devices such as PoCL
+    or lavapipe are not used unless named, so on a machine without a GPU everything runs on the CPU plugin."""
+    from ggml_core.models.placement import default_devices
+
     info = _json(capsys, "run", "--json", "--temp", "0", "-n", "5", "--ignore-eos")
+    names = {d["name"] for d in info["devices"] if d["layers"]}
+    offload = {d.name for d in default_devices()}
+    assert names <= offload | {"CPU"} and (names == {"CPU"}) == (not offload)
+    assert sum(d["layers"] for d in info["devices"]) == 4
+
+
+def test_default_model_runs_on_every_device_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    every = ",".join(d.name for d in get_registry().devices())
+    info = _json(capsys, "run", "--json", "--temp", "0", "-n", "5", "--ignore-eos", "--device", every)
     assert info["default_model"] and Path(info["model"]).parent == tmp_path / "cache"
     for key in ("prompt_tokens_per_s", "gen_tokens_per_s", "n_splits", "devices", "tokens"):
         assert key in info

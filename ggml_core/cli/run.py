@@ -72,7 +72,7 @@ def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
     p = sub.add_parser(
         name,
-        help="run a GGUF model (no file: the embedded default model on every device)",
+        help="run a GGUF model (no file: the embedded default model)",
         description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -102,18 +102,14 @@ def add_parser(sub: Any, name: str) -> None:
 
 
 def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: bool) -> Any:
-    """ModelParams from the shared flags; the default model spreads over every device unless told otherwise."""
-    from ggml_core.backend.registry import get_registry
+    """ModelParams from the shared flags. The embedded default model is placed like any model (llama.cpp's default
+    device list: GPUs and RPC devices, the CPU as the host); ``--device A,B`` spreads it over devices by name."""
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import ModelParams, PlacementRequest
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
     extras = placement_extras(args)
     devices, split = args.device, args.tensor_split
-    if default_model and devices is None:
-        devices = [d.name for d in get_registry().devices()]
-        if split is None and args.split_mode == "layer":
-            split = [1.0] * len(devices)
     req = PlacementRequest(
         devices=devices,
         n_gpu_layers=args.n_gpu_layers,
