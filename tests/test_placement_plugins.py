@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_plugin_install import EXAMPLE, _pip_install
+from test_plugin_install import EXAMPLE, _pip_install, plugin_package
 from tiny_models import TinyConfig, random_weights, write_model
 
 from ggml_core.models import scheduler_available
@@ -29,28 +29,9 @@ TOKENS = "1,5,9,3,7,2"
 
 
 def _tiny_package(where: Path) -> Path:
-    pkg = where / "ggml-tiny3"
-    (pkg / "ggml_tiny3").mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(
-        textwrap.dedent(
-            """
-            [build-system]
-            requires = ["setuptools>=68"]
-            build-backend = "setuptools.build_meta"
-
-            [project]
-            name = "ggml-tiny3"
-            version = "0.0.1"
-
-            [project.entry-points."ggml.backends"]
-            tiny3 = "ggml_tiny3"
-
-            [tool.setuptools]
-            packages = ["ggml_tiny3"]
-            """
-        )
-    )
-    (pkg / "ggml_tiny3" / "__init__.py").write_text(
+    return plugin_package(
+        where,
+        "tiny3",
         textwrap.dedent(
             '''
             """A 3-op device (ADD, MUL, SCALE in f32) that declines every other op, NONE and views included."""
@@ -77,9 +58,8 @@ def _tiny_package(where: Path) -> Path:
             def ggml_register_backends(register):
                 register(BackendReg("Tiny", [TinyDevice()], description="a 3-op device"))
             '''
-        )
+        ),
     )
-    return pkg
 
 
 @pytest.fixture(scope="module")

@@ -26,30 +26,35 @@ def _pip_install(target: Path, *packages: Path) -> None:
         pytest.fail(f"pip install failed:\n{proc.stdout}\n{proc.stderr}")
 
 
-def _broken_package(where: Path) -> Path:
-    pkg = where / "ggml-broken"
-    (pkg / "ggml_broken").mkdir(parents=True)
+def plugin_package(where: Path, name: str, init_source: str) -> Path:
+    """A one-module plugin source tree ``ggml-NAME`` (entry point ``NAME`` in ``ggml.backends``) for pip to install."""
+    pkg = where / f"ggml-{name}"
+    (pkg / f"ggml_{name}").mkdir(parents=True)
     (pkg / "pyproject.toml").write_text(
         textwrap.dedent(
-            """
+            f"""
             [build-system]
             requires = ["setuptools>=68"]
             build-backend = "setuptools.build_meta"
 
             [project]
-            name = "ggml-broken"
+            name = "ggml-{name}"
             version = "0.0.1"
 
             [project.entry-points."ggml.backends"]
-            broken = "ggml_broken"
+            {name} = "ggml_{name}"
 
             [tool.setuptools]
-            packages = ["ggml_broken"]
+            packages = ["ggml_{name}"]
             """
         )
     )
-    (pkg / "ggml_broken" / "__init__.py").write_text('raise ImportError("libbroken.so.1: cannot open shared object")\n')
+    (pkg / f"ggml_{name}" / "__init__.py").write_text(init_source)
     return pkg
+
+
+def _broken_package(where: Path) -> Path:
+    return plugin_package(where, "broken", 'raise ImportError("libbroken.so.1: cannot open shared object")\n')
 
 
 @pytest.fixture(scope="module")
