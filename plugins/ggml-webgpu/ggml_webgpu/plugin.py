@@ -53,6 +53,7 @@ from ggml_webgpu._buffers import (
 from ggml_webgpu._dispatch import Dispatch, Limits
 from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
 from ggml_webgpu._sync import WorkDone, WorkDoneToken
+from ggml_webgpu.ops_rows import bind_norm_mul, fusable_norm_mul
 
 
 def _runtime_dir() -> None:
@@ -256,6 +257,10 @@ class WebGPUBackend(Backend):
         self._checked_nodes: dict[int, Tensor] = {}
         self._next_code = 0
         self._check_errors = False
+        #: fuse NORM/RMS_NORM/L2_NORM with the MUL consuming it into one dispatch (``GGML_WEBGPU_FUSION=0``: off)
+        self.fusion = os.environ.get("GGML_WEBGPU_FUSION", "1").strip() != "0"
+        #: norm + MUL pairs fused by the plans made so far
+        self.fused = 0
         self._dummy = self.gpu.create_buffer(size=16, usage=storage_usage())
         self.err_buf = self.gpu.create_buffer(size=16, usage=storage_usage())
 
@@ -319,13 +324,22 @@ class WebGPUBackend(Backend):
             return cached
         n_codes = self._next_code
         work: list[tuple[Tensor, Dispatch]] = []
-        for node in graph.nodes:
-            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
-                continue
+        nodes = [n for n in graph.nodes
+                 if not (n.is_view_op or n.op == GGMLOp.NONE or n.is_empty or not n.flags & TensorFlag.COMPUTE)]
+        i = 0
+        while i < len(nodes):
+            node = nodes[i]
+            nxt = nodes[i + 1] if i + 1 < len(nodes) else None
             try:
+                if self.fusion and nxt is not None and fusable_norm_mul(self.limits, node, nxt, graph.use_counts):
+                    work += [(nxt, d) for d in bind_norm_mul(self, node, nxt)]  # one dispatch for both
+                    self.fused += 1
+                    i += 2
+                    continue
                 work += [(node, d) for d in _dispatch.bind(self, node)]
             except (NotImplementedError, TensorError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
+            i += 1
         params = self.gpu.create_buffer(size=max(1, len(work)) * PARAM_BYTES, usage=usage("UNIFORM", "COPY_DST"))
         host = np.zeros((max(1, len(work)), N_WORDS), dtype=np.uint32)
         steps = []
