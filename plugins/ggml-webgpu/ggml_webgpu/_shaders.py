@@ -10,7 +10,9 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
-__all__ = ["FAMILIES", "N_WORDS", "OP_WORD", "PARAM_BYTES", "SLOT_BINDINGS", "family_source"]
+from ggml_webgpu._f16 import native_source
+
+__all__ = ["FAMILIES", "N_WORDS", "OP_WORD", "PARAM_BYTES", "SLOT_BINDINGS", "common_source", "family_source"]
 
 #: u32 words of one dispatch's uniform parameters (6 tensor descriptors of 9 words, then the op's words)
 N_WORDS: Final = 128
@@ -85,10 +87,16 @@ def _read(name: str) -> str:
     return (resources.files("ggml_webgpu") / "shaders" / name).read_text(encoding="utf-8")
 
 
+def common_source() -> str:
+    """``common.wgsl`` (the f16/bf16 conversions and operand helpers every family includes)."""
+    return _read("common.wgsl")
+
+
 @cache
-def family_source(family: str) -> str:
-    """The complete WGSL module of one kernel family."""
+def family_source(family: str, native_f16: bool = False) -> str:
+    """The complete WGSL module of one kernel family; with ``native_f16``, f16 loads by the hardware (``_f16``)."""
     if family not in FAMILIES:
         raise KeyError(f"no WGSL kernel family {family!r} (known: {', '.join(FAMILIES)})")
     accessors = "".join(_ACCESSORS.replace("X", x) for x in "ABCEF")
-    return "\n".join([_HEADER, accessors, _read("common.wgsl"), _read("quants.wgsl"), _read(f"{family}.wgsl")])
+    common = native_source(common_source()) if native_f16 else common_source()
+    return "\n".join([_HEADER, accessors, common, _read("quants.wgsl"), _read(f"{family}.wgsl")])

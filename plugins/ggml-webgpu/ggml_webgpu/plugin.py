@@ -51,7 +51,8 @@ from ggml_webgpu._buffers import (
     usage,
 )
 from ggml_webgpu._dispatch import Dispatch, Limits
-from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
+from ggml_webgpu._f16 import probe_native_f16
+from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, common_source, family_source
 from ggml_webgpu._sync import WorkDone, WorkDoneToken
 from ggml_webgpu.ops_rows import bind_norm_mul, fusable_norm_mul
 
@@ -129,8 +130,10 @@ def discover(environ: Mapping[str, str]) -> Discovery:
 class PipelineCache:
     """Shader modules (one per kernel family) and compute pipelines (one per entry point) of one GPU device."""
 
-    def __init__(self, gpu: Any) -> None:
+    def __init__(self, gpu: Any, native_f16: bool = False) -> None:
         self._gpu = gpu
+        #: f16 loads through shader-f16 (see ``_f16``) in every module compiled here
+        self.native_f16 = native_f16
         self._lock = threading.Lock()
         self._modules: dict[str, Any] = {}
         self._pipelines: dict[str, Any] = {}
@@ -155,7 +158,8 @@ class PipelineCache:
             module = self._modules.get(family)
             if module is None:
                 try:
-                    module = self._gpu.create_shader_module(code=family_source(family), label=family)
+                    module = self._gpu.create_shader_module(code=family_source(family, self.native_f16),
+                                                            label=family)
                 except Exception as exc:
                     raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
                 self._modules[family] = module
@@ -462,6 +466,8 @@ class WebGPUDevice(Device):
         #: bytes allocated in this device's buffers (wgpu has no free-memory query)
         self.allocated = 0
         self._opened: _Opened | None = None
+        #: how f16 storage is loaded: decided when the device is opened (``_f16``)
+        self.f16_loads = "decided when the device is opened"
         self._open_lock = threading.Lock()
         self._buft = WebGPUBufferType(name, self, alignment=ALIGNMENT, max_size=int(lim["max-buffer-size"]))
         self._host_buft = WebGPUHostBufferType(self)
@@ -483,7 +489,10 @@ class WebGPUDevice(Device):
                 try:
                     gpu = self._adapter.request_device_sync(required_features=feats,
                                                             required_limits=self.requested_limits)
-                    pipelines = PipelineCache(gpu)
+                    native, self.f16_loads = False, "integer (GGML_WEBGPU_F16=0)"
+                    if os.environ.get("GGML_WEBGPU_F16", "1").strip() != "0":
+                        native, self.f16_loads = probe_native_f16(gpu, common_source())
+                    pipelines = PipelineCache(gpu, native)
                     pipelines.probe()
                 except Exception as exc:
                     raise DeviceOpenError(self.name, f"{type(exc).__name__}: {exc}") from exc
@@ -537,6 +546,7 @@ class WebGPUDevice(Device):
                 **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
                 "binding window": self.limits.max_binding,
                 "opened": self.is_open,
+                "f16 loads": self.f16_loads,
         }
         p.extra.update(extra)
         return p
