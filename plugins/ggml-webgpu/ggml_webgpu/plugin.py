@@ -412,6 +412,7 @@ class WebGPUDevice(Device):
         #: how f16 storage is loaded: decided when the device is opened (``_f16``)
         self.f16_loads = "decided when the device is opened"
         self._open_lock = threading.Lock()
+        self._open_error: str | None = None
         self._buft = WebGPUBufferType(name, self, alignment=ALIGNMENT, max_size=int(lim["max-buffer-size"]))
         self._host_buft = WebGPUHostBufferType(self)
 
@@ -427,6 +428,8 @@ class WebGPUDevice(Device):
         if opened is not None:
             return opened
         with self._open_lock:
+            if self._open_error is not None:  # opened once and failed: the same error, without asking again
+                raise DeviceOpenError(self.name, self._open_error)
             if self._opened is None:
                 feats = [f for f in ("shader-f16",) if f in self.info.features]
                 try:
@@ -438,7 +441,8 @@ class WebGPUDevice(Device):
                     pipelines = PipelineCache(gpu, native)
                     pipelines.probe()
                 except Exception as exc:
-                    raise DeviceOpenError(self.name, f"{type(exc).__name__}: {exc}") from exc
+                    self._open_error = f"{type(exc).__name__}: {exc}"
+                    raise DeviceOpenError(self.name, self._open_error) from exc
                 fence = gpu.create_buffer(size=4, usage=storage_usage())
                 self._opened = _Opened(gpu, gpu.queue, pipelines, StagingRing(gpu), WorkDone(gpu, fence))
             return self._opened

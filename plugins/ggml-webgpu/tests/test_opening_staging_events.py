@@ -59,7 +59,10 @@ def test_devices_command_does_not_open_the_adapter(wdev: WebGPUDevice) -> None:
 
 def test_an_adapter_that_cannot_open_raises_naming_the_device(wdev: WebGPUDevice) -> None:
     class Broken:
+        calls = 0
+
         def request_device_sync(self, **_: Any) -> Any:
+            Broken.calls += 1
             raise RuntimeError("the driver said no")
 
     dev = WebGPUDevice("WebGPU9", wdev.info, Broken())
@@ -68,6 +71,7 @@ def test_an_adapter_that_cannot_open_raises_naming_the_device(wdev: WebGPUDevice
         dev.init_backend()
     with pytest.raises(DeviceOpenError, match="WebGPU9"):
         dev.buffer_type().alloc_buffer(64)
+    assert Broken.calls == 1 and not dev.is_open  # the failure is remembered, the driver not asked again
 
 
 @pytest.mark.parametrize("offset", [0, 4, 3])  # word-aligned, and a partial first word (merged, then staged)
