@@ -193,6 +193,8 @@ def mv_candidates(info: DeviceInfo, n_cols: int) -> list[MvConfig]:
         for ls in (32, 64, 128, 256) if n_cols == 1 else (32, 128):
             if ls <= info.max_work_group:
                 out += [MvConfig(1, nc, ls), MvConfig(2, nc, ls)]
+        if n_cols == 1:  # batch 1: 8-lane accumulators (fewer registers, more groups resident), 4 row blocks
+            out += [MvConfig(1, nc, info.mv_ls, 1, 8), MvConfig(1, nc, info.mv_ls, 4)]
     if n_cols > 1:
         out.append(replace(out[0], nc=8))
     return _unique(out)
