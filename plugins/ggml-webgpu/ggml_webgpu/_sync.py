@@ -51,6 +51,9 @@ class WorkDone:
         self._fence = fence
         self._native = _native()
         self._lock = threading.Lock()
+        #: tokens whose callback has not come yet: kept here (not only by their event) so that a callback that
+        #: wgpu-native still holds is never freed, even when its event is recorded again or dropped
+        self._pending: list[WorkDoneToken] = []
 
     @property
     def native(self) -> bool:
@@ -73,7 +76,9 @@ class WorkDone:
         info.mode = lib.WGPUCallbackMode_AllowProcessEvents
         info.callback = cb
         token._keep = (cb, info, done)  # the callback must outlive the call
-        lib.wgpuQueueOnSubmittedWorkDone(self._gpu.queue._internal, info[0])
+        with self._lock:
+            self._pending.append(token)
+            lib.wgpuQueueOnSubmittedWorkDone(self._gpu.queue._internal, info[0])
         return token
 
     def poll(self) -> None:
@@ -82,6 +87,9 @@ class WorkDone:
             _, lib = self._native
             with self._lock:
                 lib.wgpuDevicePoll(self._gpu._internal, False, self._native[0].NULL)
+                for t in [t for t in self._pending if t.done]:
+                    t._keep = ()
+                    self._pending.remove(t)
 
     def wait(self, token: WorkDoneToken | None) -> None:
         """Block until ``token``'s work is done (everything submitted, for None)."""
@@ -95,10 +103,11 @@ class WorkDone:
                 break
             time.sleep(pause)
             pause = min(1e-3, pause * 2 + 2e-5)  # short waits stay short; long ones do not spin
-        token._keep = ()
         if token.status != 1:  # WGPUQueueWorkDoneStatus_Success
             raise RuntimeError(f"the queue reported status {token.status} for the submitted work")
 
     def wait_all(self) -> None:
         """Block until every submission so far has finished (mapping a word waits for them all)."""
         self._gpu.queue.read_buffer(self._fence, 0, 4)
+        if self._pending:
+            self.poll()  # their callbacks are due now: let them run and release them

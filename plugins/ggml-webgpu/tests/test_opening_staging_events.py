@@ -154,6 +154,12 @@ def test_an_event_waits_for_the_work_recorded_before_it(wdev: WebGPUDevice) -> N
     assert ev.query()
     host = np.frombuffer(buf.read(out.data_offset, v.nbytes), np.float32)
     assert np.array_equal(host, v)
+    for _ in range(5):  # re-recorded before its callback came: the earlier callbacks stay alive until they run
+        be.graph_compute_async(graph)
+        ev.record(be)
+    ev.synchronize()
+    wdev.wait_idle()
+    assert not wdev.work_done._pending
     if wdev.work_done.native:  # the callback path: a recorded point becomes done by polling alone
         be.graph_compute_async(graph)
         ev.record(be)
