@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -168,5 +169,32 @@ def test_an_event_waits_for_the_work_recorded_before_it(wdev: WebGPUDevice) -> N
                 break
         else:
             pytest.fail("the work-done callback never came")
+    be.free()
+    buf.free()
+
+
+def test_events_without_the_native_callback_wait_by_mapping(
+    wdev: WebGPUDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another wgpu-py without the binding: ``mark`` gives no token and waiting maps a word (after everything)."""
+    from ggml_webgpu import _sync
+
+    wd = _sync.WorkDone(wdev.gpu, wdev.gpu.create_buffer(size=4, usage=_buffers.storage_usage()))
+    monkeypatch.setattr(wd, "_native", None)
+    assert not wd.native and wd.mark() is None
+    monkeypatch.setattr(wdev, "_opened", dataclasses.replace(wdev._open(), work_done=wd))
+    n = 1 << 12
+    ctx = g.Context("f")
+    x = ctx.new_tensor_1d("f32", n, "x")
+    out = ops.add(x, x)
+    graph = g.build_graph(out)
+    buf = g.alloc_ctx_tensors(ctx, wdev.buffer_type())
+    be = wdev.init_backend()
+    x.set_data(np.ones(n, np.float32))
+    ev = wdev.event_new()
+    be.graph_compute_async(graph)
+    ev.record(be)
+    assert ev.query()  # the fallback cannot ask without waiting: it waits
+    assert np.array_equal(np.frombuffer(buf.read(out.data_offset, 4 * n), np.float32), np.full(n, 2, np.float32))
     be.free()
     buf.free()
