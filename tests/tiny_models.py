@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 
 from ggml_core.quants import dequantize, quantize
 
-__all__ = ["TinyConfig", "random_weights", "reference_logits", "weight_type_of", "write_model"]
+__all__ = ["TinyConfig", "add_placeholder_vocab", "random_weights", "reference_logits", "weight_type_of", "write_model"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,19 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
     return wtype if arr.shape[-1] % block == 0 else "f32"
 
 
+def add_placeholder_vocab(writer: GGUFWriter, n_vocab: int) -> None:
+    """A SentencePiece vocabulary of ``n_vocab`` placeholder tokens (``<unk>``, ``<s>``, ``</s>``, ``t3``...):
+    llama.cpp refuses a model without one; the tests feed token ids."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, n_vocab)]
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_array("tokenizer.ggml.scores", [0.0] * n_vocab)
+    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (n_vocab - 3))
+    writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+
 def write_model(
     path: Path,
     cfg: TinyConfig,
@@ -146,14 +159,7 @@ def write_model(
     writer = GGUFWriter(str(path), cfg.arch)
     a = cfg.arch
     if vocab:
-        tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, cfg.n_vocab)]
-        writer.add_string("tokenizer.ggml.model", "llama")
-        writer.add_array("tokenizer.ggml.tokens", tokens)
-        writer.add_array("tokenizer.ggml.scores", [0.0] * cfg.n_vocab)
-        writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (cfg.n_vocab - 3))
-        writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-        writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-        writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+        add_placeholder_vocab(writer, cfg.n_vocab)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
     writer.add_uint32(f"{a}.block_count", cfg.n_layer)

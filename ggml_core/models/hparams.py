@@ -15,7 +15,7 @@ import numpy as np
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 
-__all__ = ["MAX_LAYERS", "HParams", "read_hparams", "supported_archs"]
+__all__ = ["MAX_LAYERS", "HParams", "read_hparams", "supported_archs", "swa_pattern"]
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
@@ -77,6 +77,26 @@ class HParams:
     n_ctx_orig: int = 0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    #: per-head learned sink logits (``attn_sinks.weight``) join each softmax denominator (gpt-oss)
+    attn_sinks: bool = False
+    #: the attention output projection has a bias (``attn_output.bias``)
+    attn_out_bias: bool = False
+    #: how router logits become expert weights (llama.cpp's ``expert_gating_func``): "softmax" (over all experts,
+    #: then top-k), "sigmoid" (per expert, then top-k), "softmax_weight" (top-k of the logits, then a softmax over
+    #: the k chosen: gpt-oss)
+    moe_gating: str = "softmax"
+    #: the k chosen weights are divided by their sum (``expert_weights_norm``; Mixtral and qwen3moe: always)
+    moe_norm_w: bool = False
+    #: the chosen weights are multiplied by this (``expert_weights_scale``; 0 or 1: not scaled)
+    moe_w_scale: float = 0.0
+    #: the experts' activation: "silu" (SwiGLU) or "swiglu_oai" (gpt-oss: alpha 1.702, limit 7)
+    moe_act: str = "silu"
+    #: the router and every expert matrix have biases (``ffn_gate_inp.bias``, ``ffn_*_exps.bias``: gpt-oss)
+    moe_biases: bool = False
+    #: width of the shared expert that every token also goes through (``ffn_*_shexp``; 0: none)
+    n_ff_shexp: int = 0
+    #: the shared expert's output is scaled by ``sigmoid(ffn_gate_inp_shexp · x)`` (qwen2moe)
+    shexp_gate: bool = False
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -114,6 +134,21 @@ class HParams:
             f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {self.n_head} heads "
             f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}{swa}"
         )
+
+
+def swa_pattern(f: GGUFFile, hp: HParams, n_pattern: int) -> tuple[bool, ...]:
+    """Which layers attend over the sliding window, as llama.cpp's ``load_swa_pattern``: the file's
+    ``attention.sliding_window_pattern`` as one bool per layer, or as a period ``n`` (layer ``il`` is local when
+    ``il % n < n - 1``: 0 makes every layer local, 1 none), else the family's ``n_pattern``."""
+    key = f"{hp.arch}.attention.sliding_window_pattern"
+    value = f.get(key, None)
+    if isinstance(value, np.ndarray):
+        if value.dtype != bool or value.shape != (hp.n_layer,):
+            raise GGUFError(f.path, f"metadata '{key}'", f"must be {hp.n_layer} bools (one per layer) or an integer")
+        return tuple(bool(b) for b in value)
+    if value is not None:
+        n_pattern = f.get_int(key, minimum=0)
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(hp.n_layer))
 
 
 def supported_archs() -> dict[str, int]:

@@ -20,7 +20,7 @@ def _read(f: GGUFFile, hp: HParams) -> HParams:
     if not hp.is_moe:
         raise GGUFError(f.path, f"metadata '{hp.arch}.expert_count'", "is missing or 0: qwen3moe needs its experts")
     n_ff = f.get_int(hp.arch + ".expert_feed_forward_length", hp.n_ff, minimum=1)
-    return replace(hp, qk_norm=True, n_ff=n_ff)
+    return replace(hp, qk_norm=True, n_ff=n_ff, moe_norm_w=True)
 
 
 def layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:

@@ -50,6 +50,8 @@ DOT_TYPE: Final = {
     GGMLType.Q4_K: GGMLType.Q8_K,
     GGMLType.Q5_K: GGMLType.Q8_K,
     GGMLType.Q6_K: GGMLType.Q8_K,
+    # gpt-oss's experts: no block kernel, dequantized tiles (exact: E2M1 values times a power of two) + SGEMM
+    GGMLType.MXFP4: GGMLType.Q8_0,
 }
 
 #: weight types with compiled block kernels (:mod:`.legacy`, :mod:`.kquants`)
