@@ -26,6 +26,8 @@ CONFIGS = {
     "qwen2": TinyConfig(arch="qwen2", n_vocab=64),
     "qwen3": TinyConfig(arch="qwen3", n_vocab=64),
     "qwen3moe": TinyConfig(arch="qwen3moe", n_vocab=64, n_expert=4, n_expert_used=2),
+    # shared expert with its sigmoid gate, chosen weights not renormalised, q/k/v biases
+    "qwen2moe": TinyConfig(arch="qwen2moe", n_vocab=64, n_expert=4, n_expert_used=2),
     "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
     "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
 }

@@ -21,6 +21,10 @@ from ggml_core.quants import dequantize, quantize
 __all__ = ["TinyConfig", "add_placeholder_vocab", "random_weights", "reference_logits", "weight_type_of", "write_model"]
 
 
+#: qwen2moe's shared expert width (``expert_shared_feed_forward_length``; unlike the experts' n_ff)
+SHARED_FF = 64
+
+
 @dataclass(frozen=True)
 class TinyConfig:
     """Shape of a tiny model."""
@@ -105,7 +109,7 @@ def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
         if cfg.gemma:
             w[b + "post_attention_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
             w[b + "post_ffw_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
-        if cfg.arch == "qwen2":
+        if cfg.arch in ("qwen2", "qwen2moe"):
             w[b + "attn_q.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head * hd).astype(np.float32)
             w[b + "attn_k.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head_kv * hd).astype(np.float32)
             w[b + "attn_v.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head_kv * hd).astype(np.float32)
@@ -114,6 +118,11 @@ def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
             w[b + "ffn_gate_exps.weight"] = mat(cfg.n_ff, e, cfg.n_expert)
             w[b + "ffn_up_exps.weight"] = mat(cfg.n_ff, e, cfg.n_expert)
             w[b + "ffn_down_exps.weight"] = mat(e, cfg.n_ff, cfg.n_expert)
+            if cfg.arch == "qwen2moe":  # the shared expert and its gate
+                w[b + "ffn_gate_inp_shexp.weight"] = rng.uniform(-1, 1, e).astype(np.float32)
+                w[b + "ffn_gate_shexp.weight"] = mat(SHARED_FF, e)
+                w[b + "ffn_up_shexp.weight"] = mat(SHARED_FF, e)
+                w[b + "ffn_down_shexp.weight"] = mat(e, SHARED_FF)
         else:
             w[b + "ffn_gate.weight"] = mat(cfg.n_ff, e)
             w[b + "ffn_up.weight"] = mat(cfg.n_ff, e)
@@ -180,8 +189,10 @@ def write_model(
     if cfg.n_expert:
         writer.add_uint32(f"{a}.expert_count", cfg.n_expert)
         writer.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
-        if a == "qwen3moe":
+        if a in ("qwen3moe", "qwen2moe"):
             writer.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff)
+        if a == "qwen2moe":
+            writer.add_uint32(f"{a}.expert_shared_feed_forward_length", SHARED_FF)
     for name, arr in w.items():
         t = weight_type_of(name, arr, wtype)
         if t == "f32":
@@ -285,7 +296,7 @@ def reference_logits(
         b = f"blk.{il}."
         h = norm(x, b + "attn_norm.weight")
         q, k, v = mm(b + "attn_q.weight", h), mm(b + "attn_k.weight", h), mm(b + "attn_v.weight", h)
-        if cfg.arch == "qwen2":
+        if cfg.arch in ("qwen2", "qwen2moe"):
             q, k, v = q + st[b + "attn_q.bias"][0], k + st[b + "attn_k.bias"][0], v + st[b + "attn_v.bias"][0]
         q, k = q.reshape(n, cfg.n_head, hd), k.reshape(n, cfg.n_head_kv, hd)
         if cfg.qk_norm:
@@ -361,7 +372,8 @@ def _ffn(
 
 
 def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.ndarray) -> np.ndarray:
-    """Mixtral: softmax router, the top-k experts, their weights renormalised to sum to 1."""
+    """Mixtral: softmax router, the top-k experts, their weights renormalised to sum to 1. qwen2moe: not
+    renormalised, plus the shared expert scaled by sigmoid(gate_inp_shexp · h)."""
     gw, gt = st[b + "ffn_gate_inp.weight"]
     logits = _round_acts(h, gt) @ gw.T
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -369,7 +381,7 @@ def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.n
     out = np.zeros_like(h)
     for t in range(h.shape[0]):
         chosen = np.argsort(-p[t], kind="stable")[: cfg.n_expert_used]
-        wsel = p[t, chosen] / p[t, chosen].sum()
+        wsel = p[t, chosen] if cfg.arch == "qwen2moe" else p[t, chosen] / p[t, chosen].sum()
         for ex, we in zip(chosen, wsel, strict=True):
 
             def emm(name: str, xv: np.ndarray, ex: int = int(ex)) -> np.ndarray:
@@ -378,4 +390,13 @@ def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.n
 
             y = emm("ffn_down_exps.weight", _silu(emm("ffn_gate_exps.weight", h[t])) * emm("ffn_up_exps.weight", h[t]))
             out[t] += we * y
+    if cfg.arch == "qwen2moe":
+
+        def smm(name: str, xv: np.ndarray) -> np.ndarray:
+            wm, wt = st[b + name]
+            return _round_acts(xv, wt) @ wm.T
+
+        shared = smm("ffn_down_shexp.weight", _silu(smm("ffn_gate_shexp.weight", h)) * smm("ffn_up_shexp.weight", h))
+        gate = smm("ffn_gate_inp_shexp.weight", h)  # 1-D weight: one logit per token
+        out += shared * (1.0 / (1.0 + np.exp(-gate)))[:, None]
     return out
