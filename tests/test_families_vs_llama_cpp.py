@@ -28,6 +28,9 @@ CONFIGS = {
     "qwen3moe": TinyConfig(arch="qwen3moe", n_vocab=64, n_expert=4, n_expert_used=2),
     # shared expert with its sigmoid gate, chosen weights not renormalised, q/k/v biases
     "qwen2moe": TinyConfig(arch="qwen2moe", n_vocab=64, n_expert=4, n_expert_used=2),
+    # sigmoid routing with a selection bias, weights renormalised and scaled, a leading dense layer, shared expert
+    # (llama.cpp expects k and v as wide as q for dots1: no GQA)
+    "dots1": TinyConfig(arch="dots1", n_vocab=64, n_layer=3, n_head_kv=4, n_expert=4, n_expert_used=2, n_dense_lead=1),
     "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
     "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
 }

@@ -46,6 +46,7 @@ CONFIGS = {
     "qwen3": TinyConfig(arch="qwen3"),
     "qwen3moe": TinyConfig(arch="qwen3moe", n_expert=4, n_expert_used=2),
     "qwen2moe": TinyConfig(arch="qwen2moe", n_expert=4, n_expert_used=2),
+    "dots1": TinyConfig(arch="dots1", n_layer=3, n_expert=4, n_expert_used=2, n_dense_lead=1),
     "gemma3": TinyConfig(arch="gemma3", n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
     "gemma2": TinyConfig(arch="gemma2", n_layer=2, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
 }

@@ -154,7 +154,9 @@ def _expert_weights(g: GraphBuilder, il: int, h: Tensor) -> tuple[Tensor, Tensor
         probs = ops.sigmoid(logits)
     else:  # "softmax_weight": the softmax comes after the choice, over the chosen
         probs = logits
-    selected = top_k(probs, k)  # [k, n_tokens] i32
+    # DeepSeek V3's selection bias: it steers the choice, the weights stay the unbiased probabilities
+    chooser = ops.add(probs, g.layer(il, "exp_probs_b.bias")) if hp.moe_probs_bias else probs
+    selected = top_k(chooser, k)  # [k, n_tokens] i32
     if selected.type != GGMLType.I32:
         selected = ops.cast(selected, GGMLType.I32)
     weights = ops.get_rows(ops.reshape_3d(probs, 1, hp.n_expert, n_tokens), selected)  # [1, k, n_tokens]
@@ -243,13 +245,13 @@ def attn_weights(hp: HParams) -> list[LayerWeight]:
 
 
 def ffn_weights(hp: HParams) -> list[LayerWeight]:
-    """The FFN norm and the gate/up/down matrices."""
-    e = hp.n_embd
+    """The FFN norm and the gate/up/down matrices (``n_ff_dense`` wide in a MoE model's dense layers)."""
+    e, f = hp.n_embd, hp.n_ff_dense or hp.n_ff
     return [
         ("ffn_norm.weight", (e,), True),
-        ("ffn_gate.weight", (e, hp.n_ff), False),
-        ("ffn_up.weight", (e, hp.n_ff), False),
-        ("ffn_down.weight", (hp.n_ff, e), False),
+        ("ffn_gate.weight", (e, f), False),
+        ("ffn_up.weight", (e, f), False),
+        ("ffn_down.weight", (f, e), False),
     ]
 
 
@@ -264,6 +266,8 @@ def moe_weights(hp: HParams, norm: str = "ffn_norm.weight") -> list[LayerWeight]
         ("ffn_up_exps.weight", (e, f, x), False),
         ("ffn_down_exps.weight", (f, e, x), False),
     ]
+    if hp.moe_probs_bias:
+        out.append(("exp_probs_b.bias", (x,), True))
     if hp.moe_biases:
         out += [
             ("ffn_gate_inp.bias", (x,), True),

@@ -7,7 +7,7 @@ sliding-window layers, softcapping, embedding scale) its module in :mod:`ggml_co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -15,7 +15,15 @@ import numpy as np
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 
-__all__ = ["MAX_LAYERS", "HParams", "read_hparams", "supported_archs", "swa_pattern"]
+__all__ = [
+    "GATING_FUNCS",
+    "MAX_LAYERS",
+    "HParams",
+    "read_hparams",
+    "read_moe_routing",
+    "supported_archs",
+    "swa_pattern",
+]
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
@@ -97,6 +105,12 @@ class HParams:
     n_ff_shexp: int = 0
     #: the shared expert's output is scaled by ``sigmoid(ffn_gate_inp_shexp · x)`` (qwen2moe)
     shexp_gate: bool = False
+    #: a per-expert bias added to the router's probabilities for the choice only (``exp_probs_b.bias``)
+    moe_probs_bias: bool = False
+    #: the first this many layers have a dense FFN instead of experts (``leading_dense_block_count``)
+    n_layer_dense_lead: int = 0
+    #: the dense FFN's width in a model whose ``n_ff`` is the experts' (0: ``n_ff``)
+    n_ff_dense: int = 0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -112,6 +126,10 @@ class HParams:
     def is_moe(self) -> bool:
         """True for a mixture-of-experts model."""
         return self.n_expert > 0
+
+    def layer_is_moe(self, il: int) -> bool:
+        """True when layer ``il`` has experts (not one of the leading dense layers)."""
+        return self.is_moe and il >= self.n_layer_dense_lead
 
     @property
     def has_swa(self) -> bool:
@@ -149,6 +167,27 @@ def swa_pattern(f: GGUFFile, hp: HParams, n_pattern: int) -> tuple[bool, ...]:
     if value is not None:
         n_pattern = f.get_int(key, minimum=0)
     return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(hp.n_layer))
+
+
+#: llama.cpp's ``llama_expert_gating_func_type`` values (``{arch}.expert_gating_func``) → ``HParams.moe_gating``
+GATING_FUNCS: Final = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+
+
+def read_moe_routing(f: GGUFFile, hp: HParams) -> HParams:
+    """The routing keys llama.cpp reads for the families that take them from the file: ``expert_gating_func``
+    (required: llama.cpp aborts without it), ``expert_weights_norm``, ``expert_weights_scale``."""
+    k = hp.arch + "."
+    gating = f.get_int(k + "expert_gating_func")
+    if gating not in GATING_FUNCS:
+        known = ", ".join(f"{v} ({n})" for v, n in GATING_FUNCS.items())
+        raise GGUFError(f.path, f"metadata '{k}expert_gating_func'", f"{gating} is not supported (known: {known})")
+    scale = _f32(f, k + "expert_weights_scale", f.get_float(k + "expert_weights_scale", 0.0))
+    return replace(
+        hp,
+        moe_gating=GATING_FUNCS[gating],
+        moe_norm_w=f.get_bool(k + "expert_weights_norm", False),
+        moe_w_scale=scale,
+    )
 
 
 def supported_archs() -> dict[str, int]:

@@ -22,8 +22,8 @@ __all__ = ["ARCH", "build_layer", "layer_weights", "pre_norm_block"]
 
 
 def layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:
-    """Attention, then the FFN or the experts."""
-    return blocks.attn_weights(hp) + (blocks.moe_weights(hp) if hp.is_moe else blocks.ffn_weights(hp))
+    """Attention, then the FFN or the experts (the FFN in a MoE model's leading dense layers)."""
+    return blocks.attn_weights(hp) + (blocks.moe_weights(hp) if hp.layer_is_moe(il) else blocks.ffn_weights(hp))
 
 
 def pre_norm_block(g: GraphBuilder, il: int, x: Tensor, ffn_norm: str = "ffn_norm.weight") -> Tensor:
@@ -33,7 +33,7 @@ def pre_norm_block(g: GraphBuilder, il: int, x: Tensor, ffn_norm: str = "ffn_nor
     attn = blocks.attn_out(g, il, blocks.attention(g, il, *blocks.qkv(g, il, h)))
     x = g.last_only(il, ops.add(attn, x).set_name(f"ffn_inp-{il}"))
     h = blocks.rms_norm(g, x, g.layer(il, ffn_norm)).set_name(f"ffn_norm-{il}")
-    ffn = blocks.moe_ffn(g, il, h) if g.hp.is_moe else blocks.glu_ffn(g, il, h)
+    ffn = blocks.moe_ffn(g, il, h) if g.hp.layer_is_moe(il) else blocks.glu_ffn(g, il, h)
     return ops.add(ffn, x).set_name(f"l_out-{il}")
 
 
