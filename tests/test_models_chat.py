@@ -93,6 +93,27 @@ def test_chat_command_answers_each_line(
     assert len(replies) == 2  # one streamed reply per user line, then end of input ends the chat
 
 
+def test_run_chat_is_the_chat_command(
+    chat_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ggml-core run MODEL --chat`` streams the same greedy replies as ``ggml-core chat MODEL``."""
+    flags = ["--device", "CPU", "--temp", "0", "-n", "5", "--ctx-size", "256"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nagain\n"))
+    assert main(["chat", str(chat_model), *flags]) == 0
+    want = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nagain\n"))
+    assert main(["run", str(chat_model), "--chat", *flags]) == 0
+    got = capsys.readouterr().out
+    assert got == want and len(got.splitlines()) == 2 and got.strip()
+
+
+@pytest.mark.parametrize("flag", [["--prompt", "hi"], ["--tokens", "1,2"], ["--json"]])
+def test_run_chat_refuses_one_shot_flags(chat_model: Path, capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
+    assert main(["run", str(chat_model), "--chat", "--device", "CPU", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag[0] in err and "--chat" in err and "\n" not in err
+
+
 def test_chat_without_a_template_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = TinyConfig(n_vocab=64)
     path = write_model(tmp_path / "plain.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True)
