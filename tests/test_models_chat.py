@@ -83,6 +83,25 @@ def test_end_of_turn_tokens_and_the_template_from_the_file(chat_model: Path) -> 
     assert ids[:2] == [1, 3] and 4 in ids  # the control tokens are parsed, not spelled out
 
 
+@pytest.mark.parametrize("with_call", [True, False])
+def test_harmony_end_token_ends_no_turn_when_return_and_call_exist(tmp_path: Path, with_call: bool) -> None:
+    """gpt-oss (o200k_harmony): llama.cpp drops <|end|> from the end-of-generation ids when <|return|> and <|call|>
+    are both control tokens; otherwise <|end|> ends a turn (phi3)."""
+    cfg = TinyConfig(n_vocab=64)
+    special = ["<unk>", "<s>", "</s>", "<|end|>", "<|return|>"] + (["<|call|>"] if with_call else [])
+    tokens = special + [f"x{i}" for i in range(cfg.n_vocab - len(special))]
+
+    def vocab(w: GGUFWriter) -> None:
+        w.add_string("tokenizer.ggml.model", "llama")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
+        w.add_array("tokenizer.ggml.token_type", [2] + [3] * (len(special) - 1) + [1] * (len(tokens) - len(special)))
+        w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+    path = write_model(tmp_path / "harmony.gguf", cfg, random_weights(cfg, 0), "f32", extra=vocab)
+    assert end_of_turn_ids(load_tokenizer(open_gguf(path))) == ([2, 4, 5] if with_call else [2, 3, 4])
+
+
 def test_chat_command_answers_each_line(
     chat_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
