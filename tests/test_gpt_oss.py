@@ -265,3 +265,29 @@ def test_gpt_oss_flash_attention_f16_cache_matches_llama_cpp(
     got, got_steps = _ours(path, kv_type="f16", flash_attn=True)
     assert np.abs(got - want).max() <= 5e-3, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
     assert np.abs(got_steps - want).max() <= 5e-3, f"steps: max |Δlogit| = {np.abs(got_steps - want).max():.3g}"
+
+
+def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, dict[str, np.ndarray]]) -> None:
+    """Each weight's buffer type is chosen by asking a device about the op that reads it: ADD_ID for the
+    per-expert biases, SOFT_MAX (its sinks source) for the sinks; the CPU runs every one of those probes."""
+    import ggml_core as gc
+    from ggml_core.models import open_gguf
+    from ggml_core.models.bufts import ProbeShapes, consumer_op
+    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.weights import weight_specs
+
+    path, _ = model
+    f = open_gguf(path)
+    hp = read_hparams(f)
+    shapes = ProbeShapes(hp.head_dim_k, hp.n_head, hp.n_rot, hp.rope_type, hp.n_expert_used)
+    cpu = gc.get_device("CPU")
+    kinds = {}
+    for spec in weight_specs(f, hp):
+        info = f.tensor_info(spec.source)
+        with gc.Context("stand-in") as ctx:
+            w = ctx.new_tensor(info.type, spec.ne, spec.name)
+        op = consumer_op(spec.name, w, shapes)
+        assert cpu.supports_op(op), f"{spec.name}: the CPU refuses its probe {op.op.name}"
+        kinds[spec.name.split(".", 2)[-1]] = op.op.name
+    assert kinds["ffn_up_exps.bias"] == "ADD_ID" and kinds["attn_sinks.weight"] == "SOFT_MAX"
+    assert kinds["ffn_down_exps.weight"] == "MUL_MAT_ID" and kinds["attn_output.bias"] == "ADD"
