@@ -75,9 +75,9 @@ def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
     """(block-kernel specs, tile-dequantizer specs, VNNI?) — importing the kernel modules, and numba, on first use."""
     if not _specs:
         if _jit.enabled():
-            from ggml_cpu.kernels.qdot import _simd, dequant, kquants, legacy
+            from ggml_cpu.kernels.qdot import _simd, dequant, fp4, kquants, legacy
 
-            _specs.append(({**legacy.SPECS, **kquants.SPECS}, dict(dequant.SPECS), _simd.HAS_VNNI))
+            _specs.append(({**legacy.SPECS, **kquants.SPECS}, {**dequant.SPECS, **fp4.SPECS}, _simd.HAS_VNNI))
         else:
             _specs.append(({}, {}, False))
     return _specs[0]
