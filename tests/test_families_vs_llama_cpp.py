@@ -116,21 +116,27 @@ def test_phi3_fused_projections_match_llama_cpp_and_the_definition(tmp_path: Pat
     assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-6
 
 
-def test_yarn_rope_scaling_matches_llama_cpp(tmp_path: Path, built: None) -> None:
+@pytest.mark.parametrize("attn_factor", [None, 0.8])
+def test_yarn_rope_scaling_matches_llama_cpp(tmp_path: Path, built: None, attn_factor: float | None) -> None:
     """YaRN (``rope.scaling.type = yarn``, factor 4 over an original context of 8): positions past it, where the
-    ramp between interpolated and extrapolated frequencies matters."""
+    ramp between interpolated and extrapolated frequencies matters. With ``rope.scaling.attn_factor`` (llama.cpp's
+    rope_attn_factor, ROPE's attn_factor); ``yarn_beta_fast`` 16 in the file, which llama.cpp does not read."""
     cfg = TinyConfig(arch="qwen2", n_vocab=64)
 
     def yarn(w: object) -> None:
         w.add_string("qwen2.rope.scaling.type", "yarn")  # type: ignore[attr-defined]
         w.add_float32("qwen2.rope.scaling.factor", 4.0)  # type: ignore[attr-defined]
         w.add_uint32("qwen2.rope.scaling.original_context_length", 8)  # type: ignore[attr-defined]
+        w.add_float32("qwen2.rope.scaling.yarn_beta_fast", 16.0)  # type: ignore[attr-defined]
+        if attn_factor is not None:
+            w.add_float32("qwen2.rope.scaling.attn_factor", attn_factor)  # type: ignore[attr-defined]
 
     path = write_model(tmp_path / "yarn.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True, extra=yarn)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
     params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
     with Model.load(path, params) as m:
         assert m.hp.rope_ext_factor == 1.0 and m.hp.n_ctx_orig == 8 and m.hp.rope_freq_scale == 0.25
+        assert abs(m.hp.rope_attn_factor - (attn_factor or 1.0)) < 1e-6
         got = m.process_prompt(TOKENS, all_logits=True)
     plain = write_model(tmp_path / "plain.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True)
     assert np.abs(got - want).max() <= 1e-4, f"yarn: max |Δlogit| = {np.abs(got - want).max():.3g}"

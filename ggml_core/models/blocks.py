@@ -60,7 +60,7 @@ def rope(g: GraphBuilder, il: int, t: Tensor) -> Tensor:
         hp.rope_base(il),
         hp.rope_freq_scale,
         hp.rope_ext_factor,
-        1.0,
+        hp.rope_attn_factor,
         hp.yarn_beta_fast,
         hp.yarn_beta_slow,
     )

@@ -23,12 +23,22 @@ __all__ = [
     "read_moe_routing",
     "supported_archs",
     "swa_pattern",
+    "yarn_attn_factor",
 ]
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
 #: ggml passes float hyperparameters to its ops as float32 (op_params): larger values would become inf
 F32_MAX: Final = float(np.finfo(np.float32).max)
+
+
+def yarn_attn_factor(factor: float, rope_attn_factor: float = 1.0) -> float:
+    """llama.cpp's ``cparams.yarn_attn_factor`` for YaRN with ``factor`` (float32 arithmetic as there):
+    ``get_mscale(factor) · 1/(1 + 0.1·ln factor) · rope_attn_factor``, ``get_mscale`` being 1 for factor ≤ 1."""
+    one, tenth = np.float32(1.0), np.float32(0.1)
+    log = np.float32(np.log(np.float32(factor)))
+    mscale = one if factor <= 1.0 else np.float32(tenth * log + one)
+    return float(mscale * (one / (one + tenth * log)) * np.float32(rope_attn_factor))
 
 
 def _f32(f: GGUFFile, key: str, value: float) -> float:
@@ -85,6 +95,9 @@ class HParams:
     n_ctx_orig: int = 0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    #: ROPE's attn_factor (llama.cpp's ``yarn_attn_factor``: ``rope.scaling.attn_factor``, for YaRN times
+    #: ``get_mscale(factor) / (1 + 0.1·ln factor)``, which is 1 for factor > 1 as ggml's rope applies the mscale)
+    rope_attn_factor: float = 1.0
     #: per-head learned sink logits (``attn_sinks.weight``) join each softmax denominator (gpt-oss)
     attn_sinks: bool = False
     #: the attention output projection has a bias (``attn_output.bias``)
@@ -246,9 +259,12 @@ def read_hparams(f: GGUFFile) -> HParams:
             raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
         _f32(f, k + "rope.scaling.factor", factor)
         freq_scale = _f32(f, k + "rope.scaling.factor", 1.0 / factor)
+    # llama.cpp's rope_attn_factor, read whatever the scaling type; it multiplies ROPE's attn_factor
+    attn_factor = _f32(f, k + "rope.scaling.attn_factor", f.get_float(k + "rope.scaling.attn_factor", 1.0))
     if scaling == "yarn":  # llama.cpp: ext_factor 1, the original context from the file, ggml's rope does the rest
         ext_factor = 1.0
         n_ctx_orig = f.get_int(k + "rope.scaling.original_context_length", n_ctx_train, minimum=1)
+        attn_factor = yarn_attn_factor(1.0 / freq_scale, attn_factor)
     elif scaling not in ("none", "", "linear"):
         raise GGUFError(
             f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear, yarn)"
@@ -286,8 +302,10 @@ def read_hparams(f: GGUFFile) -> HParams:
         rope_freq_scale=freq_scale,
         rope_ext_factor=ext_factor,
         n_ctx_orig=n_ctx_orig,
-        yarn_beta_fast=f.get_float(k + "rope.scaling.yarn_beta_fast", 32.0),
-        yarn_beta_slow=f.get_float(k + "rope.scaling.yarn_beta_slow", 1.0),
+        # llama.cpp 0c1e570 does not read rope.scaling.yarn_beta_fast / _slow: its context defaults 32 and 1
+        yarn_beta_fast=32.0,
+        yarn_beta_slow=1.0,
+        rope_attn_factor=attn_factor,
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
