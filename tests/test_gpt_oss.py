@@ -82,8 +82,12 @@ def gpt_oss_weights(seed: int) -> dict[str, np.ndarray]:
     return w
 
 
-def write_gpt_oss(path: Path, w: dict[str, np.ndarray], expert_type: str = "mxfp4") -> Path:
-    """The GGUF llama.cpp's converter writes for gpt-oss (its keys and tensor names); experts in ``expert_type``."""
+def write_gpt_oss(
+    path: Path, w: dict[str, np.ndarray], *, pattern: list[bool] | None = None, drop: tuple[str, ...] = (), **keys: int
+) -> Path:
+    """The GGUF llama.cpp's converter writes for gpt-oss (its keys and tensor names), experts in MXFP4;
+    ``pattern``: an ``attention.sliding_window_pattern`` bool per layer; ``drop``: keys left out; ``keys``: uint32
+    keys overridden (``rope_dimension_count=8`` for ``rope.dimension_count``)."""
     writer = GGUFWriter(str(path), ARCH)
     add_placeholder_vocab(writer, N_VOCAB)
     a = ARCH + "."
@@ -103,13 +107,16 @@ def write_gpt_oss(path: Path, w: dict[str, np.ndarray], expert_type: str = "mxfp
         "rope.dimension_count": HEAD_DIM,
         "rope.scaling.original_context_length": YARN_ORIG_CTX,
     }.items():
-        writer.add_uint32(a + key, value)
+        if key not in drop:
+            writer.add_uint32(a + key, keys.get(key.replace(".", "_"), value))
+    if pattern is not None:
+        writer.add_array(a + "attention.sliding_window_pattern", pattern)
     writer.add_float32(a + "attention.layer_norm_rms_epsilon", RMS_EPS)
     writer.add_float32(a + "rope.freq_base", FREQ_BASE)
     writer.add_string(a + "rope.scaling.type", "yarn")
     writer.add_float32(a + "rope.scaling.factor", YARN_FACTOR)
     for name, arr in w.items():
-        if name.endswith(EXPERTS) and expert_type == "mxfp4":
+        if name.endswith(EXPERTS):
             data = gguf_quants.quantize(arr, GGMLQuantizationType.MXFP4)
             writer.add_tensor(name, data, raw_dtype=GGMLQuantizationType.MXFP4)
         else:
@@ -153,7 +160,9 @@ def _q8_0(x: np.ndarray) -> np.ndarray:
     return dequantize(quantize(x32, "q8_0"), "q8_0").reshape(x.shape).astype(np.float64)
 
 
-def reference(w: dict[str, np.ndarray], tokens: list[int]) -> tuple[np.ndarray, float, int]:
+def reference(
+    w: dict[str, np.ndarray], tokens: list[int], local: tuple[bool, ...] = (True, False)
+) -> tuple[np.ndarray, float, int]:
     """(logits [n_tokens, n_vocab], smallest router gap between the k-th and (k+1)-th logit, count of gate/up
     values past SWIGLU_OAI's limit), float64 from the definition; experts as stored (MXFP4) and Q8_0 inputs."""
     st = {n: a.astype(np.float64) for n, a in w.items()}
@@ -172,7 +181,7 @@ def reference(w: dict[str, np.ndarray], tokens: list[int]) -> tuple[np.ndarray, 
         q = _yarn_neox(q.reshape(n, N_HEAD, HEAD_DIM), pos)
         k = _yarn_neox(k.reshape(n, N_HEAD_KV, HEAD_DIM), pos)
         v = v.reshape(n, N_HEAD_KV, HEAD_DIM)
-        visible = (back >= 0) & (back < N_SWA) if il % 2 == 0 else back >= 0
+        visible = (back >= 0) & (back < N_SWA) if local[il] else back >= 0
         out = np.empty((n, N_HEAD, HEAD_DIM))
         for hh in range(N_HEAD):
             kvh = hh // (N_HEAD // N_HEAD_KV)
@@ -222,12 +231,14 @@ def built() -> None:
         pytest.skip(f"llama.cpp cannot be built here: {exc}")
 
 
-def _ours(path: Path, kv_type: str = "f32", flash_attn: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def _ours(
+    path: Path, kv_type: str = "f32", flash_attn: bool = False, local: tuple[bool, ...] = (True, False)
+) -> tuple[np.ndarray, np.ndarray]:
     params = ModelParams(
         placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type=kv_type, flash_attn=flash_attn, progress=False
     )
     with Model.load(path, params) as m:
-        assert m.hp.is_swa(0) and not m.hp.is_swa(1) and m.hp.attn_sinks and m.hp.moe_gating == "softmax_weight"
+        assert m.hp.swa_layers == local and m.hp.attn_sinks and m.hp.moe_gating == "softmax_weight"
         batch = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         steps = np.stack([m.decode([t])[-1] for t in TOKENS])
@@ -291,3 +302,35 @@ def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, d
         kinds[spec.name.split(".", 2)[-1]] = op.op.name
     assert kinds["ffn_up_exps.bias"] == "ADD_ID" and kinds["attn_sinks.weight"] == "SOFT_MAX"
     assert kinds["ffn_down_exps.weight"] == "MUL_MAT_ID" and kinds["attn_output.bias"] == "ADD"
+
+
+def test_sliding_window_pattern_from_the_file_matches_llama_cpp(tmp_path: Path, built: None) -> None:
+    """``attention.sliding_window_pattern`` as one bool per layer (llama.cpp's ``load_swa_pattern`` reads it before
+    the family's period of 2): here layer 0 full, layer 1 local, against llama.cpp and the definition."""
+    w = gpt_oss_weights(0)
+    path = write_gpt_oss(tmp_path / "pattern.gguf", w, pattern=[False, True])
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
+    got, steps = _ours(path, local=(False, True))
+    assert np.abs(got - want).max() <= 1e-3 and np.abs(steps - want).max() <= 1e-3
+    ref, _, _ = reference(w, TOKENS, local=(False, True))
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-3
+    assert np.abs(ref - reference(w, TOKENS)[0]).max() > 1e-2  # the pattern is in play
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"drop": ("attention.sliding_window",)}, "attention.sliding_window"),
+        ({"drop": ("expert_feed_forward_length",)}, "expert_feed_forward_length"),
+        ({"rope_dimension_count": 8}, "rope.dimension_count"),
+    ],
+)
+def test_bad_gpt_oss_metadata_is_a_one_line_error(tmp_path: Path, kw: dict[str, object], field: str) -> None:
+    from ggml_core import GGUFError
+    from ggml_core.models import open_gguf
+    from ggml_core.models.hparams import read_hparams
+
+    path = write_gpt_oss(tmp_path / "bad.gguf", gpt_oss_weights(0), **kw)  # type: ignore[arg-type]
+    with pytest.raises(GGUFError, match=field.replace(".", r"\.")) as exc:
+        read_hparams(open_gguf(path))
+    assert "\n" not in str(exc.value)

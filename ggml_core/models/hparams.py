@@ -19,6 +19,7 @@ __all__ = [
     "GATING_FUNCS",
     "MAX_LAYERS",
     "HParams",
+    "get_f32",
     "read_hparams",
     "read_moe_routing",
     "supported_archs",
@@ -30,6 +31,11 @@ __all__ = [
 MAX_LAYERS: Final = 4096
 #: ggml passes float hyperparameters to its ops as float32 (op_params): larger values would become inf
 F32_MAX: Final = float(np.finfo(np.float32).max)
+
+
+def get_f32(f: GGUFFile, key: str, default: float) -> float:
+    """Float metadata ``key`` (``default`` when absent) that ggml will use as a float32: GGUFError where it cannot."""
+    return _f32(f, key, f.get_float(key, default))
 
 
 def yarn_attn_factor(factor: float, rope_attn_factor: float = 1.0) -> float:

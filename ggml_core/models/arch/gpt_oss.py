@@ -22,7 +22,7 @@ from ggml_core.models.arch._base import Architecture
 from ggml_core.models.arch.llama import pre_norm_block
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import GraphBuilder
-from ggml_core.models.hparams import HParams, swa_pattern
+from ggml_core.models.hparams import HParams, get_f32, swa_pattern
 from ggml_core.ops import ROPE_TYPE_NEOX
 
 __all__ = ["ARCH"]
@@ -47,6 +47,10 @@ def _read(f: GGUFFile, hp: HParams) -> HParams:
     k = hp.arch + "."
     if not hp.is_moe:
         raise GGUFError(f.path, f"metadata '{k}expert_count'", "is missing or 0: gpt-oss needs its experts")
+    if hp.n_rot != hp.head_dim_k:  # llama.cpp sizes the heads and the softmax scale by n_rot
+        raise GGUFError(
+            f.path, f"metadata '{k}rope.dimension_count'", f"{hp.n_rot} differs from the head size {hp.head_dim_k}"
+        )
     n_swa = f.get_int(k + "attention.sliding_window", minimum=0)
     hp = replace(
         hp,
@@ -58,7 +62,7 @@ def _read(f: GGUFFile, hp: HParams) -> HParams:
         moe_act="swiglu_oai",
         moe_biases=True,
         n_swa=n_swa,
-        rope_freq_base_swa=f.get_float(k + "rope.freq_base_swa", 0.0),
+        rope_freq_base_swa=get_f32(f, k + "rope.freq_base_swa", 0.0),
     )
     return replace(hp, swa_layers=swa_pattern(f, hp, SWA_PATTERN) if n_swa else ())
 
