@@ -139,3 +139,32 @@ def test_chat_without_a_template_is_a_one_line_error(tmp_path: Path, capsys: pyt
     assert main(["chat", str(path), "--device", "CPU"]) == 2
     err = capsys.readouterr().err.strip()
     assert "tokenizer.chat_template" in err and "\n" not in err
+
+
+def test_gpt_oss_harmony_template_renders() -> None:
+    """gpt-oss's own template (the copy in llama.cpp's sources, read from the sdist the llama.cpp harness caches)
+    parses and renders in the sandbox: system text as the developer message, each turn closed by <|end|>, the
+    generation prompt an open assistant turn."""
+    import tarfile
+
+    from ggml_core.testing import llama_cpp
+
+    sdist = llama_cpp.cache_dir() / llama_cpp.SDIST_FILE
+    if not sdist.is_file():
+        pytest.skip(f"{sdist} is not cached (the llama.cpp harness downloads it)")
+    member = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/openai-gpt-oss-120b.jinja"
+    with tarfile.open(sdist) as tar:
+        f = tar.extractfile(member)
+        assert f is not None
+        source = f.read().decode()
+    t = ChatTemplate(source, "<|startoftext|>", "<|return|>", "openai-gpt-oss-120b.jinja")
+    turns = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "2+2?"},
+    ]
+    text = t.render(turns)
+    assert text.startswith("<|start|>system<|message|>") and "<|start|>developer<|message|># Instructions" in text
+    assert "Be brief." in text and "<|start|>assistant<|channel|>final<|message|>Hello!<|end|>" in text
+    assert text.endswith("<|start|>user<|message|>2+2?<|end|><|start|>assistant")
