@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
+from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
 from tiny_models import add_placeholder_vocab
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
@@ -30,9 +31,8 @@ ARCH = "gpt-oss"
 N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, HEAD_DIM = 64, 64, 2, 4, 2, 16
 N_FF, N_EXPERT, N_USED, N_SWA = 64, 4, 2, 4
 FREQ_BASE, RMS_EPS = 10000.0, 1e-5
-YARN_FACTOR, YARN_ORIG_CTX, BETA_FAST, BETA_SLOW = 4.0, 8, 32.0, 1.0
+YARN_FACTOR, YARN_ORIG_CTX, BETA_FAST, BETA_SLOW = 4.0, 8, 32.0, 1.0  # TOKENS: 16 positions, past window and 8
 ALPHA, LIMIT = 1.702, 7.0
-TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # 16 positions: past the window and YaRN's 8
 #: float32 rounding moves router logits (O(1)) by ~1e-6; a gap this wide cannot be crossed by it
 MIN_ROUTER_GAP = 1e-3
 EXPERTS = ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")
@@ -223,14 +223,6 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.
     return write_gpt_oss(tmp_path_factory.mktemp("gpt_oss") / "gpt-oss.gguf", w), w
 
 
-@pytest.fixture(scope="module")
-def built() -> None:
-    try:
-        llama_cpp.harness()
-    except llama_cpp.Unavailable as exc:
-        pytest.skip(f"llama.cpp cannot be built here: {exc}")
-
-
 def _ours(
     path: Path, kv_type: str = "f32", flash_attn: bool = False, local: tuple[bool, ...] = (True, False)
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +250,8 @@ def test_gpt_oss_matches_its_definition(model: tuple[Path, dict[str, np.ndarray]
     assert rel < 1e-3, f"max |Δ| / max |logit| = {rel:.3g}"
 
 
-def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]], built: None) -> None:
+@pytest.mark.usefixtures("built")
+def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
     path, _ = model
     ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
     want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
@@ -267,9 +260,8 @@ def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]], bu
     assert np.abs(got_steps - want_steps).max() <= 1e-3, f"steps: {np.abs(got_steps - want_steps).max():.3g}"
 
 
-def test_gpt_oss_flash_attention_f16_cache_matches_llama_cpp(
-    model: tuple[Path, dict[str, np.ndarray]], built: None
-) -> None:
+@pytest.mark.usefixtures("built")
+def test_gpt_oss_flash_attention_f16_cache_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
     """FLASH_ATTN_EXT with the sinks added to it (``add_sinks``), f16 KV cache on both sides: bound 5e-3."""
     path, _ = model
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f16", flash_attn=True).logits(TOKENS)
@@ -304,7 +296,8 @@ def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, d
     assert kinds["ffn_down_exps.weight"] == "MUL_MAT_ID" and kinds["attn_output.bias"] == "ADD"
 
 
-def test_sliding_window_pattern_from_the_file_matches_llama_cpp(tmp_path: Path, built: None) -> None:
+@pytest.mark.usefixtures("built")
+def test_sliding_window_pattern_from_the_file_matches_llama_cpp(tmp_path: Path) -> None:
     """``attention.sliding_window_pattern`` as one bool per layer (llama.cpp's ``load_swa_pattern`` reads it before
     the family's period of 2): here layer 0 full, layer 1 local, against llama.cpp and the definition."""
     w = gpt_oss_weights(0)

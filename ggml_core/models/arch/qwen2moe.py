@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ggml_core._errors import GGUFError
-from ggml_core.models import blocks
 from ggml_core.models.arch._base import Architecture
-from ggml_core.models.arch.llama import build_layer
+from ggml_core.models.arch.llama import build_layer, layer_weights
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
 from ggml_core.ops import ROPE_TYPE_NEOX
@@ -31,11 +30,6 @@ def _read(f: GGUFFile, hp: HParams) -> HParams:
         raise GGUFError(f.path, f"metadata '{k}feed_forward_length'", f"{hp.n_ff} is under expert_used_count")
     n_ff_shexp = f.get_int(k + "expert_shared_feed_forward_length", 0, minimum=0) or hp.n_ff
     return replace(hp, qkv_bias=True, n_ff=n_ff_exp, n_ff_shexp=n_ff_shexp, shexp_gate=True)
-
-
-def layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:
-    """Attention with q/k/v biases, then the router, the experts and the gated shared expert."""
-    return blocks.attn_weights(hp) + blocks.moe_weights(hp)
 
 
 ARCH = Architecture(
