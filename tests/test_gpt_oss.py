@@ -346,3 +346,30 @@ def test_bad_gpt_oss_metadata_is_a_one_line_error(tmp_path: Path, kw: dict[str, 
     with pytest.raises(GGUFError, match=field.replace(".", r"\.")) as exc:
         read_hparams(open_gguf(path))
     assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("flash_attn", [False, True])
+def test_gpt_oss_split_over_cpu_and_opencl_gives_the_cpu_logits(
+    model: tuple[Path, dict[str, np.ndarray]], flash_attn: bool
+) -> None:
+    """One layer on each of CPU and OpenCL0 (PoCL here): the sinks, ADD_ID, SWIGLU_OAI and MXFP4 products run where
+    the devices say they can, and give the CPU's logits to float32 rounding. An f32 cache: with f16 K/V each device
+    rounds (and the CPU's FLASH_ATTN_EXT accumulates) in f16 its own way, ~1e-3 apart, which moves expert inputs
+    across Q8_0 rounding steps (up to 0.4 wide after SWIGLU_OAI's clamp) and the logits by a few 1e-3."""
+    from test_models_split import _opencl_or_skip
+
+    _opencl_or_skip()
+    path, _ = model
+    kv = "f32"
+    cpu, cpu_steps = _ours(path, kv, flash_attn)
+    # three slots (two layers and the output): 1:2 gives layer 0 to the CPU, layer 1 and the output to OpenCL0
+    req = PlacementRequest(devices=["CPU", "OpenCL0"], tensor_split=[1, 2])
+    params = ModelParams(placement=req, n_ctx=64, kv_type=kv, flash_attn=flash_attn, progress=False)
+    with Model.load(path, params) as m:
+        assert {s.name for s in m.placement.shares if s.layers} == {"CPU", "OpenCL0"}
+        split = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+        assert m.executor.n_splits >= 2
+    scale = np.abs(cpu).max()
+    assert np.abs(split - cpu).max() < 1e-5 * scale and np.abs(steps - cpu_steps).max() < 1e-5 * scale
