@@ -2,6 +2,8 @@
 skipped with the reason where it cannot be built), on tiny random GGUFs written here: same file, same token ids,
 logits of every position in one batch and token by token.
 
+gpt-oss (MXFP4 experts, sinks, biases, its own GGUF writer and numpy definition) is in ``tests/test_gpt_oss.py``.
+
 Bounds (issue 14): f32 weights with an f32 KV cache ≤ 1e-4 max |Δlogit|, where nothing rounds to a coarse grid on
 either side. Gemma's GEGLU reads ggml's f16 GELU table on both sides, a coarse grid: see the test for how the Gemma
 models keep their margins wide.
