@@ -80,7 +80,18 @@ def add_parser(sub: Any, name: str) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer)")
     src.add_argument("--tokens", type=int_list(0, INT32_MAX, "token id"), help="prompt as token ids, e.g. 1,2,3")
-    p.add_argument("--n-predict", "-n", type=int_in(0, INT32_MAX), default=32, help="tokens to generate (default 32)")
+    p.add_argument(
+        "--n-predict",
+        "-n",
+        type=int_in(0, INT32_MAX),
+        help="tokens to generate (default 32; with --chat the most per reply, default 256)",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="interactive chat through the file's chat template, one user message per stdin line ('ggml-core chat')",
+    )
+    p.add_argument("--system", help="with --chat: a system message first")
     s = p.add_argument_group("sampling")
     s.add_argument("--temp", type=float_in(0.0, None), default=0.8, help="temperature; 0 = greedy (default 0.8)")
     s.add_argument("--top-k", type=int_in(0, INT32_MAX), default=40, help="top-k, 0 = off (default 40)")
@@ -145,7 +156,23 @@ def _round_up(n: int, m: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, run, report."""
+    """Load, run, report (``--chat``: the chat loop of ``ggml-core chat``)."""
+    if args.chat:
+        given = {"--prompt": args.prompt, "--tokens": args.tokens, "--json": args.json or None}
+        given["--logits-out"] = args.logits_out
+        clash = [flag for flag, value in given.items() if value is not None]
+        if clash:
+            print(f"ggml-core run: error: --chat reads the conversation from stdin; {clash[0]} does not apply",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        from ggml_core.cli.chat import run as chat
+
+        args.n_predict = 256 if args.n_predict is None else args.n_predict
+        return chat(args)
+    if args.system is not None:
+        print("ggml-core run: error: --system needs --chat", file=sys.stderr)
+        return 2
+    args.n_predict = 32 if args.n_predict is None else args.n_predict
     try:
         return _run(args)
     except (ValueError, RuntimeError, OSError) as exc:

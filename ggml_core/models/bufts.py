@@ -148,6 +148,10 @@ def consumer_kind(name: str) -> GGMLOp:
         return GGMLOp.GET_ROWS
     if name.endswith("norm.weight"):
         return GGMLOp.MUL
+    if name.endswith("_exps.bias"):
+        return GGMLOp.ADD_ID  # gpt-oss's per-expert biases
+    if name.endswith("attn_sinks.weight"):
+        return GGMLOp.SOFT_MAX  # gpt-oss's sinks: src[2] of SOFT_MAX ext
     if name.endswith(".bias"):
         return GGMLOp.ADD
     if name.endswith("_exps.weight"):
@@ -168,6 +172,14 @@ def consumer_op(name: str, w: Tensor, shapes: ProbeShapes, n_tokens: int = PROBE
         if kind in (GGMLOp.MUL, GGMLOp.ADD):
             a = ctx.new_tensor(f32, (w.ne[0], n_tokens), "probe_x")
             return ops.mul(a, w) if kind == GGMLOp.MUL else ops.add(a, w)
+        if kind == GGMLOp.ADD_ID:  # w [n, n_expert]: rows picked per (slot, token) by the chosen experts
+            k = max(1, shapes.n_expert_used)
+            a = ctx.new_tensor(f32, (w.ne[0], k, n_tokens), "probe_x")
+            return ops.add_id(a, w, ctx.new_tensor(i32, (k, n_tokens), "probe_ids"))
+        if kind == GGMLOp.SOFT_MAX:  # w [n_head]: kq [n_kv, n_tokens, n_head]
+            kq = ctx.new_tensor(f32, (n_tokens, n_tokens, w.ne[0]), "probe_kq")
+            mask = ctx.new_tensor(f32, (n_tokens, n_tokens), "probe_mask")
+            return ops.soft_max_add_sinks(ops.soft_max_ext(kq, mask, 1.0, 0.0), w)
         if kind == GGMLOp.MUL_MAT_ID:
             k = max(1, shapes.n_expert_used)
             b = ctx.new_tensor(f32, (w.ne[0], k, n_tokens), "probe_x")
