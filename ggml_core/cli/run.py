@@ -128,6 +128,7 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),
         op_offload=extras["op_offload"],
+        fit=extras["fit"],
     )
 
 

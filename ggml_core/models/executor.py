@@ -131,7 +131,9 @@ class Executor:
             self._last = None
 
     def free(self) -> None:
-        """Release the backends."""
+        """Release the scheduler's compute buffers and the backends."""
+        if self.sched is not None:
+            self.sched.allocator.free()  # the compute buffers; the last plan stays readable (n_splits)
         for b in self.backends:
             b.free()
 

@@ -22,6 +22,7 @@ from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
 from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
 from ggml_core.models.executor import Executor
+from ggml_core.models.fit import FitParams, fit_model
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams, read_hparams
@@ -73,6 +74,8 @@ class ModelParams:
     op_offload: bool = True
     #: sliding-window layers keep the whole context instead of their window (llama.cpp's ``--swa-full``)
     swa_full: bool = False
+    #: ``--fit``: context and offloaded layers chosen to fit each device's free memory (models/fit.py)
+    fit: FitParams = field(default_factory=FitParams)
 
 
 def default_n_ctx(hp: HParams) -> int:
@@ -167,7 +170,7 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        placement = _plan(f, hp, specs, params)
+        _params, placement = _plan(f, hp, specs, params)
         return f, hp, placement
 
     @classmethod
@@ -189,7 +192,7 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        placement = _plan(f, hp, specs, params)
+        params, placement = _plan(f, hp, specs, params)
         weights = load_weights(f, specs, placement, progress=params.progress, stream=stream, upload=upload)
         kv: KVCache | None = None
         executor: Executor | None = None
@@ -411,7 +414,18 @@ class Model:
         return result
 
 
-def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
+def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
+    """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
+    params), or with ``--fit off`` checked against the estimate."""
+    if params.check_fit and params.fit.enabled:
+        return fit_model(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p))
+    placement = _plan_once(f, hp, specs, params)
+    if params.check_fit:
+        fit_check(placement)
+    return params, placement
+
+
+def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
     n_ctx = params.n_ctx or default_n_ctx(hp)
     if n_ctx <= 0:
         raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
@@ -438,6 +452,4 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
         for c in placement.weights.values()
     ]
     placement.account(items, kv_layer, compute, resolve_devices(req.devices))
-    if params.check_fit:
-        fit_check(placement)
     return placement

@@ -48,6 +48,10 @@ def _op_ok(t: Tensor) -> bool:
         return b is not None and a.type == _F32 and b.type == _F32 and b.can_repeat_to(a)
     if t.op == GGMLOp.RMS_NORM:
         return a.type == _F32
+    if t.op == GGMLOp.SET_ROWS:  # ggml's operand order: rows, indices, destination; 2-D f32 only
+        dst = t.src[2]
+        flat = all(x is not None and x.ne[2] == x.ne[3] == 1 for x in (a, b, dst))
+        return flat and b is not None and b.type == GGMLType.I64 and dst is not None and dst.type == _F32
     return False
 
 
@@ -98,8 +102,25 @@ def _tile(b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.tile(b, tuple(n // m for n, m in zip(shape, b.shape, strict=True)))
 
 
+def _set_rows_kernel(node: Tensor) -> Callable[[], None]:
+    """SET_ROWS: row i of src0 into row idx[i] of the destination (the node is a view of it)."""
+    dst, rows, idx = _ref(node), _ref(node.src[0]), _ref(node.src[1])  # type: ignore[arg-type]
+
+    def run() -> None:
+        vals = _load(rows).reshape(-1, node.ne[0])
+        at = np.frombuffer(idx.buffer.read(idx.offset, idx.t.nbytes), dtype=np.int64)
+        if at.size != vals.shape[0] or at.min(initial=0) < 0 or at.max(initial=0) >= node.ne[1]:
+            raise ComputeError(node, "Sub", "SET_ROWS index outside the destination")
+        for i, r in enumerate(at):
+            dst.buffer.write(dst.offset + int(r) * node.nb[1], vals[i].astype(np.float32).tobytes())
+
+    return run
+
+
 def _kernel(node: Tensor) -> Callable[[], None]:
     """Bind ``node`` now (its operands' memory as it is at queue time); the thunk computes it."""
+    if node.op == GGMLOp.SET_ROWS:
+        return _set_rows_kernel(node)
     dst = _ref(node)
     a = _ref(node.src[0])  # type: ignore[arg-type]
     b = _ref(node.src[1]) if node.src[1] is not None else None
@@ -311,7 +332,8 @@ class SubsetDevice(Device):
 
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes."""
-        total = self.capacity if self.capacity is not None else 1 << 30
+        # without a capacity: "plenty" (64 GiB, well past --fit's default 1 GiB margin)
+        total = self.capacity if self.capacity is not None else 1 << 36
         return total - self.allocated, total
 
     def buffer_type(self) -> BufferType:
