@@ -138,6 +138,7 @@ def measure(
     Sets every share's ``weight_bytes``, ``kv_bytes`` and ``compute_bytes`` to the measured values.
     """
     from ggml_core.models.arch import get_architecture
+    from ggml_core.models.executor import pin_attention
     from ggml_core.models.graph import build_graph, graph_size_for
     from ggml_core.models.kvcache import KVCache, swa_cache_size
     from ggml_core.models.runner import KV_PAD, default_n_ctx
@@ -189,6 +190,8 @@ def measure(
     devs = [d for d in placement.devices if d.type != DeviceType.CPU] + [cpu]
     try:
         sched = Scheduler([pool.get(d) for d in devs], graph_size=graph_size_for(hp) * 2, op_offload=params.op_offload)
+        if not params.placement.kv_offload and len(devs) > 1:
+            pin_attention(sched, bg, pool.get(cpu))
         try:
             compute = sched.reserve_size(bg.graph)
         finally:

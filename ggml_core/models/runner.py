@@ -206,6 +206,7 @@ class Model:
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
                 op_offload=params.op_offload,
+                kv_offload=params.placement.kv_offload,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
             model.reserve()
