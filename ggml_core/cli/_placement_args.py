@@ -21,16 +21,19 @@ __all__ = ["add_placement_args", "list_devices", "n_gpu_layers", "placement_extr
 
 
 def n_gpu_layers(text: str) -> int | None:
-    """``-ngl N``, ``all`` or ``auto`` (both: every layer; there is no memory fitting yet) or ``-1`` (all)."""
-    if text.strip().lower() in ("all", "auto"):
+    """``-ngl N``, ``all`` or ``-1`` (every layer, as given: --fit keeps it), or ``auto`` (None: as if not given,
+    --fit and --split-mode auto choose)."""
+    if text.strip().lower() == "auto":
         return None
+    if text.strip().lower() == "all":
+        return -1
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of layers, 'all' or 'auto', got {text!r}") from None
     if not -1 <= n <= INT32_MAX:
         raise argparse.ArgumentTypeError(f"must be 0..{INT32_MAX} layers, -1, 'all' or 'auto' (every layer), got {n}")
-    return None if n < 0 else n
+    return n
 
 
 def add_placement_args(g: Any) -> None:

@@ -295,8 +295,13 @@ def fit_model(
     specs: Sequence[WeightSpec],
     params: ModelParams,
     plan_once: Callable[[ModelParams], Placement],
+    *,
+    layers_open: bool = False,
 ) -> tuple[ModelParams, Placement]:
     """The params (context, ``-ngl``, ``-ts``) --fit chose and their placement, measured; see the module docstring.
+
+    ``layers_open``: ``-ngl``/``-ts`` were chosen automatically (``--split-mode auto``), so --fit may still lower
+    ``-ngl`` (keeping the ``-ts`` proportions).
 
     :raises AllocationError: nothing the user left unset makes it fit (the message says what would)
     """
@@ -304,12 +309,12 @@ def fit_model(
 
     fit = _Fitter(f, hp, specs, params, plan_once)
     try:
-        return _fit(fit, params, default_n_ctx(hp))
+        return _fit(fit, params, default_n_ctx(hp), layers_open)
     finally:
         fit.backends.free()
 
 
-def _fit(fit: _Fitter, params: ModelParams, default_ctx: int) -> tuple[ModelParams, Placement]:
+def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool) -> tuple[ModelParams, Placement]:
     req = params.placement
     first = fit.evaluate(params)
     if first.fits:
@@ -334,7 +339,7 @@ def _fit(fit: _Fitter, params: ModelParams, default_ctx: int) -> tuple[ModelPara
             return m.params, m.placement
         n_ctx = lo
         changed.append(f"context {ctx0} -> {lo} cells (the --fit-ctx minimum)")
-    if req.n_gpu_layers is not None or not fit.offload:
+    if (req.n_gpu_layers is not None and not layers_open) or not fit.offload:
         _refuse(fit, first, n_ctx, changed)
     if len(fit.offload) > 1 and req.tensor_split is None and req.split_mode != "none":
         full = fit.evaluate(fit.variant(n_ctx, None, None))

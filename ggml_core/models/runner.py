@@ -13,13 +13,14 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
 import numpy as np
 
 from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
+from ggml_core.models.autosplit import Workload, plan_auto
 from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
 from ggml_core.models.executor import Executor
 from ggml_core.models.fit import FitParams, fit_model
@@ -76,6 +77,8 @@ class ModelParams:
     swa_full: bool = False
     #: ``--fit``: context and offloaded layers chosen to fit each device's free memory (models/fit.py)
     fit: FitParams = field(default_factory=FitParams)
+    #: what ``--split-mode auto`` optimises for: prompt and generated tokens (models/autosplit.py)
+    workload: Workload = field(default_factory=Workload)
 
 
 def default_n_ctx(hp: HParams) -> int:
@@ -418,11 +421,23 @@ class Model:
 def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
     """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
     params), or with ``--fit off`` checked against the estimate."""
+    auto = None
+    if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
+        n_ctx = params.n_ctx or default_n_ctx(hp)
+        w = params.workload
+        work = replace(w, n_batch=params.batch_size, n_kv=min(n_ctx, _round_up(w.n_prompt + w.n_gen, KV_PAD)))
+        params, auto = plan_auto(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), work)
     if params.check_fit and params.fit.enabled:
-        return fit_model(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p))
-    placement = _plan_once(f, hp, specs, params)
-    if params.check_fit:
-        fit_check(placement)
+        params, placement = fit_model(
+            f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), layers_open=auto is not None
+        )
+    else:
+        placement = _plan_once(f, hp, specs, params)
+        if params.check_fit:
+            fit_check(placement)
+    if auto is not None:
+        placement.auto, placement.split_mode = auto, "auto"
+        placement.notes.insert(0, f"--split-mode auto: {auto.describe()}")
     return params, placement
 
 
