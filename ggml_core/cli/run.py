@@ -48,7 +48,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "-sm",
         choices=["none", "layer", "auto"],
         help="how to share layers; auto: from each device's measured speed on one layer (default when none of "
-        "-ngl, -ts, --device is given; otherwise layer)",
+        "-ngl, -ts, --device, --rpc is given; otherwise layer)",
     )
     g.add_argument("--tensor-split", "-ts", type=shares, help="share per device, e.g. 3,1")
     g.add_argument(
@@ -120,8 +120,9 @@ def model_params(
     extras = placement_extras(args)
     devices, split = args.device, args.tensor_split
     mode = args.split_mode
-    if mode is None:  # auto unless the placement was chosen by hand
-        mode = "auto" if devices is None and split is None and args.n_gpu_layers is None else "layer"
+    if mode is None:  # auto unless the placement was chosen by hand (devices or servers named, -ts, -ngl)
+        hand = devices is not None or split is not None or args.n_gpu_layers is not None or getattr(args, "rpc", None)
+        mode = "layer" if hand else "auto"
     req = PlacementRequest(
         devices=devices,
         n_gpu_layers=args.n_gpu_layers,

@@ -5,7 +5,8 @@ What a device needs is measured, not estimated: its weights (each in its chosen 
 type pads), its KV cache, and its compute buffer, which comes from the scheduler planning the worst-case graph in
 measure mode (:meth:`~ggml_core.sched.Scheduler.reserve_size`, ggml's ``ggml_backend_sched_reserve_size``) over
 weights and caches bound to zero-size stand-in buffers, as llama.cpp measures a ``no_alloc`` model. Every offload
-device must keep ``--fit-target`` MiB free (default 1024, llama.cpp's ``-fitt``).
+device must keep ``--fit-target`` MiB free (default 1024, llama.cpp's ``-fitt``). Without an offload device there
+is nothing to fit: host memory gets the estimate-based check of ``--fit off``.
 
 Only what the user left unset is changed, as llama.cpp does:
 
@@ -32,7 +33,7 @@ from ggml_core._errors import AllocationError
 from ggml_core.alloc import pad
 from ggml_core.backend.interfaces import Backend, BufferUsage, Device, DeviceType
 from ggml_core.models.bufts import bind_probe
-from ggml_core.models.placement import INPUT_SLOT, Placement, maps_weights, resolve_devices
+from ggml_core.models.placement import INPUT_SLOT, Placement, fit_check, maps_weights, resolve_devices
 
 if TYPE_CHECKING:
     from ggml_core.models.gguf_file import GGUFFile
@@ -316,10 +317,13 @@ def fit_model(
 
 def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool) -> tuple[ModelParams, Placement]:
     req = params.placement
+    if not fit.offload:  # everything on the host: nothing to fit (as llama.cpp), the estimate checks host memory
+        placement = fit.plan_once(params)
+        fit_check(placement)
+        return params, placement
     first = fit.evaluate(params)
     if first.fits:
-        if fit.offload:
-            _note(first, "the requested placement fits", fit)
+        _note(first, "the requested placement fits", fit)
         return first.params, first.placement
     ctx0 = params.n_ctx or default_ctx
     n_ctx: int | None = params.n_ctx
@@ -339,7 +343,7 @@ def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool)
             return m.params, m.placement
         n_ctx = lo
         changed.append(f"context {ctx0} -> {lo} cells (the --fit-ctx minimum)")
-    if (req.n_gpu_layers is not None and not layers_open) or not fit.offload:
+    if req.n_gpu_layers is not None and not layers_open:
         _refuse(fit, first, n_ctx, changed)
     if len(fit.offload) > 1 and req.tensor_split is None and req.split_mode != "none":
         full = fit.evaluate(fit.variant(n_ctx, None, None))
