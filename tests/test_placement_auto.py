@@ -223,3 +223,23 @@ def test_timing_cache_reused_and_a_corrupt_one_ignored(
         assert capsys.readouterr().err == ""
         assert json.loads(cache.read_text())["version"] == 1
     reset_registry()
+
+
+def test_a_device_that_fails_the_timing_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GGML_CORE_CACHE", str(tmp_path / "cache"))
+    reset_registry()
+    bad = SubsetDevice("Sub0", OPS, fail_on={"attn_norm-0"})  # its kernel for that node raises
+    get_registry().register_plugin(_Plugin([bad]), "sub-auto")
+    try:
+        path = write_model(tmp_path / "m.gguf", CFG, random_weights(CFG, 34), "f32")
+        req = PlacementRequest(devices=["Sub0"], split_mode="auto")
+        params = ModelParams(n_ctx=64, kv_type="f32", progress=False, placement=req, fit=FitParams(target_mib=(0,)))
+        with Model.load(path, params) as m:
+            assert {m.placement.device_of(s).name for s in range(CFG.n_layer + 1)} == {"CPU"}
+            assert "inf ms" in m.placement.notes[0]
+        assert "Sub0 could not run a layer" in capsys.readouterr().err
+        assert "Sub0" not in auto.timing_cache_path().read_text()  # a failure is not cached
+    finally:
+        reset_registry()

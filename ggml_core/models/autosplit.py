@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import numpy as np
 
+from ggml_core._errors import GGMLError
 from ggml_core.backend.interfaces import Device, DeviceType
 from ggml_core.models.placement import resolve_devices
 
@@ -478,7 +479,14 @@ def measured_speeds(
         measured = hit is None
         if hit is None:
             share = 1.0 / (2 * n_dev)
-            hit = [timer.layer(dev, work.batch, work.n_kv, share), timer.layer(dev, 1, work.n_kv, share)]
+            try:
+                hit = [timer.layer(dev, work.batch, work.n_kv, share), timer.layer(dev, 1, work.n_kv, share)]
+            except (GGMLError, RuntimeError, OSError, ValueError, MemoryError) as exc:
+                # a device that cannot run the layer (or hold it) is never chosen; not cached: it may be transient
+                print(
+                    f"ggml-core: warning: --split-mode auto: {dev.name} could not run a layer ({exc})", file=sys.stderr
+                )
+                return DeviceSpeed(dev.name, math.inf, math.inf, math.inf, 1.0, True)
             cache["layers"][lkey] = hit
             dirty[0] = True
         if dev.type == DeviceType.CPU:
@@ -486,7 +494,13 @@ def measured_speeds(
         else:
             x = cache["xfer"].get(dkey)
             if x is None:
-                x = list(timer.xfer(dev))
+                try:
+                    x = list(timer.xfer(dev))
+                except (GGMLError, RuntimeError, OSError, ValueError, MemoryError) as exc:
+                    print(
+                        f"ggml-core: warning: --split-mode auto: copying to {dev.name} failed ({exc})", file=sys.stderr
+                    )
+                    return DeviceSpeed(dev.name, math.inf, math.inf, math.inf, 1.0, True)
                 cache["xfer"][dkey] = x
                 dirty[0] = True
             lat, bw = x
