@@ -6,8 +6,8 @@ Per candidate (the host CPU, then the offload devices in device-list order):
 - **one layer timed** at the batch sizes that matter, a prompt batch (``--batch-size`` tokens, at most the prompt)
   and a decode step (one token): layer 0's real weights (in the buffer types the device takes them in, the rest in
   host memory, as a load would put them), a KV cache of the run's context, the family's own layer graph, run through
-  the scheduler (so ops the device lacks fall back to the CPU, as in the real run), median of repeats within about
-  two seconds for everything;
+  the scheduler (so ops the device lacks fall back to the CPU, as in the real run): one warm-up run (kernels
+  compiled, memory planned; not counted), then the median of repeats within about two seconds for everything;
 - **transfer cost**: a host → device → host round trip of a small and of a large tensor gives latency and bandwidth
   (an RPC device's network latency included); the CPU has none;
 - **memory**: each device's exact need per layer and its compute buffer, measured as ``--fit`` does.
