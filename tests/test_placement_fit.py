@@ -8,6 +8,7 @@ choose the best of them: the most offloaded layers, the largest context.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -201,3 +202,37 @@ def test_cli_defaults_are_the_library_defaults() -> None:
 
     assert (cli.DEFAULT_FIT_TARGET_MIB, cli.DEFAULT_FIT_CTX) == (fit.DEFAULT_FIT_TARGET_MIB, fit.DEFAULT_FIT_CTX)
     assert FitParams() == FitParams(True, (1024,), 4096)  # llama.cpp: --fit on, -fitt 1024, -fitc 4096
+
+
+def test_cli_fit_flags(devices: Callable[..., list[SubsetDevice]], model: tuple, capsys: pytest.CaptureFixture) -> None:
+    """--fit/-fitt/-fitc as llama.cpp spells them; bad values are one line and exit code 2 before anything loads."""
+    from ggml_core.cli import main
+
+    path, _ = model
+    (dev,) = devices(None)
+    full = _allocated_by_load(path, _params(), [dev])
+    assert full is not None
+    (dev,) = devices(full[0] + 2**20 - 1)  # fits with no margin, not with the 1 MiB -fitt keeps
+    base = ["plan", str(path), "--device", "Sub0", "--ctx-size", "64", "--kv-type", "f32", "--json"]
+    for extra, on_dev in ((["-fitt", "0"], 4), (["--fit-target", "1"], 3), (["--fit", "off"], 4)):
+        capsys.readouterr()
+        assert main([*base, *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        got = next((d["layers"] + ("output" in d["layer_range"]) for d in out["devices"] if d["name"] == "Sub0"), 0)
+        assert got == on_dev, (extra, out["devices"], out["notes"])
+        assert any(n.startswith("--fit: ") for n in out["notes"]) == (extra[-1] != "off")
+    for bad, why in (
+        (["-fitt", "a"], "expected MiB values"),
+        (["-fitt", "-1"], "MiB values must be"),
+        (["-fitc", "0"], "--fit-ctx"),
+        (["--fit", "maybe"], "unknown choice"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main([*base, *bad])
+        assert exc.value.code == 2 and why in capsys.readouterr().err
+    assert main([*base, "-fitt", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--fit-target has 2 values for 1 offload devices (Sub0)" in err
+    assert main([*base[:-1], "-ngl", "4", "-fitt", "1"]) == 2  # -ngl given: refused, saying what would fit
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-ngl 3 would fit" in err

@@ -18,8 +18,9 @@ Only what the user left unset is changed, as llama.cpp does:
    measuring again, one layer fewer on a device that still overflows.
 
 When nothing the user left open can make it fit, :class:`~ggml_core.AllocationError` names the device, what it
-needs, what it has, and what would fit (``-ngl K``, ``--ctx-size C``). The chosen values are in the placement's
-notes, which ``ggml-core run`` and ``ggml-core plan`` print.
+needs, what it has, and what would fit (``-ngl K``, ``--ctx-size C``). ``--fit off`` changes nothing and keeps
+nothing free, but still measures and refuses a placement that cannot be allocated, before allocating anything. The
+chosen values are in the placement's notes, which ``ggml-core run`` and ``ggml-core plan`` print.
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ class _Fitter:
         self.req = params.placement
         self.devices = resolve_devices(self.req.devices)
         self.offload = [d for d in self.devices if d.type != DeviceType.CPU]
-        self.margins = params.fit.margins(self.offload)
+        # --fit off: the same measured check, with nothing kept free and nothing changed
+        self.margins = params.fit.margins(self.offload) if params.fit.enabled else {}
         self.backends = _Backends()
         self.n_slots = hp.n_layer + 1
 
@@ -323,8 +325,11 @@ def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool)
         return params, placement
     first = fit.evaluate(params)
     if first.fits:
-        _note(first, "the requested placement fits", fit)
+        if params.fit.enabled:
+            _note(first, "the requested placement fits", fit)
         return first.params, first.placement
+    if not params.fit.enabled:
+        _refuse(fit, first, params.n_ctx, [])
     ctx0 = params.n_ctx or default_ctx
     n_ctx: int | None = params.n_ctx
     changed = []
@@ -406,14 +411,17 @@ def _refuse(fit: _Fitter, m: Measured, n_ctx: int | None, changed: list[str]) ->
             hints.append(f"-ngl {got[0]} would fit{left_out}")
     if fit.params.n_ctx is not None:
         hints.append("a smaller --ctx-size needs less")
-    hints.append("--fit off tries anyway")
+    if fit.params.fit.enabled and fit.margins.get(name, 0):
+        hints.append("a smaller --fit-target keeps less free")
+    elif not fit.params.fit.enabled:
+        hints.append("--fit on chooses what fits")
     done = f" after {'; '.join(changed)}" if changed else ""
     margin = fit.margins.get(name, 0)
     raise AllocationError(
         name,
         need,
         avail + margin,
-        f"--fit: the model does not fit{done}: {_usage(m, fit)}"
+        f"{'--fit' if fit.params.fit.enabled else '--fit off'}: the model does not fit{done}: {_usage(m, fit)}"
         + (f" (--fit-target keeps {margin / _MIB:.0f} MiB free)" if margin else "")
         + f"; {', '.join(hints)}",
     )

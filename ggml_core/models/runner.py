@@ -31,7 +31,6 @@ from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.placement import (
     Placement,
     PlacementRequest,
-    fit_check,
     maps_weights,
     plan_placement,
     resolve_devices,
@@ -420,21 +419,19 @@ class Model:
 
 def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
     """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
-    params), or with ``--fit off`` checked against the estimate."""
+    params), or with ``--fit off`` only checked against it (``check_fit=False``: not even that)."""
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
         n_ctx = params.n_ctx or default_n_ctx(hp)
         w = params.workload
         work = replace(w, n_batch=params.batch_size, n_kv=min(n_ctx, _round_up(w.n_prompt + w.n_gen, KV_PAD)))
         params, auto = plan_auto(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), work)
-    if params.check_fit and params.fit.enabled:
+    if params.check_fit:  # --fit on adjusts; --fit off only checks, with the same measurements
         params, placement = fit_model(
             f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), layers_open=auto is not None
         )
     else:
         placement = _plan_once(f, hp, specs, params)
-        if params.check_fit:
-            fit_check(placement)
     if auto is not None:
         placement.auto, placement.split_mode = auto, "auto"
         placement.notes.insert(0, f"--split-mode auto: {auto.describe()}")
