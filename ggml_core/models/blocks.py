@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import math
+import re
+from typing import Final
 
 from ggml_core import ops
 from ggml_core._errors import OpError
@@ -24,6 +26,7 @@ from ggml_core.models.graph import GraphBuilder
 from ggml_core.models.hparams import HParams
 
 __all__ = [
+    "ATTENTION_NODE",
     "LayerWeight",
     "attention",
     "attn_out",
@@ -87,6 +90,10 @@ def qkv(g: GraphBuilder, il: int, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v.set_name(f"Vcur-{il}")
 
 
+#: names of the attention nodes (KQ, softcapping, softmax, KQV and its merge, flash attention) of any layer
+ATTENTION_NODE: Final = re.compile(r"(kq|kq_softcap_in|kq_softcap_tanh|kq_softcap|kq_soft_max|kqv|kqv_out|fattn)-\d+")
+
+
 def attention(g: GraphBuilder, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Write k, v into layer ``il``'s cache, attend q over it; ``[n_head·d_v, n_tokens]`` (before the output
     projection). The softmax scale is ``1/sqrt(head_dim)``, or 1 where the family scales q itself."""
@@ -101,15 +108,19 @@ def attention(g: GraphBuilder, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tens
     kc = kv.k_view(il, n_kv)  # [d, n_kv, n_head_kv]
     vc = kv.v_view(il, n_kv)
     sinks = g.layer(il, "attn_sinks.weight") if hp.attn_sinks else None
+    # the nodes named kq*/kqv*/fattn* are the attention proper: --no-kv-offload pins them to the host
+    # (ATTENTION_NODE), where the cache is
     if g.flash_attn:
-        out = ops.flash_attn_ext(qp, kc, vc, mask, scale, 0.0, hp.attn_softcap)  # [d_v, n_head, n_tokens]
-        out = ops.flash_attn_ext_add_sinks(out, sinks)
-        return ops.reshape_2d(out, hp.head_dim_v * hp.n_head, n)
+        out = ops.flash_attn_ext(qp, kc, vc, mask, scale, 0.0, hp.attn_softcap).set_name(f"fattn-{il}")
+        out = ops.flash_attn_ext_add_sinks(out, sinks)  # the same node, its src[4] set
+        return ops.reshape_2d(out, hp.head_dim_v * hp.n_head, n)  # [d_v, n_head, n_tokens] as rows
     kq = ops.mul_mat(kc, qp).set_name(f"kq-{il}")  # [n_kv, n_tokens, n_head]; GQA by broadcasting over heads
     if hp.attn_softcap:
-        kq = ops.scale(ops.tanh(ops.scale(kq, 1.0 / hp.attn_softcap)), hp.attn_softcap)
+        kq = ops.scale(kq, 1.0 / hp.attn_softcap).set_name(f"kq_softcap_in-{il}")
+        kq = ops.tanh(kq).set_name(f"kq_softcap_tanh-{il}")
+        kq = ops.scale(kq, hp.attn_softcap).set_name(f"kq_softcap-{il}")
     kq = ops.soft_max_add_sinks(ops.soft_max_ext(kq, mask, scale, 0.0), sinks).set_name(f"kq_soft_max-{il}")
-    kqv = ops.mul_mat(vc, kq)  # [d_v, n_tokens, n_head]
+    kqv = ops.mul_mat(vc, kq).set_name(f"kqv-{il}")  # [d_v, n_tokens, n_head]
     merged = ops.permute(kqv, 0, 2, 1, 3)  # [d_v, n_head, n_tokens]
     return ops.cont_2d(merged, hp.head_dim_v * hp.n_head, n).set_name(f"kqv_out-{il}")
 

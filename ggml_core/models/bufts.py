@@ -22,7 +22,7 @@ from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
-from ggml_core.backend.interfaces import Buffer, BufferType, Device, DeviceType
+from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, Device, DeviceType
 from ggml_core.backend.registry import get_registry
 from ggml_core.ops._enum import GGMLOp
 
@@ -34,6 +34,7 @@ __all__ = [
     "WeightChoice",
     "WeightInfo",
     "assign_weights",
+    "bind_probe",
     "consumer_kind",
     "consumer_op",
     "describe_weights",
@@ -129,6 +130,14 @@ class _ProbeBuffer(Buffer):
 
     def _free(self) -> None:
         pass
+
+
+def bind_probe(t: Tensor, buft: BufferType, usage: BufferUsage = BufferUsage.ANY) -> None:
+    """Bind ``t`` to a zero-size stand-in buffer of ``buft`` (ggml's dummy buffers of a ``no_alloc`` model): the
+    scheduler places and plans around it as if it were allocated there; nothing may read or write it."""
+    buf = _ProbeBuffer(buft, 0)
+    buf.set_usage(usage)
+    t.buffer, t.data_offset = buf, 0
 
 
 @dataclass(frozen=True)
