@@ -26,7 +26,7 @@ import numpy as np
 
 from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag
 from ggml_cpu import kernels
-from ggml_cpu.kernels import matmul, qdot
+from ggml_cpu.kernels import compiled, matmul, qdot
 from ggml_cpu.threads import Threads
 
 __all__ = ["Engine", "Plan", "describe"]
@@ -64,6 +64,11 @@ class Plan:
             and list(map(_BINDING, self.tensors)) == self.bindings
             and self.memory_current()
         )
+
+
+def _computed(node: Tensor) -> bool:
+    """True for the nodes a plan runs a kernel for (not views, not inputs, not empty)."""
+    return not (node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE)
 
 
 def _involved(graph: Graph) -> list[Tensor]:
@@ -107,11 +112,16 @@ class Engine:
         if cached is not None and cached.valid_for(graph):
             return cached
         steps: list[tuple[Tensor, Thunk]] = []
-        for node in graph.nodes:
-            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+        nodes = graph.nodes
+        fused: Tensor | None = None  # the node a fused thunk of the previous step already computes
+        for i, node in enumerate(nodes):
+            if node is fused or not _computed(node):
                 continue
             try:
-                steps.append((node, self._bind(node)))
+                pair = compiled.bind_pair(node, nodes[i + 1]) if i + 1 < len(nodes) and _computed(nodes[i + 1]) else None
+                if pair is not None:
+                    fused = nodes[i + 1]
+                steps.append((node, pair or self._bind(node)))
             except (NotImplementedError, TensorError, ValueError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
         tensors = _involved(graph)

@@ -15,6 +15,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel, store
 
 __all__ = ["alibi_slopes", "rope_cos_sin", "theta_powers", "yarn_corr_dims"]
@@ -58,6 +59,9 @@ def _bind_soft_max(node: Tensor) -> Thunk:
     scale = _F32(node.op_param_f32(0))
     max_bias = node.op_param_f32(1)
     slopes = alibi_slopes(a.ne[2], max_bias).reshape(1, -1, 1, 1)
+    fast = compiled.bind_soft_max(node, slopes)
+    if fast is not None:
+        return fast
 
     def run() -> None:
         with np.errstate(all="ignore"):
@@ -221,13 +225,30 @@ def _bind_rope(node: Tensor) -> Thunk:
         factors = None if ff is None else f32(ff).reshape(-1)
         return rope_cos_sin(angles, freq_scale, ext_factor, attn_factor, corr, factors)
 
-    def run() -> None:
-        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
+    def cos_sin() -> tuple[np.ndarray, np.ndarray]:
         pos = arr(p).reshape(-1)
         if mode & ROPE_MROPE or ff is not None:
-            cos, sin = tables(pos)
-        else:
-            cos, sin = _rope_tables(memo_key, pos[: a.ne[2]], lambda: tables(pos))
+            return tables(pos)
+        return _rope_tables(memo_key, pos[: a.ne[2]], lambda: tables(pos))
+
+    if mode == ROPE_NORMAL:  # the pairs' first element, the step to the next pair, the distance to the second
+        first, step, delta = lo, 2, 1
+    elif vision:
+        first, step, delta = 0, 1, n_dims
+    else:
+        first, step, delta = lo, 1, half
+    rotate = compiled.bind_rope(node, first, step, delta)
+    if rotate is not None:
+
+        def run_compiled() -> None:
+            cos, sin = cos_sin()
+            rotate(cos, sin)
+
+        return run_compiled
+
+    def run() -> None:
+        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
+        cos, sin = cos_sin()
         c, s = cos[None, :, None, :], sin[None, :, None, :]
         y = np.array(x, dtype=np.float32)
         if mode == ROPE_NORMAL:  # adjacent pairs (x[2i], x[2i+1])

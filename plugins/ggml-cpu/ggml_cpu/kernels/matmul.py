@@ -25,7 +25,7 @@ import numpy as np
 
 from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, dequantize, quantize
-from ggml_cpu.kernels import qdot
+from ggml_cpu.kernels import compiled, qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
 from ggml_cpu.kernels.qdot.halves import f16_to_f32
 from ggml_cpu.threads import Faster, current_threads, one_thread, parallel_for, single_threaded_blas
@@ -368,7 +368,7 @@ def bind_mul_mat(node: Tensor, cache: WeightsCache | None = None) -> Thunk:
     if a.type == GGMLType.F32:
         return _bind_f32(a, b, node)
     if a.type in (GGMLType.F16, GGMLType.BF16):
-        return _bind_half(a, b, node, cache)
+        return compiled.bind_half_product(a, b, node) or _bind_half(a, b, node, cache)
     return _bind_quantized(a, b, node, cache)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, can_quantize, dequantize, quantize
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel, store
 
 __all__: list[str] = []
@@ -142,6 +143,9 @@ def _set_rows_ok(node: Tensor) -> bool:
 def _bind_set_rows(node: Tensor) -> Thunk:
     b, c = node.src[0], node.src[1]
     assert b is not None and c is not None
+    fast = compiled.bind_set_rows(node)
+    if fast is not None:
+        return fast
     i3 = np.arange(node.ne[3])[:, None, None]
     i2 = np.arange(node.ne[2])[None, :, None]
     # b's dims 2, 3 take the index rows i % c.ne (ggml tiles the indices)

@@ -1,0 +1,277 @@
+"""Compiled thunks for the decode step's small ops (kernels in :mod:`.qdot._row_kernels`), bound once per plan.
+
+Each ``bind_*`` function returns a thunk that is **one** call into compiled code on operands resolved at bind time
+(flat views of the tensors' memory and an int64 array of shapes and element strides), or ``None`` when compiled
+kernels are off (``GGML_CPU_NUMBA=0``, no numba, a failed compile) or the operands are outside what the kernel
+handles (types, a non-contiguous ``ne[0]``); the op's numpy path then runs. A plan is re-bound whenever a tensor
+moves (:mod:`ggml_cpu.engine`), so views resolved here stay valid for the plan's life.
+
+Agreement with the numpy path (``tests/test_kernels_compiled.py`` checks each against numpy from the op's
+definition, and against the numpy path itself):
+
+* RMS_NORM (+ MUL), ROPE, SET_ROWS: the same float32 operations in the same order — equal bit for bit, except that
+  RMS_NORM's double sum is sequential where numpy's is pairwise (a difference only when the float64 sums round to
+  different float32 means: at most 1 ulp of the mean, so ≤ 2 ulp of a result);
+* SOFT_MAX: float32 ``exp`` from libm instead of numpy's SIMD version (≤ 1 ulp apart), so results agree to a few
+  ulp (the tests allow 4·2⁻²⁴ relative plus the sum's rounding);
+* SWIGLU: ``exp`` in double from libm, rounded once (as the numpy path): equal except when the two double
+  results round to different float32 values (≤ 1 ulp of ``e``);
+* f16 products: activations rounded to f16 as the numpy path does, weights read as f16, products summed in float32
+  in SIMD lanes (the order depends on the vector width): within the float32 dot-product bound
+  ``k·2⁻²³·Σ|x·w|`` of the numpy path's BLAS product — and independent of the thread count (one thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ggml_core import GGMLOp, GGMLType, GluOp, Tensor
+from ggml_cpu.kernels._base import Thunk, _host, arr, check_index_range
+from ggml_cpu.kernels.qdot import _jit
+
+__all__ = [
+    "bind_half_product",
+    "bind_pair",
+    "bind_rms_norm",
+    "bind_rope",
+    "bind_set_rows",
+    "bind_soft_max",
+    "bind_swiglu",
+    "flat",
+    "kernel",
+]
+
+#: f16 products with at most this many activation rows run the compiled kernel (decode, short batches); above it
+#: the numpy path's BLAS product is faster
+HALF_ROWS_LIMIT = 32
+
+_DTYPE = {GGMLType.F32: np.dtype(np.float32), GGMLType.F16: np.dtype(np.uint16), GGMLType.I32: np.dtype(np.int32),
+          GGMLType.I64: np.dtype(np.int64)}  # fmt: skip
+
+
+def _module() -> Any:
+    """:mod:`.qdot._row_kernels`, or None when compiled kernels are off or its intrinsics cannot be built."""
+    if not _jit.enabled():
+        return None
+    try:
+        from ggml_cpu.kernels.qdot import _row_kernels
+    except Exception as exc:  # noqa: BLE001 - building the intrinsics may fail on an odd target: numpy path
+        _jit.note_failure("compiled row kernels", exc)
+        return None
+    return _row_kernels
+
+
+def kernel(name: str, key: tuple[str, str] | None = None) -> Callable[..., Any] | None:
+    """The compiled kernel of the spec ``name`` of :mod:`.qdot._row_kernels` (``key`` picks one of a dict of
+    specs), or None when unavailable. Compiles on first use (cached on disk, see :mod:`.qdot._jit`)."""
+    mod = _module()
+    if mod is None:
+        return None
+    spec = getattr(mod, name)
+    return _jit.get(spec if key is None else spec[key])
+
+
+def flat(t: Tensor, *, any_ne0: bool = False) -> tuple[np.ndarray, tuple[int, int, int, int]] | None:
+    """A 1-D view of ``t``'s memory from its first element to its last, and its element strides (dims 0–3).
+
+    None unless ``ne[0]`` is contiguous (``nb[0]`` = element size; any stride with ``any_ne0``), every stride is
+    a whole number of elements, the data is aligned and not empty.
+    """
+    dt = _DTYPE.get(t.type)
+    if dt is None or t.nelements == 0 or t.buffer is None or t.data_offset is None:
+        return None
+    size = dt.itemsize
+    if (t.nb[0] != size and not any_ne0) or any(nb % size for nb in t.nb) or t.data_offset % size:
+        return None
+    s = tuple(nb // size for nb in t.nb)
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.ne, s, strict=True))
+    try:
+        view = np.ndarray((extent,), dtype=dt, buffer=_host(t), offset=t.data_offset)
+    except (TypeError, ValueError):
+        return None
+    if not view.flags.aligned:
+        return None
+    return view, (s[0], s[1], s[2], s[3])
+
+
+def _params(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
+
+
+def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
+    """RMS_NORM of f32 rows; with ``mul`` (the MUL node right after it, ``mul.src[0] is node``) also the product
+    with its other operand (repeated as ggml broadcasts), written to both outputs in one pass."""
+    a = node.src[0]
+    fn = kernel("RMS_NORM_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    eps = float(node.op_param_f32(0))
+    bias: tuple[int, ...] = (0,) * 10
+    b_arr, m_arr = out[0], out[0]
+    if mul is not None:
+        b = mul.src[1]
+        fb, fm = (flat(b), flat(mul)) if b is not None else (None, None)
+        if b is None or fb is None or fm is None or b.type != GGMLType.F32 or mul.type != GGMLType.F32:
+            return None
+        if b.ne[0] != a.ne[0] or tuple(mul.ne) != tuple(node.ne):
+            return None
+        b_arr, m_arr = fb[0], fm[0]
+        bias = (b.ne[0], b.ne[1], b.ne[2], b.ne[3], *fb[1][1:], *fm[1][1:])
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], 1 if mul is not None else 0, *bias)
+    xv, ov = x[0], out[0]
+
+    def run() -> None:
+        fn(xv, ov, b_arr, m_arr, p, eps)
+
+    return run
+
+
+def bind_pair(node: Tensor, nxt: Tensor) -> Thunk | None:
+    """One thunk computing ``node`` and the node right after it, when they fuse (RMS_NORM → MUL), else None."""
+    if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
+        return bind_rms_norm(node, nxt)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ SOFT_MAX
+
+
+def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
+    """SOFT_MAX (ext) of f32 rows with an optional f32 mask, ``slopes`` (ALiBi, per head) and f32 sinks."""
+    a, mask, sinks = node.src[0], node.src[1], node.src[2]
+    fn = kernel("SOFT_MAX_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    mv, mp = np.zeros(1, np.float32), (0, 1, 1, 0, 0, 0, 0)
+    if mask is not None:
+        fm = flat(mask)
+        if fm is None or mask.type != GGMLType.F32:
+            return None
+        mv, mp = fm[0], (1, mask.ne[2], mask.ne[3], 0, *fm[1][1:])
+    sv, has_sinks = np.zeros(1, np.float32), 0
+    if sinks is not None:
+        fs = flat(sinks)
+        if fs is None or sinks.type != GGMLType.F32 or sinks.ne[0] < a.ne[2]:
+            return None
+        sv, has_sinks = fs[0], 1
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], *mp, has_sinks)
+    sl = np.ascontiguousarray(slopes.reshape(-1), dtype=np.float32)
+    scale = float(node.op_param_f32(0))
+    xv, ov = x[0], out[0]
+
+    def run() -> None:
+        fn(xv, ov, mv, sv, sl, p, scale)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ ROPE
+
+
+def bind_rope(node: Tensor, first: int, step: int, delta: int) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """ROPE's rotation of f32 rows: ``rotate(cos, sin)`` with the (tokens, pairs) tables turns the pairs
+    ``(first + i·step, first + i·step + delta)`` and copies the other channels."""
+    a = node.src[0]
+    fn = kernel("ROPE_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], first, step, delta)
+    xv, ov = x[0], out[0]
+
+    def rotate(cos: np.ndarray, sin: np.ndarray) -> None:
+        fn(xv, ov, cos, sin, p)
+
+    return rotate
+
+
+# ------------------------------------------------------------------------------------------------ SET_ROWS
+
+
+def bind_set_rows(node: Tensor) -> Thunk | None:
+    """SET_ROWS of f32 rows into f32 or f16 rows (any destination strides), indices I32 / I64 checked per call."""
+    b, c = node.src[0], node.src[1]
+    if b is None or c is None or b.type != GGMLType.F32 or node.type not in (GGMLType.F32, GGMLType.F16):
+        return None
+    if c.type not in (GGMLType.I32, GGMLType.I64):
+        return None
+    fn = kernel("SET_ROWS_SPECS", ("float32" if node.type == GGMLType.F32 else "uint16", str(_DTYPE[c.type])))
+    src, idx, dst = flat(b), flat(c), flat(node, any_ne0=True)
+    if fn is None or src is None or idx is None or dst is None:
+        return None
+    ds, cs = dst[1], idx[1]
+    p = _params(*b.ne, *src[1][1:], *ds[1:], node.ne[1], cs[0], cs[1], c.ne[1], cs[2], c.ne[2], ds[0])
+    sv, iv, dv = src[0], idx[0], dst[0]
+
+    def run() -> None:
+        if fn(sv, iv, dv, p):
+            check_index_range(node, arr(c), node.ne[1], "destination row")
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ GLU
+
+
+def bind_swiglu(node: Tensor) -> Thunk | None:
+    """SWIGLU of f32 rows, split (``src1`` the gate) or fused (``[x | g]`` rows, swapped or not)."""
+    a, b = node.src[0], node.src[1]
+    fn = kernel("GLU_SPEC")
+    if fn is None or a is None or GluOp(node.op_param_i32(0)) != GluOp.SWIGLU:
+        return None
+    if a.type != GGMLType.F32 or node.type != GGMLType.F32 or (b is not None and b.type != GGMLType.F32):
+        return None
+    x, out = flat(a), flat(node)
+    g = flat(b) if b is not None else x
+    if x is None or out is None or g is None:
+        return None
+    n = node.ne[0]
+    x_off, g_off = 0, 0
+    if b is None:
+        x_off, g_off = (n, 0) if node.op_param_i32(1) else (0, n)
+    p = _params(*node.ne, *x[1][1:], *out[1][1:], *g[1][1:], x_off, g_off)
+    xv, gv, ov = x[0], g[0], out[0]
+
+    def run() -> None:
+        fn(xv, gv, ov, p)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ f16 products
+
+
+def bind_half_product(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
+    """MUL_MAT of f16 weights (a KV cache) and up to :data:`HALF_ROWS_LIMIT` f32 activation rows per weight slice,
+    reading the f16 values where they are (no float32 copy of the cache)."""
+    if a.type != GGMLType.F16 or b.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+    fn = kernel("HALF_DOT_SPEC") if rows <= HALF_ROWS_LIMIT else None
+    w, x, out = flat(a), flat(b), flat(node)
+    if fn is None or w is None or x is None or out is None:
+        return None
+    k = a.ne[0]
+    p = _params(k, a.ne[1], b.ne[1], b.ne[2], b.ne[3], b.ne[2] // a.ne[2], b.ne[3] // a.ne[3],
+                *w[1][1:], *x[1][1:], *out[1][1:])  # fmt: skip
+    xh = np.empty(max(k, 1), np.float32)
+    wv, xv, ov = w[0], x[0], out[0]
+
+    def run() -> None:
+        fn(wv, xv, ov, p, xh)
+
+    return run
