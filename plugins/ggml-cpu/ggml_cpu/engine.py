@@ -118,9 +118,10 @@ class Engine:
             if node is fused or not _computed(node):
                 continue
             try:
-                pair = compiled.bind_pair(node, nodes[i + 1]) if i + 1 < len(nodes) and _computed(nodes[i + 1]) else None
+                nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+                pair = compiled.bind_pair(node, nxt) if nxt is not None and _computed(nxt) else None
                 if pair is not None:
-                    fused = nodes[i + 1]
+                    fused = nxt
                 steps.append((node, pair or self._bind(node)))
             except (NotImplementedError, TensorError, ValueError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc

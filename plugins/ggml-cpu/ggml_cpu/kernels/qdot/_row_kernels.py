@@ -210,9 +210,11 @@ def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) 
 
 SET_ROWS_SPECS: Final = {
     (dst, ix): _jit.KernelSpec(
-        _set_rows, f"int64(float32[::1], {ix}[::1], {dst}[::1], int64[::1])", readonly=(0, 1),
+        _set_rows,
+        f"int64(float32[::1], {ix}[::1], {dst}[::1], int64[::1])",
+        readonly=(0, 1),
         name=f"_set_rows_{dst}_{ix}",
-    )  # fmt: skip
+    )
     for dst in ("float32", "uint16")
     for ix in ("int32", "int64")
 }
