@@ -1,0 +1,319 @@
+"""The compiled one-call thunks of the decode ops (``ggml_cpu.kernels.compiled``) against the numpy path and numpy
+references written from the ops' definitions.
+
+Each case computes the same graph twice — compiled, then with the compiled kernels switched off (the numpy path,
+what ``GGML_CPU_NUMBA=0`` runs) — and holds the two to the agreement ``compiled.py`` states: bit for bit for
+RMS_NORM's products, ROPE, SET_ROWS; ≤ 2 ulp for RMS_NORM (sequential against pairwise double sums); a few ulp
+for SOFT_MAX and SWIGLU (libm's exp against numpy's); the float32 dot-product bound for f16 products. The
+references in float64 check both. Each case also asserts the compiled thunk was bound (so a silent fallback to
+numpy cannot pass as the compiled path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+from kernel_harness import CpuGraph, rng
+
+import ggml_core as gc
+from ggml_core import ComputeError, GGMLOp, Tensor, ops
+from ggml_cpu.kernels import compiled
+
+pytest.importorskip("numba")
+
+U = 2.0**-24  # float32 unit roundoff
+
+
+@pytest.fixture(autouse=True)
+def _needs_kernels() -> None:
+    if compiled.kernel("RMS_NORM_SPEC") is None:
+        pytest.skip("compiled kernels unavailable here (numba off or failed to build)")
+
+
+@pytest.fixture
+def numpy_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+    """Call to switch the compiled kernels off for graphs planned afterwards."""
+
+    def off() -> None:
+        monkeypatch.setattr(compiled, "_module", lambda: None)
+
+    yield off
+
+
+def _both(
+    build: Callable[[CpuGraph], Tensor], numpy_path: Callable[[], None], binder: Callable[[Tensor], object]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``build``'s graph computed compiled, then on the numpy path (fresh graphs, so fresh plans); asserts that
+    ``binder`` binds a compiled thunk for the output node (no silent fallback)."""
+    g = CpuGraph()
+    out = build(g)
+    got = g.compute(out).copy()
+    assert binder(out) is not None, f"no compiled thunk for {out.op_desc}"
+    numpy_path()
+    g2 = CpuGraph()
+    ref = g2.compute(build(g2)).copy()
+    return got, ref
+
+
+def _ulps(a: np.ndarray, b: np.ndarray) -> int:
+    """The largest distance in float32 units in the last place (finite values of equal sign)."""
+    ia, ib = a.astype(np.float32).view(np.int32).astype(np.int64), b.astype(np.float32).view(np.int32).astype(np.int64)
+    return int(np.abs(ia - ib).max()) if a.size else 0
+
+
+# ------------------------------------------------------------------------------------------------ RMS_NORM + MUL
+
+
+def test_rms_norm_fused_with_mul(numpy_path: Callable[[], None]) -> None:
+    x = (rng(1).standard_normal((2, 3, 5, 64)) * 3 + 0.5).astype(np.float32)
+    w = rng(2).standard_normal(64).astype(np.float32)
+    nodes: list[Tensor] = []
+
+    def build(g: CpuGraph) -> Tensor:
+        n = ops.rms_norm(g.tensor(x), 1e-5)
+        nodes.append(n)
+        return ops.mul(n, g.tensor(w))
+
+    got, ref = _both(build, numpy_path, lambda out: compiled.bind_rms_norm(nodes[0], out))
+    x64 = x.astype(np.float64)
+    exact = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(got, exact, rtol=8 * U * 4, atol=1e-6)
+    assert _ulps(got, ref) <= 2
+
+
+def test_rms_norm_and_mul_are_one_step_of_the_plan() -> None:
+    x = rng(3).standard_normal((1, 1, 4, 32)).astype(np.float32)
+    g = CpuGraph()
+    n = ops.rms_norm(g.tensor(x), 1e-6)
+    out = ops.mul(n, g.tensor(np.full(32, 2.0, np.float32)))
+    got = g.compute(out, n)  # the norm's own output is written too
+    backend = gc.init_backend("CPU")
+    graph = gc.build_graph([out, n])
+    plan = backend.engine.plan(graph)  # type: ignore[attr-defined]
+    assert [node.op for node, _ in plan.steps] == [GGMLOp.RMS_NORM]
+    backend.graph_compute(graph)
+    np.testing.assert_array_equal(out.to_numpy(), got)
+    np.testing.assert_array_equal(n.to_numpy() * np.float32(2.0), got)
+
+
+def test_rms_norm_strided_rows(numpy_path: Callable[[], None]) -> None:
+    x = rng(4).standard_normal((1, 3, 8, 24)).astype(np.float32)
+
+    def build(g: CpuGraph) -> Tensor:
+        t = ops.permute(g.tensor(x), 0, 2, 1, 3)  # rows contiguous, dims 1/2 swapped
+        return ops.rms_norm(t, 1e-5)
+
+    got, ref = _both(build, numpy_path, compiled.bind_rms_norm)
+    assert _ulps(got, ref) <= 2
+
+
+# ------------------------------------------------------------------------------------------------ SOFT_MAX
+
+
+def _soft_max_def(x: np.ndarray, mask: np.ndarray | None, scale: float, slopes: np.ndarray, sinks: np.ndarray | None
+                  ) -> np.ndarray:  # fmt: skip
+    w = x.astype(np.float64) * scale
+    if mask is not None:
+        w = w + slopes.reshape(1, -1, 1, 1) * np.tile(mask[:, :, : x.shape[2]], (1, x.shape[1] // mask.shape[1], 1, 1))
+    mx = w.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        mx = np.maximum(mx, sinks.reshape(1, -1, 1, 1))
+    e = np.exp(w - mx)
+    total = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total = total + np.exp(sinks.reshape(1, -1, 1, 1) - mx)
+    return e / total
+
+
+@pytest.mark.parametrize("with_sinks", [False, True])
+@pytest.mark.parametrize("max_bias", [0.0, 8.0])
+def test_soft_max_ext(numpy_path: Callable[[], None], max_bias: float, with_sinks: bool) -> None:
+    r = rng(5)
+    x = (r.standard_normal((1, 8, 3, 256)) * 4).astype(np.float32)
+    mask = r.standard_normal((1, 1, 4, 256)).astype(np.float32)
+    mask[..., 100:] = -np.inf  # unused KV cells
+    sinks = r.standard_normal(8).astype(np.float32)
+
+    def build(g: CpuGraph) -> Tensor:
+        out = ops.soft_max_ext(g.tensor(x), g.tensor(mask), 0.125, max_bias)
+        if with_sinks:
+            ops.soft_max_add_sinks(out, g.tensor(sinks))
+        return out
+
+    got, ref = _both(build, numpy_path, lambda out: compiled.bind_soft_max(out, np.ones(8, np.float32)))
+    from ggml_cpu.kernels.attention import alibi_slopes
+
+    exact = _soft_max_def(x, mask, 0.125, alibi_slopes(8, max_bias).astype(np.float64), sinks if with_sinks else None)
+    # float32 rounding of w (2 operations), exp (≤ 1 ulp each side) and the final product: a few ulp relative
+    np.testing.assert_allclose(got, exact, rtol=64 * U, atol=1e-30)
+    np.testing.assert_allclose(got, ref, rtol=8 * U, atol=1e-30)
+    assert np.all(got[..., 100:] == 0.0)
+
+
+def test_soft_max_nan_row_stays_nan(numpy_path: Callable[[], None]) -> None:
+    x = rng(6).standard_normal((1, 1, 2, 16)).astype(np.float32)
+    x[0, 0, 1, 3] = np.nan
+    got, ref = _both(lambda g: ops.soft_max_ext(g.tensor(x), None, 1.0), numpy_path,
+                     lambda out: compiled.bind_soft_max(out, np.ones(1, np.float32)))  # fmt: skip
+    assert np.isnan(got[0, 0, 1]).all() and np.isnan(ref[0, 0, 1]).all()
+    assert np.isfinite(got[0, 0, 0]).all()
+
+
+# ------------------------------------------------------------------------------------------------ ROPE
+
+
+@pytest.mark.parametrize(
+    ("mode", "n_dims", "sections"),
+    [
+        (0, 64, None),
+        (0, 32, None),
+        (2, 64, None),
+        (2, 48, None),
+        (8, 64, (8, 12, 12, 0)),
+        (40, 64, (8, 12, 12, 0)),
+        (24, 32, (8, 8, 0, 0)),
+    ],
+)
+def test_rope_equals_numpy_path(numpy_path: Callable[[], None], mode: int, n_dims: int, sections: tuple | None) -> None:
+    r = rng(7)
+    n_tok = 3
+    x = r.standard_normal((1, n_tok, 4, 64)).astype(np.float32)
+    pos = r.integers(0, 500, n_tok * (4 if sections else 1)).astype(np.int32)
+
+    def build(g: CpuGraph) -> Tensor:
+        args = (1000, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+        if sections is None:
+            return ops.rope_ext(g.tensor(x), g.tensor(pos, "i32"), None, n_dims, mode, *args)
+        return ops.rope_multi(g.tensor(x), g.tensor(pos, "i32"), None, n_dims, sections, mode, *args)
+
+    got, ref = _both(build, numpy_path, lambda out: compiled.bind_rope(out, 0, 1, 1))
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_rope_normal_against_the_definition() -> None:
+    r = rng(8)
+    x = r.standard_normal((1, 2, 3, 16)).astype(np.float32)
+    pos = np.array([5, 77], np.int32)
+    g = CpuGraph()
+    got = g.compute(ops.rope_ext(g.tensor(x), g.tensor(pos, "i32"), None, 16, 0, 0, 10000.0, 1.0, 0.0, 1.0, 0.0, 0.0))
+    theta = pos[:, None].astype(np.float64) * 10000.0 ** (-2.0 * np.arange(8) / 16)  # (tokens, pairs)
+    c, s = np.cos(theta)[None, :, None, :], np.sin(theta)[None, :, None, :]
+    x0, x1 = x[..., 0::2].astype(np.float64), x[..., 1::2].astype(np.float64)
+    exact = np.empty(x.shape)
+    exact[..., 0::2], exact[..., 1::2] = x0 * c - x1 * s, x0 * s + x1 * c
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-4 * np.abs(x).max())  # theta powers drift in float32
+
+
+# ------------------------------------------------------------------------------------------------ SET_ROWS
+
+
+@pytest.mark.parametrize("idx_type", ["i32", "i64"])
+@pytest.mark.parametrize("dst_type", ["f32", "f16"])
+def test_set_rows(numpy_path: Callable[[], None], dst_type: str, idx_type: str) -> None:
+    r = rng(9)
+    dst = r.standard_normal((2, 3, 10, 16)).astype(np.float32)
+    src = (r.standard_normal((2, 3, 4, 16)) * 1000).astype(np.float32)  # some values round to f16 ties / overflow
+    src[0, 0, 0, :3] = [70000.0, -np.inf, 2.0**-20]
+    idx = r.permutation(10)[:4].reshape(1, 1, 4).repeat(3, axis=1)  # (c.ne[2]=1, c.ne[1]=3, 4) tiled over dim 3
+    idx[0, 1] = [9, 0, 5, 2]
+
+    def build(g: CpuGraph) -> Tensor:
+        d = g.tensor(dst.astype(np.float16) if dst_type == "f16" else dst, dst_type)
+        return ops.set_rows(d, g.tensor(src), g.tensor(idx, idx_type))
+
+    got, ref = _both(build, numpy_path, compiled.bind_set_rows)
+    np.testing.assert_array_equal(got, ref)
+    want = (dst.astype(np.float16) if dst_type == "f16" else dst).astype(np.float32)
+    for i3 in range(2):
+        for i2 in range(3):
+            with np.errstate(over="ignore"):  # 70000 → inf in f16, as ggml
+                want[i3, i2, idx[0, i2]] = src[i3, i2].astype(np.float16) if dst_type == "f16" else src[i3, i2]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_set_rows_into_a_transposed_cache(numpy_path: Callable[[], None]) -> None:
+    """llama's V cache without flash attention: each value is a row of one element, at stride n_kv."""
+    n_kv, d = 16, 8
+    cache = np.zeros((1, 1, n_kv * d, 1), np.float16)
+    v = rng(10).standard_normal((1, 1, 2, d)).astype(np.float32)  # two tokens
+    cells = np.array([3, 11])
+    idx = (np.arange(d)[None, :] * n_kv + cells[:, None]).reshape(1, 1, -1)  # element i of token t → d_i·n_kv + cell
+
+    def build(g: CpuGraph) -> Tensor:
+        c = g.tensor(cache, "f16")
+        vt = ops.reshape_2d(g.tensor(v), 1, 2 * d)
+        return ops.set_rows(c, vt, g.tensor(idx, "i64"))
+
+    got, ref = _both(build, numpy_path, compiled.bind_set_rows)
+    np.testing.assert_array_equal(got, ref)
+    want = np.zeros((d, n_kv), np.float32)
+    want[:, cells] = v[0, 0].T.astype(np.float16)
+    np.testing.assert_array_equal(got.reshape(d, n_kv), want)
+
+
+def test_set_rows_bad_index_is_an_error_naming_the_node() -> None:
+    g = CpuGraph()
+    out = ops.set_rows(g.tensor(np.zeros((4, 8), np.float32)), g.tensor(np.ones((2, 8), np.float32)),
+                       g.tensor(np.array([1, 4]), "i64"))  # fmt: skip
+    with pytest.raises(ComputeError, match=r"destination row index 4 is outside 0\.\.3"):
+        g.compute(out)
+
+
+# ------------------------------------------------------------------------------------------------ SWIGLU
+
+
+@pytest.mark.parametrize("form", ["split", "fused", "swapped"])
+def test_swiglu(numpy_path: Callable[[], None], form: str) -> None:
+    r = rng(11)
+    x = (r.standard_normal((1, 2, 3, 96)) * 6).astype(np.float32)
+    g_ = r.standard_normal((1, 2, 3, 96)).astype(np.float32)
+    both = np.concatenate([x, g_], axis=-1)
+
+    def build(g: CpuGraph) -> Tensor:
+        if form == "split":
+            return ops.swiglu_split(g.tensor(x), g.tensor(g_))
+        rows = np.concatenate([g_, x], -1) if form == "swapped" else both
+        return ops.swiglu(g.tensor(rows), swapped=form == "swapped")
+
+    got, ref = _both(build, numpy_path, compiled.bind_swiglu)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(got, x64 / (1 + np.exp(-x64)) * g_, rtol=8 * U, atol=1e-30)
+    assert _ulps(got, ref) <= 1
+
+
+# ------------------------------------------------------------------------------------------------ f16 products
+
+
+@pytest.mark.parametrize("case", ["kq", "kqv", "gqa"])
+def test_half_product_reads_f16_within_the_dot_bound(numpy_path: Callable[[], None], case: str) -> None:
+    """KV-cache products: activations rounded to f16 (ggml's dot type), f16 weights, float32 sums."""
+    r = rng(12)
+    heads, kv_heads, d, n_kv, n_tok = 8, (4 if case == "gqa" else 8), 64, 96, 2
+    k, m = (n_kv, d) if case == "kqv" else (d, n_kv)
+    w = r.standard_normal((1, kv_heads, m, k)).astype(np.float16)
+    x = r.standard_normal((1, heads, n_tok, k)).astype(np.float32)
+
+    def build(g: CpuGraph) -> Tensor:
+        wt = g.tensor(w, "f16")
+        xt = ops.permute(g.tensor(x.transpose(0, 2, 1, 3).copy()), 0, 2, 1, 3)  # (tokens, heads) → heads outer
+        return ops.mul_mat(wt, xt)
+
+    got, ref = _both(build, numpy_path, lambda out: compiled.bind_half_product(out.src[0], out.src[1], out))
+    xh = x.astype(np.float16).astype(np.float64)
+    wf = np.repeat(w.astype(np.float64), heads // kv_heads, axis=1)
+    exact = xh @ wf.swapaxes(-1, -2)
+    bound = k * U * (np.abs(xh) @ np.abs(wf).swapaxes(-1, -2))  # f16 × f16 products are exact in float32
+    assert np.all(np.abs(got - exact) <= bound)
+    assert np.all(np.abs(ref - exact) <= bound)
+
+
+def test_half_product_is_bound_for_decode_shapes() -> None:
+    g = CpuGraph()
+    w = g.tensor(np.zeros((1, 2, 8, 32), np.float16), "f16")
+    out = ops.mul_mat(w, g.tensor(np.zeros((1, 2, 1, 32), np.float32)))
+    g.compute(out)
+    a, b = out.src[0], out.src[1]
+    assert a is not None and b is not None
+    assert compiled.bind_half_product(a, b, out) is not None
