@@ -317,3 +317,31 @@ def test_half_product_is_bound_for_decode_shapes() -> None:
     a, b = out.src[0], out.src[1]
     assert a is not None and b is not None
     assert compiled.bind_half_product(a, b, out) is not None
+
+
+# ------------------------------------------------------------------------------------------------ GET_ROWS
+
+
+@pytest.mark.parametrize("wtype", ["q8_0", "q4_0", "q5_0", "q4_k", "q6_k"])
+def test_get_rows_of_quantized_rows_equals_the_reference_dequantizer(wtype: str) -> None:
+    from ggml_core.quants import dequantize, quantize
+
+    w = rng(13).standard_normal((12, 256)).astype(np.float32)
+    q = quantize(w, wtype)
+    idx = np.array([3, 0, 11, 3], np.int32)
+    g = CpuGraph()
+    out = ops.get_rows(g.tensor(w, wtype), g.tensor(idx, "i32"))  # set_data quantizes w with the reference
+    got = g.compute(out)
+    a, b = out.src[0], out.src[1]
+    assert a is not None and b is not None
+    from ggml_cpu.kernels.movement import _bind_get_rows_dequantized
+
+    assert _bind_get_rows_dequantized(out, a, b) is not None
+    np.testing.assert_array_equal(got.reshape(4, 256), dequantize(q, wtype)[idx])
+
+
+def test_get_rows_bad_index_is_an_error_naming_the_node() -> None:
+    g = CpuGraph()
+    out = ops.get_rows(g.tensor(np.zeros((4, 64), np.float32), "q8_0"), g.tensor(np.array([1, 7]), "i32"))
+    with pytest.raises(ComputeError, match=r"row index 7 is outside 0\.\.3"):
+        g.compute(out)

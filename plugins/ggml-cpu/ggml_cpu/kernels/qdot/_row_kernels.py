@@ -58,6 +58,54 @@ def _round_half(typingctx: Any, v: Any) -> Any:
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def _f64_from_bits(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose IEEE bits are the int64 ``bits`` (an LLVM bitcast)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+_LOG2E: Final = 1.4426950408889634
+_LN2_HI: Final = 0.6931471803691238  # ln 2 split so that n·_LN2_HI is exact for |n| < 2¹¹
+_LN2_LO: Final = 1.9082149292705877e-10
+#: 1/k! for k = 11 … 0 (Horner order)
+_EXP_COEFFS: Final = tuple(1.0 / math.factorial(k) for k in range(11, -1, -1))
+
+
+@_jit.inline
+def exp_f32(x: float) -> float:  # pragma: no cover - compiled
+    """``exp(x)`` of a float32, evaluated in float64 and rounded once to float32: branch-free, so loops of it
+    vectorise (libm's ``expf`` / ``exp`` are scalar calls). Range reduction ``x = n·ln2 + r`` (|r| ≤ ln2/2) and
+    the degree-11 Taylor polynomial: relative error below 1e-14 before the rounding to float32, so the result is
+    the correctly rounded float32 except within ~1e-7 of a rounding tie. Overflows to inf above 89, underflows to
+    0 below −104 (as float32 would), NaN stays NaN."""
+    xd = np.float64(x)
+    xc = xd if xd > -104.0 else -104.0
+    xc = xc if xc < 89.0 else 89.0
+    n = np.floor(xc * _LOG2E + 0.5)
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    c = _EXP_COEFFS
+    q = c[0]
+    q = q * r + c[1]
+    q = q * r + c[2]
+    q = q * r + c[3]
+    q = q * r + c[4]
+    q = q * r + c[5]
+    q = q * r + c[6]
+    q = q * r + c[7]
+    q = q * r + c[8]
+    q = q * r + c[9]
+    q = q * r + c[10]
+    q = q * r + c[11]
+    res = np.float32(q * _f64_from_bits((np.int64(n) + 1023) << 52))
+    return res if x == x else np.float32(x)
+
+
 # ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
 
 
@@ -132,11 +180,11 @@ def _soft_max(
                         mx = sk
                 total = 0.0
                 for i in range(n):
-                    ev = np.exp(orow[i] - mx)
-                    orow[i] = ev
-                    total += np.float64(ev)
+                    orow[i] = exp_f32(orow[i] - mx)
+                for i in range(n):
+                    total += np.float64(orow[i])
                 if has_sinks:
-                    total += np.float64(np.exp(sk - mx))
+                    total += np.float64(exp_f32(sk - mx))
                 inv = np.float32(1.0 / total)
                 for i in range(n):
                     orow[i] = orow[i] * inv
@@ -235,7 +283,7 @@ def _swiglu(x: np.ndarray, g: np.ndarray, out: np.ndarray, p: np.ndarray) -> Non
                 xr, gr, orow = x[xo : xo + n], g[go : go + n], out[oo : oo + n]
                 for i in range(n):
                     v = xr[i]
-                    e = np.float32(math.exp(-np.float64(v)))
+                    e = exp_f32(-v)  # exp in double, rounded once (as the numpy path)
                     orow[i] = v / (np.float32(1.0) + e) * gr[i]
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "block_kernels_ready",
     "block_product",
     "dequantize_rows",
+    "dequantizer_ready",
     "qmatmul",
     "tile_rows",
     "vec_rows_limit",
@@ -124,6 +125,12 @@ def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
     specs = _kernels()[0].get(wtype)
     return specs is not None and all(_jit.get(spec) is not None for spec in specs)
+
+
+def dequantizer_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a compiled row dequantizer here (:func:`dequantize_rows` then runs compiled code)."""
+    spec = _kernels()[1].get(wtype)
+    return spec is not None and _jit.get(spec) is not None
 
 
 def tile_rows(k: int, m: int) -> int:
