@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ggml_core import GGMLOp, GGMLType, GluOp, Tensor
+from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, TensorFlag
 from ggml_cpu.kernels._base import Thunk, _host, arr, check_index_range
 from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.threads import Faster
 
 __all__ = [
     "bind_half_product",
@@ -47,6 +48,10 @@ __all__ = [
 #: f16 products with at most this many activation rows run the compiled kernel (decode, short batches); above it
 #: the numpy path's BLAS product is faster
 HALF_ROWS_LIMIT = 32
+#: ... or with any number of rows when one weight slice (a KV head) is at most this many bytes (it stays in cache)
+HALF_SLICE_BYTES = 1 << 20
+#: below this much work (weights × rows) a product runs on the calling thread (waking threads costs more)
+_SERIAL_WORK = 1 << 20
 
 _DTYPE = {GGMLType.F32: np.dtype(np.float32), GGMLType.F16: np.dtype(np.uint16), GGMLType.I32: np.dtype(np.int32),
           GGMLType.I64: np.dtype(np.int64)}  # fmt: skip
@@ -64,7 +69,7 @@ def _module() -> Any:
     return _row_kernels
 
 
-def kernel(name: str, key: tuple[str, str] | None = None) -> Callable[..., Any] | None:
+def kernel(name: str, key: object = None) -> Callable[..., Any] | None:
     """The compiled kernel of the spec ``name`` of :mod:`.qdot._row_kernels` (``key`` picks one of a dict of
     specs), or None when unavailable. Compiles on first use (cached on disk, see :mod:`.qdot._jit`)."""
     mod = _module()
@@ -133,13 +138,6 @@ def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
         fn(xv, ov, b_arr, m_arr, p, eps)
 
     return run
-
-
-def bind_pair(node: Tensor, nxt: Tensor) -> Thunk | None:
-    """One thunk computing ``node`` and the node right after it, when they fuse (RMS_NORM → MUL), else None."""
-    if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
-        return bind_rms_norm(node, nxt)
-    return None
 
 
 # ------------------------------------------------------------------------------------------------ SOFT_MAX
@@ -255,23 +253,75 @@ def bind_swiglu(node: Tensor) -> Thunk | None:
 # ------------------------------------------------------------------------------------------------ f16 products
 
 
-def bind_half_product(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
-    """MUL_MAT of f16 weights (a KV cache) and up to :data:`HALF_ROWS_LIMIT` f32 activation rows per weight slice,
-    reading the f16 values where they are (no float32 copy of the cache)."""
+def _half_ok(a: Tensor, b: Tensor, node: Tensor) -> bool:
+    """Few activation rows (decode), or weight slices small enough to stay in cache while every row reads them
+    (a KV cache's heads): large f16 weight matrices with many rows are the BLAS route's."""
     if a.type != GGMLType.F16 or b.type != GGMLType.F32 or node.type != GGMLType.F32:
-        return None
+        return False
     rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
-    fn = kernel("HALF_DOT_SPEC") if rows <= HALF_ROWS_LIMIT else None
-    w, x, out = flat(a), flat(b), flat(node)
-    if fn is None or w is None or x is None or out is None:
+    return rows <= HALF_ROWS_LIMIT or 2 * a.ne[0] * a.ne[1] <= HALF_SLICE_BYTES
+
+
+def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | None = None) -> Thunk | None:
+    """MUL_MAT of f16 weights (a KV cache) and f32 activations, reading the f16 values where they are (no float32
+    copy of the cache); terms past an activation row's last non-zero value are skipped (the unused cells of a
+    KV cache after SOFT_MAX). With ``soft_max`` (the SOFT_MAX node that alone reads this product, its mask f32 and
+    no ALiBi), outputs under a −inf mask are 0 and their cache rows are not read — llama.cpp's flash attention
+    skips masked cells the same way; the softmax's result is the same (a garbage non-finite value in an unused
+    cell would have made ggml's whole row NaN)."""
+    if not _half_ok(a, b, node):
         return None
+    fns = (kernel("HALF_DOT_SPECS", 0), kernel("HALF_DOT_SPECS", 1))  # type: ignore[arg-type]
+    w, x, out = flat(a), flat(b), flat(node)
+    if fns[0] is None or fns[1] is None or w is None or x is None or out is None:
+        return None
+    mv, mp = np.zeros(1, np.float32), (0, 0, 0, 0, 1, 1)
+    if soft_max is not None:
+        mask = soft_max.src[1]
+        fm = flat(mask) if mask is not None else None
+        if mask is None or fm is None or mask.type != GGMLType.F32 or soft_max.op_param_f32(1) != 0.0:
+            return None
+        mv, mp = fm[0], (1, *fm[1][1:], mask.ne[2], mask.ne[3])
     k = a.ne[0]
     p = _params(k, a.ne[1], b.ne[1], b.ne[2], b.ne[3], b.ne[2] // a.ne[2], b.ne[3] // a.ne[3],
-                *w[1][1:], *x[1][1:], *out[1][1:])  # fmt: skip
-    xh = np.empty(max(k, 1), np.float32)
-    wv, xv, ov = w[0], x[0], out[0]
+                *w[1][1:], *x[1][1:], *out[1][1:], *mp)  # fmt: skip
+    xh = np.empty(max(k, 1) * b.ne[2], np.float32)
+    args = (w[0], x[0], out[0], p, xh, mv)
+    parallel, serial = fns
+    if a.ne[1] * b.nelements < _SERIAL_WORK or b.ne[2] == 1:
+        return lambda: serial(*args)
+    faster = Faster(parallel, serial, key=("half", tuple(a.ne), tuple(b.ne), soft_max is not None))
 
     def run() -> None:
-        fn(wv, xv, ov, p, xh)
+        (serial if _jit.current_threads() == 1 else faster)(*args)
 
     return run
+
+
+def _only_reader(t: Tensor, reader: Tensor, uses: dict[int, int]) -> bool:
+    return uses.get(t.id, 0) == 1 and not t.flags & TensorFlag.OUTPUT and reader.src[0] is t
+
+
+def bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
+    """One thunk computing ``node`` and the node right after it when they fuse, else None: RMS_NORM → MUL, and a
+    KV-cache product → the SOFT_MAX that alone reads it (masked cells skipped, see :func:`bind_half_product`).
+    ``uses`` counts how many nodes of the graph read each tensor (by id)."""
+    if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
+        return bind_rms_norm(node, nxt)
+    if node.op == GGMLOp.MUL_MAT and nxt.op == GGMLOp.SOFT_MAX and _only_reader(node, nxt, uses):
+        a, b = node.src[0], node.src[1]
+        if a is None or b is None:
+            return None
+        from ggml_cpu.kernels.attention import alibi_slopes
+
+        product = bind_half_product(a, b, node, nxt)
+        soft_max = bind_soft_max(nxt, alibi_slopes(node.ne[2], 0.0)) if product is not None else None
+        if product is None or soft_max is None:
+            return None
+
+        def run() -> None:
+            product()
+            soft_max()
+
+        return run
+    return None

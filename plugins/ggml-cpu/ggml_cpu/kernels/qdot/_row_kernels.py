@@ -24,8 +24,9 @@ from numba.core.extending import intrinsic
 
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot._half_kernels import _half_bits_to_float
+from ggml_cpu.kernels.qdot._jit import prange
 
-__all__ = ["GLU_SPEC", "HALF_DOT_SPEC", "RMS_NORM_SPEC", "ROPE_SPEC", "SET_ROWS_SPECS", "SOFT_MAX_SPEC"]
+__all__ = ["GLU_SPEC", "HALF_DOT_SPECS", "RMS_NORM_SPEC", "ROPE_SPEC", "SET_ROWS_SPECS", "SOFT_MAX_SPEC"]
 
 _INPUTS = (0, 2)  # argument positions that may be read-only (weights mapped from a file)
 
@@ -157,10 +158,11 @@ def _soft_max(
     for i3 in range(n3):  # pragma: no cover - compiled
         for i2 in range(n2):
             slope = slopes[i2]
+            mo2 = (i2 % p[11]) * p[15] + (i3 % p[12]) * p[16]
             for i1 in range(n1):
                 xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
                 oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
-                mo = i1 * p[14] + (i2 % p[11]) * p[15] + (i3 % p[12]) * p[16]
+                mo = i1 * p[14] + mo2
                 xr, orow = x[xo : xo + n], out[oo : oo + n]
                 mrow = mask[mo : mo + n] if has_mask else mask
                 mx = np.float32(-np.inf)
@@ -242,8 +244,9 @@ def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) 
     limit = p[10]
     for i3 in range(n3):  # pragma: no cover - compiled
         for i2 in range(n2):
+            io = (i2 % p[13]) * p[12] + (i3 % p[15]) * p[14]
             for r in range(n1):
-                j = np.int64(idx[r * p[11] + (i2 % p[13]) * p[12] + (i3 % p[15]) * p[14]])
+                j = np.int64(idx[io + r * p[11]])
                 if j < 0 or j >= limit:
                     return 1
                 so = r * p[4] + i2 * p[5] + i3 * p[6]
@@ -295,35 +298,52 @@ GLU_SPEC: Final = _jit.KernelSpec(
 # ------------------------------------------------------------------------------------------------ f16 products
 
 
-def _half_dot(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray, xh: np.ndarray) -> None:
+def _half_dot(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray, xh: np.ndarray, mask: np.ndarray) -> None:
     """``out[n, m] = Σ_k f16(x[n, k]) · w[m, k]`` per (i2, i3), w f16 bits read directly (broadcast r2, r3).
 
-    The sum over k is float32, reassociated into SIMD lanes (see :data:`HALF_DOT_SPEC`); ``xh`` (K floats) holds
-    one activation row rounded to f16.
+    The sum over k is float32, reassociated into SIMD lanes (see :data:`HALF_DOT_SPEC`); ``xh`` (one row of K
+    floats per i2) holds an activation row rounded to f16. Terms past an activation row's last non-zero value are
+    not read (a zero times a finite weight adds nothing: the unused cells of a KV cache). With ``p[16]`` set,
+    ``mask`` holds SOFT_MAX's mask rows (row n, strides ``p[17:20]``, broadcast ``p[20:22]``) and outputs whose mask
+    is −inf are written as 0 without reading their weight row (the softmax gives them 0 either way).
     """
     k_n, m_n, n_n, b2, b3, r2, r3 = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
-    for i3 in range(b3):  # pragma: no cover - compiled
-        for i2 in range(b2):
+    has_mask = p[16]
+    for i2 in prange(b2):  # pragma: no cover - compiled
+        xrow = xh[i2 * k_n : (i2 + 1) * k_n]
+        for i3 in range(b3):
             wo = (i3 // r3) * p[9] + (i2 // r2) * p[8]
+            mo2 = (i2 % p[20]) * p[18] + (i3 % p[21]) * p[19]
             for r in range(n_n):
                 xo = r * p[10] + i2 * p[11] + i3 * p[12]
                 xr = x[xo : xo + k_n]
+                k_end = 0
                 for k in range(k_n):
-                    xh[k] = _round_half(xr[k])
+                    v = _round_half(xr[k])
+                    xrow[k] = v
+                    if v != 0.0:
+                        k_end = k + 1
                 oo = r * p[13] + i2 * p[14] + i3 * p[15]
                 orow = out[oo : oo + m_n]
+                mo = mo2 + r * p[17]
                 for m in range(m_n):
+                    if has_mask and mask[mo + m] == -np.inf:
+                        orow[m] = 0.0
+                        continue
                     ro = wo + m * p[7]
-                    wr = w[ro : ro + k_n]
+                    wr = w[ro : ro + k_end]
                     acc = np.float32(0.0)
-                    for k in range(k_n):
-                        acc += xh[k] * _half_bits_to_float(wr[k])
+                    for k in range(k_end):
+                        acc += xrow[k] * _half_bits_to_float(wr[k])
                     orow[m] = acc
 
 
-HALF_DOT_SPEC: Final = _jit.KernelSpec(
-    _half_dot,
-    "void(uint16[::1], float32[::1], float32[::1], int64[::1], float32[::1])",
-    readonly=(0, 1),
-    fastmath=frozenset({"reassoc"}),
+_HALF_SIGNATURE: Final = "void(uint16[::1], float32[::1], float32[::1], int64[::1], float32[::1], float32[::1])"
+#: threads over the (activation) heads, and on the calling thread; every output is computed by the same code
+#: either way, so the bits do not depend on the thread count
+HALF_DOT_SPECS: Final = (
+    _jit.KernelSpec(_half_dot, _HALF_SIGNATURE, parallel=True, readonly=(0, 1, 5), fastmath=frozenset({"reassoc"})),
+    _jit.KernelSpec(
+        _half_dot, _HALF_SIGNATURE, readonly=(0, 1, 5), fastmath=frozenset({"reassoc"}), name="_half_dot_serial"
+    ),
 )
