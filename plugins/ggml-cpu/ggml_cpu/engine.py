@@ -113,18 +113,13 @@ class Engine:
             return cached
         steps: list[tuple[Tensor, Thunk]] = []
         nodes = graph.nodes
-        uses: dict[int, int] = {}
-        for n in nodes:
-            for src in n.src:
-                if src is not None:
-                    uses[src.id] = uses.get(src.id, 0) + 1
         fused: Tensor | None = None  # the node a fused thunk of the previous step already computes
         for i, node in enumerate(nodes):
             if node is fused or not _computed(node):
                 continue
             try:
                 nxt = nodes[i + 1] if i + 1 < len(nodes) else None
-                pair = compiled.bind_pair(node, nxt, uses) if nxt is not None and _computed(nxt) else None
+                pair = compiled.bind_pair(node, nxt, graph.use_counts) if nxt is not None and _computed(nxt) else None
                 if pair is not None:
                     fused = nxt
                 steps.append((node, pair or self._bind(node)))

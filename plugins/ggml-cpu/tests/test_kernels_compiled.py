@@ -345,3 +345,98 @@ def test_get_rows_bad_index_is_an_error_naming_the_node() -> None:
     out = ops.get_rows(g.tensor(np.zeros((4, 64), np.float32), "q8_0"), g.tensor(np.array([1, 7]), "i32"))
     with pytest.raises(ComputeError, match=r"row index 7 is outside 0\.\.3"):
         g.compute(out)
+
+
+# ------------------------------------------------------------------------------------------------ attention pair
+
+
+def _attention(g: CpuGraph, k: np.ndarray, q: np.ndarray, mask: np.ndarray) -> tuple[Tensor, Tensor]:
+    kq = ops.mul_mat(g.tensor(k, "f16"), g.tensor(q))
+    return kq, ops.soft_max_ext(kq, g.tensor(mask), 0.125, 0.0)
+
+
+def _attention_inputs(n_tok: int, used: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r = rng(14)
+    n_kv = 64
+    k = r.standard_normal((1, 4, n_kv, 32)).astype(np.float16)
+    q = r.standard_normal((1, 4, n_tok, 32)).astype(np.float32)
+    mask = np.zeros((1, 1, n_tok, n_kv), np.float32)
+    for t in range(n_tok):  # causal over the used cells
+        mask[0, 0, t, used - n_tok + t + 1 :] = -np.inf
+    return k, q, mask
+
+
+@pytest.mark.parametrize("n_tok", [1, 8, 40])
+def test_kq_soft_max_pair_skips_masked_cells(numpy_path: Callable[[], None], n_tok: int) -> None:
+    k, q, mask = _attention_inputs(n_tok, used=45)
+
+    def build(g: CpuGraph) -> Tensor:
+        return _attention(g, k, q, mask)[1]
+
+    g = CpuGraph()
+    _kq, out = _attention(g, k, q, mask)
+    got = g.compute(out).copy()
+    plan = gc.init_backend("CPU").engine.plan(gc.build_graph([out]))  # type: ignore[attr-defined]
+    assert [n.op for n, _ in plan.steps] == [GGMLOp.MUL_MAT], "the product and its softmax are one step"
+    numpy_path()
+    g2 = CpuGraph()
+    ref = g2.compute(build(g2))
+    s = q.astype(np.float16).astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * 0.125 + mask
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    exact = e / e.sum(axis=-1, keepdims=True)
+    # the scores within the f16 dot bound (32 terms), then softmax's float32 steps: a relative few 1e-6
+    np.testing.assert_allclose(got, exact, rtol=3e-6, atol=1e-7)
+    np.testing.assert_allclose(got, ref, rtol=3e-6, atol=1e-7)
+    assert np.all(got[np.broadcast_to(mask, got.shape) == -np.inf] == 0.0)
+
+
+def test_kq_soft_max_pair_ignores_garbage_in_masked_cells() -> None:
+    """Unused cache cells holding NaN do not poison the row (llama.cpp's flash attention skips them too)."""
+    k, q, mask = _attention_inputs(2, used=10)
+    k[:, :, 20:] = np.nan
+    g = CpuGraph()
+    got = g.compute(_attention(g, k, q, mask)[1])
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-6)
+
+
+def test_product_read_elsewhere_is_not_fused() -> None:
+    k, q, mask = _attention_inputs(2, used=10)
+    g = CpuGraph()
+    kq, out = _attention(g, k, q, mask)
+    kq.set_output()  # an output: it must hold every score
+    g.compute(out, kq)
+    plan = gc.init_backend("CPU").engine.plan(gc.build_graph([out, kq]))  # type: ignore[attr-defined]
+    assert [n.op for n, _ in plan.steps] == [GGMLOp.MUL_MAT, GGMLOp.SOFT_MAX]
+    exact = q.astype(np.float16).astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)
+    np.testing.assert_allclose(kq.to_numpy(), exact, rtol=0, atol=32 * U * 32 * 16)
+
+
+def test_half_product_trailing_zero_activations_and_threads() -> None:
+    """Rows of softmax weights ending in zeros (unused cells) read only up to their last non-zero; the threaded
+    and the serial kernels give the same bits."""
+    r = rng(15)
+    w = r.standard_normal((1, 4, 16, 128)).astype(np.float16)  # V transposed: (heads, d, cells)
+    x = r.random((1, 4, 3, 128)).astype(np.float32)
+    x[..., 50:] = 0.0
+    w[..., 60:] = np.inf  # never read: their activations are zero
+    g = CpuGraph()
+    out = ops.mul_mat(g.tensor(w, "f16"), g.tensor(x))
+    got = g.compute(out).copy()
+    exact = x.astype(np.float16).astype(np.float64)[..., :50] @ w.astype(np.float64)[..., :50].swapaxes(-1, -2)
+    bound = 50 * U * (np.abs(x[..., :50]).astype(np.float64) @ np.abs(w[..., :50].astype(np.float64)).swapaxes(-1, -2))
+    assert np.all(np.abs(got - exact) <= bound)
+    a, b = out.src[0], out.src[1]
+    assert a is not None and b is not None
+    wv, xv, ov = compiled.flat(a), compiled.flat(b), compiled.flat(out)
+    assert wv is not None and xv is not None and ov is not None
+    outs = []
+    for variant in (0, 1):
+        fn = compiled.kernel("HALF_DOT_SPECS", variant)
+        assert fn is not None
+        o = np.full_like(ov[0], np.nan)
+        p = np.array([128, 16, 3, 4, 1, 1, 1, *wv[1][1:], *xv[1][1:], *ov[1][1:], 0, 0, 0, 0, 1, 1], np.int64)
+        fn(wv[0], xv[0], o, p, np.empty(128 * 4, np.float32), np.zeros(1, np.float32))
+        outs.append(o)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0].reshape(got.shape), got)

@@ -305,7 +305,8 @@ def _only_reader(t: Tensor, reader: Tensor, uses: dict[int, int]) -> bool:
 def bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
     """One thunk computing ``node`` and the node right after it when they fuse, else None: RMS_NORM → MUL, and a
     KV-cache product → the SOFT_MAX that alone reads it (masked cells skipped, see :func:`bind_half_product`).
-    ``uses`` counts how many nodes of the graph read each tensor (by id)."""
+    ``uses`` counts how many nodes of the graph read each tensor (by id): as in ggml's fusion, a node read by one
+    node and not flagged OUTPUT is an intermediate whose value nobody else sees."""
     if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
         return bind_rms_norm(node, nxt)
     if node.op == GGMLOp.MUL_MAT and nxt.op == GGMLOp.SOFT_MAX and _only_reader(node, nxt, uses):
