@@ -33,6 +33,7 @@ __all__ = ["Engine", "Plan", "describe"]
 
 _BINDING: Final = operator.attrgetter("buffer", "data_offset")
 _SRC: Final = operator.attrgetter("src")
+_HOST_ARRAY: Final = operator.methodcaller("host_array")
 
 Thunk = Callable[[], None]
 
@@ -51,10 +52,16 @@ class Plan:
     bindings: list[tuple[Buffer | None, int | None]]
     srcs: list[list[Tensor | None]]
     memory: list[tuple[Buffer, Any]] = field(default_factory=list)
+    buffers: list[Buffer] = field(init=False)
+    arrays: list[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.buffers = [b for b, _ in self.memory]
+        self.arrays = [m for _, m in self.memory]
 
     def memory_current(self) -> bool:
         """True while every buffer the plan uses still holds the memory it had (not freed, not replaced)."""
-        return all(buf.host_array() is mem for buf, mem in self.memory)
+        return all(map(operator.is_, map(_HOST_ARRAY, self.buffers), self.arrays))
 
     def valid_for(self, graph: Graph) -> bool:
         """True while the graph, its operands and every tensor's memory are as they were when planned."""
