@@ -252,6 +252,9 @@ def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) 
                 so = r * p[4] + i2 * p[5] + i3 * p[6]
                 do = j * p[7] + i2 * p[8] + i3 * p[9]
                 d0 = p[16]
+                if n == 1:  # a transposed V cache: one value per row, no row views (their refcounting costs more)
+                    dst[do] = _as_elem(src[so], dst)
+                    continue
                 sr = src[so : so + n]
                 drow = dst[do : do + (n - 1) * d0 + 1]
                 for i in range(n):
