@@ -53,8 +53,12 @@ HALF_SLICE_BYTES = 1 << 20
 #: below this much work (weights × rows) a product runs on the calling thread (waking threads costs more)
 _SERIAL_WORK = 1 << 20
 
-_DTYPE = {GGMLType.F32: np.dtype(np.float32), GGMLType.F16: np.dtype(np.uint16), GGMLType.I32: np.dtype(np.int32),
-          GGMLType.I64: np.dtype(np.int64)}  # fmt: skip
+_DTYPE: dict[GGMLType, np.dtype] = {
+    GGMLType.F32: np.dtype(np.float32),
+    GGMLType.F16: np.dtype(np.uint16),  # f16 as its bits: the kernels convert
+    GGMLType.I32: np.dtype(np.int32),
+    GGMLType.I64: np.dtype(np.int64),
+}
 
 
 def _module() -> Any:
@@ -271,9 +275,9 @@ def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | Non
     cell would have made ggml's whole row NaN)."""
     if not _half_ok(a, b, node):
         return None
-    fns = (kernel("HALF_DOT_SPECS", 0), kernel("HALF_DOT_SPECS", 1))  # type: ignore[arg-type]
+    parallel, serial = kernel("HALF_DOT_SPECS", 0), kernel("HALF_DOT_SPECS", 1)
     w, x, out = flat(a), flat(b), flat(node)
-    if fns[0] is None or fns[1] is None or w is None or x is None or out is None:
+    if parallel is None or serial is None or w is None or x is None or out is None:
         return None
     mv, mp = np.zeros(1, np.float32), (0, 0, 0, 0, 1, 1)
     if soft_max is not None:
@@ -287,7 +291,6 @@ def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | Non
                 *w[1][1:], *x[1][1:], *out[1][1:], *mp)  # fmt: skip
     xh = np.empty(max(k, 1) * b.ne[2], np.float32)
     args = (w[0], x[0], out[0], p, xh, mv)
-    parallel, serial = fns
     if a.ne[1] * b.nelements < _SERIAL_WORK or b.ne[2] == 1:
         return lambda: serial(*args)
     faster = Faster(parallel, serial, key=("half", tuple(a.ne), tuple(b.ne), soft_max is not None))

@@ -22,17 +22,18 @@ from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
 
-from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot._half_kernels import _half_bits_to_float
+from ggml_cpu.kernels.qdot import _half_kernels, _jit
 from ggml_cpu.kernels.qdot._jit import prange
 
 __all__ = ["GLU_SPEC", "HALF_DOT_SPECS", "RMS_NORM_SPEC", "ROPE_SPEC", "SET_ROWS_SPECS", "SOFT_MAX_SPEC"]
 
+#: float32 from the 16 bits of an IEEE half (an LLVM ``fpext``; see :mod:`._half_kernels`)
+_half_bits_to_float: Any = _half_kernels._half_bits_to_float
+
 _INPUTS = (0, 2)  # argument positions that may be read-only (weights mapped from a file)
 
 
-@intrinsic
-def _as_elem(typingctx: Any, v: Any, like: Any) -> Any:
+def _as_elem_typer(typingctx: Any, v: Any, like: Any) -> Any:
     """``v`` (float32) converted to the element type of the array ``like``: f16 bits (round to nearest even, as
     numpy's ``astype(float16)``) for uint16 arrays, unchanged for float32 arrays."""
     if v != types.float32 or not isinstance(like, types.Array) or like.dtype not in (types.uint16, types.float32):
@@ -47,8 +48,10 @@ def _as_elem(typingctx: Any, v: Any, like: Any) -> Any:
     return like.dtype(types.float32, like), codegen
 
 
-@intrinsic
-def _round_half(typingctx: Any, v: Any) -> Any:
+_as_elem: Any = intrinsic(_as_elem_typer)
+
+
+def _round_half_typer(typingctx: Any, v: Any) -> Any:
     """float32 → nearest f16 (ties to even) → float32: ggml rounding activations to an f16 dot type."""
     if v != types.float32:
         return None
@@ -59,8 +62,10 @@ def _round_half(typingctx: Any, v: Any) -> Any:
     return types.float32(types.float32), codegen
 
 
-@intrinsic
-def _f64_from_bits(typingctx: Any, bits: Any) -> Any:
+_round_half: Any = intrinsic(_round_half_typer)
+
+
+def _f64_from_bits_typer(typingctx: Any, bits: Any) -> Any:
     """The float64 whose IEEE bits are the int64 ``bits`` (an LLVM bitcast)."""
     if bits != types.int64:
         return None
@@ -69,6 +74,9 @@ def _f64_from_bits(typingctx: Any, bits: Any) -> Any:
         return builder.bitcast(args[0], ir.DoubleType())
 
     return types.float64(types.int64), codegen
+
+
+_f64_from_bits: Any = intrinsic(_f64_from_bits_typer)
 
 
 _LOG2E: Final = 1.4426950408889634
@@ -322,7 +330,7 @@ def _half_dot(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray, xh: 
                 xr = x[xo : xo + k_n]
                 k_end = 0
                 for k in range(k_n):
-                    v = _round_half(xr[k])
+                    v = np.float32(_round_half(xr[k]))
                     xrow[k] = v
                     if v != 0.0:
                         k_end = k + 1
