@@ -164,31 +164,45 @@ def test_soft_max_nan_row_stays_nan(numpy_path: Callable[[], None]) -> None:
 # ------------------------------------------------------------------------------------------------ ROPE
 
 
+_YARN = (1000, 10000.0, 0.25, 1.0, 1.0, 32.0, 1.0)  # n_ctx_orig, base, freq_scale, ext_factor, attn, beta_f, beta_s
+_PLAIN = (1000, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+
+
+@pytest.mark.parametrize("n_tok", [1, 3, 9])  # ≤ 4 tokens: angles in the kernel; more: the shared numpy table
 @pytest.mark.parametrize(
-    ("mode", "n_dims", "sections"),
+    ("mode", "n_dims", "sections", "args"),
     [
-        (0, 64, None),
-        (0, 32, None),
-        (2, 64, None),
-        (2, 48, None),
-        (8, 64, (8, 12, 12, 0)),
-        (40, 64, (8, 12, 12, 0)),
-        (24, 32, (8, 8, 0, 0)),
+        (0, 64, None, _PLAIN),
+        (0, 32, None, _PLAIN),
+        (2, 64, None, _PLAIN),
+        (2, 48, None, _PLAIN),
+        (0, 64, None, _YARN),
+        (2, 64, None, _YARN),
+        (8, 64, (8, 12, 12, 0), _PLAIN),
+        (40, 64, (8, 12, 12, 0), _PLAIN),
+        (24, 32, (8, 8, 0, 0), _PLAIN),
     ],
 )
-def test_rope_equals_numpy_path(numpy_path: Callable[[], None], mode: int, n_dims: int, sections: tuple | None) -> None:
+def test_rope_equals_numpy_path(
+    numpy_path: Callable[[], None], mode: int, n_dims: int, sections: tuple | None, args: tuple, n_tok: int
+) -> None:
     r = rng(7)
-    n_tok = 3
     x = r.standard_normal((1, n_tok, 4, 64)).astype(np.float32)
-    pos = r.integers(0, 500, n_tok * (4 if sections else 1)).astype(np.int32)
+    pos = r.integers(0, 40000, n_tok * (4 if sections else 1)).astype(np.int32)  # far positions: float32 drift
 
     def build(g: CpuGraph) -> Tensor:
-        args = (1000, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
         if sections is None:
             return ops.rope_ext(g.tensor(x), g.tensor(pos, "i32"), None, n_dims, mode, *args)
         return ops.rope_multi(g.tensor(x), g.tensor(pos, "i32"), None, n_dims, sections, mode, *args)
 
-    got, ref = _both(build, numpy_path, lambda out: compiled.bind_rope(out, 0, 1, 1))
+    inline = sections is None and n_tok <= compiled.ROPE_INLINE_TOKENS
+
+    def bound(out: Tensor) -> object:
+        if inline:
+            return compiled.bind_rope_positions(out, (1.0,) * 6, n_dims // 2, 0, 2, 1)
+        return compiled.bind_rope(out, 0, 1, 1)
+
+    got, ref = _both(build, numpy_path, bound)
     np.testing.assert_array_equal(got, ref)
 
 

@@ -18,7 +18,7 @@ from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel, store
 
-__all__ = ["alibi_slopes", "rope_cos_sin", "theta_powers", "yarn_corr_dims"]
+__all__ = ["alibi_slopes", "rope_cos_sin", "rope_mscale", "theta_powers", "yarn_corr_dims"]
 
 _F32 = np.float32
 
@@ -98,6 +98,15 @@ def theta_powers(base: np.ndarray, n_pairs: int, theta_scale: np.float32) -> np.
         return np.cumprod(steps, axis=1, dtype=np.float32)
 
 
+def rope_mscale(freq_scale: float, ext_factor: float, attn_factor: float) -> np.float32:
+    """The factor on cos / sin: ``attn_factor``, grown by ``0.1·ln(1/freq_scale)`` when YaRN extrapolates (float32)."""
+    mscale = _F32(attn_factor)
+    if ext_factor != 0.0:
+        with np.errstate(all="ignore"):
+            mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
+    return _F32(mscale)
+
+
 def rope_cos_sin(
     theta_extrap: np.ndarray,
     freq_scale: float,
@@ -112,7 +121,7 @@ def rope_cos_sin(
         if freq_factors is not None:
             theta_extrap = theta_extrap / freq_factors[:n_pairs].astype(np.float32)
         theta_interp = _F32(freq_scale) * theta_extrap
-        mscale = _F32(attn_factor)
+        mscale = rope_mscale(freq_scale, ext_factor, attn_factor)
         theta = theta_interp
         if ext_factor != 0.0:
             half_i0 = np.arange(n_pairs, dtype=np.float32)  # i0 / 2 for i0 = 0, 2, 4, ...
@@ -123,7 +132,6 @@ def rope_cos_sin(
             # float32 plus the float32 second term, rounded once (position 32767: 2e-5 → 2e-7 from ggml)
             second = (theta_extrap * ramp).astype(np.float32)
             theta = (theta_interp.astype(np.float64) * (_F32(1.0) - ramp) + second).astype(np.float32)
-            mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
         # cosf/sinf of the float32 angle: float64 evaluation rounded once
         theta64 = theta.astype(np.float64)
         cos = np.cos(theta64).astype(np.float32) * mscale
@@ -237,6 +245,13 @@ def _bind_rope(node: Tensor) -> Thunk:
         first, step, delta = 0, 1, n_dims
     else:
         first, step, delta = lo, 1, half
+    if not mode & ROPE_MROPE and ff is None and a.ne[2] <= compiled.ROPE_INLINE_TOKENS:
+        # decode: the angles of a token or two computed inside the kernel (no numpy table per step)
+        settings = (float(theta_scale), freq_scale, ext_factor, float(rope_mscale(freq_scale, ext_factor, attn_factor)),
+                    float(_F32(corr[0])), float(_F32(corr[1])))  # fmt: skip
+        inline = compiled.bind_rope_positions(node, settings, n_pairs, first, step, delta)
+        if inline is not None:
+            return inline
     rotate = compiled.bind_rope(node, first, step, delta)
     if rotate is not None:
 

@@ -38,6 +38,7 @@ __all__ = [
     "bind_pair",
     "bind_rms_norm",
     "bind_rope",
+    "bind_rope_positions",
     "bind_set_rows",
     "bind_soft_max",
     "bind_swiglu",
@@ -199,6 +200,35 @@ def bind_rope(node: Tensor, first: int, step: int, delta: int) -> Callable[[np.n
         fn(xv, ov, cos, sin, p)
 
     return rotate
+
+
+#: up to this many tokens ROPE computes its angles inside the kernel (decode); above, one numpy table shared by the
+#: nodes of a step (cheaper for a prompt's many positions)
+ROPE_INLINE_TOKENS = 4
+
+
+def bind_rope_positions(
+    node: Tensor, settings: tuple[float, ...], n_pairs: int, first: int, step: int, delta: int
+) -> Thunk | None:
+    """ROPE of f32 rows with the angles computed in the kernel from the positions (modes without sections, no
+    frequency factors): ``settings`` = (theta_scale, freq_scale, ext_factor, mscale, corr_low, corr_high), each a
+    float32 value, as :func:`ggml_cpu.kernels.attention.rope_cos_sin` uses them."""
+    a, pos = node.src[0], node.src[1]
+    fn = kernel("ROPE_POS_SPEC")
+    if fn is None or a is None or pos is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out, fp = flat(a), flat(node), flat(pos)
+    if x is None or out is None or fp is None or pos.type != GGMLType.I32:
+        return None
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], first, step, delta, n_pairs)
+    f = np.array(settings, np.float64)
+    cs = np.empty(2 * max(n_pairs, 1), np.float32)
+    xv, ov, pv = x[0], out[0], fp[0]
+
+    def run() -> None:
+        fn(xv, ov, pv, p, f, cs)
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------ SET_ROWS

@@ -25,7 +25,15 @@ from numba.core.extending import intrinsic
 from ggml_cpu.kernels.qdot import _half_kernels, _jit
 from ggml_cpu.kernels.qdot._jit import prange
 
-__all__ = ["GLU_SPEC", "HALF_DOT_SPECS", "RMS_NORM_SPEC", "ROPE_SPEC", "SET_ROWS_SPECS", "SOFT_MAX_SPEC"]
+__all__ = [
+    "GLU_SPEC",
+    "HALF_DOT_SPECS",
+    "RMS_NORM_SPEC",
+    "ROPE_POS_SPEC",
+    "ROPE_SPEC",
+    "SET_ROWS_SPECS",
+    "SOFT_MAX_SPEC",
+]
 
 #: float32 from the 16 bits of an IEEE half (an LLVM ``fpext``; see :mod:`._half_kernels`)
 _half_bits_to_float: Any = _half_kernels._half_bits_to_float
@@ -239,6 +247,54 @@ ROPE_SPEC: Final = _jit.KernelSpec(
     _rope,
     "void(float32[::1], float32[::1], float32[:, ::1], float32[:, ::1], int64[::1])",
     readonly=(0, 2, 3),
+)
+
+
+def _rope_pos(x: np.ndarray, out: np.ndarray, pos: np.ndarray, p: np.ndarray, f: np.ndarray, cs: np.ndarray) -> None:
+    """:func:`_rope` with each token's cos / sin computed here from its position, operation for operation as
+    ``attention.rope_cos_sin`` (theta advanced by float32 products, YaRN's ramp in float32 and its one float64
+    blend, ``cos``/``sin`` in float64 rounded once, times ``mscale``); ``cs`` holds one token's table."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    first, step, delta, n_pairs = p[10], p[11], p[12], p[13]
+    ts, fscale, ext, mscale = np.float32(f[0]), np.float32(f[1]), np.float32(f[2]), np.float32(f[3])
+    low, high = np.float32(f[4]), np.float32(f[5])
+    span = high - low
+    span = span if span > np.float32(0.001) else np.float32(0.001)
+    for i2 in range(n2):  # pragma: no cover - compiled
+        theta_e = np.float32(pos[i2])
+        for i in range(n_pairs):
+            theta = fscale * theta_e
+            if ext != np.float32(0.0):
+                y = (np.float32(i) - low) / span
+                y = y if y > np.float32(0.0) else np.float32(0.0)
+                y = y if y < np.float32(1.0) else np.float32(1.0)
+                ramp = (np.float32(1.0) - y) * ext
+                second = theta_e * ramp
+                theta = np.float32(np.float64(theta) * np.float64(np.float32(1.0) - ramp) + np.float64(second))
+            cs[i] = np.float32(math.cos(np.float64(theta))) * mscale
+            cs[n_pairs + i] = np.float32(math.sin(np.float64(theta))) * mscale
+            theta_e = theta_e * ts
+        for i3 in range(n3):
+            for i1 in range(n1):
+                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                xr, orow = x[xo : xo + n], out[oo : oo + n]
+                for i in range(n):
+                    orow[i] = xr[i]
+                for i in range(n_pairs):
+                    j = first + i * step
+                    x0 = xr[j]
+                    x1 = xr[j + delta]
+                    c = cs[i]
+                    s = cs[n_pairs + i]
+                    orow[j] = x0 * c - x1 * s
+                    orow[j + delta] = x0 * s + x1 * c
+
+
+ROPE_POS_SPEC: Final = _jit.KernelSpec(
+    _rope_pos,
+    "void(float32[::1], float32[::1], int32[::1], int64[::1], float64[::1], float32[::1])",
+    readonly=(0, 2, 4),
 )
 
 
