@@ -305,7 +305,9 @@ def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | Non
     cell would have made ggml's whole row NaN)."""
     if not _half_ok(a, b, node):
         return None
-    parallel, serial = kernel("HALF_DOT_SPECS", 0), kernel("HALF_DOT_SPECS", 1)
+    small = a.ne[1] * b.nelements < _SERIAL_WORK or b.ne[2] == 1
+    serial = kernel("HALF_DOT_SPECS", 1)
+    parallel = serial if small else kernel("HALF_DOT_SPECS", 0)  # compiled only when it may run
     w, x, out = flat(a), flat(b), flat(node)
     if parallel is None or serial is None or w is None or x is None or out is None:
         return None
@@ -321,7 +323,7 @@ def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | Non
                 *w[1][1:], *x[1][1:], *out[1][1:], *mp)  # fmt: skip
     xh = np.empty(max(k, 1) * b.ne[2], np.float32)
     args = (w[0], x[0], out[0], p, xh, mv)
-    if a.ne[1] * b.nelements < _SERIAL_WORK or b.ne[2] == 1:
+    if small:
         return lambda: serial(*args)
     faster = Faster(parallel, serial, key=("half", tuple(a.ne), tuple(b.ne), soft_max is not None))
 
