@@ -454,3 +454,30 @@ def test_half_product_trailing_zero_activations_and_threads() -> None:
         outs.append(o)
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0].reshape(got.shape), got)
+
+
+def test_kq_soft_max_pair_with_sinks_and_grouped_heads(numpy_path: Callable[[], None]) -> None:
+    """GQA (4 KV heads for 8 query heads) and attention sinks through the fused pair, against the numpy path."""
+    r = rng(16)
+    k = r.standard_normal((1, 4, 48, 32)).astype(np.float16)
+    q = r.standard_normal((1, 8, 5, 32)).astype(np.float32)
+    mask = np.zeros((1, 1, 5, 48), np.float32)
+    mask[..., 30:] = -np.inf
+    sinks = r.standard_normal(8).astype(np.float32)
+
+    def build(g: CpuGraph) -> Tensor:
+        kq = ops.mul_mat(g.tensor(k, "f16"), g.tensor(q))
+        out = ops.soft_max_ext(kq, g.tensor(mask), 0.2, 0.0)
+        ops.soft_max_add_sinks(out, g.tensor(sinks))
+        return out
+
+    g = CpuGraph()
+    out = build(g)
+    got = g.compute(out).copy()
+    plan = gc.init_backend("CPU").engine.plan(gc.build_graph([out]))  # type: ignore[attr-defined]
+    assert [n.op for n, _ in plan.steps] == [GGMLOp.MUL_MAT]
+    numpy_path()
+    g2 = CpuGraph()
+    ref = g2.compute(build(g2))
+    np.testing.assert_allclose(got, ref, rtol=3e-6, atol=1e-7)
+    assert np.all(got[..., 30:] == 0.0) and np.all(got.sum(axis=-1) < 1.0)  # the sinks take part of the mass
