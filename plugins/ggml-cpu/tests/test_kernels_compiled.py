@@ -481,3 +481,27 @@ def test_kq_soft_max_pair_with_sinks_and_grouped_heads(numpy_path: Callable[[], 
     ref = g2.compute(build(g2))
     np.testing.assert_allclose(got, ref, rtol=3e-6, atol=1e-7)
     assert np.all(got[..., 30:] == 0.0) and np.all(got.sum(axis=-1) < 1.0)  # the sinks take part of the mass
+
+
+def test_compiled_exp_is_float64_exp_rounded_once() -> None:
+    """The branch-free exp of SOFT_MAX / SWIGLU: float64 exp rounded once to float32, over the whole float32 range
+    where exp is neither 0 nor inf and beyond, and for the special values."""
+    import numba
+
+    from ggml_cpu.kernels.qdot import _row_kernels
+
+    exp_f32 = _row_kernels.exp_f32
+
+    @numba.njit(cache=False)
+    def run(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        for i in range(x.shape[0]):
+            out[i] = exp_f32(x[i])
+
+    r = rng(17)
+    x = np.concatenate([r.uniform(-110, 95, 200_000), r.uniform(-1, 1, 50_000), r.uniform(-1e-6, 1e-6, 1000)])
+    x = np.concatenate([x, [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 89.0, -103.9, -104.0, -1e30]]).astype(np.float32)
+    got = np.empty_like(x)
+    run(x, got)
+    with np.errstate(all="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(got, want, equal_nan=True)
