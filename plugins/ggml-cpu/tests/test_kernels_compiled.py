@@ -504,4 +504,9 @@ def test_compiled_exp_is_float64_exp_rounded_once() -> None:
     run(x, got)
     with np.errstate(all="ignore"):
         want = np.exp(x.astype(np.float64)).astype(np.float32)
-    assert np.array_equal(got, want, equal_nan=True)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    # equal on this machine for every sample; numpy's own float64 exp is not correctly rounded everywhere, so a
+    # value within ~1e-16 of a float32 rounding boundary may land on the other side: allow a rare 1-ulp case
+    d = np.abs(got[~nan].view(np.int32).astype(np.int64) - want[~nan].view(np.int32).astype(np.int64))
+    assert d.max() <= 1 and np.count_nonzero(d) <= 2
