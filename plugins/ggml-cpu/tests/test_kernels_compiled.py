@@ -203,7 +203,13 @@ def test_rope_equals_numpy_path(
         return compiled.bind_rope(out, 0, 1, 1)
 
     got, ref = _both(build, numpy_path, bound)
-    np.testing.assert_array_equal(got, ref)
+    if not inline:  # the same numpy tables: the rotation's float32 operations are the numpy path's
+        np.testing.assert_array_equal(got, ref)
+        return
+    # angles in the kernel: libm's float64 cos / sin against numpy's, each rounded to float32 — equal here, but a
+    # value within ~1e-16 of a rounding boundary may round the other way elsewhere (1 ulp of cos, ≲ 2 of a result)
+    np.testing.assert_allclose(got, ref, rtol=4 * U, atol=4 * U * float(np.abs(x).max()))
+    assert np.count_nonzero(got != ref) <= max(2, got.size // 1000)
 
 
 def test_rope_normal_against_the_definition() -> None:
