@@ -11,7 +11,8 @@ definition, and against the numpy path itself):
 
 * RMS_NORM (+ MUL), ROPE, SET_ROWS: the same float32 operations in the same order — equal bit for bit, except that
   RMS_NORM's double sum is sequential where numpy's is pairwise (a difference only when the float64 sums round to
-  different float32 means: at most 1 ulp of the mean, so ≤ 2 ulp of a result);
+  different float32 means: at most 1 ulp of the mean, so ≤ 2 ulp of a result), and that decode ROPE's in-kernel
+  angles take cos / sin from libm where the numpy path takes numpy's (both float64, rounded to float32);
 * SOFT_MAX: ``exp`` by :func:`.qdot._row_kernels.exp_f32` (float64 evaluation rounded once: equal to float64
   ``exp`` rounded to float32 on 3 million samples) where the numpy path uses numpy's float32 ``exp`` (up to 2 ulp
   from that), so results agree to a few ulp (the tests allow 8·2⁻²⁴ relative);
