@@ -126,8 +126,9 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
 
 
 def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]:
-    """Milliseconds per generated token: each op kind's kernels, and the host work around them (``host``: graph
-    build, scheduling, plan checks, sampling — everything that is not a kernel), from ``n_gen`` timed decode steps.
+    """Milliseconds per generated token: each op kind's kernels (fused pairs as ``A+B``), and the host work around
+    them (``host``: graph build, scheduling, plan checks, sampling — everything that is not a kernel), from
+    ``n_gen`` timed decode steps.
     The CPU engine's replay is wrapped to time each node; the wrapper costs ~0.1 µs a node."""
     from ggml_cpu.engine import Engine
 
@@ -139,7 +140,9 @@ def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]
         for node, thunk in plan.steps:
             t0 = clock()
             thunk()
-            acc[node.op.name] = acc.get(node.op.name, 0.0) + clock() - t0
+            fused = getattr(thunk, "fused", None)  # a fused pair (RMS_NORM+MUL, MUL_MAT+SOFT_MAX)
+            name = f"{node.op.name}+{fused}" if fused else node.op.name
+            acc[name] = acc.get(name, 0.0) + clock() - t0
 
     m.reset()
     m.process_prompt(prompt[:8])

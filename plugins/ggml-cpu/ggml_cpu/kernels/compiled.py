@@ -343,6 +343,17 @@ def bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
     KV-cache product → the SOFT_MAX that alone reads it (masked cells skipped, see :func:`bind_half_product`).
     ``uses`` counts how many nodes of the graph read each tensor (by id): as in ggml's fusion, a node read by one
     node and not flagged OUTPUT is an intermediate whose value nobody else sees."""
+    return _labelled(_bind_pair(node, nxt, uses), nxt)
+
+
+def _labelled(thunk: Thunk | None, nxt: Tensor) -> Thunk | None:
+    """``thunk`` with ``fused`` = the second node's op name (profilers show ``MUL_MAT+SOFT_MAX``)."""
+    if thunk is not None:
+        setattr(thunk, "fused", nxt.op.name)  # noqa: B010 - an attribute on a closure
+    return thunk
+
+
+def _bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
     if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
         return bind_rms_norm(node, nxt)
     if node.op == GGMLOp.MUL_MAT and nxt.op == GGMLOp.SOFT_MAX and _only_reader(node, nxt, uses):
