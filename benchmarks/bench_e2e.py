@@ -126,8 +126,9 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
 
 
 def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]:
-    """Milliseconds per generated token: each op kind's kernels, and the host work around them (``host``: graph
-    build, scheduling, plan checks, sampling — everything that is not a kernel), from ``n_gen`` timed decode steps.
+    """Milliseconds per generated token: each op kind's kernels (fused pairs as ``A+B``), and the host work around
+    them (``host``: graph build, scheduling, plan checks, sampling — everything that is not a kernel), from
+    ``n_gen`` timed decode steps.
     The CPU engine's replay is wrapped to time each node; the wrapper costs ~0.1 µs a node."""
     from ggml_cpu.engine import Engine
 
@@ -139,7 +140,9 @@ def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]
         for node, thunk in plan.steps:
             t0 = clock()
             thunk()
-            acc[node.op.name] = acc.get(node.op.name, 0.0) + clock() - t0
+            fused = getattr(thunk, "fused", None)  # a fused pair (RMS_NORM+MUL, MUL_MAT+SOFT_MAX)
+            name = f"{node.op.name}+{fused}" if fused else node.op.name
+            acc[name] = acc.get(name, 0.0) + clock() - t0
 
     m.reset()
     m.process_prompt(prompt[:8])
@@ -195,6 +198,14 @@ def _theirs(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[f
     return {"pp": [N_PROMPT / t for t in times["pp"]], "tg": [n_gen / t for t in times["tg"]]}
 
 
+def _load() -> float:
+    """The 1-minute load average (0 where the OS has none): the benchmark shares the machine with other work."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write the models, run every (type, threads) alternating ggml-core and llama.cpp, print the table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -221,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             use_llama = False
     isa = ",".join(f[4:].split("=")[0].lower() for f in cmake_isa_flags() if f.endswith("=ON"))
     print(f"# CPU: {cpu_model()} ({os.cpu_count()} cores); llama.cpp built with {isa}", file=sys.stderr)
+    load_start = _load()
     rows = []
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
         for wtype in args.types.split(","):
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                             theirs[k] += v
                 if not ours:
                     continue
-                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model()}
+                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model(), "load_average": _load()}
                 for k in ("pp", "tg"):
                     row[f"{k}_tokens_per_s"] = statistics.median(v for r in ours for v in r[f"{k}_all"])
                     row[f"{k}_vs_floor"] = row[f"{k}_tokens_per_s"] / statistics.median(
@@ -257,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"CPU: {cpu_model()}; same-run ratios to llama.cpp (targets: pp >= {TARGET_PP}x, tg >= {TARGET_TG}x)")
+    print(f"load average (1 min) at start {load_start:.2f}, at end {_load():.2f} (other work shares the cores)")
     head = f"{'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8}"
-    head += f" {'tg tok/s':>9} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8} {'peak RSS MB':>12}"
+    head += f" {'tg tok/s':>9} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8} {'peak RSS MB':>12} {'load':>5}"
     print(head)
     for r in rows:
         cells = [f"{r['type']:<6} {r['threads']:>3}"]
@@ -269,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"{ref:>10.1f} {r[f'{k}_ratio']:>6.2f}x" if ref else f"{'-':>10} {'-':>7}")
                 + f" {r[f'{k}_vs_floor']:>7.2f}x"
             )
-        cells.append(f"{r['peak_rss_mb']:>12.0f}")
+        cells.append(f"{r['peak_rss_mb']:>12.0f} {r['load_average']:>5.1f}")
         print(" ".join(cells))
     print("\nper generated token, ms (kernels by op; host = everything else):")
     for r in rows:

@@ -26,13 +26,14 @@ import numpy as np
 
 from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag
 from ggml_cpu import kernels
-from ggml_cpu.kernels import matmul, qdot
+from ggml_cpu.kernels import compiled, matmul, qdot
 from ggml_cpu.threads import Threads
 
 __all__ = ["Engine", "Plan", "describe"]
 
 _BINDING: Final = operator.attrgetter("buffer", "data_offset")
 _SRC: Final = operator.attrgetter("src")
+_HOST_ARRAY: Final = operator.methodcaller("host_array")
 
 Thunk = Callable[[], None]
 
@@ -51,10 +52,16 @@ class Plan:
     bindings: list[tuple[Buffer | None, int | None]]
     srcs: list[list[Tensor | None]]
     memory: list[tuple[Buffer, Any]] = field(default_factory=list)
+    buffers: list[Buffer] = field(init=False)
+    arrays: list[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.buffers = [b for b, _ in self.memory]
+        self.arrays = [m for _, m in self.memory]
 
     def memory_current(self) -> bool:
         """True while every buffer the plan uses still holds the memory it had (not freed, not replaced)."""
-        return all(buf.host_array() is mem for buf, mem in self.memory)
+        return all(map(operator.is_, map(_HOST_ARRAY, self.buffers), self.arrays))
 
     def valid_for(self, graph: Graph) -> bool:
         """True while the graph, its operands and every tensor's memory are as they were when planned."""
@@ -64,6 +71,11 @@ class Plan:
             and list(map(_BINDING, self.tensors)) == self.bindings
             and self.memory_current()
         )
+
+
+def _computed(node: Tensor) -> bool:
+    """True for the nodes a plan runs a kernel for (not views, not inputs, not empty)."""
+    return not (node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE)
 
 
 def _involved(graph: Graph) -> list[Tensor]:
@@ -107,11 +119,17 @@ class Engine:
         if cached is not None and cached.valid_for(graph):
             return cached
         steps: list[tuple[Tensor, Thunk]] = []
-        for node in graph.nodes:
-            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+        nodes = graph.nodes
+        fused: Tensor | None = None  # the node a fused thunk of the previous step already computes
+        for i, node in enumerate(nodes):
+            if node is fused or not _computed(node):
                 continue
             try:
-                steps.append((node, self._bind(node)))
+                nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+                pair = compiled.bind_pair(node, nxt, graph.use_counts) if nxt is not None and _computed(nxt) else None
+                if pair is not None:
+                    fused = nxt
+                steps.append((node, pair or self._bind(node)))
             except (NotImplementedError, TensorError, ValueError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
         tensors = _involved(graph)

@@ -7,8 +7,10 @@ and replays the plan on later computes of the same, identically allocated graph 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -56,15 +58,56 @@ def _host_memory() -> tuple[int, int]:
         return pages * size, pages * size
 
 
-def _cpu_name() -> str:
+def _cpuinfo(key: str) -> str:
+    """The first ``key`` line of /proc/cpuinfo ('' when unreadable: not Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(key):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "CPU"
+    return ""
+
+
+def _cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine() or "CPU"
+
+
+def kernel_variant() -> str:
+    """The vector ISA the compiled kernels target here and the int8 dot-product variant they use, without
+    importing numba (the same decision as ``qdot._simd``: VNNI's ``vpdpbusd`` when the CPU has AVX-VNNI or
+    AVX-512 VNNI+VL, numba targets the host CPU and ``GGML_CPU_VNNI`` is not 0), e.g. ``AVX-512, VNNI int8 dots``.
+    """
+    jit = sys.modules.get("ggml_cpu.kernels.qdot._jit")  # loaded: its verdict; else the same checks, no imports
+    if jit is not None:
+        reason = jit.disabled_reason()
+    elif os.environ.get("GGML_CPU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
+        reason = "disabled by GGML_CPU_NUMBA=0"
+    else:
+        reason = None if importlib.util.find_spec("numba") is not None else "numba is not installed"
+    if reason is not None:
+        return f"numpy only ({reason})"
+    flags = set(_cpuinfo("flags").split())
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        isa = "AVX-512"
+    elif "avx2" in flags:
+        isa = "AVX2"
+    elif flags:
+        isa = "SSE" if "sse4_2" in flags else "baseline x86-64"
+    else:
+        isa = platform.machine() or "unknown ISA"
+    target = os.environ.get("NUMBA_CPU_NAME")  # numba compiling for another CPU: no host features
+    has_vnni = "avx_vnni" in flags or ("avx512_vnni" in flags and "avx512vl" in flags)
+    if target:
+        dots = "generic int8 dots"
+    elif not has_vnni:
+        dots = "generic int8 dots (no VNNI)"
+    elif os.environ.get("GGML_CPU_VNNI", "1") == "0":
+        dots = "generic int8 dots (GGML_CPU_VNNI=0)"
+    else:
+        dots = "VNNI int8 dots (vpdpbusd)"
+    return f"numba for {'NUMBA_CPU_NAME=' + target if target else 'this CPU'}: {isa}, {dots}"
 
 
 # ================================================================================================ buffers
@@ -197,7 +240,7 @@ class CPUDevice(Device):
     caps = DeviceCaps(asynchronous=False, host_buffer=False, buffer_from_host_ptr=True, events=False)
 
     def __init__(self) -> None:
-        super().__init__("CPU", _cpu_name())
+        super().__init__("CPU", f"{_cpu_name()} [{kernel_variant()}]")
         self._buft = CPUBufferType("CPU", self, alignment=ALIGNMENT, is_host=True)
         self._mapped = CPUMappedBufferType("CPU_Mapped", self, alignment=ALIGNMENT, is_host=True)
 
@@ -290,6 +333,7 @@ class CPUReg(BackendReg):
             pass
         from ggml_cpu.engine import describe
 
+        out["kernels"] = kernel_variant()
         out.update(describe())
         return out
 

@@ -22,6 +22,8 @@ from ggml_cpu.kernels.qdot import _jit, product
 from ggml_cpu.threads import Faster
 
 pytest.importorskip("numba")
+if qdot.disabled_reason() is not None:  # GGML_CPU_NUMBA=0: these tests are about the compiled kernels
+    pytest.skip(f"compiled kernels off: {qdot.disabled_reason()}", allow_module_level=True)
 
 QUANT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel, store
 
-__all__ = ["alibi_slopes", "rope_cos_sin", "theta_powers", "yarn_corr_dims"]
+__all__ = ["alibi_slopes", "rope_cos_sin", "rope_mscale", "theta_powers", "yarn_corr_dims"]
 
 _F32 = np.float32
 
@@ -58,6 +59,9 @@ def _bind_soft_max(node: Tensor) -> Thunk:
     scale = _F32(node.op_param_f32(0))
     max_bias = node.op_param_f32(1)
     slopes = alibi_slopes(a.ne[2], max_bias).reshape(1, -1, 1, 1)
+    fast = compiled.bind_soft_max(node, slopes)
+    if fast is not None:
+        return fast
 
     def run() -> None:
         with np.errstate(all="ignore"):
@@ -94,6 +98,15 @@ def theta_powers(base: np.ndarray, n_pairs: int, theta_scale: np.float32) -> np.
         return np.cumprod(steps, axis=1, dtype=np.float32)
 
 
+def rope_mscale(freq_scale: float, ext_factor: float, attn_factor: float) -> np.float32:
+    """The factor on cos / sin: ``attn_factor``, grown by ``0.1·ln(1/freq_scale)`` when YaRN extrapolates (float32)."""
+    mscale = _F32(attn_factor)
+    if ext_factor != 0.0:
+        with np.errstate(all="ignore"):
+            mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
+    return _F32(mscale)
+
+
 def rope_cos_sin(
     theta_extrap: np.ndarray,
     freq_scale: float,
@@ -108,7 +121,7 @@ def rope_cos_sin(
         if freq_factors is not None:
             theta_extrap = theta_extrap / freq_factors[:n_pairs].astype(np.float32)
         theta_interp = _F32(freq_scale) * theta_extrap
-        mscale = _F32(attn_factor)
+        mscale = rope_mscale(freq_scale, ext_factor, attn_factor)
         theta = theta_interp
         if ext_factor != 0.0:
             half_i0 = np.arange(n_pairs, dtype=np.float32)  # i0 / 2 for i0 = 0, 2, 4, ...
@@ -119,7 +132,6 @@ def rope_cos_sin(
             # float32 plus the float32 second term, rounded once (position 32767: 2e-5 → 2e-7 from ggml)
             second = (theta_extrap * ramp).astype(np.float32)
             theta = (theta_interp.astype(np.float64) * (_F32(1.0) - ramp) + second).astype(np.float32)
-            mscale = mscale * (_F32(1.0) + _F32(0.1) * np.log(_F32(1.0) / _F32(freq_scale)))
         # cosf/sinf of the float32 angle: float64 evaluation rounded once
         theta64 = theta.astype(np.float64)
         cos = np.cos(theta64).astype(np.float32) * mscale
@@ -221,13 +233,37 @@ def _bind_rope(node: Tensor) -> Thunk:
         factors = None if ff is None else f32(ff).reshape(-1)
         return rope_cos_sin(angles, freq_scale, ext_factor, attn_factor, corr, factors)
 
-    def run() -> None:
-        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
+    def cos_sin() -> tuple[np.ndarray, np.ndarray]:
         pos = arr(p).reshape(-1)
         if mode & ROPE_MROPE or ff is not None:
-            cos, sin = tables(pos)
-        else:
-            cos, sin = _rope_tables(memo_key, pos[: a.ne[2]], lambda: tables(pos))
+            return tables(pos)
+        return _rope_tables(memo_key, pos[: a.ne[2]], lambda: tables(pos))
+
+    if mode == ROPE_NORMAL:  # the pairs' first element, the step to the next pair, the distance to the second
+        first, step, delta = lo, 2, 1
+    elif vision:
+        first, step, delta = 0, 1, n_dims
+    else:
+        first, step, delta = lo, 1, half
+    if not mode & ROPE_MROPE and ff is None and a.ne[2] <= compiled.ROPE_INLINE_TOKENS:
+        # decode: the angles of a token or two computed inside the kernel (no numpy table per step)
+        settings = (float(theta_scale), freq_scale, ext_factor, float(rope_mscale(freq_scale, ext_factor, attn_factor)),
+                    float(_F32(corr[0])), float(_F32(corr[1])))  # fmt: skip
+        inline = compiled.bind_rope_positions(node, settings, n_pairs, first, step, delta)
+        if inline is not None:
+            return inline
+    rotate = compiled.bind_rope(node, first, step, delta)
+    if rotate is not None:
+
+        def run_compiled() -> None:
+            cos, sin = cos_sin()
+            rotate(cos, sin)
+
+        return run_compiled
+
+    def run() -> None:
+        x = f32(a)  # (ne3, ne2 = tokens, ne1 = heads, ne0)
+        cos, sin = cos_sin()
         c, s = cos[None, :, None, :], sin[None, :, None, :]
         y = np.array(x, dtype=np.float32)
         if mode == ROPE_NORMAL:  # adjacent pairs (x[2i], x[2i+1])

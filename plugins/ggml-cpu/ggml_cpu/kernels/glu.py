@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, f32, kernel, store
 from ggml_cpu.kernels.unary import gelu, gelu_erf, gelu_f16_table, gelu_quick, gelu_quick_f16_table, silu
 
@@ -51,6 +52,9 @@ def _bind_glu(node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None
     n = node.ne[0]
+    fast = compiled.bind_swiglu(node)
+    if fast is not None:
+        return fast
     if op == GluOp.SWIGLU_OAI:
         alpha, limit = _F32(node.op_param_f32(2)), _F32(node.op_param_f32(3))
 

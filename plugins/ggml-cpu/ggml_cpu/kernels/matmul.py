@@ -25,7 +25,7 @@ import numpy as np
 
 from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, dequantize, quantize
-from ggml_cpu.kernels import qdot
+from ggml_cpu.kernels import compiled, qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
 from ggml_cpu.kernels.qdot.halves import f16_to_f32
 from ggml_cpu.threads import Faster, current_threads, one_thread, parallel_for, single_threaded_blas
@@ -300,7 +300,7 @@ def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
     """The decode route, fully resolved: one prepared :class:`qdot.BlockProduct` per weight slice (None: not
     applicable — too many rows, no block kernels, or operands whose slices are not plain views of their memory)."""
     n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
-    if b.type != GGMLType.F32 or a.type not in qdot.BLOCK_KERNEL_TYPES or n_rows > qdot.vec_rows_limit():
+    if b.type != GGMLType.F32 or a.type not in qdot.BLOCK_KERNEL_TYPES or n_rows > qdot.vec_rows_limit(a.type):
         return None
     w, x, out = arr(a), arr(b), arr(node)
     products = []
@@ -337,7 +337,7 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
         out = arr(node)
         w = arr(a)
         n_rows = x.shape[2] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
-        hit = cache.get(a) if cache is not None and n_rows > qdot.vec_rows_limit() else None
+        hit = cache.get(a) if cache is not None and n_rows > qdot.vec_rows_limit(wtype) else None
         for i3, i2, xs, os_ in _groups(a, b, x, out):
             target, done = _into(os_, xs.shape[0], m)
             if hit is not None:
@@ -368,7 +368,7 @@ def bind_mul_mat(node: Tensor, cache: WeightsCache | None = None) -> Thunk:
     if a.type == GGMLType.F32:
         return _bind_f32(a, b, node)
     if a.type in (GGMLType.F16, GGMLType.BF16):
-        return _bind_half(a, b, node, cache)
+        return compiled.bind_half_product(a, b, node) or _bind_half(a, b, node, cache)
     return _bind_quantized(a, b, node, cache)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, can_quantize, dequantize, quantize
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel, store
 
 __all__: list[str] = []
@@ -101,10 +102,36 @@ def _get_rows_ok(node: Tensor) -> bool:
     return _readable(a.type) and node.type in FLOAT_TYPES
 
 
+def _bind_get_rows_dequantized(node: Tensor, a: Tensor, b: Tensor) -> Thunk | None:
+    """Quantized rows (one weight slice, a token embedding) dequantized by the compiled row dequantizer straight
+    into the f32 result, one call per index (bit for bit as ``ggml_core.quants.dequantize``); None: not here."""
+    from ggml_cpu.kernels import qdot
+
+    simple = a.ne[2] == a.ne[3] == 1 and b.ne[1] == b.ne[2] == b.ne[3] == 1 and node.type == GGMLType.F32
+    if not (simple and a.type.is_quantized and a.type not in (GGMLType.Q4_1, GGMLType.Q5_1)):
+        return None  # Q4_1 / Q5_1: the row dequantizer splits off the minima
+    w, idx, out = arr(a)[0, 0], arr(b)[0, 0, 0], arr(node)[0, 0]
+    if not (w.flags.c_contiguous and out.flags.c_contiguous and qdot.dequantizer_ready(a.type)):
+        return None
+    wtype, m = a.type, a.ne[1]
+    mins = np.empty((1, max(1, a.ne[0] // 32)), np.float32)
+
+    def run() -> None:
+        for j, r in enumerate(idx.tolist()):
+            if not 0 <= r < m:
+                check_index_range(node, idx, m, "row")
+            qdot.dequantize_rows(w, wtype, r, r + 1, out[j : j + 1], mins)
+
+    return run
+
+
 @kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
 def _bind_get_rows(node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
+    fast = _bind_get_rows_dequantized(node, a, b)
+    if fast is not None:
+        return fast
     i3 = np.arange(a.ne[3])[:, None, None]
     i2 = np.arange(a.ne[2])[None, :, None]
 
@@ -142,6 +169,9 @@ def _set_rows_ok(node: Tensor) -> bool:
 def _bind_set_rows(node: Tensor) -> Thunk:
     b, c = node.src[0], node.src[1]
     assert b is not None and c is not None
+    fast = compiled.bind_set_rows(node)
+    if fast is not None:
+        return fast
     i3 = np.arange(node.ne[3])[:, None, None]
     i2 = np.arange(node.ne[2])[None, :, None]
     # b's dims 2, 3 take the index rows i % c.ne (ggml tiles the indices)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, f32, kernel, store
 
 __all__: list[str] = []
@@ -33,6 +34,9 @@ def _bind_rms_norm(node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
     eps = _F32(node.op_param_f32(0))
+    fast = compiled.bind_rms_norm(node)
+    if fast is not None:
+        return fast
 
     def run() -> None:
         x = f32(a)

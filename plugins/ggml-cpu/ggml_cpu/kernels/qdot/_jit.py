@@ -258,6 +258,8 @@ class KernelSpec:
     :param parallel: compile with ``parallel=True`` (threads over the ``prange`` loop)
     :param name: unique name (default: module.function); one function may back several specs
     :param readonly: positions of array arguments that may be read-only (weights mapped from a file)
+    :param fastmath: LLVM fast-math flags for this kernel (e.g. ``{"reassoc"}`` to vectorise a float sum; the
+        sum order then depends on the SIMD width, and the kernel's tests state the bound)
     """
 
     def __init__(
@@ -268,6 +270,7 @@ class KernelSpec:
         parallel: bool = False,
         name: str | None = None,
         readonly: tuple[int, ...] = (),
+        fastmath: frozenset[str] = frozenset(),
     ) -> None:
         if name is not None and name != fn.__name__:
             # numba's cache index keys on the function's name and bytecode, not on ``parallel``: a variant of the
@@ -278,6 +281,7 @@ class KernelSpec:
         self.signature = signature
         self.readonly = readonly
         self.parallel = parallel
+        self.fastmath = fastmath
         self.name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
 
 
@@ -303,6 +307,8 @@ def _signature(spec: KernelSpec) -> Any:
 
 def _build(spec: KernelSpec) -> Callable[..., Any]:
     opts: dict[str, Any] = {"parallel": spec.parallel, "nogil": True, "error_model": "numpy", "boundscheck": False}
+    if spec.fastmath:
+        opts["fastmath"] = set(spec.fastmath)
     sig = _signature(spec)
     with _compile_settings():
         cache = cache_dir() is not None

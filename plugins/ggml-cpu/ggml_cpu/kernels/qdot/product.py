@@ -33,6 +33,7 @@ __all__ = [
     "block_kernels_ready",
     "block_product",
     "dequantize_rows",
+    "dequantizer_ready",
     "qmatmul",
     "tile_rows",
     "vec_rows_limit",
@@ -83,14 +84,24 @@ def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
     return _specs[0]
 
 
-def vec_rows_limit() -> int:
-    """Up to this many activation rows the block kernels run; above it, dequantized tiles and BLAS.
+#: weight types whose VNNI block kernels still beat dequantized tiles + SGEMM at a prompt batch of 128 rows
+#: (measured here, one thread, 512 × 512 / 1536 × 512 / 512 × 1536: Q8_0 1.06 / 2.81 / 2.44 ms against
+#: 1.06 / 2.72 / 3.14; Q4_K 0.73 / 2.10 / 2.21 against 0.90 / 2.49 / 2.74; Q6_K 0.72 / 2.24 / 2.80 against
+#: 1.04 / 3.41 / 3.90); at 256 rows tiles win. Q4_0, Q4_1, Q5_0 and Q5_K lose at 128 rows.
+_WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K})
+
+
+def vec_rows_limit(wtype: GGMLType | None = None) -> int:
+    """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, dequantized tiles
+    and BLAS. Fixed per type (never measured at run time), so a product's bits do not depend on the machine's load.
 
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
-    at 32 rows: 4.4 ms against 20 ms on 2 cores); without it the portable partial sums are slower and tiles win
-    sooner.
+    at 32 rows: 4.4 ms against 20 ms on 2 cores), and up to 128 rows for :data:`_WIDE_BLOCK_TYPES`; without VNNI
+    the portable partial sums are slower and tiles win sooner.
     """
-    return 32 if _kernels()[2] else 8
+    if not _kernels()[2]:
+        return 8
+    return 128 if wtype in _WIDE_BLOCK_TYPES else 32
 
 
 #: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
@@ -126,6 +137,12 @@ def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
     specs = _kernels()[0].get(wtype)
     return specs is not None and all(_jit.get(spec) is not None for spec in specs)
+
+
+def dequantizer_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a compiled row dequantizer here (:func:`dequantize_rows` then runs compiled code)."""
+    spec = _kernels()[1].get(wtype)
+    return spec is not None and _jit.get(spec) is not None
 
 
 def tile_rows(k: int, m: int) -> int:
@@ -247,7 +264,7 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     if n == 0 or out.size == 0:
         return
     _check(w, wtype, x, out)
-    use_block = route == "block" or (route == "auto" and n <= vec_rows_limit())
+    use_block = route == "block" or (route == "auto" and n <= vec_rows_limit(wtype))
     if use_block:
         product = block_product(w, wtype, np.ascontiguousarray(x, dtype=np.float32), out)
         if product is not None:

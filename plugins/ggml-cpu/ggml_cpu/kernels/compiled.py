@@ -1,0 +1,375 @@
+"""Compiled thunks for the decode step's small ops (kernels in :mod:`.qdot._row_kernels`), bound once per plan.
+
+Each ``bind_*`` function returns a thunk that is **one** call into compiled code on operands resolved at bind time
+(flat views of the tensors' memory and an int64 array of shapes and element strides), or ``None`` when compiled
+kernels are off (``GGML_CPU_NUMBA=0``, no numba, a failed compile) or the operands are outside what the kernel
+handles (types, a non-contiguous ``ne[0]``); the op's numpy path then runs. A plan is re-bound whenever a tensor
+moves (:mod:`ggml_cpu.engine`), so views resolved here stay valid for the plan's life.
+
+Agreement with the numpy path (``tests/test_kernels_compiled.py`` checks each against numpy from the op's
+definition, and against the numpy path itself):
+
+* RMS_NORM (+ MUL), ROPE, SET_ROWS: the same float32 operations in the same order — equal bit for bit, except that
+  RMS_NORM's double sum is sequential where numpy's is pairwise (a difference only when the float64 sums round to
+  different float32 means: at most 1 ulp of the mean, so ≤ 2 ulp of a result), and that decode ROPE's in-kernel
+  angles take cos / sin from libm where the numpy path takes numpy's (both float64, rounded to float32);
+* SOFT_MAX: ``exp`` by :func:`.qdot._row_kernels.exp_f32` (float64 evaluation rounded once: equal to float64
+  ``exp`` rounded to float32 on 3 million samples) where the numpy path uses numpy's float32 ``exp`` (up to 2 ulp
+  from that), so results agree to a few ulp (the tests allow 8·2⁻²⁴ relative);
+* SWIGLU: ``exp`` in double rounded once, as the numpy path: ≤ 1 ulp of the result;
+* f16 products: activations rounded to f16 as the numpy path does, weights read as f16, products summed in float32
+  in SIMD lanes (the order depends on the vector width): within the float32 dot-product bound
+  ``k·2⁻²³·Σ|x·w|`` of the numpy path's BLAS product — and independent of the thread count (one thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, TensorFlag
+from ggml_cpu.kernels._base import Thunk, _host, arr, check_index_range
+from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.threads import Faster
+
+__all__ = [
+    "bind_half_product",
+    "bind_pair",
+    "bind_rms_norm",
+    "bind_rope",
+    "bind_rope_positions",
+    "bind_set_rows",
+    "bind_soft_max",
+    "bind_swiglu",
+    "flat",
+    "kernel",
+]
+
+#: f16 products with at most this many activation rows run the compiled kernel (decode, short batches); above it
+#: the numpy path's BLAS product is faster
+HALF_ROWS_LIMIT = 32
+#: ... or with any number of rows when one weight slice (a KV head) is at most this many bytes (it stays in cache)
+HALF_SLICE_BYTES = 1 << 20
+#: below this much work (weights × rows) a product runs on the calling thread (waking threads costs more)
+_SERIAL_WORK = 1 << 20
+
+_DTYPE: dict[GGMLType, np.dtype] = {
+    GGMLType.F32: np.dtype(np.float32),
+    GGMLType.F16: np.dtype(np.uint16),  # f16 as its bits: the kernels convert
+    GGMLType.I32: np.dtype(np.int32),
+    GGMLType.I64: np.dtype(np.int64),
+}
+
+
+def _module() -> Any:
+    """:mod:`.qdot._row_kernels`, or None when compiled kernels are off or its intrinsics cannot be built."""
+    if not _jit.enabled():
+        return None
+    try:
+        from ggml_cpu.kernels.qdot import _row_kernels
+    except Exception as exc:  # noqa: BLE001 - building the intrinsics may fail on an odd target: numpy path
+        _jit.note_failure("compiled row kernels", exc)
+        return None
+    return _row_kernels
+
+
+def kernel(name: str, key: object = None) -> Callable[..., Any] | None:
+    """The compiled kernel of the spec ``name`` of :mod:`.qdot._row_kernels` (``key`` picks one of a dict of
+    specs), or None when unavailable. Compiles on first use (cached on disk, see :mod:`.qdot._jit`)."""
+    mod = _module()
+    if mod is None:
+        return None
+    spec = getattr(mod, name)
+    return _jit.get(spec if key is None else spec[key])
+
+
+def flat(t: Tensor, *, any_ne0: bool = False) -> tuple[np.ndarray, tuple[int, int, int, int]] | None:
+    """A 1-D view of ``t``'s memory from its first element to its last, and its element strides (dims 0–3).
+
+    None unless ``ne[0]`` is contiguous (``nb[0]`` = element size; any stride with ``any_ne0``), every stride is
+    a whole number of elements, the data is aligned and not empty.
+    """
+    dt = _DTYPE.get(t.type)
+    if dt is None or t.nelements == 0 or t.buffer is None or t.data_offset is None:
+        return None
+    size = dt.itemsize
+    if (t.nb[0] != size and not any_ne0) or any(nb % size for nb in t.nb) or t.data_offset % size:
+        return None
+    s = tuple(nb // size for nb in t.nb)
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.ne, s, strict=True))
+    try:
+        view = np.ndarray((extent,), dtype=dt, buffer=_host(t), offset=t.data_offset)
+    except (TypeError, ValueError):
+        return None
+    if not view.flags.aligned:
+        return None
+    return view, (s[0], s[1], s[2], s[3])
+
+
+def _params(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
+
+
+def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
+    """RMS_NORM of f32 rows; with ``mul`` (the MUL node right after it, ``mul.src[0] is node``) also the product
+    with its other operand (repeated as ggml broadcasts), written to both outputs in one pass."""
+    a = node.src[0]
+    fn = kernel("RMS_NORM_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    eps = float(node.op_param_f32(0))
+    bias: tuple[int, ...] = (0,) * 10
+    b_arr, m_arr = out[0], out[0]
+    if mul is not None:
+        b = mul.src[1]
+        fb, fm = (flat(b), flat(mul)) if b is not None else (None, None)
+        if b is None or fb is None or fm is None or b.type != GGMLType.F32 or mul.type != GGMLType.F32:
+            return None
+        if b.ne[0] != a.ne[0] or tuple(mul.ne) != tuple(node.ne):
+            return None
+        b_arr, m_arr = fb[0], fm[0]
+        bias = (b.ne[0], b.ne[1], b.ne[2], b.ne[3], *fb[1][1:], *fm[1][1:])
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], 1 if mul is not None else 0, *bias)
+    xv, ov = x[0], out[0]
+
+    def run() -> None:
+        fn(xv, ov, b_arr, m_arr, p, eps)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ SOFT_MAX
+
+
+def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
+    """SOFT_MAX (ext) of f32 rows with an optional f32 mask, ``slopes`` (ALiBi, per head) and f32 sinks."""
+    a, mask, sinks = node.src[0], node.src[1], node.src[2]
+    fn = kernel("SOFT_MAX_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    mv, mp = np.zeros(1, np.float32), (0, 1, 1, 0, 0, 0, 0)
+    if mask is not None:
+        fm = flat(mask)
+        if fm is None or mask.type != GGMLType.F32:
+            return None
+        mv, mp = fm[0], (1, mask.ne[2], mask.ne[3], 0, *fm[1][1:])
+    sv, has_sinks = np.zeros(1, np.float32), 0
+    if sinks is not None:
+        fs = flat(sinks)
+        if fs is None or sinks.type != GGMLType.F32 or sinks.ne[0] < a.ne[2]:
+            return None
+        sv, has_sinks = fs[0], 1
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], *mp, has_sinks)
+    sl = np.ascontiguousarray(slopes.reshape(-1), dtype=np.float32)
+    scale = float(node.op_param_f32(0))
+    xv, ov = x[0], out[0]
+
+    def run() -> None:
+        fn(xv, ov, mv, sv, sl, p, scale)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ ROPE
+
+
+def bind_rope(node: Tensor, first: int, step: int, delta: int) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """ROPE's rotation of f32 rows: ``rotate(cos, sin)`` with the (tokens, pairs) tables turns the pairs
+    ``(first + i·step, first + i·step + delta)`` and copies the other channels."""
+    a = node.src[0]
+    fn = kernel("ROPE_SPEC")
+    if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out = flat(a), flat(node)
+    if x is None or out is None:
+        return None
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], first, step, delta)
+    xv, ov = x[0], out[0]
+
+    def rotate(cos: np.ndarray, sin: np.ndarray) -> None:
+        fn(xv, ov, cos, sin, p)
+
+    return rotate
+
+
+#: up to this many tokens ROPE computes its angles inside the kernel (decode); above, one numpy table shared by the
+#: nodes of a step (cheaper for a prompt's many positions)
+ROPE_INLINE_TOKENS = 4
+
+
+def bind_rope_positions(
+    node: Tensor, settings: tuple[float, ...], n_pairs: int, first: int, step: int, delta: int
+) -> Thunk | None:
+    """ROPE of f32 rows with the angles computed in the kernel from the positions (modes without sections, no
+    frequency factors): ``settings`` = (theta_scale, freq_scale, ext_factor, mscale, corr_low, corr_high), each a
+    float32 value, as :func:`ggml_cpu.kernels.attention.rope_cos_sin` uses them."""
+    a, pos = node.src[0], node.src[1]
+    fn = kernel("ROPE_POS_SPEC")
+    if fn is None or a is None or pos is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return None
+    x, out, fp = flat(a), flat(node), flat(pos)
+    if x is None or out is None or fp is None or pos.type != GGMLType.I32:
+        return None
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], first, step, delta, n_pairs)
+    f = np.array(settings, np.float64)
+    cs = np.empty(2 * max(n_pairs, 1), np.float32)
+    xv, ov, pv = x[0], out[0], fp[0]
+
+    def run() -> None:
+        fn(xv, ov, pv, p, f, cs)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ SET_ROWS
+
+
+def bind_set_rows(node: Tensor) -> Thunk | None:
+    """SET_ROWS of f32 rows into f32 or f16 rows (any destination strides), indices I32 / I64 checked per call."""
+    b, c = node.src[0], node.src[1]
+    if b is None or c is None or b.type != GGMLType.F32 or node.type not in (GGMLType.F32, GGMLType.F16):
+        return None
+    if c.type not in (GGMLType.I32, GGMLType.I64):
+        return None
+    fn = kernel("SET_ROWS_SPECS", ("float32" if node.type == GGMLType.F32 else "uint16", str(_DTYPE[c.type])))
+    src, idx, dst = flat(b), flat(c), flat(node, any_ne0=True)
+    if fn is None or src is None or idx is None or dst is None:
+        return None
+    ds, cs = dst[1], idx[1]
+    p = _params(*b.ne, *src[1][1:], *ds[1:], node.ne[1], cs[0], cs[1], c.ne[1], cs[2], c.ne[2], ds[0])
+    sv, iv, dv = src[0], idx[0], dst[0]
+
+    def run() -> None:
+        if fn(sv, iv, dv, p):
+            check_index_range(node, arr(c), node.ne[1], "destination row")
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ GLU
+
+
+def bind_swiglu(node: Tensor) -> Thunk | None:
+    """SWIGLU of f32 rows, split (``src1`` the gate) or fused (``[x | g]`` rows, swapped or not)."""
+    a, b = node.src[0], node.src[1]
+    fn = kernel("GLU_SPEC")
+    if fn is None or a is None or GluOp(node.op_param_i32(0)) != GluOp.SWIGLU:
+        return None
+    if a.type != GGMLType.F32 or node.type != GGMLType.F32 or (b is not None and b.type != GGMLType.F32):
+        return None
+    x, out = flat(a), flat(node)
+    g = flat(b) if b is not None else x
+    if x is None or out is None or g is None:
+        return None
+    n = node.ne[0]
+    x_off, g_off = 0, 0
+    if b is None:
+        x_off, g_off = (n, 0) if node.op_param_i32(1) else (0, n)
+    p = _params(*node.ne, *x[1][1:], *out[1][1:], *g[1][1:], x_off, g_off)
+    xv, gv, ov = x[0], g[0], out[0]
+
+    def run() -> None:
+        fn(xv, gv, ov, p)
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ f16 products
+
+
+def _half_ok(a: Tensor, b: Tensor, node: Tensor) -> bool:
+    """Few activation rows (decode), or weight slices small enough to stay in cache while every row reads them
+    (a KV cache's heads): large f16 weight matrices with many rows are the BLAS route's."""
+    if a.type != GGMLType.F16 or b.type != GGMLType.F32 or node.type != GGMLType.F32:
+        return False
+    rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+    return rows <= HALF_ROWS_LIMIT or 2 * a.ne[0] * a.ne[1] <= HALF_SLICE_BYTES
+
+
+def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | None = None) -> Thunk | None:
+    """MUL_MAT of f16 weights (a KV cache) and f32 activations, reading the f16 values where they are (no float32
+    copy of the cache); terms past an activation row's last non-zero value are skipped (the unused cells of a
+    KV cache after SOFT_MAX). With ``soft_max`` (the SOFT_MAX node that alone reads this product, its mask f32 and
+    no ALiBi), outputs under a −inf mask are 0 and their cache rows are not read — llama.cpp's flash attention
+    skips masked cells the same way; the softmax's result is the same (a garbage non-finite value in an unused
+    cell would have made ggml's whole row NaN)."""
+    if not _half_ok(a, b, node):
+        return None
+    small = a.ne[1] * b.nelements < _SERIAL_WORK or b.ne[2] == 1
+    serial = kernel("HALF_DOT_SPECS", 1)
+    parallel = serial if small else kernel("HALF_DOT_SPECS", 0)  # compiled only when it may run
+    w, x, out = flat(a), flat(b), flat(node)
+    if parallel is None or serial is None or w is None or x is None or out is None:
+        return None
+    mv, mp = np.zeros(1, np.float32), (0, 0, 0, 0, 1, 1)
+    if soft_max is not None:
+        mask = soft_max.src[1]
+        fm = flat(mask) if mask is not None else None
+        if mask is None or fm is None or mask.type != GGMLType.F32 or soft_max.op_param_f32(1) != 0.0:
+            return None
+        mv, mp = fm[0], (1, *fm[1][1:], mask.ne[2], mask.ne[3])
+    k = a.ne[0]
+    p = _params(k, a.ne[1], b.ne[1], b.ne[2], b.ne[3], b.ne[2] // a.ne[2], b.ne[3] // a.ne[3],
+                *w[1][1:], *x[1][1:], *out[1][1:], *mp)  # fmt: skip
+    xh = np.empty(max(k, 1) * b.ne[2], np.float32)
+    args = (w[0], x[0], out[0], p, xh, mv)
+    if small:
+        return lambda: serial(*args)
+    faster = Faster(parallel, serial, key=("half", tuple(a.ne), tuple(b.ne), soft_max is not None))
+
+    def run() -> None:
+        (serial if _jit.current_threads() == 1 else faster)(*args)
+
+    return run
+
+
+def _only_reader(t: Tensor, reader: Tensor, uses: dict[int, int]) -> bool:
+    return uses.get(t.id, 0) == 1 and not t.flags & TensorFlag.OUTPUT and reader.src[0] is t
+
+
+def bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
+    """One thunk computing ``node`` and the node right after it when they fuse, else None: RMS_NORM → MUL, and a
+    KV-cache product → the SOFT_MAX that alone reads it (masked cells skipped, see :func:`bind_half_product`).
+    ``uses`` counts how many nodes of the graph read each tensor (by id): as in ggml's fusion, a node read by one
+    node and not flagged OUTPUT is an intermediate whose value nobody else sees."""
+    return _labelled(_bind_pair(node, nxt, uses), nxt)
+
+
+def _labelled(thunk: Thunk | None, nxt: Tensor) -> Thunk | None:
+    """``thunk`` with ``fused`` = the second node's op name (profilers show ``MUL_MAT+SOFT_MAX``)."""
+    if thunk is not None:
+        setattr(thunk, "fused", nxt.op.name)  # noqa: B010 - an attribute on a closure
+    return thunk
+
+
+def _bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
+    if node.op == GGMLOp.RMS_NORM and nxt.op == GGMLOp.MUL and nxt.src[0] is node:
+        return bind_rms_norm(node, nxt)
+    if node.op == GGMLOp.MUL_MAT and nxt.op == GGMLOp.SOFT_MAX and _only_reader(node, nxt, uses):
+        a, b = node.src[0], node.src[1]
+        if a is None or b is None:
+            return None
+        from ggml_cpu.kernels.attention import alibi_slopes
+
+        product = bind_half_product(a, b, node, nxt)
+        soft_max = bind_soft_max(nxt, alibi_slopes(node.ne[2], 0.0)) if product is not None else None
+        if product is None or soft_max is None:
+            return None
+
+        def run() -> None:
+            product()
+            soft_max()
+
+        return run
+    return None

@@ -1,0 +1,416 @@
+"""Compiled row kernels of the decode step's small ops: RMS_NORM (+ the MUL after it), SOFT_MAX, ROPE's rotation,
+SET_ROWS, SWIGLU, and f16 products (the KV cache) read in f16 directly.
+
+Each kernel is one call into compiled code with every operand passed as a flat 1-D view of its memory (from the
+tensor's first element) plus element strides in one int64 parameter array, so a call unboxes a handful of
+arguments and allocates nothing. The arithmetic is the numpy reference path's, operation for operation, in the same
+precision (float32 products and sums rounded as ggml's C does, double sums where ggml uses ``ggml_float``), so the
+results equal it bit for bit except where stated in :mod:`ggml_cpu.kernels.compiled` (transcendentals from libm
+instead of numpy's SIMD versions, and sum orders). Imported only once numba is loaded (see :mod:`._jit`).
+
+Rows: a tensor of ``ne = (n, n1, n2, n3)`` has rows ``(i1, i2, i3)`` at element ``i1·s1 + i2·s2 + i3·s3``; the
+row's elements are contiguous (the Python side checks ``nb[0]`` equals the element size).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
+
+from ggml_cpu.kernels.qdot import _half_kernels, _jit
+from ggml_cpu.kernels.qdot._jit import prange
+
+__all__ = [
+    "GLU_SPEC",
+    "HALF_DOT_SPECS",
+    "RMS_NORM_SPEC",
+    "ROPE_POS_SPEC",
+    "ROPE_SPEC",
+    "SET_ROWS_SPECS",
+    "SOFT_MAX_SPEC",
+]
+
+#: float32 from the 16 bits of an IEEE half (an LLVM ``fpext``; see :mod:`._half_kernels`)
+_half_bits_to_float: Any = _half_kernels._half_bits_to_float
+
+_INPUTS = (0, 2)  # argument positions that may be read-only (weights mapped from a file)
+
+
+def _as_elem_typer(typingctx: Any, v: Any, like: Any) -> Any:
+    """``v`` (float32) converted to the element type of the array ``like``: f16 bits (round to nearest even, as
+    numpy's ``astype(float16)``) for uint16 arrays, unchanged for float32 arrays."""
+    if v != types.float32 or not isinstance(like, types.Array) or like.dtype not in (types.uint16, types.float32):
+        return None
+    to_half = like.dtype == types.uint16
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        if to_half:
+            return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+        return args[0]
+
+    return like.dtype(types.float32, like), codegen
+
+
+_as_elem: Any = intrinsic(_as_elem_typer)
+
+
+def _round_half_typer(typingctx: Any, v: Any) -> Any:
+    """float32 → nearest f16 (ties to even) → float32: ggml rounding activations to an f16 dot type."""
+    if v != types.float32:
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+_round_half: Any = intrinsic(_round_half_typer)
+
+
+def _f64_from_bits_typer(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose IEEE bits are the int64 ``bits`` (an LLVM bitcast)."""
+    if bits != types.int64:
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+_f64_from_bits: Any = intrinsic(_f64_from_bits_typer)
+
+
+_LOG2E: Final = 1.4426950408889634
+_LN2_HI: Final = 0.6931471803691238  # ln 2 split so that n·_LN2_HI is exact for |n| < 2¹¹
+_LN2_LO: Final = 1.9082149292705877e-10
+#: 1/k! for k = 11 … 0 (Horner order)
+_EXP_COEFFS: Final = tuple(1.0 / math.factorial(k) for k in range(11, -1, -1))
+
+
+@_jit.inline
+def exp_f32(x: float) -> float:  # pragma: no cover - compiled
+    """``exp(x)`` of a float32, evaluated in float64 and rounded once to float32: branch-free, so loops of it
+    vectorise (libm's ``expf`` / ``exp`` are scalar calls). Range reduction ``x = n·ln2 + r`` (|r| ≤ ln2/2) and
+    the degree-11 Taylor polynomial: relative error below 1e-14 before the rounding to float32, so the result is
+    the correctly rounded float32 except within ~1e-7 of a rounding tie. Overflows to inf above 89, underflows to
+    0 below −104 (as float32 would), NaN stays NaN."""
+    xd = np.float64(x)
+    xc = xd if xd > -104.0 else -104.0
+    xc = xc if xc < 89.0 else 89.0
+    n = np.floor(xc * _LOG2E + 0.5)
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    c = _EXP_COEFFS
+    q = c[0]
+    q = q * r + c[1]
+    q = q * r + c[2]
+    q = q * r + c[3]
+    q = q * r + c[4]
+    q = q * r + c[5]
+    q = q * r + c[6]
+    q = q * r + c[7]
+    q = q * r + c[8]
+    q = q * r + c[9]
+    q = q * r + c[10]
+    q = q * r + c[11]
+    res = np.float32(q * _f64_from_bits((np.int64(n) + 1023) << 52))
+    return res if x == x else np.float32(x)
+
+
+# ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
+
+
+def _rms_norm(x: np.ndarray, out: np.ndarray, b: np.ndarray, mout: np.ndarray, p: np.ndarray, eps: float) -> None:
+    """``out = x / sqrt(mean(x²) + eps)`` per row; with ``p[10]`` set also ``mout = out · b`` (b repeated)."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    fused = p[10]
+    e = np.float32(eps)
+    for i3 in range(n3):  # pragma: no cover - compiled
+        for i2 in range(n2):
+            for i1 in range(n1):
+                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                xr, orow = x[xo : xo + n], out[oo : oo + n]
+                total = 0.0
+                for i in range(n):
+                    v = xr[i]
+                    total += np.float64(v * v)  # float products, double sum
+                mean = np.float32(total / n)
+                scale = np.float32(1.0) / np.sqrt(mean + e)
+                for i in range(n):
+                    orow[i] = xr[i] * scale
+                if fused:
+                    bo = (i1 % p[12]) * p[15] + (i2 % p[13]) * p[16] + (i3 % p[14]) * p[17]
+                    mo = i1 * p[18] + i2 * p[19] + i3 * p[20]
+                    br, mrow = b[bo : bo + n], mout[mo : mo + n]  # b's rows are n long (checked)
+                    for i in range(n):
+                        mrow[i] = orow[i] * br[i]
+
+
+RMS_NORM_SPEC: Final = _jit.KernelSpec(
+    _rms_norm,
+    "void(float32[::1], float32[::1], float32[::1], float32[::1], int64[::1], float64)",
+    readonly=_INPUTS,
+)
+
+
+# ------------------------------------------------------------------------------------------------ SOFT_MAX
+
+
+def _soft_max(
+    x: np.ndarray, out: np.ndarray, mask: np.ndarray, sinks: np.ndarray, slopes: np.ndarray, p: np.ndarray,
+    scale: float,
+) -> None:  # fmt: skip
+    """ggml's soft_max_ext per row: ``w = x·scale + slope·mask``, ``e = exp(w − max)``, ``e / Σe`` (Σ in double)."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    has_mask, has_sinks = p[10], p[17]
+    sc = np.float32(scale)
+    for i3 in range(n3):  # pragma: no cover - compiled
+        for i2 in range(n2):
+            slope = slopes[i2]
+            mo2 = (i2 % p[11]) * p[15] + (i3 % p[12]) * p[16]
+            for i1 in range(n1):
+                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                mo = i1 * p[14] + mo2
+                xr, orow = x[xo : xo + n], out[oo : oo + n]
+                mrow = mask[mo : mo + n] if has_mask else mask
+                mx = np.float32(-np.inf)
+                for i in range(n):
+                    w = xr[i] * sc
+                    if has_mask:
+                        w = w + slope * mrow[i]
+                    orow[i] = w
+                    if w > mx or w != w:  # a NaN wins, as numpy's max
+                        mx = w
+                if n == 0:
+                    mx = np.float32(0.0)
+                sk = np.float32(0.0)
+                if has_sinks:
+                    sk = sinks[i2]
+                    if sk > mx or sk != sk:  # np.maximum: a NaN wins
+                        mx = sk
+                total = 0.0
+                for i in range(n):
+                    orow[i] = exp_f32(orow[i] - mx)
+                for i in range(n):
+                    total += np.float64(orow[i])
+                if has_sinks:
+                    total += np.float64(exp_f32(sk - mx))
+                inv = np.float32(1.0 / total)
+                for i in range(n):
+                    orow[i] = orow[i] * inv
+
+
+SOFT_MAX_SPEC: Final = _jit.KernelSpec(
+    _soft_max,
+    "void(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], int64[::1], float64)",
+    readonly=(0, 2, 3, 4),
+)
+
+
+# ------------------------------------------------------------------------------------------------ ROPE
+
+
+def _rope(x: np.ndarray, out: np.ndarray, cos: np.ndarray, sin: np.ndarray, p: np.ndarray) -> None:
+    """Rotate the pairs ``(first + i·step, + delta)`` of every row by the token's ``cos``/``sin`` (tokens = dim 2);
+    the other channels are copied."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    first, step, delta = p[10], p[11], p[12]
+    n_pairs = cos.shape[1]
+    for i3 in range(n3):  # pragma: no cover - compiled
+        for i2 in range(n2):
+            for i1 in range(n1):
+                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                xr, orow = x[xo : xo + n], out[oo : oo + n]
+                cr, sr = cos[i2], sin[i2]
+                for i in range(n):  # in place this copies each value onto itself
+                    orow[i] = xr[i]
+                for i in range(n_pairs):
+                    j = first + i * step
+                    x0 = xr[j]
+                    x1 = xr[j + delta]
+                    c = cr[i]
+                    s = sr[i]
+                    orow[j] = x0 * c - x1 * s
+                    orow[j + delta] = x0 * s + x1 * c
+
+
+ROPE_SPEC: Final = _jit.KernelSpec(
+    _rope,
+    "void(float32[::1], float32[::1], float32[:, ::1], float32[:, ::1], int64[::1])",
+    readonly=(0, 2, 3),
+)
+
+
+def _rope_pos(x: np.ndarray, out: np.ndarray, pos: np.ndarray, p: np.ndarray, f: np.ndarray, cs: np.ndarray) -> None:
+    """:func:`_rope` with each token's cos / sin computed here from its position, operation for operation as
+    ``attention.rope_cos_sin`` (theta advanced by float32 products, YaRN's ramp in float32 and its one float64
+    blend, ``cos``/``sin`` in float64 rounded once, times ``mscale``); ``cs`` holds one token's table."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    first, step, delta, n_pairs = p[10], p[11], p[12], p[13]
+    ts, fscale, ext, mscale = np.float32(f[0]), np.float32(f[1]), np.float32(f[2]), np.float32(f[3])
+    low, high = np.float32(f[4]), np.float32(f[5])
+    span = high - low
+    span = span if span > np.float32(0.001) else np.float32(0.001)
+    for i2 in range(n2):  # pragma: no cover - compiled
+        theta_e = np.float32(pos[i2])
+        for i in range(n_pairs):
+            theta = fscale * theta_e
+            if ext != np.float32(0.0):
+                y = (np.float32(i) - low) / span
+                y = y if y > np.float32(0.0) else np.float32(0.0)
+                y = y if y < np.float32(1.0) else np.float32(1.0)
+                ramp = (np.float32(1.0) - y) * ext
+                second = theta_e * ramp
+                theta = np.float32(np.float64(theta) * np.float64(np.float32(1.0) - ramp) + np.float64(second))
+            cs[i] = np.float32(math.cos(np.float64(theta))) * mscale
+            cs[n_pairs + i] = np.float32(math.sin(np.float64(theta))) * mscale
+            theta_e = theta_e * ts
+        for i3 in range(n3):
+            for i1 in range(n1):
+                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                xr, orow = x[xo : xo + n], out[oo : oo + n]
+                for i in range(n):
+                    orow[i] = xr[i]
+                for i in range(n_pairs):
+                    j = first + i * step
+                    x0 = xr[j]
+                    x1 = xr[j + delta]
+                    c = cs[i]
+                    s = cs[n_pairs + i]
+                    orow[j] = x0 * c - x1 * s
+                    orow[j + delta] = x0 * s + x1 * c
+
+
+ROPE_POS_SPEC: Final = _jit.KernelSpec(
+    _rope_pos,
+    "void(float32[::1], float32[::1], int32[::1], int64[::1], float64[::1], float32[::1])",
+    readonly=(0, 2, 4),
+)
+
+
+# ------------------------------------------------------------------------------------------------ SET_ROWS
+
+
+def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) -> int:
+    """Row ``r`` of src (rows ``(r, i2, i3)``) into row ``idx[r, i2 % c1, i3 % c2]`` of dst, converted to dst's
+    type; returns 1 (writing nothing more) at the first index outside ``0..p[10]-1``."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    limit = p[10]
+    for i3 in range(n3):  # pragma: no cover - compiled
+        for i2 in range(n2):
+            io = (i2 % p[13]) * p[12] + (i3 % p[15]) * p[14]
+            for r in range(n1):
+                j = np.int64(idx[io + r * p[11]])
+                if j < 0 or j >= limit:
+                    return 1
+                so = r * p[4] + i2 * p[5] + i3 * p[6]
+                do = j * p[7] + i2 * p[8] + i3 * p[9]
+                d0 = p[16]
+                if n == 1:  # a transposed V cache: one value per row, no row views (their refcounting costs more)
+                    dst[do] = _as_elem(src[so], dst)
+                    continue
+                sr = src[so : so + n]
+                drow = dst[do : do + (n - 1) * d0 + 1]
+                for i in range(n):
+                    drow[i * d0] = _as_elem(sr[i], dst)
+    return 0
+
+
+SET_ROWS_SPECS: Final = {
+    (dst, ix): _jit.KernelSpec(
+        _set_rows,
+        f"int64(float32[::1], {ix}[::1], {dst}[::1], int64[::1])",
+        readonly=(0, 1),
+        name=f"_set_rows_{dst}_{ix}",
+    )
+    for dst in ("float32", "uint16")
+    for ix in ("int32", "int64")
+}
+
+
+# ------------------------------------------------------------------------------------------------ GLU
+
+
+def _swiglu(x: np.ndarray, g: np.ndarray, out: np.ndarray, p: np.ndarray) -> None:
+    """``out = x / (1 + exp(−x)) · g`` (the exponential in double, rounded once to float32, as the reference)."""
+    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+    for i3 in range(n3):  # pragma: no cover - compiled
+        for i2 in range(n2):
+            for i1 in range(n1):
+                xo = p[13] + i1 * p[4] + i2 * p[5] + i3 * p[6]
+                go = p[14] + i1 * p[10] + i2 * p[11] + i3 * p[12]
+                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+                xr, gr, orow = x[xo : xo + n], g[go : go + n], out[oo : oo + n]
+                for i in range(n):
+                    v = xr[i]
+                    e = exp_f32(-v)  # exp in double, rounded once (as the numpy path)
+                    orow[i] = v / (np.float32(1.0) + e) * gr[i]
+
+
+GLU_SPEC: Final = _jit.KernelSpec(
+    _swiglu, "void(float32[::1], float32[::1], float32[::1], int64[::1])", readonly=(0, 1)
+)
+
+
+# ------------------------------------------------------------------------------------------------ f16 products
+
+
+def _half_dot(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray, xh: np.ndarray, mask: np.ndarray) -> None:
+    """``out[n, m] = Σ_k f16(x[n, k]) · w[m, k]`` per (i2, i3), w f16 bits read directly (broadcast r2, r3).
+
+    The sum over k is float32, reassociated into SIMD lanes (see :data:`HALF_DOT_SPEC`); ``xh`` (one row of K
+    floats per i2) holds an activation row rounded to f16. Terms past an activation row's last non-zero value are
+    not read (a zero times a finite weight adds nothing: the unused cells of a KV cache). With ``p[16]`` set,
+    ``mask`` holds SOFT_MAX's mask rows (row n, strides ``p[17:20]``, broadcast ``p[20:22]``) and outputs whose mask
+    is −inf are written as 0 without reading their weight row (the softmax gives them 0 either way).
+    """
+    k_n, m_n, n_n, b2, b3, r2, r3 = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    has_mask = p[16]
+    for i2 in prange(b2):  # pragma: no cover - compiled
+        xrow = xh[i2 * k_n : (i2 + 1) * k_n]
+        for i3 in range(b3):
+            wo = (i3 // r3) * p[9] + (i2 // r2) * p[8]
+            mo2 = (i2 % p[20]) * p[18] + (i3 % p[21]) * p[19]
+            for r in range(n_n):
+                xo = r * p[10] + i2 * p[11] + i3 * p[12]
+                xr = x[xo : xo + k_n]
+                k_end = 0
+                for k in range(k_n):
+                    v = np.float32(_round_half(xr[k]))
+                    xrow[k] = v
+                    if v != 0.0:
+                        k_end = k + 1
+                oo = r * p[13] + i2 * p[14] + i3 * p[15]
+                orow = out[oo : oo + m_n]
+                mo = mo2 + r * p[17]
+                for m in range(m_n):
+                    if has_mask and mask[mo + m] == -np.inf:
+                        orow[m] = 0.0
+                        continue
+                    ro = wo + m * p[7]
+                    wr = w[ro : ro + k_end]
+                    acc = np.float32(0.0)
+                    for k in range(k_end):
+                        acc += xrow[k] * _half_bits_to_float(wr[k])
+                    orow[m] = acc
+
+
+_HALF_SIGNATURE: Final = "void(uint16[::1], float32[::1], float32[::1], int64[::1], float32[::1], float32[::1])"
+#: threads over the (activation) heads, and on the calling thread; every output is computed by the same code
+#: either way, so the bits do not depend on the thread count
+HALF_DOT_SPECS: Final = (
+    _jit.KernelSpec(_half_dot, _HALF_SIGNATURE, parallel=True, readonly=(0, 1, 5), fastmath=frozenset({"reassoc"})),
+    _jit.KernelSpec(
+        _half_dot, _HALF_SIGNATURE, readonly=(0, 1, 5), fastmath=frozenset({"reassoc"}), name="_half_dot_serial"
+    ),
+)
