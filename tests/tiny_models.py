@@ -3,8 +3,9 @@ directory (never committed), and a numpy forward pass written from the architect
 
 The reference follows ggml's numerics where they differ from the textbook (ggml-semantics.md): a product with
 quantized weights first rounds the activations through the weight type's dot type (Q8_0 for Q4_0/Q8_0, Q8_K for
-Q4_K; Q8_0 as ggml-cpu's x86 ``quantize_row_q8_0``: ``127/amax``, round half to even), f16 weights round them to f16; an f16 KV cache stores K and V in f16, so q (for q·Kᵀ) and the softmax
-probabilities (for ·V) are rounded to f16 too. Everything else is float64 from the definitions.
+Q4_K; Q8_0 as ggml-cpu's x86 ``quantize_row_q8_0``: ``127/amax``, round half to even), f16 weights round them to
+f16; an f16 KV cache stores K and V in f16, so q (for q·Kᵀ) and the softmax probabilities (for ·V) are rounded to
+f16 too. Everything else is float64 from the definitions.
 """
 
 from __future__ import annotations
