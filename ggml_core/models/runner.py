@@ -22,7 +22,14 @@ from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
-from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
+from ggml_core.models.bufts import (
+    PROBE_TOKENS,
+    KVInfo,
+    ProbeShapes,
+    WeightInfo,
+    _ProbeBuffer,
+    assign_weights,
+)
 from ggml_core.models.executor import Executor
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
@@ -426,8 +433,6 @@ def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
     buffer of its device's buffer type); a device whose ``supports_op`` raises counts as not supporting it. On the
     CPU it is on, as in llama.cpp, whose CPU backend runs FLASH_ATTN_EXT.
     """
-    from ggml_core.models.bufts import PROBE_TOKENS, _ProbeBuffer
-
     t = as_type(kv_type)
     n_kv = KV_PAD
     seen: dict[tuple[int, int], bool] = {}
