@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
+from ggml_core.testing.reference.matmul import activations
 
 __all__ = ["TinyConfig", "random_weights", "reference_logits", "weight_type_of", "write_model"]
 
@@ -215,12 +217,7 @@ def _round_acts(x: np.ndarray, wtype: str) -> np.ndarray:
         return x.astype(np.float32).astype(np.float16).astype(np.float64)
     x32 = np.ascontiguousarray(x, dtype=np.float32)
     if dot == "q8_0":  # ggml-cpu's x86 from_float, not the reference quantizer: q = rint(x·(127/amax)), d = f16
-        blocks = x32.reshape(*x32.shape[:-1], -1, 32)
-        amax = np.abs(blocks).max(axis=-1, keepdims=True)
-        with np.errstate(divide="ignore"):
-            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
-        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float64)
-        return (np.rint(blocks * inv).astype(np.float64) * d).reshape(x.shape)
+        return activations(x32, GGMLType.Q8_0).astype(np.float64)
     return dequantize(quantize(x32, dot), dot).astype(np.float64)
 
 
