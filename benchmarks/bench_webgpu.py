@@ -9,6 +9,10 @@ pipelines and records the graph), each timed alternately with its baseline so th
 2. Matrix-vector products (one activation row, ``4 size`` × ``4 size`` weights) for f32 and each quantized type:
    time, and the ratio to numpy's f32 matrix-vector product and to our f32 weights.
 3. ADD of 4M f32 values: GiB/s (bytes read + written) against numpy's ``np.add(..., out=)``.
+4. Uploads of 64 MiB (``set_tensor``, waited for): through the plugin's staging ring of mapped buffers against
+   ``queue.write_buffer``, the path every upload took before, and numpy's copy of the same bytes.
+5. RMS_NORM + MUL over 512 rows of 4096 (a llama layer's norm at batch 512): fused into one dispatch against the
+   two dispatches (``WebGPUBackend.fusion`` off), and numpy.
 
 Device times include recording, submitting and waiting (``graph_compute``), not host↔device copies. On lavapipe
 (Mesa's Vulkan on the CPU) the plugin is a correctness target: expect ratios far below 1; the interesting numbers
@@ -92,6 +96,57 @@ def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
           f"({ref:.2f} ms)   ratio {ref / ours:.3f}x")
 
 
+def bench_upload(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+    """64 MiB host -> device: the staging ring against ``queue.write_buffer`` and a numpy copy."""
+    n = 64 * 2**20
+    buf = dev.buffer_type().alloc_buffer(n)
+    host = rng.integers(0, 256, n, dtype=np.uint8)
+    copy = np.empty_like(host)
+    queue, gpu = dev.queue, buf.gpu  # type: ignore[attr-defined]
+
+    def staged() -> None:
+        buf.write(0, host.data)
+        dev.wait_idle()  # type: ignore[attr-defined]
+
+    def write_buffer() -> None:
+        queue.write_buffer(gpu, 0, host)
+        dev.wait_idle()  # type: ignore[attr-defined]
+
+    ours, plain = paired_ms(staged, write_buffer, repeat)
+    ref, _ = paired_ms(lambda: np.copyto(copy, host), lambda: None, repeat)
+    assert buf.read(0, n) == host.tobytes()
+    gib = n / 2**30
+    print(f"UPLOAD 64 MiB: staging ring {gib / ours * 1e3:5.2f} GiB/s ({ours:.1f} ms)   queue.write_buffer "
+          f"{gib / plain * 1e3:5.2f} GiB/s ({plain:.1f} ms)   ratio {plain / ours:.2f}x   numpy copy "
+          f"{gib / ref * 1e3:5.1f} GiB/s")
+    buf.free()
+
+
+def bench_fusion(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+    """RMS_NORM + MUL fused (one dispatch) against unfused (two), and numpy."""
+    rows, n = 512, 4096
+    ctx = g.Context("norm")
+    x = ctx.new_tensor_2d("f32", n, rows, "x")
+    w = ctx.new_tensor_1d("f32", n, "w")
+    out = ops.mul(ops.rms_norm(x, 1e-6), w)
+    graph = g.build_graph(out)
+    g.alloc_ctx_tensors(ctx, dev.buffer_type())
+    xv = rng.uniform(-1, 1, (rows, n)).astype(np.float32)
+    wv = rng.uniform(-1, 1, n).astype(np.float32)
+    x.set_data(xv)
+    w.set_data(wv)
+    fused, plain = dev.init_backend(), dev.init_backend()
+    plain.fusion = False  # type: ignore[attr-defined]
+    t_fused, t_plain = paired_ms(lambda: fused.graph_compute(graph), lambda: plain.graph_compute(graph), repeat)
+
+    def numpy_norm() -> None:
+        (xv / np.sqrt(np.mean(xv * xv, axis=1, keepdims=True) + 1e-6)) * wv
+
+    ref, _ = paired_ms(numpy_norm, lambda: None, repeat)
+    print(f"RMS_NORM+MUL {rows}x{n} f32: fused {t_fused:.1f} ms   two dispatches {t_plain:.1f} ms   "
+          f"ratio {t_plain / t_fused:.2f}x   numpy {ref:.2f} ms")
+
+
 def main() -> int:
     """Run the three benchmarks on one WebGPU device."""
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
@@ -99,7 +154,7 @@ def main() -> int:
     p.add_argument("--size", type=int, default=256)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
-    p.add_argument("--only", choices=("sgemm", "matvec", "add"), default=None)
+    p.add_argument("--only", choices=("sgemm", "matvec", "add", "upload", "fusion"), default=None)
     args = p.parse_args()
     try:
         dev = g.get_device(args.device)
@@ -116,6 +171,11 @@ def main() -> int:
         bench_matvec(dev, [t.strip() for t in args.types.split(",") if t.strip()], args.size, args.repeat, rng)
     if args.only in (None, "add"):
         bench_add(dev, args.repeat, rng)
+    if args.only in (None, "upload"):
+        bench_upload(dev, args.repeat, rng)
+    if args.only in (None, "fusion"):
+        bench_fusion(dev, args.repeat, rng)
+    print(f"load average at the end: {machine()['load_average']}")
     return 0
 
 

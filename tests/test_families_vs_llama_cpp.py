@@ -2,6 +2,8 @@
 skipped with the reason where it cannot be built), on tiny random GGUFs written here: same file, same token ids,
 logits of every position in one batch and token by token.
 
+gpt-oss (MXFP4 experts, sinks, biases, its own GGUF writer and numpy definition) is in ``tests/test_gpt_oss.py``.
+
 Bounds (issue 14): f32 weights with an f32 KV cache ≤ 1e-4 max |Δlogit|, where nothing rounds to a coarse grid on
 either side. Gemma's GEGLU reads ggml's f16 GELU table on both sides, a coarse grid: see the test for how the Gemma
 models keep their margins wide.
@@ -26,6 +28,11 @@ CONFIGS = {
     "qwen2": TinyConfig(arch="qwen2", n_vocab=64),
     "qwen3": TinyConfig(arch="qwen3", n_vocab=64),
     "qwen3moe": TinyConfig(arch="qwen3moe", n_vocab=64, n_expert=4, n_expert_used=2),
+    # shared expert with its sigmoid gate, chosen weights not renormalised, q/k/v biases
+    "qwen2moe": TinyConfig(arch="qwen2moe", n_vocab=64, n_expert=4, n_expert_used=2),
+    # sigmoid routing with a selection bias, weights renormalised and scaled, a leading dense layer, shared expert
+    # (llama.cpp expects k and v as wide as q for dots1: no GQA)
+    "dots1": TinyConfig(arch="dots1", n_vocab=64, n_layer=3, n_head_kv=4, n_expert=4, n_expert_used=2, n_dense_lead=1),
     "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
     "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
 }
@@ -126,21 +133,27 @@ def test_phi3_fused_projections_match_llama_cpp_and_the_definition(tmp_path: Pat
     assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-6
 
 
-def test_yarn_rope_scaling_matches_llama_cpp(tmp_path: Path, built: None) -> None:
+@pytest.mark.parametrize("attn_factor", [None, 0.8])
+def test_yarn_rope_scaling_matches_llama_cpp(tmp_path: Path, built: None, attn_factor: float | None) -> None:
     """YaRN (``rope.scaling.type = yarn``, factor 4 over an original context of 8): positions past it, where the
-    ramp between interpolated and extrapolated frequencies matters."""
+    ramp between interpolated and extrapolated frequencies matters. With ``rope.scaling.attn_factor`` (llama.cpp's
+    rope_attn_factor, ROPE's attn_factor); ``yarn_beta_fast`` 16 in the file, which llama.cpp does not read."""
     cfg = TinyConfig(arch="qwen2", n_vocab=64)
 
     def yarn(w: object) -> None:
         w.add_string("qwen2.rope.scaling.type", "yarn")  # type: ignore[attr-defined]
         w.add_float32("qwen2.rope.scaling.factor", 4.0)  # type: ignore[attr-defined]
         w.add_uint32("qwen2.rope.scaling.original_context_length", 8)  # type: ignore[attr-defined]
+        w.add_float32("qwen2.rope.scaling.yarn_beta_fast", 16.0)  # type: ignore[attr-defined]
+        if attn_factor is not None:
+            w.add_float32("qwen2.rope.scaling.attn_factor", attn_factor)  # type: ignore[attr-defined]
 
     path = write_model(tmp_path / "yarn.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True, extra=yarn)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
     params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
     with Model.load(path, params) as m:
         assert m.hp.rope_ext_factor == 1.0 and m.hp.n_ctx_orig == 8 and m.hp.rope_freq_scale == 0.25
+        assert abs(m.hp.rope_attn_factor - (attn_factor or 1.0)) < 1e-6
         got = m.process_prompt(TOKENS, all_logits=True)
     plain = write_model(tmp_path / "plain.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True)
     assert np.abs(got - want).max() <= 1e-4, f"yarn: max |Δlogit| = {np.abs(got - want).max():.3g}"

@@ -83,6 +83,25 @@ def test_end_of_turn_tokens_and_the_template_from_the_file(chat_model: Path) -> 
     assert ids[:2] == [1, 3] and 4 in ids  # the control tokens are parsed, not spelled out
 
 
+@pytest.mark.parametrize("with_call", [True, False])
+def test_harmony_end_token_ends_no_turn_when_return_and_call_exist(tmp_path: Path, with_call: bool) -> None:
+    """gpt-oss (o200k_harmony): llama.cpp drops <|end|> from the end-of-generation ids when <|return|> and <|call|>
+    are both control tokens; otherwise <|end|> ends a turn (phi3)."""
+    cfg = TinyConfig(n_vocab=64)
+    special = ["<unk>", "<s>", "</s>", "<|end|>", "<|return|>"] + (["<|call|>"] if with_call else [])
+    tokens = special + [f"x{i}" for i in range(cfg.n_vocab - len(special))]
+
+    def vocab(w: GGUFWriter) -> None:
+        w.add_string("tokenizer.ggml.model", "llama")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
+        w.add_array("tokenizer.ggml.token_type", [2] + [3] * (len(special) - 1) + [1] * (len(tokens) - len(special)))
+        w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+
+    path = write_model(tmp_path / "harmony.gguf", cfg, random_weights(cfg, 0), "f32", extra=vocab)
+    assert end_of_turn_ids(load_tokenizer(open_gguf(path))) == ([2, 4, 5] if with_call else [2, 3, 4])
+
+
 def test_chat_command_answers_each_line(
     chat_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -93,9 +112,59 @@ def test_chat_command_answers_each_line(
     assert len(replies) == 2  # one streamed reply per user line, then end of input ends the chat
 
 
+def test_run_chat_is_the_chat_command(
+    chat_model: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ggml-core run MODEL --chat`` streams the same greedy replies as ``ggml-core chat MODEL``."""
+    flags = ["--device", "CPU", "--temp", "0", "-n", "5", "--ctx-size", "256"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nagain\n"))
+    assert main(["chat", str(chat_model), *flags]) == 0
+    want = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nagain\n"))
+    assert main(["run", str(chat_model), "--chat", *flags]) == 0
+    got = capsys.readouterr().out
+    assert got == want and len(got.splitlines()) == 2 and got.strip()
+
+
+@pytest.mark.parametrize("flag", [["--prompt", "hi"], ["--tokens", "1,2"], ["--json"]])
+def test_run_chat_refuses_one_shot_flags(chat_model: Path, capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
+    assert main(["run", str(chat_model), "--chat", "--device", "CPU", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag[0] in err and "--chat" in err and "\n" not in err
+
+
 def test_chat_without_a_template_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = TinyConfig(n_vocab=64)
     path = write_model(tmp_path / "plain.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True)
     assert main(["chat", str(path), "--device", "CPU"]) == 2
     err = capsys.readouterr().err.strip()
     assert "tokenizer.chat_template" in err and "\n" not in err
+
+
+def test_gpt_oss_harmony_template_renders() -> None:
+    """gpt-oss's own template (the copy in llama.cpp's sources, read from the sdist the llama.cpp harness caches)
+    parses and renders in the sandbox: system text as the developer message, each turn closed by <|end|>, the
+    generation prompt an open assistant turn."""
+    import tarfile
+
+    from ggml_core.testing import llama_cpp
+
+    sdist = llama_cpp.cache_dir() / llama_cpp.SDIST_FILE
+    if not sdist.is_file():
+        pytest.skip(f"{sdist} is not cached (the llama.cpp harness downloads it)")
+    member = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/templates/openai-gpt-oss-120b.jinja"
+    with tarfile.open(sdist) as tar:
+        f = tar.extractfile(member)
+        assert f is not None
+        source = f.read().decode()
+    t = ChatTemplate(source, "<|startoftext|>", "<|return|>", "openai-gpt-oss-120b.jinja")
+    turns = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "2+2?"},
+    ]
+    text = t.render(turns)
+    assert text.startswith("<|start|>system<|message|>") and "<|start|>developer<|message|># Instructions" in text
+    assert "Be brief." in text and "<|start|>assistant<|channel|>final<|message|>Hello!<|end|>" in text
+    assert text.endswith("<|start|>user<|message|>2+2?<|end|><|start|>assistant")

@@ -81,8 +81,13 @@ def _cli(site: Path, *args: str) -> tuple[dict[str, Any], subprocess.CompletedPr
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
     for k in ("GGML_BACKENDS", "GGML_STRICT_PLUGINS", "GGML_RPC_SERVERS"):
         env.pop(k, None)
+    # the example devices report 64 MiB: --fit's default 1024 MiB margin (llama.cpp's) would leave them nothing
     proc = subprocess.run(
-        [sys.executable, "-m", "ggml_core.cli", *args, "--json"], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "ggml_core.cli", *args, "--fit-target", "0", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout), proc
@@ -96,8 +101,13 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 def test_default_run_works_and_matches_the_cpu(site: Path, model: Path, tmp_path: Path, which: str) -> None:
     path = [] if which == "default model" else [str(model)]
     base = ["run", *path, "--tokens", TOKENS, "-n", "3", "--temp", "0", "--kv-type", "f32", "--no-warmup"]
-    got, _ = _cli(site, *base, "--logits-out", str(tmp_path / "got.npy"))
+    # -sm layer: llama.cpp's default list and split (the default, --split-mode auto, may leave slow devices out)
+    got, _ = _cli(site, *base, "-sm", "layer", "--logits-out", str(tmp_path / "got.npy"))
     ref, _ = _cli(site, *base, "--device", "none", "--logits-out", str(tmp_path / "ref.npy"))
+    chosen, _ = _cli(site, *base, "--logits-out", str(tmp_path / "auto.npy"))
+    n_slots = sum(d["layers"] for d in ref["devices"]) + 1  # the layers and the output layer
+    assert chosen["split_mode"] == "auto" and sum(chosen["auto_split"]["slots"].values()) == n_slots
+    assert _rel(np.load(tmp_path / "auto.npy"), np.load(tmp_path / "ref.npy")) < 1e-5
     held = {d["name"]: d for d in got["devices"]}
     # both partial devices really were offload targets and hold weights they can use (the norms' MUL)
     assert {"Example0", "Tiny0"} <= set(held), held

@@ -21,7 +21,14 @@ from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
 from ggml_core.testing.reference.matmul import activations
 
-__all__ = ["TinyConfig", "random_weights", "reference_logits", "weight_type_of", "write_model"]
+__all__ = ["TinyConfig", "add_placeholder_vocab", "random_weights", "reference_logits", "weight_type_of", "write_model"]
+
+
+#: qwen2moe's shared expert width (``expert_shared_feed_forward_length``; unlike the experts' n_ff)
+SHARED_FF = 64
+#: dots1: the leading dense layer's width (``feed_forward_length``; the experts' is n_ff), its routing keys
+DOTS_DENSE_FF = 64
+DOTS_W_SCALE = 2.5
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class TinyConfig:
     #: gemma2: attention-logit and final-logit softcapping
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
+    #: dots1: the first layers have a dense FFN
+    n_dense_lead: int = 0
 
     @property
     def gemma(self) -> bool:
@@ -54,11 +63,19 @@ class TinyConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.arch in ("gemma3", "qwen3", "qwen3moe")
+        return self.arch in ("gemma3", "qwen3", "qwen3moe", "dots1")
 
     @property
     def neox(self) -> bool:
         return self.arch != "llama"
+
+    def is_moe_layer(self, il: int) -> bool:
+        return self.n_expert > 0 and il >= self.n_dense_lead
+
+    @property
+    def dense_ff(self) -> int:
+        """The dense FFN's width (``feed_forward_length``)."""
+        return DOTS_DENSE_FF if self.arch == "dots1" else self.n_ff
 
     def is_swa(self, il: int) -> bool:
         """llama.cpp's patterns: gemma3 five local layers then a global one, gemma2 even layers local."""
@@ -108,19 +125,29 @@ def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
         if cfg.gemma:
             w[b + "post_attention_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
             w[b + "post_ffw_norm.weight"] = rng.uniform(0.5, 1.5, e).astype(np.float32)
-        if cfg.arch == "qwen2":
+        if cfg.arch in ("qwen2", "qwen2moe"):
             w[b + "attn_q.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head * hd).astype(np.float32)
             w[b + "attn_k.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head_kv * hd).astype(np.float32)
             w[b + "attn_v.bias"] = rng.uniform(-0.5, 0.5, cfg.n_head_kv * hd).astype(np.float32)
-        if cfg.n_expert:
+        if cfg.is_moe_layer(il):
             w[b + "ffn_gate_inp.weight"] = mat(cfg.n_expert, e) * 4
             w[b + "ffn_gate_exps.weight"] = mat(cfg.n_ff, e, cfg.n_expert)
             w[b + "ffn_up_exps.weight"] = mat(cfg.n_ff, e, cfg.n_expert)
             w[b + "ffn_down_exps.weight"] = mat(e, cfg.n_ff, cfg.n_expert)
+            if cfg.arch == "qwen2moe":  # the shared expert and its gate
+                w[b + "ffn_gate_inp_shexp.weight"] = rng.uniform(-1, 1, e).astype(np.float32)
+                w[b + "ffn_gate_shexp.weight"] = mat(SHARED_FF, e)
+                w[b + "ffn_up_shexp.weight"] = mat(SHARED_FF, e)
+                w[b + "ffn_down_shexp.weight"] = mat(e, SHARED_FF)
+            if cfg.arch == "dots1":  # the selection bias and the ungated shared expert (one expert wide)
+                w[b + "exp_probs_b.bias"] = rng.uniform(-0.5, 0.5, cfg.n_expert).astype(np.float32)
+                w[b + "ffn_gate_shexp.weight"] = mat(cfg.n_ff, e)
+                w[b + "ffn_up_shexp.weight"] = mat(cfg.n_ff, e)
+                w[b + "ffn_down_shexp.weight"] = mat(e, cfg.n_ff)
         else:
-            w[b + "ffn_gate.weight"] = mat(cfg.n_ff, e)
-            w[b + "ffn_up.weight"] = mat(cfg.n_ff, e)
-            w[b + "ffn_down.weight"] = mat(e, cfg.n_ff)
+            w[b + "ffn_gate.weight"] = mat(cfg.dense_ff, e)
+            w[b + "ffn_up.weight"] = mat(cfg.dense_ff, e)
+            w[b + "ffn_down.weight"] = mat(e, cfg.dense_ff)
     return w
 
 
@@ -130,6 +157,19 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
         return "f32"
     block = {"f32": 1, "f16": 1, "q8_0": 32, "q4_0": 32, "q4_K": 256}[wtype]
     return wtype if arr.shape[-1] % block == 0 else "f32"
+
+
+def add_placeholder_vocab(writer: GGUFWriter, n_vocab: int) -> None:
+    """A SentencePiece vocabulary of ``n_vocab`` placeholder tokens (``<unk>``, ``<s>``, ``</s>``, ``t3``...):
+    llama.cpp refuses a model without one; the tests feed token ids."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, n_vocab)]
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_array("tokenizer.ggml.scores", [0.0] * n_vocab)
+    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (n_vocab - 3))
+    writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
 
 
 def write_model(
@@ -149,18 +189,11 @@ def write_model(
     writer = GGUFWriter(str(path), cfg.arch)
     a = cfg.arch
     if vocab:
-        tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, cfg.n_vocab)]
-        writer.add_string("tokenizer.ggml.model", "llama")
-        writer.add_array("tokenizer.ggml.tokens", tokens)
-        writer.add_array("tokenizer.ggml.scores", [0.0] * cfg.n_vocab)
-        writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (cfg.n_vocab - 3))
-        writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-        writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-        writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
+        add_placeholder_vocab(writer, cfg.n_vocab)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
     writer.add_uint32(f"{a}.block_count", cfg.n_layer)
-    writer.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
+    writer.add_uint32(f"{a}.feed_forward_length", cfg.dense_ff)
     writer.add_uint32(f"{a}.attention.head_count", cfg.n_head)
     writer.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
     writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
@@ -177,8 +210,16 @@ def write_model(
     if cfg.n_expert:
         writer.add_uint32(f"{a}.expert_count", cfg.n_expert)
         writer.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
-        if a == "qwen3moe":
+        if a in ("qwen3moe", "qwen2moe", "dots1"):
             writer.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff)
+        if a == "qwen2moe":
+            writer.add_uint32(f"{a}.expert_shared_feed_forward_length", SHARED_FF)
+        if a == "dots1":
+            writer.add_uint32(f"{a}.leading_dense_block_count", cfg.n_dense_lead)
+            writer.add_uint32(f"{a}.expert_shared_count", 1)
+            writer.add_uint32(f"{a}.expert_gating_func", 2)  # sigmoid
+            writer.add_bool(f"{a}.expert_weights_norm", True)
+            writer.add_float32(f"{a}.expert_weights_scale", DOTS_W_SCALE)
     for name, arr in w.items():
         t = weight_type_of(name, arr, wtype)
         if t == "f32":
@@ -285,7 +326,7 @@ def reference_logits(
         b = f"blk.{il}."
         h = norm(x, b + "attn_norm.weight")
         q, k, v = mm(b + "attn_q.weight", h), mm(b + "attn_k.weight", h), mm(b + "attn_v.weight", h)
-        if cfg.arch == "qwen2":
+        if cfg.arch in ("qwen2", "qwen2moe"):
             q, k, v = q + st[b + "attn_q.bias"][0], k + st[b + "attn_k.bias"][0], v + st[b + "attn_v.bias"][0]
         q, k = q.reshape(n, cfg.n_head, hd), k.reshape(n, cfg.n_head_kv, hd)
         if cfg.qk_norm:
@@ -321,7 +362,7 @@ def reference_logits(
             a = norm(a, b + "post_attention_norm.weight")
         x = x + a
         h = norm(x, b + "ffn_norm.weight")
-        if cfg.n_expert:
+        if cfg.is_moe_layer(il):
             f = _moe(cfg, st, b, h)
         else:
             f = _ffn(mm, b, h, _gelu_ggml if round_activations else _gelu) if cfg.gemma else _ffn(mm, b, h)
@@ -361,15 +402,24 @@ def _ffn(
 
 
 def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.ndarray) -> np.ndarray:
-    """Mixtral: softmax router, the top-k experts, their weights renormalised to sum to 1."""
+    """Mixtral: softmax router, the top-k experts, their weights renormalised to sum to 1. qwen2moe: not
+    renormalised, plus the shared expert scaled by sigmoid(gate_inp_shexp · h). dots1: sigmoid router, the choice
+    steered by exp_probs_b, the unbiased weights renormalised and scaled, plus the ungated shared expert."""
     gw, gt = st[b + "ffn_gate_inp.weight"]
     logits = _round_acts(h, gt) @ gw.T
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
+    if cfg.arch == "dots1":
+        p = 1.0 / (1.0 + np.exp(-logits))
+        chooser = p + st[b + "exp_probs_b.bias"][0]
+    else:
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        chooser = p
     out = np.zeros_like(h)
     for t in range(h.shape[0]):
-        chosen = np.argsort(-p[t], kind="stable")[: cfg.n_expert_used]
-        wsel = p[t, chosen] / p[t, chosen].sum()
+        chosen = np.argsort(-chooser[t], kind="stable")[: cfg.n_expert_used]
+        wsel = p[t, chosen] if cfg.arch == "qwen2moe" else p[t, chosen] / p[t, chosen].sum()
+        if cfg.arch == "dots1":
+            wsel = wsel * DOTS_W_SCALE
         for ex, we in zip(chosen, wsel, strict=True):
 
             def emm(name: str, xv: np.ndarray, ex: int = int(ex)) -> np.ndarray:
@@ -378,4 +428,15 @@ def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.n
 
             y = emm("ffn_down_exps.weight", _silu(emm("ffn_gate_exps.weight", h[t])) * emm("ffn_up_exps.weight", h[t]))
             out[t] += we * y
+    if cfg.arch in ("qwen2moe", "dots1"):
+
+        def smm(name: str, xv: np.ndarray) -> np.ndarray:
+            wm, wt = st[b + name]
+            return _round_acts(xv, wt) @ wm.T
+
+        shared = smm("ffn_down_shexp.weight", _silu(smm("ffn_gate_shexp.weight", h)) * smm("ffn_up_shexp.weight", h))
+        if cfg.arch == "qwen2moe":
+            gate = smm("ffn_gate_inp_shexp.weight", h)  # 1-D weight: one logit per token
+            shared = shared * (1.0 / (1.0 + np.exp(-gate)))[:, None]
+        out += shared
     return out

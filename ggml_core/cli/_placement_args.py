@@ -1,5 +1,6 @@
 """llama.cpp's placement flags beyond ``--device``/``-ngl``/``-sm``/``-ts``: ``--list-devices``, ``-ot``,
-``--cpu-moe``, ``--n-cpu-moe``, ``--no-op-offload``, ``--no-kv-offload``; shared by ``run`` and ``plan``.
+``--cpu-moe``, ``--n-cpu-moe``, ``--no-op-offload``, ``--no-kv-offload``, ``--fit``, ``--fit-target``, ``--fit-ctx``;
+shared by ``run`` and ``plan``.
 
 Meanings follow llama.cpp's ``common/arg.cpp`` (docs/models.md puts each next to its llama.cpp counterpart).
 """
@@ -10,22 +11,29 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ggml_core.cli._args import INT32_MAX
+from ggml_core.cli._args import INT32_MAX, int_in
+
+#: llama.cpp's defaults, as ``ggml_core.models.fit`` has them (not imported here: parsing stays light)
+DEFAULT_FIT_TARGET_MIB = 1024
+DEFAULT_FIT_CTX = 4096
 
 __all__ = ["add_placement_args", "list_devices", "n_gpu_layers", "placement_extras"]
 
 
 def n_gpu_layers(text: str) -> int | None:
-    """``-ngl N``, ``all`` or ``auto`` (both: every layer; there is no memory fitting yet) or ``-1`` (all)."""
-    if text.strip().lower() in ("all", "auto"):
+    """``-ngl N``, ``all`` or ``-1`` (every layer, as given: --fit keeps it), or ``auto`` (None: as if not given,
+    --fit and --split-mode auto choose)."""
+    if text.strip().lower() == "auto":
         return None
+    if text.strip().lower() == "all":
+        return -1
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of layers, 'all' or 'auto', got {text!r}") from None
     if not -1 <= n <= INT32_MAX:
         raise argparse.ArgumentTypeError(f"must be 0..{INT32_MAX} layers, -1, 'all' or 'auto' (every layer), got {n}")
-    return None if n < 0 else n
+    return n
 
 
 def add_placement_args(g: Any) -> None:
@@ -53,11 +61,53 @@ def add_placement_args(g: Any) -> None:
         action="store_true",
         help="never move an op whose weights are in host memory to a device (large batches do by default)",
     )
-    g.add_argument("--no-kv-offload", "-nkvo", action="store_true", help="keep every layer's KV cache in host memory")
+    g.add_argument(
+        "--no-kv-offload",
+        "-nkvo",
+        action="store_true",
+        help="keep every layer's KV cache, and the attention reading it, in host memory",
+    )
+    g.add_argument(
+        "--fit",
+        "-fit",
+        choices=["on", "off"],
+        default="on",
+        help="choose the offloaded layers and an unset context so that every device's share fits its free memory "
+        "(default on)",
+    )
+    g.add_argument(
+        "--fit-target",
+        "-fitt",
+        type=_mib_list,
+        metavar="MiB0,MiB1,...",
+        help=f"MiB --fit keeps free per device; one value for all (default {DEFAULT_FIT_TARGET_MIB})",
+    )
+    g.add_argument(
+        "--fit-ctx",
+        "-fitc",
+        type=int_in(1, INT32_MAX),
+        default=DEFAULT_FIT_CTX,
+        metavar="N",
+        help=f"the smallest context --fit may choose when --ctx-size is not given (default {DEFAULT_FIT_CTX})",
+    )
+
+
+def _mib_list(text: str) -> tuple[int, ...]:
+    """``--fit-target 1024`` or ``512,2048``: whole MiB, 0 or more."""
+    out = []
+    for item in text.split(","):
+        try:
+            v = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected MiB values such as 1024 or 512,2048, got {text!r}") from None
+        if not 0 <= v <= INT32_MAX:
+            raise argparse.ArgumentTypeError(f"MiB values must be 0..{INT32_MAX}, got {v}")
+        out.append(v)
+    return tuple(out)
 
 
 def placement_extras(args: argparse.Namespace) -> dict[str, Any]:
-    """``overrides`` and ``kv_offload`` for the PlacementRequest, ``op_offload`` for ModelParams.
+    """``overrides`` and ``kv_offload`` for the PlacementRequest, ``op_offload`` and ``fit`` for ModelParams.
 
     Order as llama.cpp's: ``-ot`` items, then ``--cpu-moe``, then ``--n-cpu-moe`` (the first matching pattern wins).
     """
@@ -71,7 +121,16 @@ def placement_extras(args: argparse.Namespace) -> dict[str, Any]:
     n_cpu_moe = getattr(args, "n_cpu_moe", None)
     if n_cpu_moe is not None:
         overrides += moe_overrides(n_cpu_moe)
+    from ggml_core.models.fit import FitParams
+
+    target = getattr(args, "fit_target", None)
+    fit = FitParams(
+        enabled=getattr(args, "fit", "on") == "on",
+        target_mib=tuple(target) if target else (DEFAULT_FIT_TARGET_MIB,),
+        min_ctx=getattr(args, "fit_ctx", DEFAULT_FIT_CTX),
+    )
     return {
+        "fit": fit,
         "overrides": tuple(overrides),
         "kv_offload": not getattr(args, "no_kv_offload", False),
         "op_offload": not getattr(args, "no_op_offload", False),

@@ -43,7 +43,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         type=n_gpu_layers,
         help="layers (counting the output layer) to offload to the devices, 'all', 'auto' or -1; default all",
     )
-    g.add_argument("--split-mode", "-sm", choices=["none", "layer"], default="layer", help="how to share layers")
+    g.add_argument(
+        "--split-mode",
+        "-sm",
+        choices=["none", "layer", "auto"],
+        help="how to share layers; auto: from each device's measured speed on one layer (default when none of "
+        "-ngl, -ts, --device, --rpc is given; otherwise layer)",
+    )
     g.add_argument("--tensor-split", "-ts", type=shares, help="share per device, e.g. 3,1")
     g.add_argument(
         "--main-gpu",
@@ -89,7 +95,18 @@ def add_parser(sub: Any, name: str) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer)")
     src.add_argument("--tokens", type=int_list(0, INT32_MAX, "token id"), help="prompt as token ids, e.g. 1,2,3")
-    p.add_argument("--n-predict", "-n", type=int_in(0, INT32_MAX), default=32, help="tokens to generate (default 32)")
+    p.add_argument(
+        "--n-predict",
+        "-n",
+        type=int_in(0, INT32_MAX),
+        help="tokens to generate (default 32; with --chat the most per reply, default 256)",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="interactive chat through the file's chat template, one user message per stdin line ('ggml-core chat')",
+    )
+    p.add_argument("--system", help="with --chat: a system message first")
     s = p.add_argument_group("sampling")
     s.add_argument("--temp", type=float_in(0.0, None), default=0.8, help="temperature; 0 = greedy (default 0.8)")
     s.add_argument("--top-k", type=int_in(0, INT32_MAX), default=40, help="top-k, 0 = off (default 40)")
@@ -110,19 +127,26 @@ def add_parser(sub: Any, name: str) -> None:
     p.set_defaults(func=run)
 
 
-def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: bool) -> Any:
+def model_params(
+    args: argparse.Namespace, n_ctx: int | None, *, default_model: bool, n_prompt: int | None = None
+) -> Any:
     """ModelParams from the shared flags. The embedded default model is placed like any model (llama.cpp's default
     device list: GPUs and RPC devices, the CPU as the host); ``--device A,B`` spreads it over devices by name."""
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import ModelParams, PlacementRequest
+    from ggml_core.models.autosplit import Workload
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
     extras = placement_extras(args)
     devices, split = args.device, args.tensor_split
+    mode = args.split_mode
+    if mode is None:  # auto unless the placement was chosen by hand (devices or servers named, -ts, -ngl)
+        hand = devices is not None or split is not None or args.n_gpu_layers is not None or getattr(args, "rpc", None)
+        mode = "layer" if hand else "auto"
     req = PlacementRequest(
         devices=devices,
         n_gpu_layers=args.n_gpu_layers,
-        split_mode=args.split_mode,
+        split_mode=mode,
         tensor_split=split,
         main_device=args.main_gpu,
         overrides=extras["overrides"],
@@ -137,6 +161,12 @@ def model_params(args: argparse.Namespace, n_ctx: int | None, *, default_model: 
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),
         op_offload=extras["op_offload"],
+        fit=extras["fit"],
+        workload=Workload(
+            n_prompt=n_prompt if n_prompt is not None else args.batch_size,
+            n_gen=getattr(args, "n_predict", 0),
+            n_batch=args.batch_size,
+        ),
     )
 
 
@@ -154,7 +184,23 @@ def _round_up(n: int, m: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, run, report."""
+    """Load, run, report (``--chat``: the chat loop of ``ggml-core chat``)."""
+    if args.chat:
+        given = {"--prompt": args.prompt, "--tokens": args.tokens, "--json": args.json or None}
+        given["--logits-out"] = args.logits_out
+        clash = [flag for flag, value in given.items() if value is not None]
+        if clash:
+            print(f"ggml-core run: error: --chat reads the conversation from stdin; {clash[0]} does not apply",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        from ggml_core.cli.chat import run as chat
+
+        args.n_predict = 256 if args.n_predict is None else args.n_predict
+        return chat(args)
+    if args.system is not None:
+        print("ggml-core run: error: --system needs --chat", file=sys.stderr)
+        return 2
+    args.n_predict = 32 if args.n_predict is None else args.n_predict
     try:
         return _run(args)
     except (ValueError, RuntimeError, OSError) as exc:
@@ -194,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     n_ctx = args.ctx_size or _round_up(len(prompt) + args.n_predict, 256)
     check_context(len(prompt), args.n_predict, n_ctx)
     sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, args.seed))
-    params = model_params(args, n_ctx, default_model=is_default)
+    params = model_params(args, n_ctx, default_model=is_default, n_prompt=len(prompt))
     out = sys.stdout
     with Model.load(f, params) as model:
         if tok is None and args.prompt is None and not args.json:
@@ -267,6 +313,12 @@ def _run(args: argparse.Namespace) -> int:
         out.write("\n\n")
         pp, tg = speed_text(res)
         print(f"prompt: {pp}; generation: {tg}; seed {sampler.seed}")
+        if info.get("auto_split"):
+            a = info["auto_split"]
+            print(
+                f"--split-mode auto predicted pp {a['predicted_pp_tok_s']:.1f} tok/s, tg {a['predicted_tg_tok_s']:.1f}"
+                f" tok/s; measured pp {res.prompt_tokens_per_s:.1f}, tg {res.gen_tokens_per_s:.1f}"
+            )
         if args.logits_out is not None:
             n = info["n_prompt"]
             print(f"logits of {n} prompt position{'s' * (n != 1)} saved to {info['logits_out']}")
@@ -320,6 +372,13 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "devices": plan.as_dict(),
         "placement_notes": list(plan.notes),
         "split_mode": plan.split_mode,
+        "auto_split": None
+        if plan.auto is None
+        else {
+            "slots": {d.name: c for d, c in zip(plan.auto.devices, plan.auto.counts, strict=True)},
+            "predicted_pp_tok_s": round(plan.auto.pp_tok_s, 3),
+            "predicted_tg_tok_s": round(plan.auto.tg_tok_s, 3),
+        },
         "scheduler": model.executor.uses_scheduler,
         "n_splits": model.executor.n_splits,
         "n_ctx": model.n_ctx,

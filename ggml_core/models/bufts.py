@@ -22,7 +22,7 @@ from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
-from ggml_core.backend.interfaces import Buffer, BufferType, Device, DeviceType
+from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, Device, DeviceType
 from ggml_core.backend.registry import get_registry
 from ggml_core.ops._enum import GGMLOp
 
@@ -34,6 +34,7 @@ __all__ = [
     "WeightChoice",
     "WeightInfo",
     "assign_weights",
+    "bind_probe",
     "consumer_kind",
     "consumer_op",
     "describe_weights",
@@ -131,6 +132,14 @@ class _ProbeBuffer(Buffer):
         pass
 
 
+def bind_probe(t: Tensor, buft: BufferType, usage: BufferUsage = BufferUsage.ANY) -> None:
+    """Bind ``t`` to a zero-size stand-in buffer of ``buft`` (ggml's dummy buffers of a ``no_alloc`` model): the
+    scheduler places and plans around it as if it were allocated there; nothing may read or write it."""
+    buf = _ProbeBuffer(buft, 0)
+    buf.set_usage(usage)
+    t.buffer, t.data_offset = buf, 0
+
+
 @dataclass(frozen=True)
 class ProbeShapes:
     """The few model numbers the consuming ops' stand-ins need."""
@@ -148,6 +157,10 @@ def consumer_kind(name: str) -> GGMLOp:
         return GGMLOp.GET_ROWS
     if name.endswith("norm.weight"):
         return GGMLOp.MUL
+    if name.endswith("_exps.bias"):
+        return GGMLOp.ADD_ID  # gpt-oss's per-expert biases
+    if name.endswith("attn_sinks.weight"):
+        return GGMLOp.SOFT_MAX  # gpt-oss's sinks: src[2] of SOFT_MAX ext
     if name.endswith(".bias"):
         return GGMLOp.ADD
     if name.endswith("_exps.weight"):
@@ -168,6 +181,14 @@ def consumer_op(name: str, w: Tensor, shapes: ProbeShapes, n_tokens: int = PROBE
         if kind in (GGMLOp.MUL, GGMLOp.ADD):
             a = ctx.new_tensor(f32, (w.ne[0], n_tokens), "probe_x")
             return ops.mul(a, w) if kind == GGMLOp.MUL else ops.add(a, w)
+        if kind == GGMLOp.ADD_ID:  # w [n, n_expert]: rows picked per (slot, token) by the chosen experts
+            k = max(1, shapes.n_expert_used)
+            a = ctx.new_tensor(f32, (w.ne[0], k, n_tokens), "probe_x")
+            return ops.add_id(a, w, ctx.new_tensor(i32, (k, n_tokens), "probe_ids"))
+        if kind == GGMLOp.SOFT_MAX:  # w [n_head]: kq [n_kv, n_tokens, n_head]
+            kq = ctx.new_tensor(f32, (n_tokens, n_tokens, w.ne[0]), "probe_kq")
+            mask = ctx.new_tensor(f32, (n_tokens, n_tokens), "probe_mask")
+            return ops.soft_max_add_sinks(ops.soft_max_ext(kq, mask, 1.0, 0.0), w)
         if kind == GGMLOp.MUL_MAT_ID:
             k = max(1, shapes.n_expert_used)
             b = ctx.new_tensor(f32, (w.ne[0], k, n_tokens), "probe_x")

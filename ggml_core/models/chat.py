@@ -33,6 +33,10 @@ def end_of_turn_ids(tok: Tokenizer) -> list[int]:
         tid = tok.token_id(text)
         if tid is not None and (not tok.types or tok.types[tid] in (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"])):
             ids.add(tid)
+    # llama.cpp's o200k_harmony workaround (gpt-oss): with <|return|> and <|call|> both there, <|end|> only closes
+    # the analysis channel inside one reply, so it does not end the turn
+    if all(tok.token_id(t) in ids for t in ("<|return|>", "<|call|>")):
+        ids.discard(tok.token_id("<|end|>"))
     return sorted(ids)
 
 

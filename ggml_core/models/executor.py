@@ -18,7 +18,7 @@ from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Backend, Buffer, Device, DeviceType
 from ggml_core.models.graph import BuiltGraph
 
-__all__ = ["Executor", "scheduler_available"]
+__all__ = ["Executor", "attention_nodes", "scheduler_available"]
 
 
 def _scheduler_class() -> Any | None:
@@ -27,6 +27,24 @@ def _scheduler_class() -> Any | None:
     except ImportError:
         return None
     return Scheduler
+
+
+def attention_nodes(bg: BuiltGraph) -> list[Tensor]:
+    """The attention nodes of ``bg`` (KQ, softmax, KQV, flash attention: ``blocks.ATTENTION_NODE``), cached."""
+    got = bg.state.get("attention_nodes")
+    if got is None:
+        from ggml_core.models.blocks import ATTENTION_NODE
+
+        got = bg.state["attention_nodes"] = [t for t in bg.graph.nodes if ATTENTION_NODE.fullmatch(t.name)]
+    assert isinstance(got, list)
+    return got
+
+
+def pin_attention(sched: Any, bg: BuiltGraph, cpu: Backend) -> None:
+    """llama.cpp's ``--no-kv-offload``: the attention runs where the cache is, on the host, whatever device holds
+    the layer (``set_tensor_backend`` on every attention node; the views between follow their sources)."""
+    for t in attention_nodes(bg):
+        sched.set_tensor_backend(t, cpu)
 
 
 def scheduler_available() -> bool:
@@ -42,6 +60,7 @@ class Executor:
     :param graph_size: the scheduler's node budget
     :param use_scheduler: None: use it when available; False: never (CPU only); True: require it
     :param op_offload: let a device take ops whose weights are in host memory (large batches; ``--no-op-offload``)
+    :param kv_offload: False (``--no-kv-offload``): the attention nodes run on the CPU, where the caches are
     """
 
     def __init__(
@@ -52,7 +71,9 @@ class Executor:
         graph_size: int = 4096,
         use_scheduler: bool | None = None,
         op_offload: bool = True,
+        kv_offload: bool = True,
     ) -> None:
+        self.kv_offload = kv_offload
         devs = [d for d in devices if d.type != DeviceType.CPU]
         cpus = [d for d in devices if d.type == DeviceType.CPU]
         if not cpus:
@@ -103,6 +124,7 @@ class Executor:
     def reserve(self, bg: BuiltGraph) -> None:
         """Size the compute buffers for the worst-case graph (scheduler only)."""
         if self.sched is not None:
+            self._pin(bg)
             self.sched.reserve(bg.graph)
             self._last = None
 
@@ -112,6 +134,7 @@ class Executor:
             if self._last is not bg:
                 if hasattr(self.sched, "reset"):
                     self.sched.reset()
+                self._pin(bg)
                 self.sched.alloc_graph(bg.graph)
                 self._last = bg
             set_inputs(bg)
@@ -122,6 +145,10 @@ class Executor:
         set_inputs(bg)
         self.cpu_backend.graph_compute(bg.graph)
 
+    def _pin(self, bg: BuiltGraph) -> None:
+        if not self.kv_offload and self.sched is not None and len(self.backends) > 1:
+            pin_attention(self.sched, bg, self.cpu_backend)
+
     def release(self, bg: BuiltGraph) -> None:
         """Free what ``bg`` holds (its CPU buffer without the scheduler)."""
         buf = bg.state.pop("buffer", None)
@@ -131,7 +158,9 @@ class Executor:
             self._last = None
 
     def free(self) -> None:
-        """Release the backends."""
+        """Release the scheduler's compute buffers and the backends."""
+        if self.sched is not None:
+            self.sched.allocator.free()  # the compute buffers; the last plan stays readable (n_splits)
         for b in self.backends:
             b.free()
 

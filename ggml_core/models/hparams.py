@@ -7,7 +7,7 @@ sliding-window layers, softcapping, embedding scale) its module in :mod:`ggml_co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -15,12 +15,36 @@ import numpy as np
 from ggml_core._errors import GGUFError
 from ggml_core.models.gguf_file import GGUFFile
 
-__all__ = ["MAX_LAYERS", "HParams", "read_hparams", "supported_archs"]
+__all__ = [
+    "GATING_FUNCS",
+    "MAX_LAYERS",
+    "HParams",
+    "get_f32",
+    "read_hparams",
+    "read_moe_routing",
+    "supported_archs",
+    "swa_pattern",
+    "yarn_attn_factor",
+]
 
 #: a sanity bound: no real model has more layers than this, and a corrupt count must not drive allocations
 MAX_LAYERS: Final = 4096
 #: ggml passes float hyperparameters to its ops as float32 (op_params): larger values would become inf
 F32_MAX: Final = float(np.finfo(np.float32).max)
+
+
+def get_f32(f: GGUFFile, key: str, default: float) -> float:
+    """Float metadata ``key`` (``default`` when absent) that ggml will use as a float32: GGUFError where it cannot."""
+    return _f32(f, key, f.get_float(key, default))
+
+
+def yarn_attn_factor(factor: float, rope_attn_factor: float = 1.0) -> float:
+    """llama.cpp's ``cparams.yarn_attn_factor`` for YaRN with ``factor`` (float32 arithmetic as there):
+    ``get_mscale(factor) · 1/(1 + 0.1·ln factor) · rope_attn_factor``, ``get_mscale`` being 1 for factor ≤ 1."""
+    one, tenth = np.float32(1.0), np.float32(0.1)
+    log = np.float32(np.log(np.float32(factor)))
+    mscale = one if factor <= 1.0 else np.float32(tenth * log + one)
+    return float(mscale * (one / (one + tenth * log)) * np.float32(rope_attn_factor))
 
 
 def _f32(f: GGUFFile, key: str, value: float) -> float:
@@ -77,6 +101,35 @@ class HParams:
     n_ctx_orig: int = 0
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    #: ROPE's attn_factor (llama.cpp's ``yarn_attn_factor``: ``rope.scaling.attn_factor``, for YaRN times
+    #: ``get_mscale(factor) / (1 + 0.1·ln factor)``, which is 1 for factor > 1 as ggml's rope applies the mscale)
+    rope_attn_factor: float = 1.0
+    #: per-head learned sink logits (``attn_sinks.weight``) join each softmax denominator (gpt-oss)
+    attn_sinks: bool = False
+    #: the attention output projection has a bias (``attn_output.bias``)
+    attn_out_bias: bool = False
+    #: how router logits become expert weights (llama.cpp's ``expert_gating_func``): "softmax" (over all experts,
+    #: then top-k), "sigmoid" (per expert, then top-k), "softmax_weight" (top-k of the logits, then a softmax over
+    #: the k chosen: gpt-oss)
+    moe_gating: str = "softmax"
+    #: the k chosen weights are divided by their sum (``expert_weights_norm``; Mixtral and qwen3moe: always)
+    moe_norm_w: bool = False
+    #: the chosen weights are multiplied by this (``expert_weights_scale``; 0 or 1: not scaled)
+    moe_w_scale: float = 0.0
+    #: the experts' activation: "silu" (SwiGLU) or "swiglu_oai" (gpt-oss: alpha 1.702, limit 7)
+    moe_act: str = "silu"
+    #: the router and every expert matrix have biases (``ffn_gate_inp.bias``, ``ffn_*_exps.bias``: gpt-oss)
+    moe_biases: bool = False
+    #: width of the shared expert that every token also goes through (``ffn_*_shexp``; 0: none)
+    n_ff_shexp: int = 0
+    #: the shared expert's output is scaled by ``sigmoid(ffn_gate_inp_shexp · x)`` (qwen2moe)
+    shexp_gate: bool = False
+    #: a per-expert bias added to the router's probabilities for the choice only (``exp_probs_b.bias``)
+    moe_probs_bias: bool = False
+    #: the first this many layers have a dense FFN instead of experts (``leading_dense_block_count``)
+    n_layer_dense_lead: int = 0
+    #: the dense FFN's width in a model whose ``n_ff`` is the experts' (0: ``n_ff``)
+    n_ff_dense: int = 0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -92,6 +145,10 @@ class HParams:
     def is_moe(self) -> bool:
         """True for a mixture-of-experts model."""
         return self.n_expert > 0
+
+    def layer_is_moe(self, il: int) -> bool:
+        """True when layer ``il`` has experts (not one of the leading dense layers)."""
+        return self.is_moe and il >= self.n_layer_dense_lead
 
     @property
     def has_swa(self) -> bool:
@@ -114,6 +171,42 @@ class HParams:
             f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {self.n_head} heads "
             f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}{swa}"
         )
+
+
+def swa_pattern(f: GGUFFile, hp: HParams, n_pattern: int) -> tuple[bool, ...]:
+    """Which layers attend over the sliding window, as llama.cpp's ``load_swa_pattern``: the file's
+    ``attention.sliding_window_pattern`` as one bool per layer, or as a period ``n`` (layer ``il`` is local when
+    ``il % n < n - 1``: 0 makes every layer local, 1 none), else the family's ``n_pattern``."""
+    key = f"{hp.arch}.attention.sliding_window_pattern"
+    value = f.get(key, None)
+    if isinstance(value, np.ndarray):
+        if value.dtype != bool or value.shape != (hp.n_layer,):
+            raise GGUFError(f.path, f"metadata '{key}'", f"must be {hp.n_layer} bools (one per layer) or an integer")
+        return tuple(bool(b) for b in value)
+    if value is not None:
+        n_pattern = f.get_int(key, minimum=0)
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(hp.n_layer))
+
+
+#: llama.cpp's ``llama_expert_gating_func_type`` values (``{arch}.expert_gating_func``) → ``HParams.moe_gating``
+GATING_FUNCS: Final = {1: "softmax", 2: "sigmoid", 3: "softmax_weight"}
+
+
+def read_moe_routing(f: GGUFFile, hp: HParams) -> HParams:
+    """The routing keys llama.cpp reads for the families that take them from the file: ``expert_gating_func``
+    (required: llama.cpp aborts without it), ``expert_weights_norm``, ``expert_weights_scale``."""
+    k = hp.arch + "."
+    gating = f.get_int(k + "expert_gating_func")
+    if gating not in GATING_FUNCS:
+        known = ", ".join(f"{v} ({n})" for v, n in GATING_FUNCS.items())
+        raise GGUFError(f.path, f"metadata '{k}expert_gating_func'", f"{gating} is not supported (known: {known})")
+    scale = _f32(f, k + "expert_weights_scale", f.get_float(k + "expert_weights_scale", 0.0))
+    return replace(
+        hp,
+        moe_gating=GATING_FUNCS[gating],
+        moe_norm_w=f.get_bool(k + "expert_weights_norm", False),
+        moe_w_scale=scale,
+    )
 
 
 def supported_archs() -> dict[str, int]:
@@ -172,9 +265,12 @@ def read_hparams(f: GGUFFile) -> HParams:
             raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
         _f32(f, k + "rope.scaling.factor", factor)
         freq_scale = _f32(f, k + "rope.scaling.factor", 1.0 / factor)
+    # llama.cpp's rope_attn_factor, read whatever the scaling type; it multiplies ROPE's attn_factor
+    attn_factor = _f32(f, k + "rope.scaling.attn_factor", f.get_float(k + "rope.scaling.attn_factor", 1.0))
     if scaling == "yarn":  # llama.cpp: ext_factor 1, the original context from the file, ggml's rope does the rest
         ext_factor = 1.0
         n_ctx_orig = f.get_int(k + "rope.scaling.original_context_length", n_ctx_train, minimum=1)
+        attn_factor = yarn_attn_factor(1.0 / freq_scale, attn_factor)
     elif scaling not in ("none", "", "linear"):
         raise GGUFError(
             f.path, f"metadata '{k}rope.scaling.type'", f"{scaling!r} is not supported (none, linear, yarn)"
@@ -212,8 +308,10 @@ def read_hparams(f: GGUFFile) -> HParams:
         rope_freq_scale=freq_scale,
         rope_ext_factor=ext_factor,
         n_ctx_orig=n_ctx_orig,
-        yarn_beta_fast=f.get_float(k + "rope.scaling.yarn_beta_fast", 32.0),
-        yarn_beta_slow=f.get_float(k + "rope.scaling.yarn_beta_slow", 1.0),
+        # llama.cpp 0c1e570 does not read rope.scaling.yarn_beta_fast / _slow: its context defaults 32 and 1
+        yarn_beta_fast=32.0,
+        yarn_beta_slow=1.0,
+        rope_attn_factor=attn_factor,
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,

@@ -77,8 +77,13 @@ class KVCache:
         *,
         v_trans: bool,
         swa_size: int | None = None,
+        alloc: bool = True,
     ) -> KVCache:
-        """Allocate the cache on the layers' devices (``swa_size``: cells of the sliding-window layers)."""
+        """Allocate the cache on the layers' devices (``swa_size``: cells of the sliding-window layers).
+
+        ``alloc=False`` allocates nothing: the tensors are bound to zero-size stand-ins of their devices' buffer
+        types, so that graphs over the cache can be planned and measured (``--fit``), never computed.
+        """
         if kv_type not in KV_TYPES:
             raise ValueError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
         if kv_size <= 0:
@@ -96,6 +101,14 @@ class KVCache:
             n = cache.size(il)
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
             cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
+        if not alloc:
+            from ggml_core.models.bufts import bind_probe
+
+            for name, ctx in ctxs.items():
+                for t in ctx:
+                    bind_probe(t, devs[name].buffer_type())
+            cache.clear_positions()
+            return cache
         try:
             for name, ctx in ctxs.items():
                 buf = alloc_ctx_tensors(ctx, devs[name].buffer_type())

@@ -41,7 +41,7 @@ __all__ = [
     "resolve_devices",
 ]
 
-SPLIT_MODES: Final = ("none", "layer")
+SPLIT_MODES: Final = ("none", "layer", "auto")
 INPUT_SLOT: Final = -1
 
 
@@ -132,6 +132,8 @@ class Placement:
     weights: dict[str, Any] = field(default_factory=dict)
     kv_device: dict[int, Device] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: ``--split-mode auto``'s choice and prediction (:class:`~ggml_core.models.autosplit.AutoChoice`), else None
+    auto: Any = None
 
     def device_of(self, slot: int) -> Device:
         """The device of a slot (-1 input, 0..n_layer-1 layers, n_layer output)."""

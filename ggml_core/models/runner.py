@@ -22,6 +22,7 @@ from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
+from ggml_core.models.autosplit import Workload, plan_auto
 from ggml_core.models.bufts import (
     PROBE_TOKENS,
     KVInfo,
@@ -31,6 +32,7 @@ from ggml_core.models.bufts import (
     assign_weights,
 )
 from ggml_core.models.executor import Executor
+from ggml_core.models.fit import FitParams, fit_model
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams, read_hparams
@@ -38,7 +40,6 @@ from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.placement import (
     Placement,
     PlacementRequest,
-    fit_check,
     maps_weights,
     plan_placement,
     resolve_devices,
@@ -85,6 +86,10 @@ class ModelParams:
     op_offload: bool = True
     #: sliding-window layers keep the whole context instead of their window (llama.cpp's ``--swa-full``)
     swa_full: bool = False
+    #: ``--fit``: context and offloaded layers chosen to fit each device's free memory (models/fit.py)
+    fit: FitParams = field(default_factory=FitParams)
+    #: what ``--split-mode auto`` optimises for: prompt and generated tokens (models/autosplit.py)
+    workload: Workload = field(default_factory=Workload)
 
 
 def default_n_ctx(hp: HParams) -> int:
@@ -179,7 +184,7 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        placement = _plan(f, hp, specs, params)
+        _params, placement = _plan(f, hp, specs, params)
         return f, hp, placement
 
     @classmethod
@@ -201,7 +206,7 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        placement = _plan(f, hp, specs, params)
+        params, placement = _plan(f, hp, specs, params)
         if params.flash_attn is None:
             params = replace(params, flash_attn=flash_attn_auto(hp, placement, params.kv_type))
         weights = load_weights(f, specs, placement, progress=params.progress, stream=stream, upload=upload)
@@ -217,6 +222,7 @@ class Model:
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
                 op_offload=params.op_offload,
+                kv_offload=params.placement.kv_offload,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
             model.reserve()
@@ -457,7 +463,28 @@ def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
     return True
 
 
-def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
+def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
+    """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
+    params), or with ``--fit off`` only checked against it (``check_fit=False``: not even that)."""
+    auto = None
+    if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
+        n_ctx = params.n_ctx or default_n_ctx(hp)
+        w = params.workload
+        work = replace(w, n_batch=params.batch_size, n_kv=min(n_ctx, _round_up(w.n_prompt + w.n_gen, KV_PAD)))
+        params, auto = plan_auto(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), work)
+    if params.check_fit:  # --fit on adjusts; --fit off only checks, with the same measurements
+        params, placement = fit_model(
+            f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), layers_open=auto is not None
+        )
+    else:
+        placement = _plan_once(f, hp, specs, params)
+    if auto is not None:
+        placement.auto, placement.split_mode = auto, "auto"
+        placement.notes.insert(0, f"--split-mode auto: {auto.describe()}")
+    return params, placement
+
+
+def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
     n_ctx = params.n_ctx or default_n_ctx(hp)
     if n_ctx <= 0:
         raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
@@ -484,6 +511,4 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
         for c in placement.weights.values()
     ]
     placement.account(items, kv_layer, compute, resolve_devices(req.devices))
-    if params.check_fit:
-        fit_check(placement)
     return placement

@@ -8,6 +8,9 @@ Per split, in order:
   the user may overwrite the host data right after;
 - other inputs: the split's stream waits for its event (or the backend), then ``cpy_tensor_async`` on the split's
   backend; where that is not offered, both backends are synchronised and a blocking copy follows;
+- an expert weight in host memory that a split's first node, a MUL_MAT_ID, reads (MoE experts kept on the host and
+  offloaded for a large batch) is copied only in part: the experts the batch's ids select, in runs of consecutive
+  experts (ggml does this since 2025); the other experts' rows of the copy are never read;
 - the split is computed (``graph_compute_async``), or with an eval callback in batches that end at each node the
   callback asks for;
 - the split's event is recorded.
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
 
 from ggml_core._errors import ComputeError, GGMLError, TensorError
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.alloc._liveness import same_layout
-from ggml_core.backend.interfaces import Event
+from ggml_core.backend.interfaces import BufferUsage, Event
 from ggml_core.ops._enum import GGMLOp
 
 if TYPE_CHECKING:
@@ -91,12 +96,69 @@ def _sync_event_or(event: Event | None, sched: Scheduler, b: int) -> None:
         sched.backends[b].synchronize()
 
 
+#: bytes of the next expert copied after a run (ggml: padding that keeps the last expert's tail finite for kernels
+#: reading whole tiles)
+_EXPERT_PAD: Final = 512
+
+
+def _used_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, node: Tensor) -> np.ndarray:
+    """The expert ids the MUL_MAT_ID ``node`` reads, sorted, unique; read from the ids' own backend when they are a
+    later input of this split (not copied yet)."""
+    ids = node.src[2]
+    assert ids is not None
+    ids_be = sched.backends[split.backend_id]
+    for later in split.inputs[k + 1 :]:
+        if ids is res.copy_of(later, split.backend_id, res.cur_copy):
+            ids, ids_be = later, sched.backends[res.ids[later.id]]
+            break
+    ids_be.synchronize()
+    raw = bytearray(ids.nbytes)
+    assert ids.buffer is not None
+    ids.buffer.get_tensor(ids, memoryview(raw))
+    flat = np.frombuffer(raw, dtype=np.int32)
+    # a strided ids tensor: pick its elements by their byte strides
+    idx = (np.arange(ids.ne[1])[:, None] * (ids.nb[1] // 4) + np.arange(ids.ne[0])[None, :] * (ids.nb[0] // 4)).ravel()
+    return np.unique(flat[idx])
+
+
+def _copy_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, inp: Tensor, cpy: Tensor) -> int | None:
+    """Copy only the used experts of ``inp`` into ``cpy``; bytes copied, or None when this input is not such a case."""
+    graph = split.graph
+    if not sched.partial_expert_copy or graph is None or not graph.nodes:
+        return None
+    node = graph.nodes[0]
+    buf = inp.buffer
+    if node.op != GGMLOp.MUL_MAT_ID or node.src[0] is not cpy or buf is None or inp.data_offset is None:
+        return None
+    host = buf.host_array() if buf.usage == BufferUsage.WEIGHTS and buf.is_host else None
+    if host is None or cpy.buffer is None:
+        return None
+    n_expert, size = inp.ne[2], inp.nb[2]
+    sched.backends[res.ids[inp.id]].synchronize()
+    used = _used_experts(sched, res, split, k, node)
+    if not used.size:
+        return 0
+    if used[0] < 0 or used[-1] >= n_expert:
+        bad = int(used[0] if used[0] < 0 else used[-1])
+        raise ComputeError(node, sched.backends[split.backend_id].name, f"expert id {bad} outside 0..{n_expert - 1}")
+    be = sched.backends[split.backend_id]
+    copied = 0
+    # runs of consecutive experts: [first, last]
+    breaks = np.flatnonzero(np.diff(used) != 1)
+    for first, last in zip(used[np.r_[0, breaks + 1]], used[np.r_[breaks, used.size - 1]], strict=True):
+        off = int(first) * size
+        n = (int(last) - int(first) + 1) * size + (min(size, _EXPERT_PAD) if last < n_expert - 1 else 0)
+        be.set_tensor_async(cpy, host[inp.data_offset + off : inp.data_offset + off + n].data, off)
+        copied += n
+    return copied
+
+
 def _copy_inputs(sched: Scheduler, res: SplitResult, split: Split) -> None:
     b = split.backend_id
     be = sched.backends[b]
     c = res.cur_copy
     event = sched.events[b][c]
-    for inp in split.inputs:
+    for k, inp in enumerate(split.inputs):
         cpy = res.copy_of(inp, b, c)
         in_b = res.ids[inp.id]
         in_be = sched.backends[in_b]
@@ -105,11 +167,17 @@ def _copy_inputs(sched: Scheduler, res: SplitResult, split: Split) -> None:
                 # the user may overwrite the data as soon as compute returns: copy now, blocking
                 _sync_event_or(event, sched, b)
                 tensor_copy(inp, cpy)
+                sched.bytes_copied += inp.nbytes
                 continue
             if event is not None:
                 be.event_wait(event)
             else:
                 be.synchronize()
+            part = _copy_experts(sched, res, split, k, inp, cpy)
+            if part is not None:
+                sched.bytes_copied += part
+                continue
+            sched.bytes_copied += inp.nbytes
             if not be.cpy_tensor_async(in_be, inp, cpy):
                 in_be.synchronize()
                 _sync_event_or(event, sched, b)

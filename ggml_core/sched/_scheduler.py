@@ -131,6 +131,10 @@ class Scheduler:
         self.next_copy = 0
         #: how many times the placement passes really ran (a graph seen again does not count)
         self.n_placements = 0
+        #: bytes copied into splits so far (every compute; inputs and weights copied to the devices that use them)
+        self.bytes_copied = 0
+        #: copy only the experts a batch uses of host expert weights offloaded to a MUL_MAT_ID (ggml's behaviour)
+        self.partial_expert_copy = True
 
     def __repr__(self) -> str:
         return f"Scheduler([{', '.join(b.name for b in self.backends)}], n_splits={self.n_splits})"

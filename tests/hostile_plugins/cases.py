@@ -45,7 +45,7 @@ class Dev(Device):
         self._buft = Buft(f"{name}_buf", self)
 
     def memory(self):
-        return 1 << 30, 1 << 30
+        return 1 << 34, 1 << 34  # 16 GiB: past --fit's default 1 GiB margin, so runs reach the hostile hooks
 
     def buffer_type(self):
         return self._buft

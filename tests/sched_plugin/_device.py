@@ -48,6 +48,13 @@ def _op_ok(t: Tensor) -> bool:
         return b is not None and a.type == _F32 and b.type == _F32 and b.can_repeat_to(a)
     if t.op == GGMLOp.RMS_NORM:
         return a.type == _F32
+    if t.op == GGMLOp.MUL_MAT_ID:  # experts [K, N, n_expert], rows [K, n_b1, n_tokens], ids [n_used, n_tokens]
+        ids = t.src[2]
+        return b is not None and a.type in (_F32, GGMLType.F16) and b.type == _F32 and ids is not None
+    if t.op == GGMLOp.SET_ROWS:  # ggml's operand order: rows, indices, destination; 2-D f32 only
+        dst = t.src[2]
+        flat = all(x is not None and x.ne[2] == x.ne[3] == 1 for x in (a, b, dst))
+        return flat and b is not None and b.type == GGMLType.I64 and dst is not None and dst.type == _F32
     return False
 
 
@@ -98,8 +105,54 @@ def _tile(b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.tile(b, tuple(n // m for n, m in zip(shape, b.shape, strict=True)))
 
 
+def _set_rows_kernel(node: Tensor) -> Callable[[], None]:
+    """SET_ROWS: row i of src0 into row idx[i] of the destination (the node is a view of it)."""
+    dst, rows, idx = _ref(node), _ref(node.src[0]), _ref(node.src[1])  # type: ignore[arg-type]
+
+    def run() -> None:
+        vals = _load(rows).reshape(-1, node.ne[0])
+        at = np.frombuffer(idx.buffer.read(idx.offset, idx.t.nbytes), dtype=np.int64)
+        if at.size != vals.shape[0] or at.min(initial=0) < 0 or at.max(initial=0) >= node.ne[1]:
+            raise ComputeError(node, "Sub", "SET_ROWS index outside the destination")
+        for i, r in enumerate(at):
+            dst.buffer.write(dst.offset + int(r) * node.nb[1], vals[i].astype(np.float32).tobytes())
+
+    return run
+
+
+def _mul_mat_id_kernel(node: Tensor) -> Callable[[], None]:
+    """MUL_MAT_ID: out[t, k] = experts[ids[t, k]] · rows[t, k mod n_b1] (only the selected experts are read)."""
+    dst, ex, rows, ids = _ref(node), _ref(node.src[0]), _ref(node.src[1]), _ref(node.src[2])  # type: ignore[arg-type]
+
+    def run() -> None:
+        it = ids.t
+        raw = np.frombuffer(ids.buffer.read(ids.offset, it.nbytes), dtype=np.int32)
+        sel = np.lib.stride_tricks.as_strided(raw, (it.ne[1], it.ne[0]), (it.nb[1], it.nb[0]))
+        y = _load(rows)[0]  # (n_tokens, n_b1, K)
+        et = ex.t
+        per = et.nb[2]
+        out = np.empty((it.ne[1], it.ne[0], node.ne[0]), dtype=np.float32)
+        for e in np.unique(sel):
+            w = _load(_Ref(_expert_view(et, int(e)), ex.buffer, ex.offset + int(e) * per))[0, 0]  # (N, K)
+            tt, kk = np.nonzero(sel == e)
+            out[tt, kk] = (y[tt, kk % y.shape[1]] @ w.T.astype(np.float64)).astype(np.float32)
+        _store(dst, out)
+
+    return run
+
+
+def _expert_view(t: Tensor, e: int) -> Tensor:
+    """A stand-in describing expert ``e`` of ``t`` ([K, N]) for :func:`_load`."""
+    v = Tensor(None, t.type, (t.ne[0], t.ne[1], 1, 1), nb=(t.nb[0], t.nb[1], t.nb[2], t.nb[3]), name=f"{t.name}[{e}]")
+    return v
+
+
 def _kernel(node: Tensor) -> Callable[[], None]:
     """Bind ``node`` now (its operands' memory as it is at queue time); the thunk computes it."""
+    if node.op == GGMLOp.SET_ROWS:
+        return _set_rows_kernel(node)
+    if node.op == GGMLOp.MUL_MAT_ID:
+        return _mul_mat_id_kernel(node)
     dst = _ref(node)
     a = _ref(node.src[0])  # type: ignore[arg-type]
     b = _ref(node.src[1]) if node.src[1] is not None else None
@@ -311,7 +364,8 @@ class SubsetDevice(Device):
 
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes."""
-        total = self.capacity if self.capacity is not None else 1 << 30
+        # without a capacity: "plenty" (64 GiB, well past --fit's default 1 GiB margin)
+        total = self.capacity if self.capacity is not None else 1 << 36
         return total - self.allocated, total
 
     def buffer_type(self) -> BufferType:

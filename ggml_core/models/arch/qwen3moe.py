@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ggml_core._errors import GGUFError
-from ggml_core.models import blocks
 from ggml_core.models.arch._base import Architecture
-from ggml_core.models.arch.llama import build_layer
+from ggml_core.models.arch.llama import build_layer, layer_weights
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
 from ggml_core.ops import ROPE_TYPE_NEOX
@@ -20,12 +19,7 @@ def _read(f: GGUFFile, hp: HParams) -> HParams:
     if not hp.is_moe:
         raise GGUFError(f.path, f"metadata '{hp.arch}.expert_count'", "is missing or 0: qwen3moe needs its experts")
     n_ff = f.get_int(hp.arch + ".expert_feed_forward_length", hp.n_ff, minimum=1)
-    return replace(hp, qk_norm=True, n_ff=n_ff)
-
-
-def layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:
-    """Attention with QK-norm, then the router and the experts."""
-    return blocks.attn_weights(hp) + blocks.moe_weights(hp)
+    return replace(hp, qk_norm=True, n_ff=n_ff, moe_norm_w=True)
 
 
 ARCH = Architecture(

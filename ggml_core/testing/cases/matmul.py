@@ -90,7 +90,7 @@ def cases() -> list[Case]:
     for w in (T.F32, T.F16, T.BF16, T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K):  # past the tile sizes of GPU kernels
         out.append(_mul_mat(w, T.F32, 67, 19, 512))
         out.append(_mul_mat(w, T.F32, 129, 1, 1024))
-    for w in (T.F32, T.F16, T.Q4_0, T.Q8_0, T.Q4_K):
+    for w in (T.F32, T.F16, T.Q4_0, T.Q8_0, T.Q4_K, T.MXFP4):  # MXFP4: gpt-oss's experts
         for b_one in (False, True):
             for n_tok in (1, 5):
                 out.append(_mul_mat_id(w, 4, 2, b_one, 16, n_tok, 256))

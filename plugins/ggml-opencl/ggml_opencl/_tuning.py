@@ -79,6 +79,8 @@ _MAX_ROUNDS: Final = 15
 #: N at and below which MUL_MAT uses k_mv; the first gemm shape class ends at _GEMM_SMALL_N
 MV_MAX_COLUMNS: Final = 16  # beyond ~16 columns packing the weights once beats re-reading them per pass
 _GEMM_SMALL_N: Final = 64
+#: weight rows per work-group of the row-block k_mv candidates
+_MV_BLOCK_ROWS: Final = 32
 
 
 class TuningError(GGMLError, ValueError):
@@ -114,19 +116,29 @@ class GemmConfig:
 
 @dataclass(frozen=True)
 class MvConfig:
-    """``k_mv``: ``r`` weight rows per work-group of ``ls`` items, ``nc`` activation columns per pass."""
+    """``k_mv``: ``rb`` blocks of ``r`` weight rows (one after the other) per work-group of ``ls`` items, ``nc``
+    activation columns per pass, accumulators of ``vw`` lanes (16 or 8)."""
 
     r: int
     nc: int
     ls: int
+    rb: int = 1
+    vw: int = 16
+
+    @property
+    def rows_per_group(self) -> int:
+        """Weight rows one work-group computes."""
+        return self.r * self.rb
 
     def defines(self) -> list[str]:
         """Compiler defines of this configuration (the weight type is added by the tuner)."""
-        return [f"-DMV_R={self.r}", f"-DMV_NC={self.nc}", f"-DMV_LS={self.ls}"]
+        return [f"-DMV_R={self.r}", f"-DMV_NC={self.nc}", f"-DMV_LS={self.ls}", f"-DMV_RB={self.rb}",
+                f"-DMV_VW={self.vw}"]
 
     def label(self) -> str:
         """Short text for reports."""
-        return f"rows {self.r} cols {self.nc} wg {self.ls}"
+        extra = (f" x{self.rb} blocks" if self.rb > 1 else "") + (f" vec {self.vw}" if self.vw != 16 else "")
+        return f"rows {self.r}{extra} cols {self.nc} wg {self.ls}"
 
 
 Config = GemmConfig | MvConfig
@@ -174,10 +186,15 @@ def mv_candidates(info: DeviceInfo, n_cols: int) -> list[MvConfig]:
     out = [MvConfig(1, nc, info.mv_ls)]
     if info.mv_ls == 1:  # one work-item per group: rows per item, or a few items per row with a local reduction
         out += [MvConfig(r, nc, ls) for r, ls in ((2, 1), (4, 1), (8, 1), (2, 4))]
+        # row blocks: 32 rows per group one block after another (a CPU device pays for every group it runs), with
+        # 16- or 8-lane accumulators (8: half the registers per row, for 16-register AVX2)
+        out += [MvConfig(r, nc, 1, _MV_BLOCK_ROWS // r, vw) for r, vw in ((1, 16), (4, 16), (8, 16), (4, 8), (8, 8))]
     else:
         for ls in (32, 64, 128, 256) if n_cols == 1 else (32, 128):
             if ls <= info.max_work_group:
                 out += [MvConfig(1, nc, ls), MvConfig(2, nc, ls)]
+        if n_cols == 1:  # batch 1: 8-lane accumulators (fewer registers, more groups resident), 4 row blocks
+            out += [MvConfig(1, nc, info.mv_ls, 1, 8), MvConfig(1, nc, info.mv_ls, 4)]
     if n_cols > 1:
         out.append(replace(out[0], nc=8))
     return _unique(out)
@@ -194,7 +211,7 @@ def _unique(items: Sequence[Config]) -> list[Any]:
 def _from_dict(kind: str, d: Mapping[str, Any]) -> Config:
     if kind == "gemm":
         return GemmConfig(int(d["tm"]), int(d["tn"]), int(d["ku"]), (int(d["ls"][0]), int(d["ls"][1])))
-    return MvConfig(int(d["r"]), int(d["nc"]), int(d["ls"]))
+    return MvConfig(int(d["r"]), int(d["nc"]), int(d["ls"]), int(d.get("rb", 1)), int(d.get("vw", 16)))
 
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -511,7 +528,7 @@ class _MvBench:
         args = [self.a, np.uint64(0), self.ne, self.nb, i32(1), i32(1), self.b, np.uint64(0), i64(self.k), i64(0),
                 i64(0), i32(self.n), i32(1), self.d, np.uint64(0), i64(self.m), i64(0), i64(0),
                 cl.LocalMemory(4 * cfg.ls)]
-        gs, ls, queue = (-(-self.m // cfg.r) * cfg.ls, 1), (cfg.ls, 1), self.queue
+        gs, ls, queue = (-(-self.m // cfg.rows_per_group) * cfg.ls, 1), (cfg.ls, 1), self.queue
         return lambda: kernel(queue, gs, ls, *args)
 
     def release(self) -> None:

@@ -157,7 +157,8 @@ def _mat_vec(
     cfg, k = tuner.mv(a.type, n)
     ls = cfg.ls
     args = [*targs(launcher, a), np.int32(r2), np.int32(r3), *bargs, *out, local_mem(ls * 4)]
-    return _launch(launcher, k, ((a.ne[1] + cfg.r - 1) // cfg.r * ls, batches), (ls, 1), args)
+    rows = cfg.rows_per_group
+    return _launch(launcher, k, ((a.ne[1] + rows - 1) // rows * ls, batches), (ls, 1), args)
 
 
 def _packed_gemm(

@@ -1,16 +1,28 @@
 """WGSL sources: the shared bind group, generated operand accessors, and the kernel families in ``shaders/``.
 
 Every kernel module is ``header + accessors + common.wgsl + quants.wgsl + <family>.wgsl``; one shader module per
-family is compiled per device and one compute pipeline per entry point (see ``PipelineCache`` in plugin.py).
+family is compiled per device and one compute pipeline per entry point (``PipelineCache``, below).
 """
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from importlib import resources
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["FAMILIES", "N_WORDS", "OP_WORD", "PARAM_BYTES", "SLOT_BINDINGS", "family_source"]
+from ggml_webgpu._f16 import native_source
+
+__all__ = [
+    "FAMILIES",
+    "N_WORDS",
+    "OP_WORD",
+    "PARAM_BYTES",
+    "SLOT_BINDINGS",
+    "PipelineCache",
+    "common_source",
+    "family_source",
+]
 
 #: u32 words of one dispatch's uniform parameters (6 tensor descriptors of 9 words, then the op's words)
 N_WORDS: Final = 128
@@ -85,10 +97,78 @@ def _read(name: str) -> str:
     return (resources.files("ggml_webgpu") / "shaders" / name).read_text(encoding="utf-8")
 
 
+def common_source() -> str:
+    """``common.wgsl`` (the f16/bf16 conversions and operand helpers every family includes)."""
+    return _read("common.wgsl")
+
+
 @cache
-def family_source(family: str) -> str:
-    """The complete WGSL module of one kernel family."""
+def family_source(family: str, native_f16: bool = False) -> str:
+    """The complete WGSL module of one kernel family; with ``native_f16``, f16 loads by the hardware (``_f16``)."""
     if family not in FAMILIES:
         raise KeyError(f"no WGSL kernel family {family!r} (known: {', '.join(FAMILIES)})")
     accessors = "".join(_ACCESSORS.replace("X", x) for x in "ABCEF")
-    return "\n".join([_HEADER, accessors, _read("common.wgsl"), _read("quants.wgsl"), _read(f"{family}.wgsl")])
+    common = native_source(common_source()) if native_f16 else common_source()
+    return "\n".join([_HEADER, accessors, common, _read("quants.wgsl"), _read(f"{family}.wgsl")])
+
+
+class PipelineCache:
+    """Shader modules (one per kernel family) and compute pipelines (one per entry point) of one GPU device."""
+
+    def __init__(self, gpu: Any, native_f16: bool = False) -> None:
+        self._gpu = gpu
+        #: f16 loads through shader-f16 (see ``_f16``) in every module compiled here
+        self.native_f16 = native_f16
+        self._lock = threading.Lock()
+        self._modules: dict[str, Any] = {}
+        self._pipelines: dict[str, Any] = {}
+        import wgpu
+
+        stage = wgpu.ShaderStage.COMPUTE
+        entries = [{"binding": 0, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.uniform}}]
+        entries += [
+            {"binding": i, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(1, 8)
+        ]
+        #: the one bind group layout of every kernel: P, A, B, C, D, ERR, E, F
+        self.layout = gpu.create_bind_group_layout(entries=entries)
+        self._pipeline_layout = gpu.create_pipeline_layout(bind_group_layouts=[self.layout])
+
+    def get(self, name: str) -> Any:
+        """The pipeline of ``family.entry``, compiled on first use (a failure raises with naga's message)."""
+        pipe = self._pipelines.get(name)
+        if pipe is not None:
+            return pipe
+        family, entry = name.split(".")
+        with self._lock:
+            if name in self._pipelines:
+                return self._pipelines[name]
+            module = self._modules.get(family)
+            if module is None:
+                try:
+                    module = self._gpu.create_shader_module(code=family_source(family, self.native_f16),
+                                                            label=family)
+                except Exception as exc:
+                    raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
+                self._modules[family] = module
+            pipe = self._gpu.create_compute_pipeline(
+                layout=self._pipeline_layout, compute={"module": module, "entry_point": entry}, label=name
+            )
+            self._pipelines[name] = pipe
+            return pipe
+
+    def compile_all(self) -> None:
+        """Compile every kernel now (families otherwise compile on first use: 5-10 s for all on lavapipe)."""
+        for family, entries in FAMILIES.items():
+            for entry in entries:
+                self.get(f"{family}.{entry}")
+
+    def probe(self) -> None:
+        """Build one small kernel on the shared layout: enumeration checks that the driver compiles WGSL at all."""
+        code = (
+            "@group(0) @binding(4) var<storage, read_write> D: array<atomic<u32>>;\n"
+            "@compute @workgroup_size(64) fn main() { atomicStore(&D[0], 0u); }\n"
+        )
+        module = self._gpu.create_shader_module(code=code, label="probe")
+        self._gpu.create_compute_pipeline(
+            layout=self._pipeline_layout, compute={"module": module, "entry_point": "main"}, label="probe"
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core import GGMLOp, GGMLType, Tensor, TensorFlag
 from ggml_webgpu._dispatch import (
     Dispatch,
     Launcher,
@@ -19,7 +19,7 @@ from ggml_webgpu._dispatch import (
 
 T = GGMLType
 
-__all__ = ['SORT_MAX_ROW']
+__all__ = ["SORT_MAX_ROW", "bind_norm_mul", "fusable_norm_mul"]
 
 
 # ------------------------------------------------------------------------------------------------ norms, SOFT_MAX
@@ -36,8 +36,36 @@ def _norm_ok(limits: Limits, node: Tensor) -> bool:
 @kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_norm_ok)
 def _bind_norm(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
-    words = [node.nrows, _NORMS[node.op], f32(node.op_param_f32(0))]
+    words = [node.nrows, _NORMS[node.op], f32(node.op_param_f32(0)), 0]
     return [Dispatch("rows.norm", node.nrows, (slot(launcher, a), None, None, slot(launcher, node)), words)]
+
+
+def fusable_norm_mul(limits: Limits, norm: Tensor, mul: Tensor, use_counts: dict[int, int]) -> bool:
+    """Whether ``mul`` = MUL(``norm``, weights) can be one dispatch with ``norm`` (ggml's RMS_NORM + MUL fusion):
+    ``norm`` is a supported f32 NORM/RMS_NORM/L2_NORM whose only use is ``mul`` and which is no graph output, and
+    ``mul`` multiplies it (as its first operand, of the same shape) by f32 weights repeated over it (any strides)."""
+    if norm.op not in _NORMS or mul.op != GGMLOp.MUL or mul.src[0] is not norm or not _norm_ok(limits, norm):
+        return False
+    w = mul.src[1]
+    return (
+        w is not None
+        and w is not norm
+        and use_counts.get(norm.id, 0) == 1
+        and not norm.flags & TensorFlag.OUTPUT
+        and mul.type == T.F32
+        and w.type == T.F32
+        and mul.ne == norm.ne
+        and all(n % m == 0 for n, m in zip(mul.ne, w.ne, strict=True))
+        and fits(limits, w, mul)
+    )
+
+
+def bind_norm_mul(launcher: Launcher, norm: Tensor, mul: Tensor) -> list[Dispatch]:
+    """One dispatch for ``norm`` and the MUL that consumes it (see :func:`fusable_norm_mul`): writes ``mul``."""
+    a, w = src(norm, 0), src(mul, 1)
+    words = [norm.nrows, _NORMS[norm.op], f32(norm.op_param_f32(0)), 1]
+    slots = (slot(launcher, a), slot(launcher, w), None, slot(launcher, mul))
+    return [Dispatch("rows.norm", norm.nrows, slots, words)]
 
 
 # ------------------------------------------------------------------------------------------------ reductions, sorting

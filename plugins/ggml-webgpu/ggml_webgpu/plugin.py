@@ -10,7 +10,6 @@ All backends of a device share its queue, so reads and writes are ordered after 
 
 from __future__ import annotations
 
-import itertools
 import os
 import tempfile
 import threading
@@ -22,10 +21,8 @@ import numpy as np
 
 from ggml_core import (
     API_VERSION,
-    AllocationError,
     Backend,
     BackendReg,
-    Buffer,
     BufferType,
     ComputeError,
     Device,
@@ -33,6 +30,7 @@ from ggml_core import (
     DeviceProps,
     DeviceType,
     Event,
+    GGMLError,
     GGMLOp,
     Graph,
     Tensor,
@@ -43,8 +41,20 @@ from ggml_core import (
 from ggml_webgpu import _dispatch
 from ggml_webgpu._adapters import ADAPTER_TYPES, AdapterInfo, Discovery, adapter_info
 from ggml_webgpu._adapters import discover as _discover
+from ggml_webgpu._buffers import (
+    StagingRing,
+    WebGPUBuffer,
+    WebGPUBufferType,
+    WebGPUHostBuffer,
+    WebGPUHostBufferType,
+    storage_usage,
+    usage,
+)
 from ggml_webgpu._dispatch import Dispatch, Limits
-from ggml_webgpu._shaders import FAMILIES, N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, family_source
+from ggml_webgpu._f16 import probe_native_f16
+from ggml_webgpu._shaders import N_WORDS, OP_WORD, PARAM_BYTES, SLOT_BINDINGS, PipelineCache, common_source
+from ggml_webgpu._sync import WorkDone, WorkDoneToken
+from ggml_webgpu.ops_rows import bind_norm_mul, fusable_norm_mul
 
 
 def _runtime_dir() -> None:
@@ -75,11 +85,14 @@ except Exception as _exc:  # noqa: BLE001 - ImportError, or wgpu-native failing 
 __all__ = [
     "ADAPTER_TYPES",
     "AdapterInfo",
+    "DeviceOpenError",
     "WebGPUBackend",
     "WebGPUBuffer",
     "WebGPUBufferType",
     "WebGPUDevice",
     "WebGPUEvent",
+    "WebGPUHostBuffer",
+    "WebGPUHostBufferType",
     "WebGPUReg",
     "adapter_info",
     "discover",
@@ -98,8 +111,9 @@ SHOWN_LIMITS: Final = (
     "min-storage-buffer-offset-alignment",
     "min-uniform-buffer-offset-alignment",
 )
-_STORAGE_USAGE: Final = ("STORAGE", "COPY_SRC", "COPY_DST")
-_SERIALS: Final = itertools.count(1)
+#: what a device is opened with besides the two sizes (requested explicitly, so the limits are known before opening)
+_DEFAULT_ALIGNMENT: Final = 256
+_DEFAULT_MAX_GROUPS: Final = 65535
 
 
 # ================================================================================================ checks
@@ -113,180 +127,51 @@ def discover(environ: Mapping[str, str]) -> Discovery:
 # ================================================================================================ kernels
 
 
-class PipelineCache:
-    """Shader modules (one per kernel family) and compute pipelines (one per entry point) of one GPU device."""
-
-    def __init__(self, gpu: Any) -> None:
-        self._gpu = gpu
-        self._lock = threading.Lock()
-        self._modules: dict[str, Any] = {}
-        self._pipelines: dict[str, Any] = {}
-        stage = wgpu.ShaderStage.COMPUTE
-        entries = [{"binding": 0, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.uniform}}]
-        entries += [
-            {"binding": i, "visibility": stage, "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(1, 8)
-        ]
-        #: the one bind group layout of every kernel: P, A, B, C, D, ERR, E, F
-        self.layout = gpu.create_bind_group_layout(entries=entries)
-        self._pipeline_layout = gpu.create_pipeline_layout(bind_group_layouts=[self.layout])
-
-    def get(self, name: str) -> Any:
-        """The pipeline of ``family.entry``, compiled on first use (a failure raises with naga's message)."""
-        pipe = self._pipelines.get(name)
-        if pipe is not None:
-            return pipe
-        family, entry = name.split(".")
-        with self._lock:
-            if name in self._pipelines:
-                return self._pipelines[name]
-            module = self._modules.get(family)
-            if module is None:
-                try:
-                    module = self._gpu.create_shader_module(code=family_source(family), label=family)
-                except Exception as exc:
-                    raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
-                self._modules[family] = module
-            pipe = self._gpu.create_compute_pipeline(
-                layout=self._pipeline_layout, compute={"module": module, "entry_point": entry}, label=name
-            )
-            self._pipelines[name] = pipe
-            return pipe
-
-    def compile_all(self) -> None:
-        """Compile every kernel now (families otherwise compile on first use: 5-10 s for all on lavapipe)."""
-        for family, entries in FAMILIES.items():
-            for entry in entries:
-                self.get(f"{family}.{entry}")
-
-    def probe(self) -> None:
-        """Build one small kernel on the shared layout: enumeration checks that the driver compiles WGSL at all."""
-        code = (
-            "@group(0) @binding(4) var<storage, read_write> D: array<atomic<u32>>;\n"
-            "@compute @workgroup_size(64) fn main() { atomicStore(&D[0], 0u); }\n"
-        )
-        module = self._gpu.create_shader_module(code=code, label="probe")
-        self._gpu.create_compute_pipeline(
-            layout=self._pipeline_layout, compute={"module": module, "entry_point": "main"}, label="probe"
-        )
+# one shader module per kernel family, one pipeline per entry point: ``PipelineCache`` in ``_shaders.py``
 
 
 # ================================================================================================ buffers
 
-
-def _usage(*names: str) -> int:
-    u = 0
-    for n in names:
-        u |= int(getattr(wgpu.BufferUsage, n))
-    return u
-
-
-class WebGPUBufferType(BufferType):
-    """``WebGPU<i>``: storage buffers of one device, at most the adapter's largest buffer each."""
-
-    device: WebGPUDevice
-
-    def _alloc(self, size: int) -> Buffer:
-        dev = self.device
-        try:
-            gpu = dev.gpu.create_buffer(size=max(4, -(-size // 4) * 4), usage=_usage(*_STORAGE_USAGE))
-        except Exception as exc:
-            free, _ = dev.memory()
-            raise AllocationError(dev.name, size, free, f"createBuffer failed: {exc}") from exc
-        return WebGPUBuffer(self, size, gpu)
-
-
-class WebGPUBuffer(Buffer):
-    """One GPU storage buffer; reads and writes go through the device's queue (writes of partial words merge)."""
-
-    buffer_type: WebGPUBufferType
-
-    def __init__(self, buffer_type: WebGPUBufferType, size: int, gpu: Any) -> None:
-        super().__init__(buffer_type, size)
-        #: the ``GPUBuffer`` (its size is ``size`` rounded up to 4 bytes)
-        self.gpu = gpu
-        #: unique per allocation (``id()`` may be reused after a free): recorded graphs are keyed by it
-        self.serial = next(_SERIALS)
-        self.device = buffer_type.device
-        self.device.allocated += size
-
-    def _read_words(self, lo: int, hi: int) -> np.ndarray:
-        """Bytes [lo, hi) widened to whole words, as a uint8 array starting at lo rounded down."""
-        start, stop = lo - lo % 4, -(-hi // 4) * 4
-        return np.frombuffer(self.device.queue.read_buffer(self.gpu, start, stop - start), dtype=np.uint8).copy()
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        host = np.frombuffer(data, dtype=np.uint8)
-        end = offset + host.nbytes
-        if offset % 4 or end % 4:  # the queue writes whole words: merge the partial ones with what is there
-            start = offset - offset % 4
-            words = self._read_words(offset, end)
-            words[offset - start : end - start] = host
-            host, offset = words, start
-        self.device.queue.write_buffer(self.gpu, offset, host)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        dst = np.frombuffer(out, dtype=np.uint8)
-        words = self._read_words(offset, offset + dst.nbytes)
-        skip = offset % 4
-        dst[:] = words[skip : skip + dst.nbytes]
-
-    def _fill(self, offset: int, size: int, value: int) -> None:
-        if value == 0 and offset % 4 == 0 and size % 4 == 0:
-            enc = self.device.gpu.create_command_encoder()
-            enc.clear_buffer(self.gpu, offset, size)
-            self.device.queue.submit([enc.finish()])
-            return
-        step = 1 << 24
-        for o in range(offset, offset + size, step):
-            n = min(step, offset + size - o)
-            self._write(o, np.full(n, value, dtype=np.uint8).data)
-
-    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
-        aligned = not (src_offset | dst_offset | size) % 4
-        if isinstance(src, WebGPUBuffer) and src.device.gpu is self.device.gpu and aligned:
-            enc = self.device.gpu.create_command_encoder()
-            enc.copy_buffer_to_buffer(src.gpu, src_offset, self.gpu, dst_offset, size)
-            self.device.queue.submit([enc.finish()])
-            return True
-        if isinstance(src, WebGPUBuffer):  # another device or unaligned: through host memory
-            staged = np.empty(size, dtype=np.uint8)
-            src._read(src_offset, staged.data)
-            self._write(dst_offset, staged.data)
-            return True
-        host = src.host_array()
-        if host is None:
-            return False
-        self._write(dst_offset, np.ascontiguousarray(host[src_offset : src_offset + size]).data)
-        return True
-
-    def _free(self) -> None:
-        self.gpu.destroy()
-        self.device.allocated -= self.size
+# device buffers, host buffers and the staging ring of uploads: ``_buffers.py``
 
 
 # ================================================================================================ backend
 
 
 class WebGPUEvent(Event):
-    """A point in a device's queue. Waiting maps a word of a device buffer, which completes only after every
-    submission before it (wgpu-py 0.32's ``onSubmittedWorkDone`` binding is broken, so that is the portable wait)."""
+    """A point in a device's queue: ``onSubmittedWorkDone`` registered at :meth:`record` (see ``_sync``), so waiting
+    waits for the work submitted before it, not for later submissions; :meth:`query` asks without blocking. With a
+    wgpu-py whose native binding is missing, waiting maps a word of a device buffer (after every submission)."""
 
     def __init__(self, device: WebGPUDevice) -> None:
         super().__init__(device)
         self._recorded = False
+        self._token: WorkDoneToken | None = None
 
     def record(self, backend: Backend) -> None:
         """Mark the work submitted to ``backend``'s queue so far."""
         if not isinstance(backend, WebGPUBackend):
             raise TypeError(f"{self.device.name}: a WebGPU event can only be recorded on a WebGPU backend")
+        self._token = backend.device.work_done.mark()
         self._recorded = True
+
+    def query(self) -> bool:
+        """True when the recorded work is done (never blocks where the native callback is available)."""
+        if not self._recorded:
+            return True
+        if self._token is None:  # the fallback cannot ask: wait
+            self.synchronize()
+            return True
+        assert isinstance(self.device, WebGPUDevice)
+        self.device.work_done.poll()
+        return self._token.done
 
     def synchronize(self) -> None:
         """Block until the recorded work is done (a never-recorded event is complete)."""
         if self._recorded:
             assert isinstance(self.device, WebGPUDevice)
-            self.device.wait_idle()
-            self._recorded = False
+            self.device.work_done.wait(self._token)
+            self._recorded, self._token = False, None
 
 
 @dataclass
@@ -319,8 +204,12 @@ class WebGPUBackend(Backend):
         self._checked_nodes: dict[int, Tensor] = {}
         self._next_code = 0
         self._check_errors = False
-        self._dummy = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
-        self.err_buf = self.gpu.create_buffer(size=16, usage=_usage(*_STORAGE_USAGE))
+        #: fuse NORM/RMS_NORM/L2_NORM with the MUL consuming it into one dispatch (``GGML_WEBGPU_FUSION=0``: off)
+        self.fusion = os.environ.get("GGML_WEBGPU_FUSION", "1").strip() != "0"
+        #: norm + MUL pairs fused by the plans made so far
+        self.fused = 0
+        self._dummy = self.gpu.create_buffer(size=16, usage=storage_usage())
+        self.err_buf = self.gpu.create_buffer(size=16, usage=storage_usage())
 
     # ---- what binders use ---------------------------------------------------------------------------------
 
@@ -334,7 +223,7 @@ class WebGPUBackend(Backend):
         buf = self._scratch.get(slot_name)
         if buf is None or buf.size < nbytes:
             buf = self._scratch[slot_name] = self.gpu.create_buffer(
-                size=max(16, -(-nbytes // 4) * 4), usage=_usage(*_STORAGE_USAGE)
+                size=max(16, -(-nbytes // 4) * 4), usage=storage_usage()
             )
         return buf
 
@@ -382,14 +271,23 @@ class WebGPUBackend(Backend):
             return cached
         n_codes = self._next_code
         work: list[tuple[Tensor, Dispatch]] = []
-        for node in graph.nodes:
-            if node.is_view_op or node.op == GGMLOp.NONE or node.is_empty or not node.flags & TensorFlag.COMPUTE:
-                continue
+        nodes = [n for n in graph.nodes
+                 if not (n.is_view_op or n.op == GGMLOp.NONE or n.is_empty or not n.flags & TensorFlag.COMPUTE)]
+        i = 0
+        while i < len(nodes):
+            node = nodes[i]
+            nxt = nodes[i + 1] if i + 1 < len(nodes) else None
             try:
+                if self.fusion and nxt is not None and fusable_norm_mul(self.limits, node, nxt, graph.use_counts):
+                    work += [(nxt, d) for d in bind_norm_mul(self, node, nxt)]  # one dispatch for both
+                    self.fused += 1
+                    i += 2
+                    continue
                 work += [(node, d) for d in _dispatch.bind(self, node)]
             except (NotImplementedError, TensorError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
-        params = self.gpu.create_buffer(size=max(1, len(work)) * PARAM_BYTES, usage=_usage("UNIFORM", "COPY_DST"))
+            i += 1
+        params = self.gpu.create_buffer(size=max(1, len(work)) * PARAM_BYTES, usage=usage("UNIFORM", "COPY_DST"))
         host = np.zeros((max(1, len(work)), N_WORDS), dtype=np.uint32)
         steps = []
         for i, (node, d) in enumerate(work):
@@ -459,36 +357,125 @@ def _host_memory() -> int:
         return 0
 
 
-class WebGPUDevice(Device):
-    """One wgpu adapter opened as a GPU device, with its queue and kernel pipelines."""
+class DeviceOpenError(GGMLError, RuntimeError):
+    """A WebGPU device could not be opened (``requestDevice``) or cannot compile WGSL; names the device and why."""
 
-    caps = DeviceCaps(asynchronous=True, host_buffer=False, buffer_from_host_ptr=False, events=True)
+    def __init__(self, device: str, reason: str) -> None:
+        super().__init__(f"{device}: cannot be opened: {reason}")
+        self.device = device
+        self.reason = reason
+
+
+@dataclass
+class _Opened:
+    """What opening an adapter gives: the GPU device, its queue, pipelines, staging ring and work-done waits."""
+
+    gpu: Any
+    queue: Any
+    pipelines: PipelineCache
+    staging: StagingRing
+    work_done: WorkDone
+
+
+class WebGPUDevice(Device):
+    """One wgpu adapter as a GPU device. The adapter is opened (``requestDevice``, the kernels' probe) on first
+    use, not when the devices are listed: ``ggml-core devices`` reads only the adapter's properties."""
+
+    caps = DeviceCaps(asynchronous=True, host_buffer=True, buffer_from_host_ptr=False, events=True)
 
     def __init__(self, name: str, info: AdapterInfo, adapter: Any, max_binding: int | None = None) -> None:
         super().__init__(name, info.description, device_id=f"wgpu:{info.index}")
         self.info = info
         self.type = info.type
-        wanted = {k: info.limits[k] for k in ("max-buffer-size", "max-storage-buffer-binding-size") if k in info.limits}
-        feats = [f for f in ("shader-f16",) if f in info.features]
-        #: the wgpu GPUDevice
-        self.gpu = adapter.request_device_sync(required_features=feats, required_limits=wanted)
-        self.queue = self.gpu.queue
-        lim = self.gpu.limits
+        self._adapter = adapter
+        lim = info.limits
         binding = int(lim["max-storage-buffer-binding-size"])
+        #: what the device is opened with: the adapter's largest buffer and binding, WebGPU's default alignment
+        #: and workgroup count (known without opening it)
+        self.requested_limits = {
+            "max-buffer-size": int(lim["max-buffer-size"]),
+            "max-storage-buffer-binding-size": binding,
+            "min-storage-buffer-offset-alignment": max(_DEFAULT_ALIGNMENT,
+                                                       int(lim.get("min-storage-buffer-offset-alignment", 0))),
+            "max-compute-workgroups-per-dimension": min(_DEFAULT_MAX_GROUPS,
+                                                        int(lim.get("max-compute-workgroups-per-dimension",
+                                                                    _DEFAULT_MAX_GROUPS))),
+        }
         self.limits = Limits(
             max_binding=min(binding, max_binding) if max_binding else binding,
-            offset_alignment=int(lim["min-storage-buffer-offset-alignment"]),
-            max_groups=int(lim["max-compute-workgroups-per-dimension"]),
+            offset_alignment=self.requested_limits["min-storage-buffer-offset-alignment"],
+            max_groups=self.requested_limits["max-compute-workgroups-per-dimension"],
         )
         #: bytes allocated in this device's buffers (wgpu has no free-memory query)
         self.allocated = 0
-        self.pipelines = PipelineCache(self.gpu)
-        self._fence = self.gpu.create_buffer(size=4, usage=_usage(*_STORAGE_USAGE))
+        self._opened: _Opened | None = None
+        #: how f16 storage is loaded: decided when the device is opened (``_f16``)
+        self.f16_loads = "decided when the device is opened"
+        self._open_lock = threading.Lock()
+        self._open_error: str | None = None
         self._buft = WebGPUBufferType(name, self, alignment=ALIGNMENT, max_size=int(lim["max-buffer-size"]))
+        self._host_buft = WebGPUHostBufferType(self)
+
+    # ---- opening ------------------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the adapter has been opened (by a backend, a buffer or a wait)."""
+        return self._opened is not None
+
+    def _open(self) -> _Opened:
+        opened = self._opened
+        if opened is not None:
+            return opened
+        with self._open_lock:
+            if self._open_error is not None:  # opened once and failed: the same error, without asking again
+                raise DeviceOpenError(self.name, self._open_error)
+            if self._opened is None:
+                feats = [f for f in ("shader-f16",) if f in self.info.features]
+                try:
+                    gpu = self._adapter.request_device_sync(required_features=feats,
+                                                            required_limits=self.requested_limits)
+                    native, self.f16_loads = False, "integer (GGML_WEBGPU_F16=0)"
+                    if os.environ.get("GGML_WEBGPU_F16", "1").strip() != "0":
+                        native, self.f16_loads = probe_native_f16(gpu, common_source())
+                    pipelines = PipelineCache(gpu, native)
+                    pipelines.probe()
+                except Exception as exc:
+                    self._open_error = f"{type(exc).__name__}: {exc}"
+                    raise DeviceOpenError(self.name, self._open_error) from exc
+                fence = gpu.create_buffer(size=4, usage=storage_usage())
+                self._opened = _Opened(gpu, gpu.queue, pipelines, StagingRing(gpu), WorkDone(gpu, fence))
+            return self._opened
+
+    @property
+    def gpu(self) -> Any:
+        """The wgpu ``GPUDevice`` (opening the adapter on first use)."""
+        return self._open().gpu
+
+    @property
+    def queue(self) -> Any:
+        """The device's queue, shared by all its backends."""
+        return self._open().queue
+
+    @property
+    def pipelines(self) -> PipelineCache:
+        """The device's compiled kernels."""
+        return self._open().pipelines
+
+    @property
+    def staging(self) -> StagingRing:
+        """The mapped upload buffers every large write goes through."""
+        return self._open().staging
+
+    @property
+    def work_done(self) -> WorkDone:
+        """Work-done notifications of the queue (events, waits)."""
+        return self._open().work_done
 
     def wait_idle(self) -> None:
-        """Block until every submission to the queue has finished (mapping a word waits for them all)."""
-        self.queue.read_buffer(self._fence, 0, 4)
+        """Block until every submission to the queue has finished (nothing to wait for when never opened)."""
+        if self._opened is not None:
+            self._opened.work_done.wait_all()
 
     def memory(self) -> tuple[int, int]:
         """(total minus what this process allocated, total): host memory, as wgpu has no memory query."""
@@ -505,6 +492,8 @@ class WebGPUDevice(Device):
                 "features": ", ".join(self.info.features),
                 **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
                 "binding window": self.limits.max_binding,
+                "opened": self.is_open,
+                "f16 loads": self.f16_loads,
         }
         p.extra.update(extra)
         return p
@@ -512,6 +501,10 @@ class WebGPUDevice(Device):
     def buffer_type(self) -> BufferType:
         """Device memory."""
         return self._buft
+
+    def host_buffer_type(self) -> BufferType:
+        """Host memory whose uploads go through the staging ring (``WebGPU<i>_Host``)."""
+        return self._host_buft
 
     def init_backend(self, params: str | None = None) -> Backend:
         """A new stream on this device (sharing the device's queue)."""
@@ -569,7 +562,7 @@ class WebGPUReg(BackendReg):
         self._reason = value
 
     def enumerate_devices(self) -> list[Device]:
-        """Discover the adapters, open each and compile the kernels, name the survivors WebGPU0, WebGPU1…"""
+        """Discover the adapters and name them WebGPU0, WebGPU1… (each is opened on first use, not here)."""
         env = os.environ if self._environ is None else self._environ
         found = discover(env)
         self.skipped = dict(found.skipped)
@@ -587,7 +580,6 @@ class WebGPUReg(BackendReg):
         for info, adapter in found.adapters:
             try:
                 dev = WebGPUDevice(f"WebGPU{len(devices)}", info, adapter, max_binding)
-                dev.pipelines.probe()
             except Exception as exc:  # noqa: BLE001 - one adapter failing must not hide the others
                 self.skipped[f"{info.index} {info.description}"] = f"cannot be used: {type(exc).__name__}: {exc}"
                 continue

@@ -29,6 +29,12 @@
 #ifndef MV_LS
 #define MV_LS 1
 #endif
+#ifndef MV_RB
+#define MV_RB 1
+#endif
+#ifndef MV_VW
+#define MV_VW 16
+#endif
 
 // the tile's TM weight rows are GEMM_TV vectors of GEMM_VW floats (TM = 32 as two float16)
 #ifndef GEMM_VW
@@ -98,12 +104,24 @@ kernel void k_gemm(global const float* at, int K, int Mc, int Mv, int a2, int r2
 
 #else  // MV_T: the matrix-vector kernel for weight type MV_T
 
-inline float hsum16(float16 v) {
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
+inline float hsum8(float8 v) {
+    const float4 b = v.lo + v.hi;
     const float2 c = b.lo + b.hi;
     return c.x + c.y;
 }
+
+inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+
+// the accumulators: MV_VW (16 or 8) lanes; 8 halves the registers a row takes (AVX2 has 16 vector registers)
+#if MV_VW == 16
+#define MV_ACC float16
+#define MV_MAD(y, x, t) mad((y), (x), (t))
+#define MV_HSUM(v) hsum16(v)
+#else
+#define MV_ACC float8
+#define MV_MAD(y, x, t) mad((y).hi, (x).hi, mad((y).lo, (x).lo, (t)))
+#define MV_HSUM(v) hsum8(v)
+#endif
 
 // values [32c, 32c + 32) of a weight row as two float16 (zeros past K). The common types are decoded with vector
 // operations in dq32's arithmetic (the same float products, so the same values bit for bit; shifts on int
@@ -255,49 +273,55 @@ inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float1
 #define MV_CHUNK(u, v) ((u) * MV_U + (v))  // the chunk of 32 values that part v of unit u holds
 #endif
 
-// dst[n, m] for MV_R weight rows per work-group of MV_LS items (rows past M are read clamped and not written), all N columns in
-// passes of MV_NC; b: f32 rows (ldb, sb2, sb3 element strides), dst: f32 (ldd, sd2, sd3).
+// dst[n, m] for MV_RB blocks of MV_R weight rows per work-group of MV_LS items (rows past M are read clamped and
+// not written; the blocks one after the other, so that few large groups cover the matrix: a CPU device pays for
+// every group it schedules), all N columns in passes of MV_NC; b: f32 rows (ldb, sb2, sb3 element strides), dst:
+// f32 (ldd, sd2, sd3).
 kernel void k_mv(TENSOR(a), int r2, int r3, global const uchar* b_p, ulong b_o, long ldb, long sb2, long sb3, int N,
                  int b2, global uchar* d_p, ulong d_o, long ldd, long sd2, long sd3, local float* scratch) {
-    const int m0 = get_group_id(0) * MV_R, ib = get_global_id(1);
+    const int ib = get_global_id(1);
     const int lid = MV_LS > 1 ? get_local_id(0) : 0;
     const int i2 = ib % b2, i3 = ib / b2, K = a_ne.s0, M = a_ne.s1;
-    global const uchar* rows[MV_R];
-    for (int r = 0; r < MV_R; ++r) rows[r] = AT(a, 0, min(m0 + r, M - 1), i2 / r2, i3 / r3);
     global const float* bb = (global const float*)(b_p + b_o) + i2 * sb2 + i3 * sb3;
     global float* dd = (global float*)(d_p + d_o) + i2 * sd2 + i3 * sd3;
     const int nu = (K + 32 * MV_U - 1) / (32 * MV_U);
-    for (int n0 = 0; n0 < N; n0 += MV_NC) {
-        float16 acc[MV_R][MV_NC];
-        for (int r = 0; r < MV_R; ++r)
-            for (int j = 0; j < MV_NC; ++j) acc[r][j] = (float16)(0.0f);
-        for (int u = lid; u < nu; u += MV_LS) {
-            float16 y[MV_R][MV_V];
+    for (int blk = 0; blk < MV_RB; ++blk) {
+        const int m0 = (get_group_id(0) * MV_RB + blk) * MV_R;
+        if (m0 >= M) break;  // the same for every item of the group: no barrier is skipped by some only
+        global const uchar* rows[MV_R];
+        for (int r = 0; r < MV_R; ++r) rows[r] = AT(a, 0, min(m0 + r, M - 1), i2 / r2, i3 / r3);
+        for (int n0 = 0; n0 < N; n0 += MV_NC) {
+            MV_ACC acc[MV_R][MV_NC];
+            for (int r = 0; r < MV_R; ++r)
+                for (int j = 0; j < MV_NC; ++j) acc[r][j] = (MV_ACC)(0.0f);
+            for (int u = lid; u < nu; u += MV_LS) {
+                float16 y[MV_R][MV_V];
 #pragma unroll
-            for (int r = 0; r < MV_R; ++r) mv_load_unit(rows[r], a_nb.s0, u, K, y[r]);
+                for (int r = 0; r < MV_R; ++r) mv_load_unit(rows[r], a_nb.s0, u, K, y[r]);
 #pragma unroll
-            for (int j = 0; j < MV_NC; ++j) {
-                float16 x[MV_V];
-                global const float* bn = bb + (long)min(n0 + j, N - 1) * ldb;
+                for (int j = 0; j < MV_NC; ++j) {
+                    float16 x[MV_V];
+                    global const float* bn = bb + (long)min(n0 + j, N - 1) * ldb;
 #pragma unroll
-                for (int v = 0; v < MV_U; ++v) mv_act(bn, MV_CHUNK(u, v), K, &x[2 * v], &x[2 * v + 1]);
+                    for (int v = 0; v < MV_U; ++v) mv_act(bn, MV_CHUNK(u, v), K, &x[2 * v], &x[2 * v + 1]);
 #pragma unroll
-                for (int r = 0; r < MV_R; ++r) {
-                    float16 t = acc[r][j];
+                    for (int r = 0; r < MV_R; ++r) {
+                        MV_ACC t = acc[r][j];
 #pragma unroll
-                    for (int v = 0; v < MV_V; ++v) t = mad(y[r][v], x[v], t);
-                    acc[r][j] = t;
+                        for (int v = 0; v < MV_V; ++v) t = MV_MAD(y[r][v], x[v], t);
+                        acc[r][j] = t;
+                    }
                 }
             }
-        }
-        for (int r = 0; r < MV_R; ++r) {
-            for (int j = 0; j < MV_NC; ++j) {
+            for (int r = 0; r < MV_R; ++r) {
+                for (int j = 0; j < MV_NC; ++j) {
 #if MV_LS > 1  // a local reduction (barriers only where there is more than one item)
-                const float s = group_sum(hsum16(acc[r][j]), scratch);
+                    const float s = group_sum(MV_HSUM(acc[r][j]), scratch);
 #else
-                const float s = hsum16(acc[r][j]);
+                    const float s = MV_HSUM(acc[r][j]);
 #endif
-                if (lid == 0 && m0 + r < M && n0 + j < N) dd[(long)(n0 + j) * ldd + m0 + r] = s;
+                    if (lid == 0 && m0 + r < M && n0 + j < N) dd[(long)(n0 + j) * ldd + m0 + r] = s;
+                }
             }
         }
     }

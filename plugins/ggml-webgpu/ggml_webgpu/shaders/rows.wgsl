@@ -24,7 +24,8 @@ fn group_max(v: f32, l: u32) -> f32 {
     return red[0];
 }
 
-// words: n_rows, mode (0 norm, 1 rms_norm, 2 l2_norm), eps
+// words: n_rows, mode (0 norm, 1 rms_norm, 2 l2_norm), eps, fused (1: D = norm(A) * repeat(B), the MUL that
+// consumed the norm folded in; the norm's own result is not written)
 @compute @workgroup_size(64)
 fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -56,7 +57,17 @@ fn norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else {
         scale = 1.0 / sqrt(sum / f32(n) + eps);
     }
-    for (var k = l; k < n; k += WG) { d_st32(dst + k * nb(TD, 0u), bitcast<u32>((A_f32(src + k * s0) - mean) * scale)); }
+    if (pu(OP + 3u) == 0u) {
+        for (var k = l; k < n; k += WG) { d_st32(dst + k * nb(TD, 0u), bitcast<u32>((A_f32(src + k * s0) - mean) * scale)); }
+        return;
+    }
+    // the MUL: the same f32 product of the rounded norm value and the weight as the unfused pair computes
+    let w = at(TB, 0u, i.x % ne(TB, 1u), i.y % ne(TB, 2u), i.z % ne(TB, 3u));
+    let nw = ne(TB, 0u);
+    for (var k = l; k < n; k += WG) {
+        let v = (A_f32(src + k * s0) - mean) * scale;
+        d_st32(dst + k * nb(TD, 0u), bitcast<u32>(v * B_f32(w + (k % nw) * nb(TB, 0u))));
+    }
 }
 
 fn alibi_slope(max_bias: f32, m0: f32, m1: f32, n_head_log2: u32, h: u32) -> f32 {

@@ -50,6 +50,8 @@ DOT_TYPE: Final = {
     GGMLType.Q4_K: GGMLType.Q8_K,
     GGMLType.Q5_K: GGMLType.Q8_K,
     GGMLType.Q6_K: GGMLType.Q8_K,
+    # gpt-oss's experts: no block kernel, dequantized tiles (exact: E2M1 values times a power of two) + SGEMM
+    GGMLType.MXFP4: GGMLType.Q8_0,
 }
 
 #: weight types with compiled block kernels (:mod:`.legacy`, :mod:`.kquants`)
@@ -73,9 +75,9 @@ def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
     """(block-kernel specs, tile-dequantizer specs, VNNI?) — importing the kernel modules, and numba, on first use."""
     if not _specs:
         if _jit.enabled():
-            from ggml_cpu.kernels.qdot import _simd, dequant, kquants, legacy
+            from ggml_cpu.kernels.qdot import _simd, dequant, fp4, kquants, legacy
 
-            _specs.append(({**legacy.SPECS, **kquants.SPECS}, dict(dequant.SPECS), _simd.HAS_VNNI))
+            _specs.append(({**legacy.SPECS, **kquants.SPECS}, {**dequant.SPECS, **fp4.SPECS}, _simd.HAS_VNNI))
         else:
             _specs.append(({}, {}, False))
     return _specs[0]
