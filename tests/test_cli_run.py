@@ -137,6 +137,27 @@ def test_flash_attention_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert np.abs(np.load(npy) - ref).max() < 3e-3 * np.abs(ref).max()
 
 
+def test_flash_attention_auto_is_on_where_every_layer_runs_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-fa auto`` (llama.cpp's default): on for the CPU (it runs FLASH_ATTN_EXT), off when a layer's device does
+    not run the op; ``-fa off`` is the default here."""
+    from ggml_core import GGMLOp
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+
+    path, _ = _tiny(tmp_path)
+    run = ("run", str(path), "--tokens", "1,2", "--device", "CPU", "-n", "1", "--json")
+    assert _json(capsys, *run, "-fa", "auto")["flash_attn"] is True
+    assert _json(capsys, *run)["flash_attn"] is False
+    assert _json(capsys, *run, "--flash-attn", "on")["flash_attn"] is True
+    cpu = get_registry().get_device("CPU")
+    plain = type(cpu).supports_op
+    monkeypatch.setattr(type(cpu), "supports_op", lambda d, op: op.op != GGMLOp.FLASH_ATTN_EXT and plain(d, op))
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), flash_attn=None, n_ctx=16, progress=False)
+    with Model.load(path, params) as m:
+        assert m.params.flash_attn is False and m.kv.v_trans
+
+
 def test_plan_json_and_svg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     if not scheduler_available():
         pytest.skip("the scheduler (ggml_core.sched) is not installed")

@@ -88,6 +88,21 @@ def test_quantized_weights_match_llama_cpp(tmp_path: Path, built: None, arch: st
     assert np.abs(got - want).max() <= 1e-3, f"{arch} {wtype}: max |Δlogit| = {np.abs(got - want).max():.3g}"
 
 
+def test_q8_0_activation_ties_round_half_to_even_as_llama_cpp(tmp_path: Path, built: None) -> None:
+    """ggml-cpu's x86 Q8_0 activation quantizer multiplies by 127/amax and rounds half to even (not the reference
+    quantizer's roundf): this q8_0 model (tests/test_models_llama.py's seed 1) has an activation exactly on a tie
+    in float32, where rounding it away from zero put the logits 0.014 from llama.cpp's (NMSE 8e-6) instead of
+    2.4e-7; a float64 reference, a float32 ulp away from the tie, cannot see it."""
+    cfg = TinyConfig()
+    path = write_model(tmp_path / "llama-q8_0-tie.gguf", cfg, random_weights(cfg, 1), "q8_0", vocab=True)
+    tokens = TOKENS[:14]
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(tokens)
+    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
+    with Model.load(path, params) as m:
+        got = m.process_prompt(tokens, all_logits=True)
+    assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
+
+
 def fuse_phi3(cfg: TinyConfig, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Phi 3's file layout from separate weights: attn_qkv = rows q | k | v, ffn_up = rows gate | up."""
     out = dict(w)

@@ -14,9 +14,14 @@ The model is sensitive: ggml rounds activations to Q8_0/Q8_K before every produc
 so float32-level differences (summation order) that cross a rounding step cascade through 18 layers; ggml-core's
 logits and the float64 reference's differ by a few tenths, and their top-1 margins by up to ~0.2. Two steps of that
 continuation are near-ties in float64 ('largest' vs 'capital' by 0.014, '.' vs ' and' by 0.012) that any
-implementation not bit-identical to llama.cpp's resolves by chance. So the test checks top-1 agreement where the
+implementation not bit-identical to llama.cpp's resolves by chance. llama.cpp is not immune either: its own
+flash-attention and soft_max configurations differ from each other by up to 1.25 in a logit (0.86 on average per
+step) along this text, as much as ggml-core differs from either. So the test checks top-1 agreement where the
 reference's margin is at least ``MARGIN`` (0.3, above the observed 0.2 shifts), the NMSE of the logits against a
-bound that a wrong rope base fails, and the greedy text against llama.cpp's up to its first near-tie.
+bound that a wrong rope base fails, and the whole 16-token greedy text against llama.cpp's: equal, or parting from
+it only at a near-tie between the two tokens (``_check_greedy``). On the CPU here ggml-core prints llama.cpp's
+whole text since its Q8_0 activations are quantized as ggml-cpu's x86 code does (position 0's logits then agree
+with llama.cpp's to 3e-6); that is not asserted, as it rests on the near-ties.
 """
 
 from __future__ import annotations
@@ -152,6 +157,23 @@ def _reference_logits(path: Path, ids: list[int], local_base: float = 10000.0) -
     return np.concatenate([x @ emb[i : i + 32768].astype(np.float64).T for i in range(0, emb.shape[0], 32768)], 1)
 
 
+def _check_greedy(greedy: list[int], cont: list[int], logits: np.ndarray, first: int) -> int:
+    """The whole greedy text against ``cont``, each step's token chosen from ``logits[first + i]`` (a reference's
+    logits along ``cont``): equal up to the first difference, and that one only at a near-tie of the reference
+    (top-2 margin below MARGIN) between the two tokens chosen (the reference's one-batch logits need not rank
+    ``cont``'s token first: llama.cpp's own do not at its step 11); after it the texts may part legitimately.
+    Returns the number of equal leading tokens (``len(cont)``: the whole text is equal)."""
+    same = next((i for i, (a, b) in enumerate(zip(greedy, cont, strict=True)) if a != b), len(cont))
+    if same < len(cont):
+        row = logits[first + same]
+        top2 = np.argsort(row)[-2:]
+        margin = float(row[top2[1]] - row[top2[0]])
+        assert margin < MARGIN and {greedy[same], cont[same]} == set(top2.tolist()), (
+            f"greedy token {same} is {greedy[same]}, the reference's is {cont[same]} with a margin of {margin:.3f}"
+        )
+    return same
+
+
 def _nmse(got: np.ndarray, ref: np.ndarray) -> float:
     c = ref - ref.mean(-1, keepdims=True)
     return float((((got - got.mean(-1, keepdims=True)) - c) ** 2).sum() / (c**2).sum())
@@ -183,10 +205,10 @@ def test_gemma3_270m_against_the_references(gemma: Path) -> None:
     # llama.cpp's continuation is the reference's top-1 wherever the reference is not a near-tie
     steps = np.arange(len(prompt) - 1, len(ids) - 1)
     assert all(ref[s].argmax() == ids[s + 1] for s in steps if margins[s] >= MARGIN)
-    # greedy generation reproduces llama.cpp's text up to the first near-tie of the reference
+    # greedy generation reproduces llama.cpp's whole text, departing from it only at a near-tie of the reference
     first_tie = next((i for i, s in enumerate(steps) if margins[s] < MARGIN), len(cont))
     assert first_tie >= 4
-    assert greedy[:first_tie] == cont[:first_tie], (tok.decode(greedy), LLAMA_CPP_CONTINUATION)
+    assert _check_greedy(greedy, cont, ref, len(prompt) - 1) >= first_tie, (tok.decode(greedy), LLAMA_CPP_CONTINUATION)
 
 
 # ------------------------------------------------------------------------------------ llama.cpp, same run
@@ -259,7 +281,7 @@ def test_gemma3_270m_logits_and_greedy_text_match_llama_cpp(gemma: Path, llama_c
     assert (ours.argmax(1) == theirs.argmax(1))[wide].all()
     steps = range(len(prompt) - 1, len(ids) - 1)
     first_tie = next((i for i, s in enumerate(steps) if not wide[s]), len(lc_gen))
-    assert greedy[:first_tie] == lc_gen[:first_tie], (tok.decode(greedy), tok.decode(lc_gen))
+    assert _check_greedy(greedy, lc_gen, theirs, len(prompt) - 1) >= first_tie, (tok.decode(greedy), tok.decode(lc_gen))
 
 
 def test_gemma3_270m_split_over_cpu_and_opencl(gemma: Path) -> None:

@@ -48,7 +48,10 @@ def test_f32_weights_f32_cache_match_to_float32_rounding(tmp_path: Path) -> None
 @pytest.mark.parametrize("kv_type", ["f32", "f16"])
 def test_weight_and_cache_types_follow_ggml_numerics(tmp_path: Path, wtype: str, kv_type: str) -> None:
     cfg = TinyConfig()
-    path, w = _model(tmp_path, cfg, wtype, seed=1)
+    # seed 2: seed 1's q8_0 model has an activation exactly on a Q8_0 rounding tie in float32, which ggml rounds half
+    # to even and the float64 reference (an ulp away) cannot see; tests/test_families_vs_llama_cpp.py checks that
+    # model against llama.cpp (test_q8_0_activation_ties_round_half_to_even_as_llama_cpp)
+    path, w = _model(tmp_path, cfg, wtype, seed=2)
     with _load(path, kv_type=kv_type) as m:
         got = m.process_prompt(TOKENS, all_logits=True)
     ref = reference_logits(cfg, w, TOKENS, wtype, kv_type)

@@ -3,8 +3,9 @@ directory (never committed), and a numpy forward pass written from the architect
 
 The reference follows ggml's numerics where they differ from the textbook (ggml-semantics.md): a product with
 quantized weights first rounds the activations through the weight type's dot type (Q8_0 for Q4_0/Q8_0, Q8_K for
-Q4_K), f16 weights round them to f16; an f16 KV cache stores K and V in f16, so q (for q·Kᵀ) and the softmax
-probabilities (for ·V) are rounded to f16 too. Everything else is float64 from the definitions.
+Q4_K; Q8_0 as ggml-cpu's x86 ``quantize_row_q8_0``: ``127/amax``, round half to even), f16 weights round them to
+f16; an f16 KV cache stores K and V in f16, so q (for q·Kᵀ) and the softmax probabilities (for ·V) are rounded to
+f16 too. Everything else is float64 from the definitions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
+from ggml_core.testing.reference.matmul import activations
 
 __all__ = ["TinyConfig", "add_placeholder_vocab", "random_weights", "reference_logits", "weight_type_of", "write_model"]
 
@@ -253,7 +256,10 @@ def _round_acts(x: np.ndarray, wtype: str) -> np.ndarray:
         return x
     if dot == "f16":
         return x.astype(np.float32).astype(np.float16).astype(np.float64)
-    return dequantize(quantize(np.ascontiguousarray(x, dtype=np.float32), dot), dot).astype(np.float64)
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    if dot == "q8_0":  # ggml-cpu's x86 from_float, not the reference quantizer: q = rint(x·(127/amax)), d = f16
+        return activations(x32, GGMLType.Q8_0).astype(np.float64)
+    return dequantize(quantize(x32, dot), dot).astype(np.float64)
 
 
 def _rms_norm(x: np.ndarray, eps: float) -> np.ndarray:

@@ -69,7 +69,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     c.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
     c.add_argument("--kv-type", choices=["f16", "f32"], default="f16", help="KV cache type (default f16)")
-    c.add_argument("--flash-attn", "-fa", action="store_true", help="attention with FLASH_ATTN_EXT")
+    c.add_argument(
+        "--flash-attn",
+        "-fa",
+        nargs="?",
+        const="on",
+        default="off",
+        choices=["on", "off", "auto"],
+        help="FLASH_ATTN_EXT attention: on, off (default) or auto (llama.cpp's default: on where every layer's "
+        "device runs it); a bare -fa is on",
+    )
     c.add_argument("--threads", "-t", type=int_in(1, MAX_THREADS), help="CPU threads")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -147,7 +156,7 @@ def model_params(
         placement=req,
         n_ctx=n_ctx,
         kv_type=args.kv_type,
-        flash_attn=args.flash_attn,
+        flash_attn={"on": True, "off": False}.get(args.flash_attn),
         batch_size=args.batch_size,
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),

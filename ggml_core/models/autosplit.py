@@ -370,7 +370,7 @@ class _Timer:
                     n_tokens,
                     n_kv,
                     all_logits=True,
-                    flash_attn=self.params.flash_attn,
+                    flash_attn=bool(self.params.flash_attn),
                     graph_size=graph_size_for(hp),
                 )
                 x = ctx.new_tensor("f32", (hp.n_embd, n_tokens), "autosplit_x").set_input()

@@ -185,7 +185,7 @@ def measure(
         min(params.batch_size, n_ctx),
         n_ctx,
         all_logits=True,
-        flash_attn=params.flash_attn,
+        flash_attn=bool(params.flash_attn),  # auto (None) is resolved after the fit: sized as soft_max
     )
     own = backends is None
     pool = backends or _Backends()

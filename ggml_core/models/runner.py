@@ -18,10 +18,19 @@ from typing import Any, Final, TextIO
 
 import numpy as np
 
+from ggml_core import ops
+from ggml_core._context import Context
 from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
 from ggml_core.models.autosplit import Workload, plan_auto
-from ggml_core.models.bufts import KVInfo, ProbeShapes, WeightInfo, assign_weights
+from ggml_core.models.bufts import (
+    PROBE_TOKENS,
+    KVInfo,
+    ProbeShapes,
+    WeightInfo,
+    _ProbeBuffer,
+    assign_weights,
+)
 from ggml_core.models.executor import Executor
 from ggml_core.models.fit import FitParams, fit_model
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
@@ -46,6 +55,7 @@ __all__ = [
     "check_context",
     "compute_estimate",
     "default_n_ctx",
+    "flash_attn_auto",
 ]
 
 #: the cache window a graph attends over is padded to a multiple of this many cells (llama.cpp uses 256)
@@ -62,7 +72,9 @@ class ModelParams:
     #: KV cache cells (the context size); None: :func:`default_n_ctx`
     n_ctx: int | None = None
     kv_type: str = "f16"
-    flash_attn: bool = False
+    #: FLASH_ATTN_EXT instead of SOFT_MAX attention; None: llama.cpp's ``-fa auto`` (on when every layer's device
+    #: runs it, see :func:`flash_attn_auto`)
+    flash_attn: bool | None = False
     batch_size: int = 512
     n_threads: int | None = None
     #: show the upload progress bar and MB/s
@@ -195,6 +207,8 @@ class Model:
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
         params, placement = _plan(f, hp, specs, params)
+        if params.flash_attn is None:
+            params = replace(params, flash_attn=flash_attn_auto(hp, placement, params.kv_type))
         weights = load_weights(f, specs, placement, progress=params.progress, stream=stream, upload=upload)
         kv: KVCache | None = None
         executor: Executor | None = None
@@ -232,7 +246,7 @@ class Model:
             n,
             self.n_kv_for(self.kv.kv_size),
             all_logits=True,
-            flash_attn=self.params.flash_attn,
+            flash_attn=bool(self.params.flash_attn),
         )
 
     def reserve(self) -> None:
@@ -299,7 +313,7 @@ class Model:
             n_tokens,
             n_kv,
             all_logits=all_logits,
-            flash_attn=self.params.flash_attn,
+            flash_attn=bool(self.params.flash_attn),
         )
         self._graphs[key] = bg
         while len(self._graphs) > GRAPH_CACHE:
@@ -415,6 +429,38 @@ class Model:
                 last = self.decode([tok])[-1]
         result.gen_seconds = time.perf_counter() - t1
         return result
+
+
+def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
+    """llama.cpp's ``--flash-attn auto``: FLASH_ATTN_EXT when the device of every layer runs it on that layer's
+    cache (as llama.cpp checks that no FLASH_ATTN_EXT node left its layer's device), else SOFT_MAX attention.
+
+    The op is probed on stand-ins (a 512-token batch over 256 cells of ``kv_type``, the cache bound to a zero-size
+    buffer of its device's buffer type); a device whose ``supports_op`` raises counts as not supporting it. On the
+    CPU it is on, as in llama.cpp, whose CPU backend runs FLASH_ATTN_EXT.
+    """
+    t = as_type(kv_type)
+    n_kv = KV_PAD
+    seen: dict[tuple[int, int], bool] = {}
+    for il in range(hp.n_layer):
+        dev, kv_dev = placement.device_of(il), placement.kv_device_of(il)
+        key = (id(dev), id(kv_dev))
+        if key not in seen:
+            with Context("probe flash_attn") as ctx:
+                q = ctx.new_tensor("f32", (hp.head_dim_k, PROBE_TOKENS, hp.n_head), "probe_q")
+                k = ctx.new_tensor(t, (hp.head_dim_k, n_kv, hp.n_head_kv), "probe_k")
+                v = ctx.new_tensor(t, (hp.head_dim_v, n_kv, hp.n_head_kv), "probe_v")
+                mask = ctx.new_tensor("f16", (n_kv, PROBE_TOKENS), "probe_mask")
+                node = ops.flash_attn_ext(q, k, v, mask, 1.0, 0.0, hp.attn_softcap)
+            for c in (k, v):
+                c.buffer, c.data_offset = _ProbeBuffer(kv_dev.buffer_type(), 0), 0
+            try:
+                seen[key] = bool(dev.supports_op(node))
+            except Exception:  # noqa: BLE001 - a plugin's predicate failing means "no", as the scheduler treats it
+                seen[key] = False
+        if not seen[key]:
+            return False
+    return True
 
 
 def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:

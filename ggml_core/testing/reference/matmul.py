@@ -2,7 +2,9 @@
 
 ggml's CPU first converts the activations (src1 rows) to the weight type's ``vec_dot_type`` — Q8_0, Q8_1, Q8_K,
 f16 or bf16 — and multiplies the weights with that rounded copy. The reference does the same rounding with
-:mod:`ggml_core.quants` (bit-exact with ggml), then multiplies in float64. Dims 2 and 3 broadcast by
+:mod:`ggml_core.quants` (bit-exact with ggml), then multiplies in float64. For Q8_0 / Q8_1 that is the CPU's
+``from_float``, not the reference quantizer: ggml-cpu's x86 code (AVX and up) multiplies by ``127/amax`` and
+rounds half to even (blocks holding NaN or infinity take the reference quantizer here). Dims 2 and 3 broadcast by
 *repetition*: weight slice ``i // ratio`` serves activation slice ``i``.
 """
 
@@ -65,7 +67,17 @@ def activations(x: np.ndarray, wtype: GGMLType) -> np.ndarray:
         return v
     if dot == T.F16:
         return v.astype(np.float16).astype(np.float32)
-    return dequantize(quantize(v, dot), dot).reshape(v.shape)
+    ref = dequantize(quantize(v, dot), dot).reshape(v.shape)
+    if dot not in (T.Q8_0, T.Q8_1):
+        return ref
+    blocks = v.reshape(*v.shape[:-1], -1, 32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        amax = np.abs(blocks).max(axis=-1, keepdims=True)
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
+        x86 = (np.rint(blocks * inv) * d).astype(np.float32).reshape(v.shape)
+    finite = np.repeat(np.isfinite(amax), 32, axis=-1).reshape(v.shape)
+    return np.where(finite, x86, ref)
 
 
 def _repeat_to(w: np.ndarray, d3: int, d2: int) -> np.ndarray:

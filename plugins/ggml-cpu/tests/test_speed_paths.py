@@ -1,6 +1,7 @@
 """The CPU plugin's fast paths against numpy references and the slow reference path (correctness only, no timing).
 
-* activation quantizers (compiled) give exactly ``ggml_core.quants.quantize``'s bytes for Q8_0 / Q8_1 / Q8_K;
+* activation quantizers (compiled) give exactly ggml-cpu's x86 ``from_float`` bytes for Q8_0 / Q8_1 / Q8_K (written
+  here from ``arch/x86/quants.c``: ``127/amax`` and round half to even for Q8_0 / Q8_1, the reference for Q8_K);
 * tile dequantizers give exactly ``ggml_core.quants.dequantize``'s floats;
 * the block kernels and the tile route of ``qmatmul`` agree with a float64 reference written from ggml's
   definition (activations rounded to the dot type, then the product) to ~1e-6 relative;
@@ -46,13 +47,41 @@ def _rows(r: np.random.Generator, n: int, k: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ activations
 
 
+def _x86_q8_32(x: np.ndarray, dot: GGMLType) -> np.ndarray:
+    """ggml-cpu's x86 ``quantize_row_q8_0`` / ``quantize_row_q8_1`` for finite rows, block by block in float32."""
+    out = []
+    for row in x:
+        blocks = []
+        for blk in row.reshape(-1, 32):
+            amax = np.float32(np.abs(blk).max())
+            d = np.float32(amax / np.float32(127))
+            inv = np.float32(np.float32(127) / amax) if amax else np.float32(0)
+            q = np.rint(blk * inv).astype(np.int8)  # _mm256_round_ps(_MM_ROUND_NEAREST): half to even
+            head = np.float16(d).tobytes()
+            if dot == GGMLType.Q8_1:
+                head += np.float16(d * np.float32(q.astype(np.int32).sum())).tobytes()
+            blocks.append(np.frombuffer(head + q.tobytes(), np.uint8))
+        out.append(np.concatenate(blocks))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1])
+def test_from_float_is_ggml_cpus_x86_quantizer_not_the_reference(dot: GGMLType) -> None:
+    x = _rows(rng(1), 5, 512)
+    np.testing.assert_array_equal(qdot.from_float(x, dot), _x86_q8_32(x, dot))
+    # the row of exact ties (±62.5 with amax 127) is where it departs from the reference's roundf
+    assert (qdot.from_float(x[-1:], dot) != quantize(x[-1:], dot)).any()
+
+
 @pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K])
 @pytest.mark.parametrize("shape", [(1, 256), (5, 512), (24, 4096)])  # the last one takes the parallel kernel
-def test_activation_quantizer_bytes_equal_reference(dot: GGMLType, shape: tuple[int, int]) -> None:
+def test_activation_quantizer_bytes_equal_from_float(dot: GGMLType, shape: tuple[int, int]) -> None:
     x = _rows(rng(1), *shape)
     acts = qdot.quantize_activations(x, dot)
-    np.testing.assert_array_equal(acts.to_bytes(), quantize(x, dot))
-    np.testing.assert_array_equal(acts.dequantized(), dequantize(quantize(x, dot), dot))
+    np.testing.assert_array_equal(acts.to_bytes(), qdot.from_float(x, dot))
+    np.testing.assert_array_equal(acts.dequantized(), dequantize(qdot.from_float(x, dot), dot))
+    if dot == GGMLType.Q8_K:  # x86's quantize_row_q8_K is the reference
+        np.testing.assert_array_equal(acts.to_bytes(), quantize(x, dot))
 
 
 @pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K])
@@ -60,7 +89,13 @@ def test_activation_quantizer_non_finite_rows(dot: GGMLType) -> None:
     x = _rows(rng(2), 3, 512)
     x[1, 7] = np.nan
     x[2, 300] = np.inf
-    np.testing.assert_array_equal(qdot.quantize_activations(x, dot).to_bytes(), quantize(x, dot))
+    got = qdot.quantize_activations(x, dot).to_bytes()
+    np.testing.assert_array_equal(got, qdot.from_float(x, dot))
+    if dot != GGMLType.Q8_K:  # the finite blocks as x86 quantizes them; NaN lanes become -128 (cvtps2dq + packs)
+        size = dot.type_size
+        blocks = got.reshape(3, -1, size)
+        np.testing.assert_array_equal(blocks[0], _x86_q8_32(x[:1], dot).reshape(-1, size))
+        assert blocks[1, 0, size - 32 + 7].view(np.int8) == -128
 
 
 # ------------------------------------------------------------------------------------------------ tiles
@@ -84,7 +119,7 @@ def test_tile_dequantize_is_bit_exact(name: str) -> None:
 def _reference(w: np.ndarray, t: GGMLType, x: np.ndarray) -> np.ndarray:
     """ggml's definition in float64: activations rounded through the dot type; Q4_1/Q5_1 add m·s (s in f16)."""
     dot = qdot.DOT_TYPE[t]
-    xq = quantize(x, dot)
+    xq = qdot.from_float(x, dot)
     xd = dequantize(xq, dot).astype(np.float64)
     wd = dequantize(w, t).astype(np.float64)
     if t not in MIN_TYPES:
@@ -349,7 +384,7 @@ for t in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q
     out = np.empty((5, 24), np.float32)
     qdot.qmatmul(w, t, x, out, route="block")
     dot = qdot.DOT_TYPE[t]
-    ref = dequantize(quantize(x, dot), dot).astype(np.float64) @ dequantize(w, t).T
+    ref = dequantize(qdot.from_float(x, dot), dot).astype(np.float64) @ dequantize(w, t).T
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), t
 print("ok")
 """

@@ -77,15 +77,22 @@ def test_quantizers_equal_ggmls_reference_bytes(harness: Path, qtype: GGMLType) 
 
 
 def test_activation_rounding_q8_0_and_q8_1(harness: Path) -> None:
+    """As ggml-cpu's x86 quantize_row_q8_0/q8_1: q = rint(x·(127/amax)) (half to even), d and s = d·Σq in f16."""
     x = _rows(np.random.default_rng(5), 40, 32)
+    x[-1] = np.float32(62.5) * np.where(np.arange(32) % 2, 1, -1)  # amax 127 below: ±62.5 are exact ties
+    x[-1, 0] = np.float32(-127.0)
     out = _run(harness, "act32", 40, data=x.tobytes())
     rec = np.frombuffer(out, dtype=np.dtype([("q", np.int8, 32), ("d", "<f4"), ("s", "<f4")]))
-    q81 = quantize(x, GGMLType.Q8_1).reshape(40, 36)
-    np.testing.assert_array_equal(rec["q"], q81[:, 4:].view(np.int8))
-    np.testing.assert_array_equal(rec["d"], q81[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32))
-    np.testing.assert_array_equal(rec["s"], q81[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float32))
-    q80 = quantize(x, GGMLType.Q8_0).reshape(40, 34)
-    np.testing.assert_array_equal(rec["q"], q80[:, 2:].view(np.int8))
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    q = np.rint(x * inv).astype(np.int8)
+    d = (amax[:, 0] / np.float32(127.0)).astype(np.float32)
+    np.testing.assert_array_equal(rec["q"], q)
+    assert rec["q"][-1, 1] == 62  # half to even, where the reference quantizer's roundf gives 63
+    np.testing.assert_array_equal(rec["d"], d.astype(np.float16).astype(np.float32))
+    s = (d * q.astype(np.int32).sum(axis=1).astype(np.float32)).astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(rec["s"], s)
 
 
 def test_activation_rounding_q8_k(harness: Path) -> None:

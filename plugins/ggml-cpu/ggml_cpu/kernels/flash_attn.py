@@ -4,7 +4,10 @@ For every query row ggml computes ``s = q·k`` with q first rounded to K's dot t
 applies the soft-cap ``cap·tanh(s·scale/cap)`` and adds ``slope·mask``; then it runs an online softmax over the
 KV positions in order. With **f16 V** the running sum ``Σ exp(s - M)·v`` is kept in an **f16** buffer: every step
 rescales it (``f16(f32(acc)·ms)``) and adds ``v·vs`` with one fused multiply-add rounded to f32 then to f16. That
-loop is reproduced step by step here (vectorised over all rows), because its rounding is visible (≈1e-3). With f32
+loop is reproduced step by step here (vectorised over all rows; positions masked for every row are skipped, as
+ggml skips them), because its rounding is visible (≈1e-3). ``ms`` and ``vs`` are C's scalar ``expf`` (float64
+here, rounded once; glibc's is within 0.502 ulp of that, numpy's float32 ``exp`` is not) and the running sum
+``S = S·ms + vs`` is one fused multiply-add, as GCC contracts it on FMA targets. With f32
 or quantized V the accumulator is f32 and a plain softmax gives the same values to float rounding. Sinks join the
 denominator only. The result is permuted: ``ne = [Dv, n_head, n_batch, ne3]``.
 """
@@ -51,6 +54,11 @@ def _weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     return out.reshape(*p.shape[:3], v.shape[-1])
 
 
+def _expf(x: np.ndarray) -> np.ndarray:
+    """C's ``expf`` of float32 arguments: evaluated in float64 and rounded once (glibc's is within 0.502 ulp)."""
+    return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
 def online_softmax_f16(s: np.ndarray, v16: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ggml's online softmax with an f16 V accumulator, step by step over the KV positions.
 
@@ -58,19 +66,20 @@ def online_softmax_f16(s: np.ndarray, v16: np.ndarray) -> tuple[np.ndarray, np.n
     :param v16: values (v3, Hv, n_kv, Dv) float16
     :returns: (acc as float32 (q3, H, N, Dv), running max M (q3, H, N), running sum S (q3, H, N))
     """
-    q3, n_head, n_q, n_kv = s.shape
+    q3, n_head, n_q, _ = s.shape
     dv = v16.shape[-1]
     r3, r2 = q3 // v16.shape[0], n_head // v16.shape[1]
     acc = np.zeros((q3, n_head, n_q, dv), np.float16)
     big_m = np.full((q3, n_head, n_q), -np.inf, np.float32)
     big_s = np.zeros((q3, n_head, n_q), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        for ic in range(n_kv):
+        # positions masked out for every row change nothing (ggml skips them): the cache's unused cells
+        for ic in np.flatnonzero((s != -np.inf).any(axis=(0, 1, 2))).tolist():
             sc = s[..., ic]
             live = sc != -np.inf
             new_max = live & (sc > big_m)
-            ms = np.where(new_max, np.exp(big_m - sc), np.float32(1.0)).astype(np.float32)
-            vs = np.where(new_max | ~live, np.float32(1.0), np.exp(sc - big_m)).astype(np.float32)
+            ms = np.where(new_max, _expf(big_m - sc), np.float32(1.0)).astype(np.float32)
+            vs = np.where(new_max | ~live, np.float32(1.0), _expf(sc - big_m)).astype(np.float32)
             big_m = np.where(new_max, sc, big_m)
             if new_max.any():  # acc = f16(f32(acc) · ms) where a new maximum appeared
                 scaled = (acc.astype(np.float32) * ms[..., None]).astype(np.float16)
@@ -80,7 +89,9 @@ def online_softmax_f16(s: np.ndarray, v16: np.ndarray) -> tuple[np.ndarray, np.n
             fma = v_row[:, :, None, :] * vs[..., None].astype(np.float64) + acc.astype(np.float64)
             fma = fma.astype(np.float32)
             acc = np.where(live[..., None], fma.astype(np.float16), acc)
-            big_s = np.where(live, big_s * ms + vs, big_s).astype(np.float32)
+            # S = S·ms + vs, contracted to one fused multiply-add by the C compiler (float64 here, rounded once)
+            fused = (big_s.astype(np.float64) * ms + vs).astype(np.float32)
+            big_s = np.where(live, fused, big_s)
     return acc.astype(np.float32), big_m, big_s
 
 

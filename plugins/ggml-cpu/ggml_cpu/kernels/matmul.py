@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 
 from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
-from ggml_core.quants import can_dequantize, dequantize, quantize
+from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels import compiled, qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
 from ggml_cpu.kernels.qdot.halves import f16_to_f32
@@ -63,7 +63,7 @@ def activations_as_dot_type(x: np.ndarray, wtype: GGMLType) -> np.ndarray:
     if dot == GGMLType.F16:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(np.float16).astype(np.float32)
-    return dequantize(quantize(np.ascontiguousarray(x, dtype=np.float32), dot), dot)
+    return dequantize(qdot.from_float(x, dot), dot)
 
 
 def weights_f32(w: Tensor) -> np.ndarray:
@@ -97,7 +97,7 @@ def mul_mat_reference(a: Tensor, b: Tensor) -> np.ndarray:
     wtype = a.type
     if wtype in (GGMLType.Q4_1, GGMLType.Q5_1):
         # Q4_1/Q5_1 · Q8_1: Σ_blocks d_w·d_x·Σ q_w q_x + m_w · s_x, where s_x is d_x·Σq_x rounded to f16
-        xq = quantize(np.ascontiguousarray(x, dtype=np.float32), GGMLType.Q8_1)
+        xq = qdot.from_float(x, GGMLType.Q8_1)
         xd = dequantize(xq, GGMLType.Q8_1)
         sx = _q_1_mins(xq, GGMLType.Q8_1)  # Q8_1's s sits where Q4_1's m does: bytes 2..4 of each block
         wraw = np.ascontiguousarray(arr(a))

@@ -1,8 +1,8 @@
 // Quantized MUL_MAT for few columns (N <= 8): activations are first quantized to ggml's dot type, then one warp
 // per weight row computes integer dot products (dp4a) block by block.
 //
-//   k_quantize_act  f32/f16 activations -> int8 quants + scales. mode 32: ggml's Q8_0/Q8_1 rounding (blocks of
-//                   32, d = amax/127 and s = d*sum(q) both rounded to f16), used for the 32-element weight types;
+//   k_quantize_act  f32/f16 activations -> int8 quants + scales. mode 32: ggml-cpu's Q8_0/Q8_1 rounding (blocks
+//                   of 32, d = amax/127 and s = d*sum(q) both rounded to f16), used for the 32-element weight types;
 //                   mode 256: ggml's Q8_K (blocks of 256, d = 1/(-127/max) in float), used for the K-quants.
 //   k_mv_<type>     weights x quantized activations. Each warp stages a chunk of its weight row in shared memory
 //                   with wide, coalesced loads; then each lane takes one 32-element unit (a legacy block, or one
@@ -15,13 +15,14 @@
 
 // ---- ggml's activation rounding, per element (shared by the kernel and tests/host_harness.cu) ----------------
 
-// Q8_0 / Q8_1: d = amax / 127, q = roundf(x / d) computed as x * (1/d)
+// Q8_0 / Q8_1 as ggml-cpu's x86 quantize_row_q8_0/q8_1 (what the CPU plugin reproduces): d = amax / 127,
+// q = x * (127 / amax) rounded half to even (_mm256_round_ps); the reference quantizer's 1/d and roundf differ
 GGML_HD float act32_inverse(float amax, float* d) {
     *d = fdiv_rn(amax, 127.0f);
-    return *d != 0.0f ? fdiv_rn(1.0f, *d) : 0.0f;
+    return amax != 0.0f ? fdiv_rn(127.0f, amax) : 0.0f;
 }
 
-GGML_HD int act32_quant(float x, float id) { return (int)(int8_t)(int)roundf(fmul_rn(x, id)); }
+GGML_HD int act32_quant(float x, float id) { return (int)(int8_t)f2i_rn(fmul_rn(x, id)); }
 
 // the scales kept for the dot products: f16(d) and f16(sum(q) * d), widened to float
 GGML_HD void act32_scales(float d, float qsum, float* dx, float* sx) {

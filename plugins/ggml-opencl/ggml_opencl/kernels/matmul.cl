@@ -30,11 +30,11 @@ kernel void k_pack_a(TENSOR(a), int a_t, int m_base, int Mc, int tm, global floa
 // b -> contiguous f32 rows [batch][N][K]; one work-item per block of `blk` values (32 or 256; 32 when no rounding)
 // round kn (<= 256) staged values the way `mode` says and write them to out
 inline void pack_block(const float* x, int kn, int mode, global float* out) {
-    if (mode == R_Q8_0) {  // d = amax / 127 (stored as f16), q = roundf(x / d)
+    if (mode == R_Q8_0) {  // ggml-cpu's x86 quantize_row_q8_0: d = amax / 127 (stored as f16), q = rint(x * 127 / amax)
         float amax = 0.0f;
         for (int k = 0; k < kn; ++k) amax = fmax(amax, fabs(x[k]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, dh = round_f16(d);
-        for (int k = 0; k < kn; ++k) out[k] = round(x[k] * id) * dh;
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f, dh = round_f16(d);
+        for (int k = 0; k < kn; ++k) out[k] = rint(x[k] * id) * dh;  // half to even, as _mm256_round_ps
     } else if (mode == R_Q8_K) {  // iscale = -127 / (the first value of largest magnitude), q = min(127, rint(x iscale))
         float amax = 0.0f, vmax = 0.0f;
         for (int k = 0; k < kn; ++k) {

@@ -21,13 +21,13 @@ fn pack_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let out = ((i.w * ne(TA, 2u) + i.z) * ne(TA, 1u) + i.y) * k + k0;
     var x: array<f32, 256>;
     for (var l = 0u; l < kn; l++) { x[l] = A_f(row + (k0 + l) * nb(TA, 0u), t); }
-    if (mode == 2u) {  // Q8_0: d = amax / 127 (stored as f16), q = roundf(x / d)
+    if (mode == 2u) {  // Q8_0 as ggml-cpu's x86 code: d = amax / 127 (stored as f16), q = rint(x * 127 / amax)
         var amax = 0.0;
         for (var l = 0u; l < kn; l++) { amax = max(amax, abs(x[l])); }
         let d = amax / 127.0;
-        let id = select(0.0, 1.0 / d, d != 0.0);
+        let id = select(0.0, 127.0 / amax, amax != 0.0);
         let dh = round_f16(d);
-        for (var l = 0u; l < kn; l++) { x[l] = roundf(x[l] * id) * dh; }
+        for (var l = 0u; l < kn; l++) { x[l] = round(x[l] * id) * dh; }  // WGSL round: half to even
     } else if (mode == 3u) {  // Q8_K: iscale = -127 / (first value of largest magnitude), q = min(127, rint(x iscale))
         var amax = 0.0;
         var vmax = 0.0;

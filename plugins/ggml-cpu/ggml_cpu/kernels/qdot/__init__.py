@@ -12,7 +12,7 @@ from ggml_cpu.kernels.qdot._jit import (
     numba_loaded,
     set_threads,
 )
-from ggml_cpu.kernels.qdot.activations import QActs, quantize_activations, quantize_activations_numpy
+from ggml_cpu.kernels.qdot.activations import QActs, from_float, quantize_activations, quantize_activations_numpy
 from ggml_cpu.kernels.qdot.product import (
     BLOCK_KERNEL_TYPES,
     DOT_TYPE,
@@ -38,6 +38,7 @@ __all__ = [
     "dequantize_rows",
     "dequantizer_ready",
     "disabled_reason",
+    "from_float",
     "max_threads",
     "numba_loaded",
     "qmatmul",

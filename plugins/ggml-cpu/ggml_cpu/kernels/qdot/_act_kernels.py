@@ -1,8 +1,8 @@
 """The compiled activation quantizers behind :func:`ggml_cpu.kernels.qdot.activations.quantize_activations`.
 
-Each reproduces ``ggml_core.quants``' reference quantizer for one dot type, returning the quants, the float32
-(not yet f16-rounded) scales and the integer sums, and counts non-finite inputs (those rows go through numpy). Imported
-only once numba is loaded (see :mod:`._jit`).
+Each reproduces ggml-cpu's x86 ``from_float`` for one dot type (:func:`.activations.from_float`), returning the
+quants, the float32 (not yet f16-rounded) scales and the integer sums, and counts non-finite inputs (those rows go
+through numpy). Imported only once numba is loaded (see :mod:`._jit`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ __all__ = ["DOT_Q8_0", "DOT_Q8_1", "DOT_Q8_K", "SPECS", "q8_32_row", "q8_k_row",
 
 @inline
 def q8_32_row(x: np.ndarray, r: int, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover
-    """Q8_0 / Q8_1 quants of row ``r`` of ``x``: ``d = amax/127``, ``q = roundf(x/d)``; returns # non-finite."""
+    """Q8_0 / Q8_1 quants of row ``r`` of ``x`` as ggml-cpu's x86 code: ``d = amax/127``, ``q = rint(x·(127/amax))``
+    (half to even); returns # non-finite."""
     nb = x.shape[1] // 32
     bad = 0
     for b in range(nb):
@@ -32,14 +33,10 @@ def q8_32_row(x: np.ndarray, r: int, q: np.ndarray, d: np.ndarray, sums: np.ndar
                 bad += 1
             amax = amax if amax > a else a
         dd = amax / np.float32(127.0)
-        inv = np.float32(1.0) / dd if dd != np.float32(0.0) else np.float32(0.0)
+        inv = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
         total = 0
         for j in range(32):
-            v = x[r, o + j] * inv
-            t = np.trunc(v)
-            if abs(v - t) >= np.float32(0.5):
-                t = t + (np.float32(1.0) if v > 0 else np.float32(-1.0))
-            qi = np.int8(np.int32(t))
+            qi = np.int8(np.int32(np.rint(x[r, o + j] * inv)))
             q[r, o + j] = qi
             total += qi
         d[r, b] = dd

@@ -45,6 +45,7 @@ __all__ = [
     "disabled_reason",
     "enabled",
     "get",
+    "import_seconds",
     "inline",
     "max_threads",
     "note_failure",
@@ -82,12 +83,14 @@ def _load() -> None:
                 # BLAS's spinning starves them): on 2 cores a BLAS call followed by a small kernel took 8 ms instead
                 # of 0.3. Read when numba first launches its pool, after this point.
                 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+            t0 = time.perf_counter()
             try:
                 import numba
             except Exception as exc:  # noqa: BLE001 - any import failure means: no compiled kernels
                 _reason = f"numba is not importable ({type(exc).__name__}: {exc})"
             else:
                 _numba, prange = numba, numba.prange
+            _import_time.append(time.perf_counter() - t0)
         _loaded = True
     wanted = getattr(_wanted, "n", None)
     if wanted is not None:
@@ -99,6 +102,7 @@ _wanted = threading.local()  # the thread count asked for by the calling thread,
 _logged: set[str] = set()
 _compiled: dict[str, Callable[..., Any] | None] = {}
 _compile_seconds: dict[str, float] = {}
+_import_time: list[float] = []
 
 
 def _log_once(key: str, level: int, msg: str) -> None:
@@ -134,6 +138,11 @@ def disabled_reason() -> str | None:
     if _env_disabled():
         return "disabled by GGML_CPU_NUMBA=0"
     return None if importlib.util.find_spec("numba") is not None else "numba is not installed"
+
+
+def import_seconds() -> float:
+    """Seconds this process spent importing numba (0 before the first quantized product, or without numba)."""
+    return sum(_import_time)
 
 
 def compile_seconds() -> dict[str, float]:

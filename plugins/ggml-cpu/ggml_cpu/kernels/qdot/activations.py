@@ -1,10 +1,15 @@
 """Activation rows quantized to a dot type (Q8_0, Q8_1, Q8_K), in the layout the block kernels read.
 
 ggml's CPU quantizes the float activations of a quantized product to the weight type's ``vec_dot_type`` before any
-dot product. :func:`quantize_activations` does the same with compiled kernels that reproduce
-``ggml_core.quants``' reference quantizers bit for bit (``QActs.to_bytes`` reassembles ggml's blocks; the tests
-compare them with :func:`ggml_core.quants.quantize`). Rows holding NaN or infinity go through the numpy quantizer
-instead: C's float → int conversion of such values is implementation-defined, and the reference reproduces x86's.
+dot product, with the type's CPU ``from_float`` — which is *not* always the reference quantizer that
+``ggml_core.quants`` (and ggml's ``ggml_quantize_chunk``, for weights) implements. On x86 with AVX (every x86-64
+machine this project targets) ``quantize_row_q8_0`` / ``quantize_row_q8_1`` of ``ggml-cpu/arch/x86/quants.c``
+multiply by ``id = 127/amax`` (the reference: ``1/(amax/127)``, which differs in the last bit for some ``amax``)
+and round half to even (``_mm256_round_ps``; the reference's ``roundf`` rounds half away from zero); ``d =
+amax/127`` is the same. Q8_K's ``quantize_row_q8_K`` is the reference. :func:`from_float` is that definition in
+numpy; :func:`quantize_activations` does the same with compiled kernels (``QActs.to_bytes`` reassembles ggml's
+blocks; the tests compare them with :func:`from_float`). Rows holding NaN or infinity go through numpy: there the
+x86 instructions define the bytes (``cvtps2dq`` of NaN is ``INT_MIN``, saturated to -128 by the packs).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from ggml_core import GGMLType
 from ggml_core.quants import quantize
 from ggml_cpu.kernels.qdot import _jit
 
-__all__ = ["DOT_TYPES", "QActs", "quantize_activations", "quantize_activations_numpy"]
+__all__ = ["DOT_TYPES", "QActs", "from_float", "quantize_activations", "quantize_activations_numpy"]
 
 #: the dot types handled here and their block length
 DOT_TYPES: Final = {GGMLType.Q8_0: 32, GGMLType.Q8_1: 32, GGMLType.Q8_K: 256}
@@ -109,11 +114,52 @@ def quantize_activations(x: np.ndarray, dot: GGMLType) -> QActs:
     return QActs(dot, q, _f16_round(d), sums, s)
 
 
+def _maxps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x86 ``maxps``: ``a > b ? a : b`` (the second operand when either is NaN)."""
+    return np.where(a > b, a, b)
+
+
+def _x86_q8_32(x: np.ndarray, dot: GGMLType) -> np.ndarray:
+    """``quantize_row_q8_0`` / ``quantize_row_q8_1`` of ggml-cpu's x86 AVX code: block bytes ``(N, row_bytes)``."""
+    n, k = x.shape
+    lanes = np.abs(x).reshape(n, k // 32, 4, 8)  # the four 8-float registers of a block
+    m = lanes[..., 0, :]
+    for j in range(1, 4):
+        m = _maxps(m, lanes[..., j, :])
+    m4 = _maxps(m[..., 4:], m[..., :4])  # extractf128 (high half first), then movehl and movehdup
+    amax = _maxps(_maxps(m4[..., 0], m4[..., 2]), _maxps(m4[..., 1], m4[..., 3]))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = (amax / np.float32(127.0)).astype(np.float32)
+        inv = np.where(amax != 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        v = np.rint(x.reshape(n, k // 32, 32) * inv[..., None])  # half to even
+        q32 = np.where(np.isnan(v), np.float32(-(2.0**31)), v).astype(np.int64)  # cvtps2dq: NaN -> INT_MIN
+    q = np.clip(q32, -128, 127).astype(np.int8)  # packs_epi32, packs_epi16: saturating
+    size = dot.type_size
+    out = np.empty((n, k // 32, size), np.uint8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[..., 0:2] = d.astype("<f2").reshape(n, -1, 1).view(np.uint8)
+        if dot == GGMLType.Q8_1:  # s = f16(d * hsum of the int32 quants, wrapping as add_epi32 does)
+            total = (q32.sum(axis=-1) + 2**31) % 2**32 - 2**31
+            out[..., 2:4] = (d * total.astype(np.float32)).astype("<f2").reshape(n, -1, 1).view(np.uint8)
+    out[..., size - 32 :] = q.view(np.uint8)
+    return out.reshape(n, -1)
+
+
+def from_float(x: np.ndarray, dot: GGMLType) -> np.ndarray:
+    """ggml-cpu's ``from_float`` of ``dot`` on x86 for rows ``x`` (..., K): the blocks' bytes ``(..., row_bytes)``,
+    as :func:`ggml_core.quants.quantize` lays them out (see the module doc)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dot not in (GGMLType.Q8_0, GGMLType.Q8_1):
+        return quantize(x, dot)
+    rows = _x86_q8_32(x.reshape(-1, x.shape[-1]), dot)
+    return rows.reshape(*x.shape[:-1], rows.shape[-1])
+
+
 def quantize_activations_numpy(x: np.ndarray, dot: GGMLType) -> QActs:
-    """The same as :func:`quantize_activations` through ``ggml_core.quants`` (the reference; no numba needed)."""
+    """The same as :func:`quantize_activations` through :func:`from_float` (numpy; no numba needed)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = x.shape
-    raw = quantize(x, dot)
+    raw = from_float(x, dot)
     if dot == GGMLType.Q8_K:
         blocks = raw.reshape(n, k // 256, 292)
         d = np.ascontiguousarray(blocks[..., 0:4]).view("<f4").reshape(n, -1).astype(np.float32)
