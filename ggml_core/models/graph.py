@@ -13,10 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._graph import Graph
 from ggml_core._tensor import Tensor
+from ggml_core.backend.interfaces import Buffer
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
 from ggml_core.models.weights import ModelWeights
@@ -41,6 +44,71 @@ class BuiltGraph:
     inputs: dict[str, Tensor] = field(default_factory=dict)
     #: per-run state owned by the executor (allocation, scheduler bookkeeping)
     state: dict[str, object] = field(default_factory=dict)
+    #: per tensor name: (buffer, byte offset, the buffer's host array, a flat writable view) of the last allocation
+    _views: dict[str, tuple[Buffer, int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def host_view(self, t: Tensor) -> np.ndarray | None:
+        """A flat zero-copy view of ``t``'s memory when it is contiguous host memory, else None.
+
+        Cached per tensor and re-checked on every call (same buffer, same offset, same host array, not freed), so
+        a re-allocation of the graph (another graph ran in between, the scheduler re-split) makes a fresh view.
+        """
+        buf, off = t.buffer, t.data_offset
+        got = self._views.get(t.name)
+        if buf is None:
+            return None
+        if got is not None and got[0] is buf and got[1] == off and not buf.freed and buf.host_array() is got[2]:
+            return got[3]
+        if off is None or buf.freed or not t.is_contiguous or t.type.np_dtype is None:
+            return None
+        host = buf.host_array()
+        if host is None:
+            return None
+        view = t.numpy_view().reshape(-1)
+        if not view.flags.writeable:
+            return None
+        self._views[t.name] = (buf, off, host, view)
+        return view
+
+    def write_inputs(self, kv: KVCache, ids: np.ndarray, pos: np.ndarray, *, flash_attn: bool) -> None:
+        """Write one batch's inputs (token ids, positions, per cache group the mask and the cells to write):
+        in place where an input lives in host memory, through ``set_data`` elsewhere. Call after
+        :meth:`KVCache.record` of ``pos``."""
+        self._write("tokens", ids)
+        self._write("pos", pos)
+        for group in kv.groups:
+            sfx = "" if group == "full" else "_" + group
+            mask = self.inputs["mask" + sfx]
+            view = self.host_view(mask)
+            if view is not None:
+                kv.mask_into(view.reshape(self.n_tokens, -1), group, pos)
+            else:
+                m = kv.mask(group, pos, mask.ne[0])
+                mask.set_data(m.astype(np.float16) if flash_attn else m)
+            cells = kv.cells(group, pos)
+            self._write("k_idxs" + sfx, cells)
+            if kv.v_trans:
+                v_idxs = self.inputs["v_idxs" + sfx]
+                view = self.host_view(v_idxs)
+                if view is not None:
+                    kv.v_indices_into(view.reshape(self.n_tokens, -1), cells, group)
+                else:
+                    v_idxs.set_data(kv.v_indices(cells, group))
+
+    def _write(self, name: str, values: np.ndarray) -> None:
+        t = self.inputs[name]
+        view = self.host_view(t)
+        if view is not None and view.dtype == values.dtype and view.size == values.size:
+            view[...] = values.reshape(-1)
+        else:
+            t.set_data(values)
+
+    def read_logits(self, n_vocab: int) -> np.ndarray:
+        """The logits as a new float32 array ``[rows, n_vocab]`` (one copy straight from host memory)."""
+        view = self.host_view(self.logits)
+        if view is not None and view.dtype == np.float32:
+            return view.reshape(-1, n_vocab).copy()
+        return self.logits.to_numpy().reshape(-1, n_vocab).astype(np.float32, copy=False)
 
 
 def graph_size_for(hp: HParams) -> int:

@@ -66,6 +66,8 @@ class KVCache:
     n_past: int = 0
     #: per group: the position each cell holds (-1: empty)
     cell_pos: dict[str, np.ndarray] = field(default_factory=dict)
+    _v_base: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _groups: tuple[str, ...] | None = field(default=None, repr=False)
 
     @classmethod
     def create(
@@ -138,8 +140,11 @@ class KVCache:
     @property
     def groups(self) -> tuple[str, ...]:
         """The groups this model's layers fall in (a group without layers has no inputs in the graph)."""
-        swa = [self.hp.is_swa(il) for il in range(self.hp.n_layer)]
-        return tuple(g for g, present in zip(GROUPS, (not all(swa), any(swa)), strict=True) if present)
+        got = self._groups
+        if got is None:
+            swa = [self.hp.is_swa(il) for il in range(self.hp.n_layer)]
+            got = self._groups = tuple(g for g, on in zip(GROUPS, (not all(swa), any(swa)), strict=True) if on)
+        return got
 
     def n_kv(self, group: str, n_kv_full: int) -> int:
         """The cells a graph attends over in ``group`` when the full layers attend over ``n_kv_full``."""
@@ -166,6 +171,17 @@ class KVCache:
         if group == "swa":
             ok &= p - cp < self.hp.n_swa
         return np.where(ok, 0.0, -np.inf).astype(np.float32)
+
+    def mask_into(self, out: np.ndarray, group: str, pos: np.ndarray) -> None:
+        """:meth:`mask` written into ``out`` ``[n_tokens, n_kv]`` (float32 or float16; 0 and -inf are exact in
+        both), without the intermediate float32 array."""
+        cp = self.cell_pos[group][: out.shape[1]][None, :]
+        p = np.asarray(pos, dtype=np.int64)[:, None]
+        ok = (cp >= 0) & (cp <= p)
+        if group == "swa":
+            ok &= p - cp < self.hp.n_swa
+        out.fill(-np.inf)
+        out[ok] = 0.0
 
     def clear_positions(self) -> None:
         """Every cell empty."""
@@ -227,5 +243,15 @@ class KVCache:
         slots = np.asarray(slots, dtype=np.int64)
         if not self.v_trans:
             return slots
-        dims = np.arange(self.hp.n_embd_v_gqa, dtype=np.int64)
-        return (dims[None, :] * self.group_size(group) + slots[:, None]).reshape(-1)
+        return (self._v_rows(group)[None, :] + slots[:, None]).reshape(-1)
+
+    def v_indices_into(self, out: np.ndarray, slots: np.ndarray, group: str = "full") -> None:
+        """:meth:`v_indices` (transposed layout) written into ``out`` ``[n_tokens, n_embd_v_gqa]`` (int64)."""
+        np.add(self._v_rows(group)[None, :], np.asarray(slots, dtype=np.int64)[:, None], out=out)
+
+    def _v_rows(self, group: str) -> np.ndarray:
+        # row of value dimension j's cell 0 in the transposed layout: j * size (made once per group)
+        got = self._v_base.get(group)
+        if got is None:
+            got = self._v_base[group] = np.arange(self.hp.n_embd_v_gqa, dtype=np.int64) * self.group_size(group)
+        return got

@@ -353,20 +353,11 @@ class Model:
         kv.record(pos)
 
         def set_inputs(g: BuiltGraph) -> None:
-            g.inputs["tokens"].set_data(ids)
-            g.inputs["pos"].set_data(pos)
-            for group in kv.groups:
-                sfx = "" if group == "full" else "_" + group
-                mask = kv.mask(group, pos, kv.n_kv(group, n_kv))
-                g.inputs["mask" + sfx].set_data(mask.astype(np.float16) if self.params.flash_attn else mask)
-                cells = kv.cells(group, pos)
-                g.inputs["k_idxs" + sfx].set_data(cells)
-                if kv.v_trans:
-                    g.inputs["v_idxs" + sfx].set_data(kv.v_indices(cells, group))
+            g.write_inputs(kv, ids, pos, flash_attn=bool(self.params.flash_attn))
 
         self.executor.compute(bg, set_inputs)
         self.kv.n_past = n_past + n
-        return bg.logits.to_numpy().reshape(-1, self.n_vocab).astype(np.float32, copy=False)
+        return bg.read_logits(self.n_vocab)
 
     def warmup(self) -> float:
         """Run a 2-token batch and a 1-token batch, then forget them, as llama.cpp's warm-up does.
