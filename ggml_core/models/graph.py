@@ -4,7 +4,9 @@ The frame, as llama.cpp's ``llm_build_*`` share it: GET_ROWS of the token embedd
 scale), the family's layers one after the other, then ``logits = (rms_norm(x) * output_norm)·Wout`` (with the
 final softcapping where the family has it). The inputs of one batch (token ids, positions, per cache group the mask
 and the cells to write) are graph inputs, so the graph depends only on (n_tokens, n_kv, which outputs) and is
-reused from token to token. A family's layer (``build_layer`` in :mod:`ggml_core.models.arch`) is written with the
+reused from token to token; :meth:`BuiltGraph.write_inputs` writes them straight into the graph's host memory
+(views made once per allocation), and :meth:`BuiltGraph.read_logits` copies the logits out once.
+A family's layer (``build_layer`` in :mod:`ggml_core.models.arch`) is written with the
 blocks of :mod:`ggml_core.models.blocks` over a :class:`GraphBuilder`.
 """
 
