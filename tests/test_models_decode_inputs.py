@@ -5,8 +5,8 @@ The reference is the same model with :meth:`BuiltGraph.host_view` turned off, so
 ``Tensor.set_data`` (converted and bounds-checked) and the logits through ``to_numpy``. Both runs compute the same
 graphs on the same kernels, so the logits must be equal bit for bit, and the greedy tokens equal. The runs cross a
 padding step of the cache window (n_kv 256 → 300: new graphs, re-allocated inputs), wrap the sliding-window ring
-(gemma3: 256 cells), evict graphs from the runner's cache (prompt batches of several shapes), and split over
-CPU + OpenCL0 (inputs on the CPU, logits in OpenCL memory: the fallback path).
+(gemma3: 256 cells), evict graphs from the runner's cache (prompt batches of several shapes), come back to a graph
+re-allocated after another ran, and split over CPU + OpenCL0 (the scheduler copies the host inputs to the device).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ def _run(path: Path, req: PlacementRequest, *, in_place: bool, flash_attn: bool,
                 logits = model.decode([tok])
                 steps.append(logits)
                 tok = int(np.argmax(logits[-1]))
+            # another shape, then the one-token graph again: re-allocated, its views must follow
+            steps.append(model.decode([tok, 3], all_logits=True))
+            steps.append(model.decode([7]))
             views = sum(len(bg._views) for bg in model._graphs.values())
     return prompt, np.concatenate(steps), ids, views
 
