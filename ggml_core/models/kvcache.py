@@ -174,7 +174,8 @@ class KVCache:
 
     def mask_into(self, out: np.ndarray, group: str, pos: np.ndarray) -> None:
         """:meth:`mask` written into ``out`` ``[n_tokens, n_kv]`` (float32 or float16; 0 and -inf are exact in
-        both), without the intermediate float32 array."""
+        both), without the intermediate float32 array. Kept apart from :meth:`mask`, the definition, which the
+        ``set_data`` path uses: tests/test_models_decode_inputs.py compares the two paths bit for bit."""
         cp = self.cell_pos[group][: out.shape[1]][None, :]
         p = np.asarray(pos, dtype=np.int64)[:, None]
         ok = (cp >= 0) & (cp <= p)
