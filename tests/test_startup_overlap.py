@@ -1,60 +1,16 @@
-"""Start-up work that overlaps (issue 14): the tokenizer built in the background by ``Model.load`` and
-``ggml-core run``, and the registries enumerating their devices at once. What overlaps must give exactly what the
-one-after-the-other path gives: the same tokenizer, the same error for a file without one, the same devices in the
-same order, and a registry whose enumeration hangs is still recorded as hung (its deadline counted from its start).
+"""Start-up work that overlaps (issue 14): the registries enumerate their devices at once. That must give exactly
+what the one-after-the-other path gives: the same devices in the same order, the same plugin states, and a call that
+hangs is still given up at its deadline, counted from its own start.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from tiny_models import TinyConfig, random_weights, write_model
 
-from ggml_core._errors import GGUFError
 from ggml_core.backend import _deadline
-from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf
-from ggml_core.models.tokenizer import PendingTokenizer, load_tokenizer
-
-PARAMS = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=32, progress=False)
-
-
-def _model(tmp_path: Path, vocab: bool) -> Path:
-    cfg = TinyConfig()
-    return write_model(tmp_path / f"tiny-{vocab}.gguf", cfg, random_weights(cfg), vocab=vocab)
-
-
-def _same(a: object, b: object) -> None:
-    for attr in ("kind", "tokens", "scores", "types", "merges", "bos_id", "eos_id", "unk_id", "add_bos"):
-        assert getattr(a, attr) == getattr(b, attr), attr
-
-
-def test_background_tokenizer_is_the_lazy_one(tmp_path: Path) -> None:
-    path = _model(tmp_path, vocab=True)
-    eager = load_tokenizer(open_gguf(path))
-    with Model.load(path, PARAMS) as m:  # default: built in the background
-        _same(m.tokenizer, eager)
-        assert m.tokenizer is m.tokenizer
-        assert m.tokenizer.encode("t5t7") == eager.encode("t5t7")
-    with Model.load(path, PARAMS, tokenizer=False) as m:
-        _same(m.tokenizer, eager)
-    with Model.load(path, PARAMS, tokenizer=eager) as m:
-        assert m.tokenizer is eager
-
-
-def test_background_tokenizer_failure_is_the_lazy_error(tmp_path: Path) -> None:
-    path = _model(tmp_path, vocab=False)
-    with pytest.raises(GGUFError) as lazy:
-        load_tokenizer(open_gguf(path))
-    with pytest.raises(GGUFError) as pending:
-        PendingTokenizer(open_gguf(path)).result()
-    assert str(pending.value) == str(lazy.value)
-    # loading does not fail; the first use does, with the same message
-    with Model.load(path, PARAMS) as m, pytest.raises(GGUFError) as used:
-        _ = m.tokenizer
-    assert str(used.value) == str(lazy.value)
 
 
 def test_started_calls_overlap_and_keep_their_own_deadlines() -> None:

@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
     from ggml_core.models.hparams import read_hparams
     from ggml_core.models.runner import check_context
-    from ggml_core.models.tokenizer import PendingTokenizer
+    from ggml_core.models.tokenizer import load_tokenizer
 
     if args.list_devices:
         use_rpc_servers(args.rpc)
@@ -224,9 +224,6 @@ def _run(args: argparse.Namespace) -> int:
     f = open_gguf(path)
     hp = read_hparams(f)
     tok = None
-    pending = PendingTokenizer(f) if args.tokens is None else None
-    if pending is not None:
-        _discover_devices(args)
     if args.tokens is not None:
         prompt = list(args.tokens)
         bad = [t for t in prompt if t >= hp.n_vocab]
@@ -235,8 +232,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"--tokens: token id {bad[0]} is outside the vocabulary 0..{hp.n_vocab - 1} of {path}"
             )
     else:
-        assert pending is not None
-        tok = pending.result()
+        tok = load_tokenizer(f)
         text = args.prompt if args.prompt is not None else ("hello world" if is_default else "")
         prompt = tok.encode(text)
     if not prompt:
@@ -246,7 +242,7 @@ def _run(args: argparse.Namespace) -> int:
     sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, args.seed))
     params = model_params(args, n_ctx, default_model=is_default, n_prompt=len(prompt))
     out = sys.stdout
-    with Model.load(f, params, tokenizer=tok if tok is not None else not args.json) as model:
+    with Model.load(f, params) as model:
         if tok is None and args.prompt is None and not args.json:
             try:
                 tok = model.tokenizer
@@ -327,20 +323,6 @@ def _run(args: argparse.Namespace) -> int:
             n = info["n_prompt"]
             print(f"logits of {n} prompt position{'s' * (n != 1)} saved to {info['logits_out']}")
     return 0
-
-
-def _discover_devices(args: argparse.Namespace) -> None:
-    """Discover the devices now, while the tokenizer builds in its own thread (the drivers mostly wait in native
-    code, so the two overlap; ``Model.load`` then finds the list made). Not with ``--rpc`` (its servers are added,
-    and the registry reloaded, by :func:`model_params`) nor in strict plugin mode (a plugin's problem is raised where
-    it was raised before, after the prompt's checks)."""
-    from ggml_core.backend import get_registry
-
-    if getattr(args, "rpc", None):
-        return
-    registry = get_registry()
-    if not registry.strict:
-        registry.devices()
 
 
 def _tokens(n: int) -> str:

@@ -22,7 +22,6 @@ import numpy as np
 
 from ggml_core import ops
 from ggml_core._context import Context
-from ggml_core._errors import GGUFError
 from ggml_core._types import as_type
 from ggml_core.models.arch import Architecture, get_architecture
 from ggml_core.models.autosplit import Workload, plan_auto
@@ -66,33 +65,6 @@ KV_PAD: Final = 256
 #: graphs kept allocated at once (a decode graph and a few prompt-chunk shapes)
 GRAPH_CACHE: Final = 4
 _exit_light: list[bool] = []
-
-
-def _start_tokenizer(f: GGUFFile, tokenizer: Any) -> Any:
-    """What :meth:`Model.load`'s ``tokenizer`` asks for, as something with ``result()`` (or None: build lazily)."""
-    from ggml_core.models.tokenizer import PendingTokenizer, Tokenizer
-
-    if isinstance(tokenizer, PendingTokenizer):
-        return tokenizer
-    if isinstance(tokenizer, Tokenizer):
-        return _Ready(tokenizer)
-    if tokenizer is not True:
-        return None
-    try:
-        usable = f.get_str("tokenizer.ggml.model", "") in ("llama", "gpt2")
-    except GGUFError:  # a malformed entry: reported by the tokenizer's first use, as without a background build
-        usable = False
-    return PendingTokenizer(f) if usable else None
-
-
-@dataclass(frozen=True)
-class _Ready:
-    """A tokenizer already built, with :class:`PendingTokenizer`'s ``result()``."""
-
-    value: Any
-
-    def result(self) -> Any:
-        return self.value
 
 
 def _light_exit() -> None:
@@ -218,7 +190,6 @@ class Model:
         self.arch: Architecture = get_architecture(hp.arch)
         self._graphs: OrderedDict[tuple[int, int, bool], BuiltGraph] = OrderedDict()
         self._tokenizer: Any = None
-        self._pending_tokenizer: Any = None
 
     # --------------------------------------------------------------------------------------------- loading
 
@@ -242,15 +213,10 @@ class Model:
         *,
         stream: TextIO | None = None,
         upload: bool = True,
-        tokenizer: Any = True,
     ) -> Model:
         """Open, check, place and load a GGUF model; reserve the compute buffers for the largest batch.
 
         ``upload=False`` skips copying weights to non-CPU devices (for ``ggml-core plan``: nothing runs).
-        ``tokenizer``: True (default) starts building the file's tokenizer in the background while devices are
-        discovered and weights placed (:attr:`tokenizer` waits for it); False builds it on first use; a
-        :class:`~ggml_core.models.tokenizer.Tokenizer` (or a ``PendingTokenizer``) already built from this file is
-        used as it is.
         """
         params = params or ModelParams()
         _light_exit()
@@ -258,7 +224,6 @@ class Model:
             raise ValueError(f"--batch-size must be positive, got {params.batch_size}")
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
-        pending = _start_tokenizer(f, tokenizer)
         specs = weight_specs(f, hp)
         params, placement = _plan(f, hp, specs, params)
         if params.flash_attn is None:
@@ -279,7 +244,6 @@ class Model:
                 kv_offload=params.placement.kv_offload,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
-            model._pending_tokenizer = pending
             model.reserve()
         except BaseException:
             if executor is not None:
@@ -340,8 +304,7 @@ class Model:
         if self._tokenizer is None:
             from ggml_core.models.tokenizer import load_tokenizer
 
-            pending, self._pending_tokenizer = self._pending_tokenizer, None
-            self._tokenizer = pending.result() if pending is not None else load_tokenizer(self.file)
+            self._tokenizer = load_tokenizer(self.file)
         return self._tokenizer
 
     # --------------------------------------------------------------------------------------------- running

@@ -15,7 +15,6 @@ The pre-tokenizers (llama.cpp's patterns, with Unicode classes through the ``reg
 from __future__ import annotations
 
 import heapq
-import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
@@ -27,7 +26,7 @@ from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.gguf_header import ValueType
 from ggml_core.models.pretokenize import IGNORE_MERGES, pre_type, split
 
-__all__ = ["TOKEN_TYPE", "PendingTokenizer", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
+__all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 
 #: ``llama_token_type`` values in ``tokenizer.ggml.token_type``
 TOKEN_TYPE: Final = {"normal": 1, "unknown": 2, "control": 3, "user_defined": 4, "unused": 5, "byte": 6}
@@ -319,30 +318,3 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
         add_space_prefix=f.get_bool("tokenizer.ggml.add_space_prefix", model == "llama"),
         pre=f.get_str("tokenizer.ggml.pre", "default"),
     )
-
-
-class PendingTokenizer:
-    """:func:`load_tokenizer` of ``f`` started in a background thread now; :meth:`result` waits for it.
-
-    Building the 262k-token vocabularies is pure Python (0.3-0.5 s); started before device discovery, whose drivers
-    mostly wait in native code, the two overlap (``Model.load`` and ``ggml-core run`` do this). The file is only
-    read. A failure is not kept: :meth:`result` then builds again in the calling thread, so that the error raised,
-    and when, is exactly that of calling :func:`load_tokenizer` there.
-    """
-
-    def __init__(self, f: GGUFFile) -> None:
-        self._file = f
-        self._value: Tokenizer | None = None
-        self._thread = threading.Thread(target=self._build, name="ggml-core tokenizer", daemon=True)
-        self._thread.start()
-
-    def _build(self) -> None:
-        try:
-            self._value = load_tokenizer(self._file)
-        except Exception:  # noqa: BLE001 - raised again, in the caller's thread, by result()
-            self._value = None
-
-    def result(self) -> Tokenizer:
-        """The tokenizer (GGUFError as :func:`load_tokenizer` gives when the file has none usable)."""
-        self._thread.join()
-        return self._value if self._value is not None else load_tokenizer(self._file)
