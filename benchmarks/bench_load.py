@@ -6,8 +6,9 @@ start-up to ``ggml_core.models`` imported), ``open`` (the bounded header walk), 
 placement, weights mapped in place, KV cache, reserve), ``tokenizer`` (the 262k vocabulary), ``first token`` (the
 prompt's batch through the graph, then argmax), and of the first token the share that is numba's (its import and
 loading the compiled kernels from its cache: ``numba``); ``process`` is the child's whole wall time seen from
-outside. llama.cpp: its harness (ggml_core/testing/llama_cpp.py, built on this machine on first use) loading the
-model, decoding the prompt and producing one greedy token, also a whole process timed from outside, so the two
+outside, and ``start-up + exit`` what of it lies outside the phases (the interpreter's start, and its exit).
+llama.cpp: its harness (ggml_core/testing/llama_cpp.py, built on this machine on first use) loading the model,
+decoding the prompt and producing one greedy token, also a whole process timed from outside, so the two
 ``process`` figures compare like with like (the ratio printed). The two alternate, so both see the same load.
 
 **Speed** (``--speed``): prompt processing of 128 tokens and generation of 32, as llama-bench times them (a
@@ -33,7 +34,8 @@ from _util import machine
 
 MODEL = Path.home() / ".cache" / "ggml-core" / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf"
 PROMPT = "The capital of France is"
-PHASES = ("imports", "open", "load", "tokenizer", "first token", "numba", "process")
+PHASES = ("imports", "open", "load", "tokenizer", "first token", "numba", "start-up + exit", "process")
+TIMED = ("imports", "open", "load", "tokenizer", "first token")
 
 _CHILD = r"""
 import json, sys, time
@@ -87,6 +89,7 @@ def _ours(model: Path, threads: int) -> dict[str, float]:
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     row: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     row["process"] = time.perf_counter() - t0
+    row["start-up + exit"] = row["process"] - sum(row[k] for k in TIMED)
     return row
 
 
@@ -140,9 +143,10 @@ def main() -> int:
         if llama:
             ref.append(_llama_cpp(MODEL, args.threads))
     med = {k: statistics.median(r[k] for r in rows) for k in PHASES}
-    phases = ", ".join(f"{k} {v:.3f} s" for k, v in med.items() if k not in ("numba", "process"))
+    phases = ", ".join(f"{k} {med[k]:.3f} s" for k in TIMED)
     print(f"ggml-core (median of {args.reps}): {phases}")
     print(f"  of the first token, numba's import and kernel loading: {med['numba']:.3f} s")
+    print(f"  outside the phases (the interpreter's start and exit): {med['start-up + exit']:.3f} s")
     print(f"  whole process (Python start-up included): {med['process']:.3f} s")
     result: dict[str, object] = {"machine": info, "load_average": os.getloadavg(), "ggml_core_s": med}
     if ref:
