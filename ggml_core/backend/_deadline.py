@@ -14,22 +14,11 @@ import io
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "Outcome",
-    "Pending",
-    "call",
-    "plugin_timeout",
-    "sigint_count",
-    "start",
-    "stdout_to_stderr",
-    "watch_sigint",
-]
+__all__ = ["DEFAULT_TIMEOUT", "Outcome", "call", "plugin_timeout", "sigint_count", "watch_sigint"]
 
 #: seconds a plugin's import or device enumeration may take (``GGML_PLUGIN_TIMEOUT`` changes it; 0: no limit)
 DEFAULT_TIMEOUT: Final = 10.0
@@ -94,46 +83,27 @@ def call(fn: Callable[[], Any], timeout: float | None, name: str) -> Outcome:
     A ``KeyboardInterrupt`` raised *by the wait* (a real Ctrl-C in the main thread) propagates; anything ``fn``
     raises is returned in :attr:`Outcome.exc`.
     """
-    with _stdout_to_stderr():
-        return start(fn, name).wait(timeout)
+    out = Outcome()
+    done = threading.Event()
 
-
-class Pending:
-    """A call started by :func:`start`: :meth:`wait` gives its :class:`Outcome` (``hung`` past the deadline)."""
-
-    def __init__(self, fn: Callable[[], Any], name: str) -> None:
-        self._out = Outcome()
-        self._done = threading.Event()
-        self._fn = fn
-        self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._work, name=f"ggml-plugin {name}", daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
+    def work() -> None:
         _plugin_threads.add(threading.get_ident())
         try:
-            self._out.value = self._fn()
+            out.value = fn()
         except BaseException as exc:  # noqa: BLE001 - the plugin's failure, whatever it is
-            self._out.exc = exc
+            out.exc = exc
         finally:
             _plugin_threads.discard(threading.get_ident())
-            self._done.set()
+            done.set()
 
-    def wait(self, timeout: float | None) -> Outcome:
-        """The outcome, waiting until ``timeout`` seconds after the start at most (not after this call)."""
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - self._started))
-        if not self._done.wait(left):
-            return Outcome(hung=True)
-        self._thread.join()
-        return self._out
-
-
-def start(fn: Callable[[], Any], name: str) -> Pending:
-    """Start ``fn()`` in a daemon thread now, to be waited for later (several plugins' work then overlaps).
-
-    The caller routes stdout (``with stdout_to_stderr():``) around the start and the wait, as :func:`call` does.
-    """
-    return Pending(fn, name)
+    thread = threading.Thread(target=work, name=f"ggml-plugin {name}", daemon=True)
+    with _stdout_to_stderr():
+        thread.start()
+        finished = done.wait(timeout)
+    if not finished:
+        return Outcome(hung=True)
+    thread.join()
+    return out
 
 
 class _Router(io.TextIOBase):
@@ -171,7 +141,3 @@ class _stdout_to_stderr:
     def __exit__(self, *exc: object) -> None:
         if self.installed and not _plugin_threads and isinstance(sys.stdout, _Router):
             sys.stdout = self.saved
-
-
-#: the public name of the stdout routing (a context manager) for callers of :func:`start`
-stdout_to_stderr = _stdout_to_stderr

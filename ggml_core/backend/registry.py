@@ -313,19 +313,15 @@ class Registry:
 
     # ----------------------------------------------------------------------------------------------- devices
 
-    def _start_enumeration(self, e: _RegEntry) -> _deadline.Pending:
-        """Start enumerating and probing the registry's own devices (in its own thread, under the deadline)."""
+    def _enumerate_own(self, e: _RegEntry) -> None:
+        """The registry's own devices, enumerated and probed under the deadline."""
+        e.own = []
 
         def work() -> list[tuple[Any, tuple[str, str] | None]]:
             devs = e.reg.own_devices()
             return [(d, probe_device(d)) for d in devs[: DEVICES_MAX + 1]]
 
-        return _deadline.start(work, f"{e.info.name} {e.name}")
-
-    def _enumerate_own(self, e: _RegEntry, pending: _deadline.Pending) -> None:
-        """The registry's own devices: the outcome of :meth:`_start_enumeration`, checked and recorded."""
-        e.own = []
-        out = pending.wait(self.timeout)
+        out = _deadline.call(work, self.timeout, f"{e.info.name} {e.name}")
         obj = f"registry {e.name!r}"
         if out.hung or out.exc is not None:
             self._outcome_failed(e.info, out, obj, "enumerate_devices()", "disabled")
@@ -404,13 +400,9 @@ class Registry:
                     dev.extra_buffer_types.append(buft)
 
     def _enumerate(self) -> list[Device]:
-        # Every registry enumerates at once (drivers mostly wait in native code: OpenCL's and WebGPU's took 0.2 s
-        # and 0.7 s one after the other); the outcomes are then taken in load order, so that records, failures and
-        # the device order are those of one registry after the other.
-        with _deadline.stdout_to_stderr():
-            pending = [(e, self._start_enumeration(e)) for e in self._entries if e.own is None]
-            for e, started in pending:
-                self._enumerate_own(e, started)
+        for e in self._entries:
+            if e.own is None:
+                self._enumerate_own(e)
         for e in self._entries:
             self._call_device_hooks(e)
         found: list[tuple[tuple[int, int, int, int, int], Device]] = []
