@@ -31,6 +31,7 @@ from ggml_cpu.kernels.qdot import _jit
 __all__ = [
     "HAS_VNNI",
     "ROW_DOTS",
+    "TILE_DOTS",
     "dot_q4_k",
     "dot_q4_k_4",
     "dot_q5_k",
@@ -51,6 +52,8 @@ dot_q6_k: Any = None  #: Q6_K super-block: Σ scale·Σ(q−32)·x
 dot_q6_k_4: Any = None
 #: legacy type name → (whole row against 1 activation row, against 4 rows), each → float32
 ROW_DOTS: dict[str, tuple[Any, Any]] = {}
+#: Q4_0 / Q5_0 / Q8_0: (weight rows, activation rows) → the tile intrinsic (``offset_tile``)
+TILE_DOTS: dict[str, dict[tuple[int, int], Any]] = {}
 
 
 def _build() -> None:
@@ -82,6 +85,7 @@ def _build() -> None:
     feats = llvm.get_host_cpu_features() if host else {}
     vnni = bool(feats.get("avxvnni") or (feats.get("avx512vnni") and feats.get("avx512vl")))
     vnni = vnni and os.environ.get("GGML_CPU_VNNI", "1") != "0"
+    vnni512 = bool(feats.get("avx512vnni") and feats.get("avx512bw"))  # ``vpdpbusd`` on 64 bytes
 
     class Operands:
         """Typed access to an intrinsic's array arguments."""
@@ -237,6 +241,12 @@ def _build() -> None:
     f32 = ir.FloatType()
     vf8 = ir.VectorType(f32, 8)
 
+    def nibbles(b: ir.IRBuilder, w: ir.Value) -> ir.Value:
+        """The 32 quants of 16 packed bytes: low nibbles first, then the high ones (ggml's legacy layout)."""
+        return b.shuffle_vector(
+            b.and_(w, const(16, 15)), b.lshr(w, const(16, 4)), ir.Constant(vec(i32, 32), list(range(32)))
+        )
+
     def signed_pair(b: ir.IRBuilder, q: ir.Value, x: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(|q|, x·sign(q)) for signed q: their unsigned × signed products are q·x (|x| ≤ 127, as Q8 gives)."""
         neg = b.icmp_signed("<", q, const(32, 0))
@@ -274,10 +284,7 @@ def _build() -> None:
                 if kind == "q8_0":
                     q = op.bytes(0, op.plus(o, qs_at), 32)
                 else:
-                    w = op.bytes(0, op.plus(o, qs_at), 16)
-                    q = b.shuffle_vector(
-                        b.and_(w, const(16, 15)), b.lshr(w, const(16, 4)), ir.Constant(vec(i32, 32), list(range(32)))
-                    )
+                    q = nibbles(b, op.bytes(0, op.plus(o, qs_at), 16))
                     if kind in ("q5_0", "q5_1"):
                         q = fifth_bits_at(op, q, op.plus(o, 2 if kind == "q5_0" else 4))
                     if kind in ("q4_0", "q5_0"):
@@ -314,6 +321,116 @@ def _build() -> None:
 
         return intrinsic(typer)
 
+    def offset_tile(kind: str, wrows: int, xrows: int) -> Callable[..., Any]:
+        """``wrows`` weight rows from row ``m0`` against ``xrows`` activation rows from ``n0`` → float32 per pair
+        (weight row major), for the types whose quants carry an offset: Q4_0 (q − 8), Q5_0 (q − 16), Q8_0 (q, read
+        as the unsigned q + 128 and offset by −128).
+
+        The unsigned quants go straight into ``vpdpbusd`` with the accumulator starting at ``offs``' lanes —
+        ``−c·Σ_4 x`` per group of four activations, prepared once per product — so each lane is exactly the lane
+        of :func:`legacy_row` (``Σ (q − c)·x`` over the same four bytes), without the sign juggling; each unpacked
+        weight block and each activation block is used for every pair of the tile. Weight rows go two to a
+        512-bit vector (one row's 8 lanes in each half, the activation block in both), and every lane takes
+        :func:`legacy_row`'s float steps in the same order, so the results are the same bits.
+        """
+        size, qs_at = {"q4_0": (18, 2), "q5_0": (22, 6), "q8_0": (34, 2)}[kind]
+        groups = [(r, r + 1) for r in range(0, wrows - 1, 2)] + ([(wrows - 1,)] if wrows % 2 else [])
+
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            op = Operands(context, builder, sig, args)
+            b = builder
+            m0, n0, nb = args[1], args[3], args[7]
+            lut = op._array(6).data
+            vfs = {len(g): ir.VectorType(f32, 8 * len(g)) for g in groups}
+            accs = [[cgutils.alloca_once_value(b, ir.Constant(vfs[len(g)], [0.0] * 8 * len(g))) for _ in range(xrows)]
+                    for g in groups]  # fmt: skip
+            zero = ir.Constant(m0.type, 0)
+            # the rows' first elements, outside the block loop (fewer live values: no spills in the loop)
+            wbase = [op.row_ptr(0, op.plus(m0, r), zero) for r in range(wrows)]
+            xbase = [op.row_ptr(2, op.plus(n0, n), zero) for n in range(xrows)]
+            dbase = [op.row_ptr(4, op.plus(n0, n), zero) for n in range(xrows)]
+            obase = [op.row_ptr(5, op.plus(n0, n), zero) for n in range(xrows)]
+
+            def load(base: ir.Value, off: ir.Value, t: ir.Type, align: int = 1) -> ir.Value:
+                return b.load(b.bitcast(b.gep(base, [off], inbounds=True), t.as_pointer()), align=align)
+
+            def f16(r: int, off: ir.Value) -> ir.Value:
+                lo = b.zext(b.load(b.gep(wbase[r], [off], inbounds=True)), ir.IntType(64))
+                hi = b.zext(b.load(b.gep(wbase[r], [op.plus(off, 1)], inbounds=True)), ir.IntType(64))
+                idx = b.or_(lo, b.shl(hi, ir.Constant(ir.IntType(64), 8)))
+                return b.load(b.gep(lut, [idx], inbounds=True))
+
+            def quants(r: int, o: ir.Value) -> ir.Value:
+                if kind == "q8_0":
+                    return b.xor(load(wbase[r], op.plus(o, qs_at), vec(i8, 32)), const(32, 0x80))
+                q = nibbles(b, load(wbase[r], op.plus(o, qs_at), vec(i8, 16)))
+                if kind == "q5_0":
+                    q = fifth_bits(op, q, load(wbase[r], op.plus(o, 2), i32))
+                return q
+
+            def twice(v: ir.Value) -> ir.Value:  # a vector next to itself
+                n = v.type.count
+                return b.shuffle_vector(v, v, ir.Constant(vec(i32, 2 * n), list(range(n)) * 2))
+
+            with cgutils.for_range(b, nb) as loop:
+                blk = loop.index
+                o = b.mul(blk, ir.Constant(blk.type, size))
+                xo = b.mul(blk, ir.Constant(blk.type, 32))
+                ds = [f16(r, o) for r in range(wrows)]
+                qs = []
+                for g in groups:
+                    q = quants(g[0], o)
+                    if len(g) == 2:
+                        q = b.shuffle_vector(q, quants(g[1], o), ir.Constant(vec(i32, 64), list(range(64))))
+                    qs.append(q)
+                for n in range(xrows):
+                    x = load(xbase[n], xo, vec(i8, 32))
+                    base = load(obase[n], b.mul(blk, ir.Constant(blk.type, 8)), v8, 4)
+                    xd = b.load(b.gep(dbase[n], [blk], inbounds=True))
+                    x2, base2 = (twice(x), twice(base)) if len(groups[0]) == 2 else (x, base)
+                    for gi, g in enumerate(groups):
+                        wide = len(g) == 2
+                        vf = vfs[len(g)]
+                        part = b.sitofp(quad_sums_from(b, base2 if wide else base, qs[gi], x2 if wide else x), vf)
+                        lanes = ir.Constant(vf, None)
+                        for h, r in enumerate(g):
+                            lanes = b.insert_element(lanes, b.fmul(ds[r], xd), ir.Constant(i32, h))
+                        spread = ir.Constant(vec(i32, 8 * len(g)), [h for h in range(len(g)) for _ in range(8)])
+                        lanes = b.shuffle_vector(lanes, ir.Constant(vf, None), spread)  # each row's scale × 8
+                        b.store(b.fadd(b.load(accs[gi][n]), b.fmul(part, lanes)), accs[gi][n])
+            fred = declare(b, "llvm.vector.reduce.fadd.v8f32", ir.FunctionType(f32, [f32, vf8]))
+            zf = ir.Constant(f32, 0.0)
+            sums: dict[tuple[int, int], ir.Value] = {}
+            for gi, g in enumerate(groups):
+                for n in range(xrows):
+                    acc = b.load(accs[gi][n])
+                    for h, r in enumerate(g):
+                        half = b.shuffle_vector(acc, acc, ir.Constant(v8, list(range(8 * h, 8 * h + 8))))
+                        sums[r, n] = b.call(fred, [zf, half if len(g) == 2 else acc])
+            out = [sums[r, n] for r in range(wrows) for n in range(xrows)]
+            return op.context.make_tuple(b, op.sig.return_type, out) if len(out) > 1 else out[0]
+
+        def typer(typingctx: Any, w: Any, m0: Any, xq: Any, n0: Any, xd: Any, offs: Any, lut: Any, nb: Any) -> Any:
+            n = wrows * xrows
+            res = types.UniTuple(types.float32, n) if n > 1 else types.float32
+            return res(w, m0, xq, n0, xd, offs, lut, nb), codegen
+
+        return intrinsic(typer)
+
+    def quad_sums_from(builder: ir.IRBuilder, acc: ir.Value, q: ir.Value, x: ir.Value) -> ir.Value:
+        """``acc`` plus :func:`quad_sums` for 32 or 64 bytes (one ``vpdpbusd`` with VNNI)."""
+        n = q.type.count
+        vn = vec(i32, n // 4)
+        if vnni and (n == 32 or vnni512):
+            fn = declare(builder, f"llvm.x86.avx512.vpdpbusd.{8 * n}", ir.FunctionType(vn, [vn, vn, vn]))
+            return builder.call(fn, [acc, builder.bitcast(q, vn), builder.bitcast(x, vn)])
+        prod = builder.mul(builder.zext(q, vec(i32, n)), builder.sext(x, vec(i32, n)))
+        undef = ir.Constant(vec(i32, n), None)
+        for k in range(4):
+            lanes = ir.Constant(vn, [4 * i + k for i in range(n // 4)])
+            acc = builder.add(acc, builder.shuffle_vector(prod, undef, lanes))
+        return acc
+
     def fifth_bits_at(op: Operands, q: ir.Value, at: ir.Value) -> ir.Value:
         """``fifth_bits`` with the 32-bit mask read from the row at byte ``at``."""
         b = op.builder
@@ -328,6 +445,8 @@ def _build() -> None:
     dot_q6_k, dot_q6_k_4 = q6k(1), q6k(4)
     for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
         ROW_DOTS[name] = (legacy_row(name, 1), legacy_row(name, 4))
+    for name in ("q4_0", "q5_0", "q8_0"):
+        TILE_DOTS[name] = {(wr, xr): offset_tile(name, wr, xr) for wr in (1, 4) for xr in (1, 4)}
 
 
 if _jit.enabled():

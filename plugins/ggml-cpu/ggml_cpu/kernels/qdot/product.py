@@ -84,11 +84,17 @@ def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
     return _specs[0]
 
 
+#: weight types whose VNNI 4×4 block tiles (:mod:`.legacy`) beat dequantized tiles + SGEMM up to 512 activation
+#: rows (measured here, one thread, 512 × 512 / 1536 × 512 / 512 × 1536, ms; 128 rows: Q4_0 0.80 / 2.25 / 2.17
+#: against 1.14 / 3.07 / 3.38, Q5_0 0.85 / 2.48 / 1.83 against 1.00 / 2.98 / 3.24, Q8_0 0.73 / 1.92 / 1.89 against
+#: 1.06 / 2.52 / 3.16; 512 rows: Q4_0 2.26 / 6.39 / 6.38 against 3.18 / 8.58 / 9.02, Q8_0 2.09 / 5.70 / 6.19
+#: against 3.28 / 8.36 / 9.20)
+_TILED_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0})
+
 #: weight types whose VNNI block kernels still beat dequantized tiles + SGEMM at a prompt batch of 128 rows
-#: (measured here, one thread, 512 × 512 / 1536 × 512 / 512 × 1536: Q8_0 1.06 / 2.81 / 2.44 ms against
-#: 1.06 / 2.72 / 3.14; Q4_K 0.73 / 2.10 / 2.21 against 0.90 / 2.49 / 2.74; Q6_K 0.72 / 2.24 / 2.80 against
-#: 1.04 / 3.41 / 3.90); at 256 rows tiles win. Q4_0, Q4_1, Q5_0 and Q5_K lose at 128 rows.
-_WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K})
+#: (measured here, one thread, same shapes: Q4_K 0.73 / 2.10 / 2.21 against 0.90 / 2.49 / 2.74; Q6_K
+#: 0.72 / 2.24 / 2.80 against 1.04 / 3.41 / 3.90); at 256 rows tiles win. Q4_1, Q5_1 and Q5_K lose at 128 rows.
+_WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
 
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
@@ -96,11 +102,13 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     and BLAS. Fixed per type (never measured at run time), so a product's bits do not depend on the machine's load.
 
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
-    at 32 rows: 4.4 ms against 20 ms on 2 cores), and up to 128 rows for :data:`_WIDE_BLOCK_TYPES`; without VNNI
-    the portable partial sums are slower and tiles win sooner.
+    at 32 rows: 4.4 ms against 20 ms on 2 cores), up to 128 rows for :data:`_WIDE_BLOCK_TYPES` and 512 for
+    :data:`_TILED_BLOCK_TYPES`; without VNNI the portable partial sums are slower and tiles win sooner.
     """
     if not _kernels()[2]:
         return 8
+    if wtype in _TILED_BLOCK_TYPES:
+        return 512
     return 128 if wtype in _WIDE_BLOCK_TYPES else 32
 
 
