@@ -461,6 +461,12 @@ class _KVAt:
 SpeedSource = Callable[[Device, Workload], DeviceSpeed]
 
 
+def _unusable(dev: Device, why: str) -> DeviceSpeed:
+    """Warn that ``dev`` cannot be timed (``why``) and give it infinite times, so the split never chooses it."""
+    print(f"ggml-core: warning: --split-mode auto: {why}", file=sys.stderr)
+    return DeviceSpeed(dev.name, math.inf, math.inf, math.inf, 1.0, True)
+
+
 def measured_speeds(
     f: GGUFFile, hp: HParams, specs: Sequence[WeightSpec], params: ModelParams, devices: Sequence[Device]
 ) -> SpeedSource:
@@ -483,10 +489,7 @@ def measured_speeds(
                 hit = [timer.layer(dev, work.batch, work.n_kv, share), timer.layer(dev, 1, work.n_kv, share)]
             except (GGMLError, RuntimeError, OSError, ValueError, MemoryError) as exc:
                 # a device that cannot run the layer (or hold it) is never chosen; not cached: it may be transient
-                print(
-                    f"ggml-core: warning: --split-mode auto: {dev.name} could not run a layer ({exc})", file=sys.stderr
-                )
-                return DeviceSpeed(dev.name, math.inf, math.inf, math.inf, 1.0, True)
+                return _unusable(dev, f"{dev.name} could not run a layer ({exc})")
             cache["layers"][lkey] = hit
             dirty[0] = True
         if dev.type == DeviceType.CPU:
@@ -497,10 +500,7 @@ def measured_speeds(
                 try:
                     x = list(timer.xfer(dev))
                 except (GGMLError, RuntimeError, OSError, ValueError, MemoryError) as exc:
-                    print(
-                        f"ggml-core: warning: --split-mode auto: copying to {dev.name} failed ({exc})", file=sys.stderr
-                    )
-                    return DeviceSpeed(dev.name, math.inf, math.inf, math.inf, 1.0, True)
+                    return _unusable(dev, f"copying to {dev.name} failed ({exc})")
                 cache["xfer"][dkey] = x
                 dirty[0] = True
             lat, bw = x
