@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggm
         DeviceProps,
         DeviceType,
         Event,
+        HostBuffer,
         get_registry,
         hookimpl,
     )
@@ -79,6 +80,7 @@ __all__ = [
     "GraphAllocator",
     "GraphError",
     "GraphInUseError",
+    "HostBuffer",
     "OpError",
     "OutOfBoundsError",
     "PluginError",
@@ -147,6 +149,7 @@ _WHERE: dict[str, str] = {
             "DeviceProps",
             "DeviceType",
             "Event",
+            "HostBuffer",
             "get_registry",
             "hookimpl",
         ],

@@ -12,30 +12,13 @@ import pytest
 from sched_plugin import llama_graph as L
 
 import ggml_core as gc
-from ggml_core import AllocationError, Buffer, BufferType, GGMLOp, Tensor, TensorFlag, ops
+from ggml_core import AllocationError, Buffer, BufferType, GGMLOp, HostBuffer, Tensor, TensorFlag, ops
 from ggml_core.alloc import INPLACE_OPS, DynAllocator, GraphAllocator, alloc_ctx_tensors, pad
 
 
 @pytest.fixture(scope="module")
 def cpu() -> gc.Backend:
     return gc.init_backend("cpu")
-
-
-class HostBuffer(Buffer):
-    """Plain host memory (numpy), readable by the CPU backend."""
-
-    def __init__(self, buffer_type: BufferType, size: int) -> None:
-        super().__init__(buffer_type, size)
-        self.mem = np.zeros(size, dtype=np.uint8)
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self.mem[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
-
-    def host_array(self) -> np.ndarray:
-        return self.mem
 
 
 class HostBufferType(BufferType):
@@ -54,7 +37,7 @@ class HostBufferType(BufferType):
         if self.fail:
             raise MemoryError("no memory left (test)")
         self.allocs.append(size)
-        return HostBuffer(self, size)
+        return HostBuffer.zeros(self, size)
 
 
 def llama(cpu: gc.Backend, n_layers: int = 2, n_tokens: int = 8, seed: int = 0) -> tuple[L.LlamaGraph, dict]:

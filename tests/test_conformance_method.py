@@ -11,7 +11,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_core.backend.interfaces import Backend, Buffer, BufferType, Device, DeviceType
+from ggml_core.backend import Backend, Buffer, BufferType, Device, DeviceType, HostBuffer
 from ggml_core.testing import (
     Built,
     Case,
@@ -96,24 +96,9 @@ def test_row_sets_ignore_order_but_not_content() -> None:
 Fault = Callable[[np.ndarray, g.Tensor], None]
 
 
-class _HostBuffer(Buffer):
-    def __init__(self, bt: BufferType, size: int) -> None:
-        super().__init__(bt, size)
-        self.mem = np.zeros(size, np.uint8)
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self.mem[offset : offset + data.nbytes] = np.frombuffer(data, np.uint8)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        np.frombuffer(out, np.uint8)[:] = self.mem[offset : offset + out.nbytes]
-
-    def host_array(self) -> np.ndarray:
-        return self.mem
-
-
 class _HostBufferType(BufferType):
     def _alloc(self, size: int) -> Buffer:
-        return _HostBuffer(self, size)
+        return HostBuffer.zeros(self, size)
 
 
 class _FakeBackend(Backend):

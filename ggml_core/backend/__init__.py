@@ -1,6 +1,7 @@
 """The backend model and plugin surface: interfaces to subclass, hooks to implement, the registry that finds them."""
 
 from ggml_core.backend.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
+from ggml_core.backend.host import HostBuffer
 from ggml_core.backend.interfaces import (
     API_VERSION,
     Backend,
@@ -29,6 +30,7 @@ __all__ = [
     "DeviceProps",
     "DeviceType",
     "Event",
+    "HostBuffer",
     "PluginInfo",
     "Registry",
     "get_registry",

@@ -26,8 +26,8 @@ from ggml_core import (
     DeviceCaps,
     DeviceType,
     Graph,
+    HostBuffer,
     Tensor,
-    TensorError,
     hookimpl,
 )
 
@@ -113,43 +113,18 @@ def kernel_variant() -> str:
 # ================================================================================================ buffers
 
 
-class CPUBuffer(Buffer):
-    """Host memory as one numpy ``uint8`` array (owned, or wrapping caller memory such as an mmap)."""
+class CPUBuffer(HostBuffer):
+    """Host memory as one numpy ``uint8`` array (owned, or wrapping caller memory such as an mmap), with the numpy
+    views the kernels made of its tensors."""
 
     def __init__(self, buffer_type: BufferType, mem: np.ndarray) -> None:
-        super().__init__(buffer_type, int(mem.size))
-        self.mem = mem
+        super().__init__(buffer_type, mem)
         #: numpy views of tensors in this buffer, made by the kernels (see ``ggml_cpu.kernels._base.arr``)
         self.view_cache: dict[int, tuple[object, ...]] = {}
 
-    def _writable(self) -> np.ndarray:
-        if not self.mem.flags.writeable:
-            raise TensorError(self.name, "this buffer wraps read-only memory (a file mapped read-only)")
-        return self.mem
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self._writable()[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
-
-    def _fill(self, offset: int, size: int, value: int) -> None:
-        self._writable()[offset : offset + size] = value
-
-    def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
-        host = src.host_array()
-        if host is None:
-            return False
-        self._writable()[dst_offset : dst_offset + size] = host[src_offset : src_offset + size]
-        return True
-
     def _free(self) -> None:
         self.view_cache.clear()
-        self.mem = np.zeros(0, np.uint8)
-
-    def host_array(self) -> np.ndarray:
-        """The whole buffer as a uint8 array (writable unless it wraps read-only memory)."""
-        return self.mem
+        super()._free()
 
 
 def _aligned_bytes(size: int, alignment: int) -> np.ndarray:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
-
-from ggml_core import AllocationError, Backend, Buffer, BufferType, Event, TensorError
+from ggml_core import AllocationError, Backend, Buffer, BufferType, Event, HostBuffer, TensorError
 from ggml_cuda._driver import DriverCallError
 
 if TYPE_CHECKING:
@@ -113,39 +111,14 @@ def _free_memory(d: CUDADevice) -> int | None:
 # ================================================================================================ pinned host memory
 
 
-class PinnedBuffer(Buffer):
+class PinnedBuffer(HostBuffer):
     """Page-locked host memory: readable by the CPU backend, and the fastest source for uploads."""
-
-    def __init__(self, buffer_type: BufferType, mem: np.ndarray) -> None:
-        super().__init__(buffer_type, int(mem.size))
-        self.mem = mem
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self.mem[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
-
-    def _fill(self, offset: int, size: int, value: int) -> None:
-        self.mem[offset : offset + size] = value
 
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
         if isinstance(src, CUDABuffer):
-            out = memoryview(self.mem[dst_offset : dst_offset + size].data)
-            src._read(src_offset, out)
+            src._read(src_offset, memoryview(self.mem[dst_offset : dst_offset + size].data))
             return True
-        host = src.host_array()
-        if host is None:
-            return False
-        self.mem[dst_offset : dst_offset + size] = host[src_offset : src_offset + size]
-        return True
-
-    def _free(self) -> None:
-        self.mem = np.zeros(0, np.uint8)
-
-    def host_array(self) -> np.ndarray:
-        """The whole buffer as a writable uint8 array."""
-        return self.mem
+        return super()._copy_from(src, src_offset, dst_offset, size)
 
 
 class CUDAHostBufferType(BufferType):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from ggml_core import AllocationError, Buffer, BufferType
+from ggml_core import AllocationError, Buffer, BufferType, HostBuffer
 
 if TYPE_CHECKING:
     from ggml_webgpu.plugin import WebGPUDevice
@@ -189,39 +189,15 @@ class WebGPUBuffer(Buffer):
         self.device.allocated -= self.size
 
 
-class WebGPUHostBuffer(Buffer):
+class WebGPUHostBuffer(HostBuffer):
     """Host memory the CPU backend computes in directly; copies from it to a device buffer are uploads through the
     device's staging ring, copies into it downloads."""
-
-    def __init__(self, buffer_type: BufferType, size: int) -> None:
-        super().__init__(buffer_type, size)
-        self.mem = np.zeros(size, dtype=np.uint8)
-
-    def _write(self, offset: int, data: memoryview) -> None:
-        self.mem[offset : offset + data.nbytes] = np.frombuffer(data, dtype=np.uint8)
-
-    def _read(self, offset: int, out: memoryview) -> None:
-        np.frombuffer(out, dtype=np.uint8)[:] = self.mem[offset : offset + out.nbytes]
-
-    def _fill(self, offset: int, size: int, value: int) -> None:
-        self.mem[offset : offset + size] = value
 
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
         if isinstance(src, WebGPUBuffer):
             src._read(src_offset, memoryview(self.mem[dst_offset : dst_offset + size].data))
             return True
-        host = src.host_array()
-        if host is None:
-            return False
-        self.mem[dst_offset : dst_offset + size] = host[src_offset : src_offset + size]
-        return True
-
-    def _free(self) -> None:
-        self.mem = np.zeros(0, np.uint8)
-
-    def host_array(self) -> np.ndarray:
-        """The whole buffer as a writable uint8 array."""
-        return self.mem
+        return super()._copy_from(src, src_offset, dst_offset, size)
 
 
 class WebGPUHostBufferType(BufferType):
@@ -232,6 +208,6 @@ class WebGPUHostBufferType(BufferType):
 
     def _alloc(self, size: int) -> Buffer:
         try:
-            return WebGPUHostBuffer(self, size)
+            return WebGPUHostBuffer.zeros(self, size)
         except MemoryError as exc:
             raise AllocationError(self.name, size, None, f"cannot allocate host memory ({exc})") from exc
