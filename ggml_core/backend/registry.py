@@ -422,7 +422,7 @@ class Registry:
                 self._record(who, f"device #{len(found)} of registry {e.name!r}", "probe",
                              f"changed its answers after it was checked: {describe_exc(exc)}; left out", "disabled")
         ordered = [d for _, d in sorted(found, key=lambda kd: kd[0])]
-        return self._drop_same_hardware(ordered)
+        return _naming.drop_same_hardware(ordered)
 
     def _resolve(
         self,
@@ -450,24 +450,6 @@ class Registry:
         taken[name.lower()] = (dev, who)
         dev._boundary = self._reporter(who, name)
         found.append((key, dev))
-
-    def _drop_same_hardware(self, ordered: list[Device]) -> tuple[list[Device], list[tuple[Device, Device]]]:
-        """The same physical device reached through two plugins is listed once (the first in order is kept)."""
-        same: list[tuple[Device, Device]] = []
-        seen: dict[str, Device] = {}
-        out: list[Device] = []
-        for dev in ordered:
-            try:
-                key = _naming.normalize_device_id(dev.device_id)
-            except Exception:  # noqa: BLE001 - a flaky property: an unknown id, never merged
-                key = ""
-            if key and key in seen:
-                same.append((dev, seen[key]))
-                continue
-            if key:
-                seen[key] = dev
-            out.append(dev)
-        return out, same
 
     def _reporter(self, info: PluginInfo, name: str) -> Callable[[str, str], None]:
         def report(where: str, message: str) -> None:
