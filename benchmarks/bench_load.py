@@ -14,6 +14,12 @@ decoding the prompt and producing one greedy token, also a whole process timed f
 **Speed** (``--speed``): prompt processing of 128 tokens and generation of 32, as llama-bench times them (a
 warm-up, then repetitions on a cleared cache; llama.cpp through the harness's ``bench``), tokens/s medians.
 
+The child names its device (``PlacementRequest(devices=["CPU"])``, as ``run --device CPU``): only the CPU
+registry enumerates, so no GPU driver (pyopencl, wgpu, pycuda) is imported; llama.cpp's harness is a CPU-only build,
+so this is CPU-only against CPU-only. Before measuring, the project's packages are byte-compiled (``compileall``, as
+``pip install`` does for a regular install): an editable install under ``PYTHONDONTWRITEBYTECODE=1`` would otherwise
+compile every module from source in every process (0.3-0.5 s here), which no installed copy does.
+
 The model comes from the test's cache (tests/test_models_gemma3_real.py fetches it); prints the CPU model and the
 load average. Usage: ``python benchmarks/bench_load.py [--reps 3] [--speed] [--threads N] [--json]``
 """
@@ -83,6 +89,18 @@ print(json.dumps({"pp": statistics.median(pp), "tg": statistics.median(tg)}))
 """
 
 
+def _byte_compile() -> None:
+    """Write the bytecode of ggml-core and its plugins (what an installed package ships) where it is missing."""
+    import compileall
+    import importlib.util
+
+    for name in ("ggml_core", "ggml_cpu", "ggml_opencl", "ggml_webgpu", "ggml_rpc", "ggml_cuda"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            for path in spec.submodule_search_locations:
+                compileall.compile_dir(path, quiet=1)
+
+
 def _ours(model: Path, threads: int) -> dict[str, float]:
     t0 = time.perf_counter()
     cmd = [sys.executable, "-c", _CHILD, str(model), PROMPT, str(threads)]
@@ -128,6 +146,7 @@ def main() -> int:
     if not MODEL.is_file():
         print(f"{MODEL} is missing: run tests/test_models_gemma3_real.py once to fetch it", file=sys.stderr)
         return 2
+    _byte_compile()
     info = machine()
     print(f"CPU: {info.get('cpu')}  ({os.cpu_count()} cores, {args.threads} threads), load average {os.getloadavg()}")
     llama, why = True, ""

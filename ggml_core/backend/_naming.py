@@ -9,9 +9,19 @@ up for grabs: a plugin from another distribution that uses one is refused even w
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["FIRST_PARTY", "is_first_party", "load_order_key", "normalize_device_id", "reserved_owner"]
+if TYPE_CHECKING:
+    from ggml_core.backend.interfaces import Device
+
+__all__ = [
+    "FIRST_PARTY",
+    "drop_same_hardware",
+    "is_first_party",
+    "load_order_key",
+    "normalize_device_id",
+    "reserved_owner",
+]
 
 #: first-party distribution → the name family it owns (exact name, or prefix when ending in ``*``)
 FIRST_PARTY: Final[dict[str, str]] = {
@@ -69,3 +79,22 @@ def normalize_device_id(device_id: str | None) -> str:
         domain, bus, dev, fn = m.groups()
         return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
     return text
+
+
+def drop_same_hardware(ordered: list[Device]) -> tuple[list[Device], list[tuple[Device, Device]]]:
+    """The same physical device reached through two plugins is listed once (the first in order is kept)."""
+    same: list[tuple[Device, Device]] = []
+    seen: dict[str, Device] = {}
+    out: list[Device] = []
+    for dev in ordered:
+        try:
+            key = normalize_device_id(dev.device_id)
+        except Exception:  # noqa: BLE001 - a flaky property: an unknown id, never merged
+            key = ""
+        if key and key in seen:
+            same.append((dev, seen[key]))
+            continue
+        if key:
+            seen[key] = dev
+        out.append(dev)
+    return out, same

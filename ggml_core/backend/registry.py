@@ -16,14 +16,14 @@ import importlib.metadata as importlib_metadata
 import os
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
 from ggml_core._errors import DeviceNotFoundError, PluginError
-from ggml_core.backend import _deadline, _naming, hookspecs
+from ggml_core.backend import _deadline, _naming, _scope, hookspecs
 from ggml_core.backend._records import PluginInfo, Problem, entry_point_identity
 from ggml_core.backend._validate import (
     DEVICES_MAX,
@@ -88,6 +88,8 @@ class Registry:
         self._devices: list[Device] | None = None
         #: devices left out of :meth:`devices` as the same hardware as an earlier one: (hidden, kept)
         self._same: list[tuple[Device, Device]] = []
+        #: the listings under a scope (:meth:`enumerating_only`): owners -> (devices, same hardware)
+        self._scoped: dict[frozenset[str], tuple[list[Device], list[tuple[Device, Device]]]] = {}
         self._device_hooks_done: set[tuple[str, int]] = set()
         self._buft_hooks_done: set[tuple[str, int]] = set()
         self._runtime_seen: set[tuple[str, str, str]] = set()
@@ -194,6 +196,7 @@ class Registry:
             self._plugins[name] = info
             self._register(info, plugin)
             self._devices = None
+            self._scoped.clear()
             return info
 
     def _register(self, info: PluginInfo, module: object) -> None:
@@ -399,16 +402,17 @@ class Registry:
                     assert isinstance(buft, BufferType)
                     dev.extra_buffer_types.append(buft)
 
-    def _enumerate(self) -> list[Device]:
-        for e in self._entries:
+    def _enumerate(self, entries: list[_RegEntry]) -> tuple[list[Device], list[tuple[Device, Device]]]:
+        """The devices of ``entries`` (enumerated first where not yet), ordered; those hidden as the same hardware."""
+        for e in entries:
             if e.own is None:
                 self._enumerate_own(e)
-        for e in self._entries:
+        for e in entries:
             self._call_device_hooks(e)
         found: list[tuple[tuple[int, int, int, int, int], Device]] = []
         taken: dict[str, tuple[Device, PluginInfo]] = {}
-        candidates = [(e, d, e.info) for e in self._entries for d in e.own or []]
-        candidates += [(e, d, who) for e in self._entries for d, who in e.added]
+        candidates = [(e, d, e.info) for e in entries for d in e.own or []]
+        candidates += [(e, d, who) for e in entries for d, who in e.added]
         for e, dev, who in candidates:
             try:
                 self._resolve(e, dev, who, taken, found)
@@ -418,7 +422,7 @@ class Registry:
                 self._record(who, f"device #{len(found)} of registry {e.name!r}", "probe",
                              f"changed its answers after it was checked: {describe_exc(exc)}; left out", "disabled")
         ordered = [d for _, d in sorted(found, key=lambda kd: kd[0])]
-        return self._drop_same_hardware(ordered)
+        return _naming.drop_same_hardware(ordered)
 
     def _resolve(
         self,
@@ -446,24 +450,6 @@ class Registry:
         taken[name.lower()] = (dev, who)
         dev._boundary = self._reporter(who, name)
         found.append((key, dev))
-
-    def _drop_same_hardware(self, ordered: list[Device]) -> list[Device]:
-        """The same physical device reached through two plugins is listed once (the first in order is kept)."""
-        self._same = []
-        seen: dict[str, Device] = {}
-        out: list[Device] = []
-        for dev in ordered:
-            try:
-                key = _naming.normalize_device_id(dev.device_id)
-            except Exception:  # noqa: BLE001 - a flaky property: an unknown id, never merged
-                key = ""
-            if key and key in seen:
-                self._same.append((dev, seen[key]))
-                continue
-            if key:
-                seen[key] = dev
-            out.append(dev)
-        return out
 
     def _reporter(self, info: PluginInfo, name: str) -> Callable[[str, str], None]:
         def report(where: str, message: str) -> None:
@@ -500,17 +486,36 @@ class Registry:
         return [e.reg for e in self._entries]
 
     def devices(self) -> list[Device]:
-        """Every device, accelerators first and the CPU last (or in GGML_BACKENDS order), each hardware once."""
+        """Every device, accelerators first and the CPU last (or in GGML_BACKENDS order), each hardware once.
+
+        Inside :meth:`enumerating_only`, only the devices of the registries in its scope.
+        """
+        return list(self._listing()[0])
+
+    def _listing(self) -> tuple[list[Device], list[tuple[Device, Device]]]:
+        """(devices, same hardware) of the scope in effect (none once everything is listed), or of every registry."""
         with self._lock:
             self.load()
+            owners = _scope.current(self)
+            if owners is not None and self._devices is None:
+                if owners not in self._scoped:
+                    entries = [e for e in self._entries if _scope.in_scope(e.info.distribution, owners)]
+                    self._scoped[owners] = self._enumerate(entries)
+                return self._scoped[owners]
             if self._devices is None:
-                self._devices = self._enumerate()
-            return list(self._devices)
+                self._devices, self._same = self._enumerate(self._entries)
+            return self._devices, self._same
+
+    def enumerating_only(self, names: Sequence[str] | None) -> contextlib.AbstractContextManager[bool]:
+        """Within the block, list only the registries that can provide the devices ``names`` (and the CPU's): a
+        placement that names its devices does not pay for the others' discovery (:mod:`._scope`). Yields whether a
+        scope applies; a name not found in it is looked up in the full listing, so that its error names every device.
+        """
+        return _scope.applied(self, names)
 
     def same_hardware(self) -> list[tuple[Device, Device]]:
         """Devices left out of :meth:`devices` as the same hardware (same ``device_id``) as a listed one."""
-        self.devices()
-        return list(self._same)
+        return list(self._listing()[1])
 
     def features(self, reg: BackendReg) -> dict[str, str]:
         """A registry's ``features()`` under the deadline, as strings; a failure is shown as ``error``."""
@@ -541,10 +546,14 @@ class Registry:
 
         A device hidden as the same hardware as another (:meth:`same_hardware`) is still found by its name.
         """
-        devs = self.devices() + [d for d, _ in self._same]
+        listed, same = self._listing()
+        devs = listed + [d for d, _ in same]
         for d in devs:
             if d.name.lower() == name.lower():
                 return d
+        if _scope.current(self) is not None:  # not in the scope: the full listing, for the error's names
+            with _scope.lifted():
+                return self.get_device(name)
         known = [d.name for d in devs]
         raise DeviceNotFoundError(name, known, _close(name, known))
 

@@ -94,6 +94,23 @@ class StringArray(Sequence[str]):
         base = offs[0]
         return [blob[a - base + 8 : b - base] for a, b in itertools.pairwise(offs)]
 
+    def region(self) -> np.ndarray:
+        """The array's bytes in the file, from the first string's 8-byte length to the last string's end (a view)."""
+        offs = self.offsets
+        return self._buf[int(offs[0]) : int(offs[-1])] if len(offs) else self._buf[:0]
+
+    def take(self, indices: Sequence[int]) -> list[str]:
+        """The strings at ``indices`` (decoded; GGUFError naming an invalid one), without decoding the others."""
+        offs = self.offsets
+        if not len(indices) or not len(offs):
+            return []
+        base, blob = int(offs[0]), self.region().tobytes()
+        at = np.asarray(indices, dtype=np.int64)
+        out = []
+        for i, a, b in zip(at.tolist(), (offs[at] - base + 8).tolist(), (offs[at + 1] - base).tolist(), strict=True):
+            out.append(self._decode(i, blob[a:b]))
+        return out
+
     def tolist(self) -> list[str]:
         """Every string decoded (GGUFError naming the first invalid one)."""
         raws = self.raw_list()

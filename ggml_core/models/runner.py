@@ -23,6 +23,7 @@ import numpy as np
 from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._types import as_type
+from ggml_core.backend.registry import get_registry
 from ggml_core.models.arch import Architecture, get_architecture
 from ggml_core.models.autosplit import Workload, plan_auto
 from ggml_core.models.bufts import (
@@ -475,7 +476,20 @@ def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
 
 def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
     """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
-    params), or with ``--fit off`` only checked against it (``check_fit=False``: not even that)."""
+    params), or with ``--fit off`` only checked against it (``check_fit=False``: not even that).
+
+    A placement that names its devices (``--device CPU``) enumerates only the registries that can provide them
+    (:meth:`Registry.enumerating_only`): the CPU alone does not import pyopencl or wgpu. Buffer-type overrides
+    (``-ot``) may name any device's buffer type, so they keep the full listing.
+    """
+    names = params.placement.devices if not params.placement.overrides else None
+    with get_registry().enumerating_only(names):
+        return _plan_scoped(f, hp, specs, params)
+
+
+def _plan_scoped(
+    f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
+) -> tuple[ModelParams, Placement]:
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
         n_ctx = params.n_ctx or default_n_ctx(hp)

@@ -15,14 +15,15 @@ The pre-tokenizers (llama.cpp's patterns, with Unicode classes through the ``reg
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Final
+from typing import Final, Protocol, cast
 
 import numpy as np
 
 from ggml_core._errors import GGUFError
-from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.gguf_file import GGUFFile, StringArray
 from ggml_core.models.gguf_header import ValueType
 from ggml_core.models.pretokenize import IGNORE_MERGES, pre_type, split
 
@@ -50,12 +51,21 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+class _Lookup(Protocol):
+    def get(self, text: str, /) -> int | None: ...
+
+
 @dataclass
 class Tokenizer:
-    """A vocabulary and the algorithm of its kind (``"llama"`` or ``"gpt2"``)."""
+    """A vocabulary and the algorithm of its kind (``"llama"`` or ``"gpt2"``).
+
+    ``tokens`` is a list, or the file's :class:`StringArray` as :func:`load_tokenizer` passes it: then the strings
+    are decoded when asked for and the text → id lookup is a :class:`~ggml_core.models.vocab.VocabIndex` (the
+    same answers as a dict, without building one for 262k tokens at load).
+    """
 
     kind: str
-    tokens: list[str]
+    tokens: Sequence[str]
     scores: list[float] = field(default_factory=list)
     types: list[int] = field(default_factory=list)
     merges: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -68,10 +78,18 @@ class Tokenizer:
 
     def __post_init__(self) -> None:
         # as llama.cpp's token_to_id: a text that appears twice maps to its last id
-        self._ids: dict[str, int] = {t: i for i, t in enumerate(self.tokens)}
+        self._ids: _Lookup
+        if isinstance(self.tokens, StringArray):
+            from ggml_core.models.vocab import VocabIndex
+
+            self._ids = VocabIndex(self.tokens)
+        else:
+            self._ids = {t: i for i, t in enumerate(self.tokens)}
         kinds = np.asarray(self.types[: len(self.tokens)], dtype=np.int64)
         wanted = (TOKEN_TYPE["control"], TOKEN_TYPE["user_defined"], TOKEN_TYPE["unknown"])
-        special = [(self.tokens[i], i) for i in np.flatnonzero(np.isin(kinds, wanted)).tolist() if self.tokens[i]]
+        ids = np.flatnonzero(np.isin(kinds, wanted)).tolist()
+        texts = self.tokens.take(ids) if isinstance(self.tokens, StringArray) else [self.tokens[i] for i in ids]
+        special = [(t, i) for t, i in zip(texts, ids, strict=True) if t]
         special.sort(key=lambda p: -len(p[0]))  # longest first; stable: equal lengths keep id order
         self._specials_all = special
         self._specials_user = [(t, i) for t, i in special if self.types[i] == TOKEN_TYPE["user_defined"]]
@@ -273,7 +291,7 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
         )
     if model not in ("llama", "gpt2"):
         raise GGUFError(f.path, "metadata 'tokenizer.ggml.model'", f"{model!r} is not supported (llama, gpt2)")
-    tokens = f.get_strings("tokenizer.ggml.tokens")
+    tokens = f.get_string_array("tokenizer.ggml.tokens")  # decoded on demand (checked by the lookup's index)
     n = len(tokens)
 
     def _ids(key: str) -> int | None:
@@ -292,8 +310,9 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
             raise GGUFError(f.path, f"metadata {key!r}", f"has {len(values)} entries for {n} tokens")
         return values
 
-    scores = [float(s) for s in _list(key="tokenizer.ggml.scores", kinds=[ValueType.FLOAT32, ValueType.FLOAT64])]
-    types = [int(t) for t in _list("tokenizer.ggml.token_type", [ValueType.INT32, ValueType.UINT32])]
+    # numpy's tolist() gives Python floats and ints already
+    scores = cast(list[float], _list(key="tokenizer.ggml.scores", kinds=[ValueType.FLOAT32, ValueType.FLOAT64]))
+    types = cast(list[int], _list("tokenizer.ggml.token_type", [ValueType.INT32, ValueType.UINT32]))
     merges: dict[tuple[str, str], int] = {}
     if model == "gpt2":
         if not f.has("tokenizer.ggml.merges"):

@@ -72,15 +72,30 @@ def _runtime_dir() -> None:
 
 
 _runtime_dir()
-wgpu: Any
-try:  # wgpu is optional at import time: without it the registry reports why it has no devices
-    import wgpu as _wgpu
+#: ``wgpu`` before the first device enumeration imports it (:func:`_import_wgpu`)
+_NOT_IMPORTED: Final = object()
+#: the wgpu module, None when it cannot be imported; imported by the first enumeration, not by loading the plugin
+#: (it parses wgpu-native's C header: 0.2-0.6 s that a placement on other devices does not pay)
+wgpu: Any = _NOT_IMPORTED
+#: why wgpu is not importable (None: imported, or not tried yet)
+_IMPORT_ERROR: str | None = None
+_IMPORT_LOCK = threading.Lock()
 
-    wgpu = _wgpu
-    _IMPORT_ERROR: str | None = None
-except Exception as _exc:  # noqa: BLE001 - ImportError, or wgpu-native failing to load
-    wgpu = None
-    _IMPORT_ERROR = f"wgpu is not importable: {type(_exc).__name__}: {_exc} (pip install wgpu)"
+
+def _import_wgpu() -> Any:
+    """wgpu, imported once (None, with ``_IMPORT_ERROR`` saying why, when it cannot be: ImportError, or wgpu-native
+    failing to load); a value set beforehand (tests put a fake or None there) is kept."""
+    global wgpu, _IMPORT_ERROR
+    with _IMPORT_LOCK:
+        if wgpu is _NOT_IMPORTED:
+            try:
+                import wgpu as _wgpu
+
+                wgpu = _wgpu
+            except Exception as exc:  # noqa: BLE001 - ImportError, or wgpu-native failing to load
+                wgpu = None
+                _IMPORT_ERROR = f"wgpu is not importable: {type(exc).__name__}: {exc} (pip install wgpu)"
+        return wgpu
 
 __all__ = [
     "ADAPTER_TYPES",
@@ -121,7 +136,7 @@ _DEFAULT_MAX_GROUPS: Final = 65535
 
 def discover(environ: Mapping[str, str]) -> Discovery:
     """Every wgpu adapter (honouring GGML_WEBGPU_ADAPTERS); never raises (see ``_adapters``)."""
-    return _discover(wgpu, environ, _IMPORT_ERROR)
+    return _discover(_import_wgpu(), environ, _IMPORT_ERROR)
 
 
 # ================================================================================================ kernels
@@ -593,7 +608,8 @@ class WebGPUReg(BackendReg):
 
     def features(self) -> dict[str, str]:
         """wgpu version and the adapters left out (with why)."""
-        out = {"wgpu": getattr(wgpu, "__version__", "missing") if wgpu is not None else "missing"}
+        mod = _import_wgpu()
+        out = {"wgpu": getattr(mod, "__version__", "missing") if mod is not None else "missing"}
         for desc, why in self.skipped.items():
             out[f"skipped {desc}"] = why
         return out
