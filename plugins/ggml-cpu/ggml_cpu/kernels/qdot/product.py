@@ -107,9 +107,25 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     """
     if not _kernels()[2]:
         return 8
+    if wtype is not None and _packed_ready(wtype):
+        return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
         return 512
     return 128 if wtype in _WIDE_BLOCK_TYPES else 32
+
+
+#: above this many activation rows the repacked weights (:mod:`.repack`) take over from the block kernels, where
+#: they are ready (measured here, one thread, ``benchmarks/bench_qroutes.py``: see docs/performance.md)
+_PACKED_ABOVE: Final = 8
+
+
+def _packed_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a repacked layout compiled here (:func:`.repack.packed_ready`)."""
+    if not _jit.enabled():
+        return False
+    from ggml_cpu.kernels.qdot import repack
+
+    return repack.packed_ready(wtype)
 
 
 #: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
@@ -266,7 +282,8 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     :param wtype: their type (any with a dot type and a dequantizer)
     :param x: float32 activations ``(N, K)``
     :param out: float32 ``(N, M)`` C-contiguous, written
-    :param route: ``"auto"``, ``"block"`` (block kernels, when compiled) or ``"tile"``
+    :param route: ``"auto"``, ``"block"`` (block kernels, when compiled), ``"packed"`` (repacked weights,
+        :mod:`.repack`, where compiled with 512-bit VNNI) or ``"tile"`` (dequantized tiles + SGEMM)
     """
     n = x.shape[0]
     if n == 0 or out.size == 0:
@@ -278,7 +295,15 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
         if product is not None:
             product()
             return
-    _tile_product(w, wtype, quantize_activations(x, DOT_TYPE[wtype]), out)
+    acts = quantize_activations(x, DOT_TYPE[wtype])
+    if route in ("auto", "packed") and _packed_ready(wtype):
+        from ggml_cpu.kernels.qdot import repack
+
+        packed = repack.packed(w, wtype)
+        if packed is not None:
+            repack.packed_product(packed, acts, out, current_threads())
+            return
+    _tile_product(w, wtype, acts, out)
 
 
 def _check(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
