@@ -371,12 +371,14 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
         def work(first: int) -> None:
             for g in range(first, h_kv, workers):
                 kf = f16_to_f32(k[g, :n_used])
-                with np.errstate(all="ignore"):
-                    w = (q[g] @ kf.T).reshape(r, n_tok, n_used) * scale + mu
-                    mx = w.max(axis=-1, keepdims=True)
-                    e = np.exp(w - mx, dtype=np.float32)
-                    total = e.sum(axis=-1, dtype=np.float64, keepdims=True)
-                    out[g * r : (g + 1) * r, :, :n_used] = e * (1.0 / total).astype(np.float32)
+                w = np.matmul(q[g], kf.T).reshape(r, n_tok, n_used)
+                with np.errstate(all="ignore"):  # in place: no new pages per step
+                    np.multiply(w, scale, out=w)
+                    np.add(w, mu, out=w)
+                    np.subtract(w, w.max(axis=-1, keepdims=True), out=w)
+                    np.exp(w, out=w)
+                    total = w.sum(axis=-1, dtype=np.float64, keepdims=True)
+                    np.multiply(w, (1.0 / total).astype(np.float32), out=out[g * r : (g + 1) * r, :, :n_used])
 
         with single_threaded_blas():
             parallel_for(work, workers)

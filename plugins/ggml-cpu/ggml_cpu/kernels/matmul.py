@@ -347,8 +347,12 @@ def _bind_half_batch(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | N
             for i in range(first, n_slices, workers):
                 i3, i2 = divmod(i, a2)
                 o3, o2 = slice(i3 * r3, (i3 + 1) * r3), slice(i2 * r2, (i2 + 1) * r2)
-                wf = f16_to_f32(w[i3 : i3 + 1, i2 : i2 + 1, :, :used])
-                out[o3, o2] = matmul_4d(wf, xh[o3, o2])
+                wf = f16_to_f32(w[i3, i2, :, :used])  # (M, used)
+                rows, dst = xh[o3, o2].reshape(-1, used), out[o3, o2]
+                if dst.flags.c_contiguous:  # the slices sharing these weights: one GEMM, straight into the output
+                    np.matmul(rows, wf.T, out=dst.reshape(-1, wf.shape[0]))
+                else:
+                    dst[...] = np.matmul(rows, wf.T).reshape(dst.shape)
 
         with single_threaded_blas():
             parallel_for(work, workers)

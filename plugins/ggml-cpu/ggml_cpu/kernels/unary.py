@@ -264,6 +264,15 @@ def _bind_math(node: Tensor) -> Thunk:
 @kernel(GGMLOp.SCALE, supports=_float_in_out)
 def _bind_scale(node: Tensor) -> Thunk:
     s, b = node.op_param_f32(0), node.op_param_f32(1)
+    a = node.src[0]
+    assert a is not None
+    if b == 0.0 and a.type == node.type == GGMLType.F32:
+
+        def run() -> None:  # one pass, straight into the output (Gemma scales every layer's queries)
+            with np.errstate(all="ignore"):
+                np.multiply(arr(a), _F32(s), out=arr(node))
+
+        return run
     if b == 0.0:
         return _map(node, lambda x: x * _F32(s))
     # one fused multiply-add: the float64 product of two float32 is exact, one rounding to float32 after the sum

@@ -8,6 +8,8 @@ roundings in float64; the routes sum in another order (BLAS), so they are held t
 product, ``(K + 2) · 2⁻²³ · Σ|a·b|`` per output, carried through the softmax as ``2·P·scale·err``. Cells past the
 mask's last finite column are never read: they hold NaN here and must not reach the results. Also: grouped-query
 heads (H = 2·H_kv), odd token counts, 1 and 2 threads (bit for bit), and the numpy path (``GGML_CPU_NUMBA=0``).
+Also the batch's other fast paths: the compiled GELU (GEGLU) and f16 rounding against numpy's definitions, bit for
+bit, and SCALE on a strided view.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ _NUMPY = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from ggml_cpu.kernels import qdot
-import test_batch_attention as tb
+import test_prompt_batch as tb
 assert qdot.disabled_reason() is not None
 for case in tb.CASES:
     tb._check(case)
@@ -146,3 +148,15 @@ def test_compiled_gelu_equals_the_table_definition() -> None:
     for got in (gelu(x), gelu(x.reshape(-1, 2)[:, 1]), gelu(x[:100])):
         ref = want if got.size == x.size else want.reshape(-1, 2)[:, 1] if got.size == x.size // 2 else want[:100]
         np.testing.assert_array_equal(got, ref)
+
+
+def test_scale_writes_a_strided_view() -> None:
+    """SCALE (no bias) multiplies straight into its output: rows padded in memory (a view of 33 of 40 columns, from
+    column 3), ``x · s`` exactly."""
+    from kernel_harness import CpuGraph
+
+    x = (np.random.default_rng(5).standard_normal((7, 40)) * 10).astype(np.float32)
+    g = CpuGraph()
+    t = g.tensor(x)
+    got = g.compute(ops.scale(ops.view_2d(t, 33, 7, t.nb[1], 3 * 4), 0.37))[0, 0]
+    np.testing.assert_array_equal(got, x[:, 3:36] * np.float32(0.37))
