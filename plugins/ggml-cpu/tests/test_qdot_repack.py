@@ -185,3 +185,30 @@ def test_other_paths_agree(mode: str, tmp_path: Path) -> None:
             else:
                 _, bound = _reference(w, t, x)
                 assert (np.abs(theirs - ours) <= 2 * bound).all(), t.name
+
+
+def test_weights_mapped_read_only_are_repacked_once_per_mapping(tmp_path: Path) -> None:
+    """Weights viewed from a read-only file mapping (the model loader's) keep their repack without a copy while the
+    map is open; a new mapping at the same address (a new model) is repacked, never served the old one's."""
+    import mmap
+
+    t = GGMLType.Q4_0
+    _ready(t)
+    x = _case(t, 48, 12, 2, seed=7)[1]
+    for seed in (7, 8):  # two files, mapped in turn
+        w_data = _case(t, 48, 12, 2, seed=seed)[0]
+        path = tmp_path / f"w{seed}.bin"
+        path.write_bytes(w_data.tobytes())
+        with path.open("rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        w = np.frombuffer(mm, np.uint8).reshape(w_data.shape)
+        out = np.empty((12, 48), np.float32)
+        qdot.qmatmul(w, t, x, out)
+        key = (int(w.__array_interface__["data"][0]), w.shape, t)
+        assert repack._cache[key][1] is None  # no copy kept: the map cannot change
+        ref, bound = _reference(w_data, t, x)
+        assert (np.abs(out - ref) <= bound).all()
+        qdot.qmatmul(w, t, x, out)  # the cached repack
+        assert (np.abs(out - ref) <= bound).all()
+        del w
+        mm.close()

@@ -17,15 +17,18 @@ activations quantized to the weight type's dot type (Q8_0 / Q8_K) as ggml does; 
 float64 reference. Each output is one lane's fixed sequence of operations, so results do not depend on the thread
 count (threads split the groups of 16 rows).
 
-A cached repack is checked against the weights' bytes on every use (a copy is kept; comparing costs a few µs per
-matrix against the product's milliseconds), so weights written in place are repacked again, never used stale.
-Memory: the repack takes ~1.25 bytes per weight plus the copy (Q4_0: 0.56 bytes per weight), about 3× the
-quantized matrix; only matrices multiplied by more than ``vec_rows_limit()`` activation rows are repacked.
+Weights mapped read-only from a model file (the loader's way) are repacked once per mapping; any other weights are
+checked against a copy of their bytes on every use (comparing a copy costs about a fifth of the product), so weights
+written in place are repacked again, never used stale. Memory: the repack takes ~1.25 bytes per weight (plus the
+copy for writable weights), 2–3× a 4-bit matrix; only matrices multiplied by more than ``vec_rows_limit()``
+activation rows are repacked (a model's output matrix, multiplied by one row per prompt, is not).
 """
 
 from __future__ import annotations
 
+import mmap
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
@@ -196,29 +199,54 @@ def packed_ready(wtype: GGMLType) -> bool:
     return all(_jit.get(s) is not None for s in _SPECS[group, has_min])
 
 
-_cache: OrderedDict[tuple[int, tuple[int, ...], GGMLType], tuple[np.ndarray, Packed | None]] = OrderedDict()
+_Entry = tuple[Any, "np.ndarray | None", "Packed | None"]  # (weakref to an immutable owner, or a copy; repack)
+_cache: OrderedDict[tuple[int, tuple[int, ...], GGMLType], _Entry] = OrderedDict()
 _cache_bytes = [0]
 _lock = threading.Lock()
 
 
+def _immutable_owner(w: np.ndarray) -> mmap.mmap | None:
+    """The read-only memory map ``w`` views (a GGUF file mapped ``ACCESS_READ``: its bytes cannot change while it is
+    open), or None for any other memory (which may be written, so its repack is checked against a copy)."""
+    o: object = w
+    while isinstance(o, np.ndarray) and o.base is not None:
+        o = o.base
+    if isinstance(o, memoryview) and o.readonly and isinstance(o.obj, mmap.mmap):
+        return o.obj
+    return None
+
+
+def _entry_bytes(e: _Entry) -> int:
+    return (e[1].nbytes if e[1] is not None else 0) + (e[2].nbytes if e[2] is not None else 0)
+
+
 def packed(w: np.ndarray, wtype: GGMLType) -> Packed | None:
-    """The cached repack of ``w`` (made now when absent, or when the bytes at that address have changed)."""
+    """The cached repack of ``w`` (made now when absent, or when the bytes at that address may have changed).
+
+    Weights in a read-only file mapping (the model loader's) are repacked once per mapping — the entry holds a weak
+    reference to the map and is valid while that same map is open; any other weights are compared with a copy kept
+    for the purpose on every use (exact: changed bytes are always repacked)."""
     key = (int(w.__array_interface__["data"][0]), tuple(w.shape), wtype)
+    owner = _immutable_owner(w)
     with _lock:
         hit = _cache.get(key)
-    if hit is not None and np.array_equal(hit[0], w):
-        return hit[1]
+    if hit is not None:
+        ref, copy, p = hit
+        if ref is not None and owner is not None and ref() is owner and not owner.closed:
+            return p
+        if ref is None and copy is not None and np.array_equal(copy, w):
+            return p
     p = pack(w, wtype)
-    size = w.nbytes + (p.nbytes if p is not None else 0)
+    entry: _Entry = (weakref.ref(owner), None, p) if owner is not None else (None, np.array(w, copy=True), p)
+    size = _entry_bytes(entry)
     with _lock:
         old = _cache.pop(key, None)
         if old is not None:
-            _cache_bytes[0] -= old[0].nbytes + (old[1].nbytes if old[1] is not None else 0)
+            _cache_bytes[0] -= _entry_bytes(old)
         while _cache and _cache_bytes[0] + size > CACHE_BYTES:
-            _, (cw, cp) = _cache.popitem(last=False)
-            _cache_bytes[0] -= cw.nbytes + (cp.nbytes if cp is not None else 0)
+            _cache_bytes[0] -= _entry_bytes(_cache.popitem(last=False)[1])
         if size <= CACHE_BYTES:
-            _cache[key] = (np.array(w, copy=True), p)
+            _cache[key] = entry
             _cache_bytes[0] += size
     return p
 
