@@ -1,11 +1,14 @@
 """Quantized weight rows times float activations, without a full float32 copy of the weights.
 
 :func:`qmatmul` computes ``out = x · dequant(W)ᵀ`` with ggml's CPU numerics (activations quantized to the weight
-type's dot type first) by one of two routes:
+type's dot type first) by one of three routes:
 
 * **block kernels** (few activation rows, the decode case): integer dot products on the quantized blocks
   themselves (:mod:`.legacy`, :mod:`.kquants`) — the weights are read once, as they are stored;
-* **tiles** (many rows, the prompt case): a tile of weight rows is dequantized into a reused float32 buffer
+* **repacked weights** (many rows, the prompt case, for Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K where numba
+  targets 512-bit VNNI): the weights interleaved 16 rows to a vector once (:mod:`.repack`, ggml's CPU_REPACK idea),
+  one ``vpdpbusd`` advancing 16 dot products — about 3–5× the other routes at 128 rows (measured: docs/performance.md);
+* **tiles** (many rows, other types or machines): a tile of weight rows is dequantized into a reused float32 buffer
   (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile; with several threads each worker of
   :func:`ggml_cpu.threads.parallel_for` dequantizes and multiplies its own tiles with single-threaded BLAS.
 
@@ -98,8 +101,10 @@ _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
 
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
-    """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, dequantized tiles
-    and BLAS. Fixed per type (never measured at run time), so a product's bits do not depend on the machine's load.
+    """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, the repacked weights
+    where they are ready (:data:`_PACKED_ABOVE` rows: they win from about 8 rows, ``benchmarks/bench_qroutes.py``),
+    else dequantized tiles and BLAS. Fixed per type and machine (never measured at run time), so a product's bits do
+    not depend on the machine's load.
 
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
     at 32 rows: 4.4 ms against 20 ms on 2 cores), up to 128 rows for :data:`_WIDE_BLOCK_TYPES` and 512 for
