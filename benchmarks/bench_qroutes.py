@@ -1,11 +1,12 @@
-"""Quantized products by route: the block kernels against dequantized tiles + SGEMM, timed alternately in one run.
+"""Quantized products by route: block kernels, dequantized tiles + SGEMM, repacked weights, timed in turn in one run.
 
-For each weight type and activation-row count, ``qdot.qmatmul(route="block")`` and ``route="tile"`` on the same
+For each weight type and activation-row count, ``qdot.qmatmul(route="block")``, ``"tile"`` and ``"packed"`` (the
+repacked weights of ``qdot.repack``; where they are not compiled it falls back to the tiles) on the same
 arrays (512 × 512, 1536 × 512 and 512 × 1536 weights, the 512-wide bench model's shapes), one thread: medians of
 the process's CPU time in ms (all its threads; time spent waiting for a busy core is not counted, so the routes
-compare fairly on a shared machine) and the ratio tile / block (above 1: the block kernels are faster). This is
-the measurement behind ``qdot.vec_rows_limit`` (the row count up to which a type takes the block kernels). Prints
-the CPU model and load.
+compare fairly on a shared machine) and the ratios tile / block and packed / block (above 1: the block kernels are
+faster). This is the measurement behind ``qdot.vec_rows_limit`` (the row count up to which a type takes the block
+kernels). Prints the CPU model and load.
 
 Usage: ``python benchmarks/bench_qroutes.py [--types q4_0,q8_0,q4_k] [--rows 1,13,128,512] [--repeat 9]``
 """
@@ -29,17 +30,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the tile route's SGEMM on 
 SHAPES = [(512, 512), (1536, 512), (512, 1536)]
 
 
-def paired_cpu_ms(a: Callable[[], object], b: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Medians of the process CPU time (ms) of ``a`` and ``b``, called alternately after one warm-up each."""
-    a(), b()
-    ta: list[float] = []
-    tb: list[float] = []
+def paired_cpu_ms(*fns: Callable[[], object], repeat: int = 9) -> list[float]:
+    """Medians of the process CPU time (ms) of each of ``fns``, called in turn after one warm-up each."""
+    for fn in fns:
+        fn()
+    acc: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        for fn, acc in ((a, ta), (b, tb)):
+        for fn, times in zip(fns, acc, strict=True):
             t0 = time.process_time()
             fn()
-            acc.append((time.process_time() - t0) * 1e3)
-    return statistics.median(ta), statistics.median(tb)
+            times.append((time.process_time() - t0) * 1e3)
+    return [statistics.median(t) for t in acc]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     qdot.set_threads(1)
     info = machine()
     print(f"# CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}; one thread")
-    print(f"{'type':6} {'rows':>5} {'shape':>10} {'block ms':>9} {'tile ms':>9} {'tile/block':>10}  limit")
+    print(f"{'type':6} {'rows':>5} {'shape':>10} {'block ms':>9} {'tile ms':>9} {'packed ms':>9} {'tile/block':>10}"
+          f" {'packed/block':>12}  limit")
     r = np.random.default_rng(0)
     for name in args.types.split(","):
         t = GGMLType[name.upper()]
@@ -62,14 +64,16 @@ def main(argv: list[str] | None = None) -> int:
             for n in (int(v) for v in args.rows.split(",")):
                 x = r.standard_normal((n, k)).astype(np.float32)
                 out = np.empty((n, m), np.float32)
-                block, tile = paired_cpu_ms(
+                block, tile, packed = paired_cpu_ms(
                     lambda: qdot.qmatmul(w, t, x, out, route="block"),  # noqa: B023 - called right here
                     lambda: qdot.qmatmul(w, t, x, out, route="tile"),  # noqa: B023
-                    args.repeat,
+                    lambda: qdot.qmatmul(w, t, x, out, route="packed"),  # noqa: B023
+                    repeat=args.repeat,
                 )
                 shape = f"{m}x{k}"
                 limit = qdot.vec_rows_limit(t)
-                print(f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {tile / block:9.2f}x  {limit}")
+                print(f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {packed:9.3f} {tile / block:9.2f}x"
+                      f" {packed / block:11.2f}x  {limit}")
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Final
 
 import numpy as np
 
@@ -303,5 +304,83 @@ def _bind_diag_mask(node: Tensor) -> Thunk:
 
     def run() -> None:
         store(node, np.where(masked, value, f32(a)))
+
+    return run
+
+
+# ------------------------------------------------------------------------------------------------ batch KQ + SOFT_MAX
+
+#: from this many query rows (a prompt batch) the KQ product and its softmax take :func:`bind_batch_attention`; fewer
+#: rows (decode) stay with the compiled row kernels, which read only the cells they need
+BATCH_ROWS: Final = 8
+
+
+def used_columns(m: np.ndarray) -> int:
+    """One past the last column of the 2-D ``m`` holding a value other than −inf (masks) — 0 when there is none."""
+    n = m.shape[-1]
+    for c0 in range((n - 1) // 32 * 32, -1, -32):
+        if (m[:, c0 : c0 + 32] != -np.inf).any():
+            last = np.flatnonzero((m[:, c0 : c0 + 32] != -np.inf).any(axis=0))[-1]
+            return int(c0 + last + 1)
+    return 0
+
+
+def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
+    """``SOFT_MAX(MUL_MAT(K, Q), mask)`` of a prompt batch with an f16 K cache, in one thunk (None: not this case).
+
+    ggml's numerics: Q rounded to f16 (the f16 weights' dot type), f16 × f16 products exact in float32 (summed by
+    BLAS in another order than ggml's ``vec_dot_f16``: float rounding), then ``x·scale + mask``, ``exp(w − max)`` and
+    ``e / Σe`` with the sum in double, per row. Columns at and past the mask's last finite column are −inf in every
+    row, so their cache cells are not read and their outputs are 0 (as :func:`.compiled.bind_half_product` and
+    llama.cpp's flash attention skip them; unused cells may hold anything). The KQ node's own memory is not written:
+    only the softmax reads it. Query heads share K heads as ggml broadcasts them (``q head / (H / H_kv)``). Each K
+    head is one single-threaded BLAS call and one numpy softmax, on the plugin's workers: the same bits for any
+    thread count.
+    """
+    a, b, mask = kq.src[0], kq.src[1], soft_max.src[1]
+    if a is None or b is None or mask is None or soft_max.src[2] is not None:
+        return None
+    if a.type != GGMLType.F16 or b.type != GGMLType.F32 or kq.type != GGMLType.F32 or soft_max.type != GGMLType.F32:
+        return None
+    if mask.type != GGMLType.F32 or mask.ne[2] != 1 or mask.ne[3] != 1 or soft_max.op_param_f32(1) != 0.0:
+        return None
+    d, n_kv, h_kv = a.ne[0], a.ne[1], a.ne[2]
+    n_tok, h = b.ne[1], b.ne[2]
+    if n_tok < BATCH_ROWS or a.ne[3] != 1 or b.ne[3] != 1 or b.ne[0] != d or h % h_kv or mask.ne[0] != n_kv:
+        return None
+    if tuple(soft_max.ne) != (n_kv, n_tok, h, 1) or mask.ne[1] < n_tok:
+        return None
+    from ggml_cpu.kernels.qdot.halves import f16_to_f32, round_f16
+    from ggml_cpu.threads import current_threads, parallel_for, single_threaded_blas
+
+    scale = _F32(soft_max.op_param_f32(0))
+    r = h // h_kv
+
+    def run() -> None:
+        m = f32(mask)[0, 0, :n_tok]  # (T, n_kv)
+        n_used = used_columns(m)
+        out = arr(soft_max)[0]  # (H, T, n_kv)
+        out[..., n_used:] = 0.0
+        if n_used == 0:
+            return
+        k = arr(a)[0]  # (H_kv, n_kv, D) f16
+        q = round_f16(f32(b)[0]).reshape(h_kv, r * n_tok, d)
+        mu = m[:, :n_used]
+        workers = min(current_threads(), h_kv)
+
+        def work(first: int) -> None:
+            for g in range(first, h_kv, workers):
+                kf = f16_to_f32(k[g, :n_used])
+                w = np.matmul(q[g], kf.T).reshape(r, n_tok, n_used)
+                with np.errstate(all="ignore"):  # in place: no new pages per step
+                    np.multiply(w, scale, out=w)
+                    np.add(w, mu, out=w)
+                    np.subtract(w, w.max(axis=-1, keepdims=True), out=w)
+                    np.exp(w, out=w)
+                    total = w.sum(axis=-1, dtype=np.float64, keepdims=True)
+                    np.multiply(w, (1.0 / total).astype(np.float32), out=out[g * r : (g + 1) * r, :, :n_used])
+
+        with single_threaded_blas():
+            parallel_for(work, workers)
 
     return run

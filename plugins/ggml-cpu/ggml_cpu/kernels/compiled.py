@@ -360,8 +360,11 @@ def _bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
         a, b = node.src[0], node.src[1]
         if a is None or b is None:
             return None
-        from ggml_cpu.kernels.attention import alibi_slopes
+        from ggml_cpu.kernels.attention import alibi_slopes, bind_batch_attention
 
+        batch = bind_batch_attention(node, nxt)  # a prompt batch: BLAS per head + numpy softmax
+        if batch is not None:
+            return batch
         product = bind_half_product(a, b, node, nxt)
         soft_max = bind_soft_max(nxt, alibi_slopes(node.ne[2], 0.0)) if product is not None else None
         if product is None or soft_max is None:

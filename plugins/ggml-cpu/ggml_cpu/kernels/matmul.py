@@ -27,7 +27,7 @@ from ggml_core import BufferUsage, GGMLOp, GGMLType, Tensor
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels import compiled, qdot
 from ggml_cpu.kernels._base import Thunk, arr, f32, kernel
-from ggml_cpu.kernels.qdot.halves import f16_to_f32
+from ggml_cpu.kernels.qdot.halves import f16_to_f32, round_f16
 from ggml_cpu.threads import Faster, current_threads, one_thread, parallel_for, single_threaded_blas
 
 __all__ = [
@@ -296,6 +296,70 @@ def _bind_half(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -
     return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 
+#: from this many activation rows a small f16 product (a KV cache: the batch's KQV) is one BLAS call per slice
+_HALF_BATCH_ROWS: Final = 8
+
+
+def _last_nonzero_column(x: np.ndarray) -> int:
+    """One past the last column (last axis) of ``x`` holding a non-zero value in any row; 0 for none."""
+    rows = x.reshape(-1, x.shape[-1])
+    for c0 in range((x.shape[-1] - 1) // 32 * 32, -1, -32):
+        hit = np.flatnonzero(rows[:, c0 : c0 + 32].any(axis=0))
+        if hit.size:
+            return int(c0 + hit[-1] + 1)
+    return 0
+
+
+def _bind_half_batch(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | None) -> Thunk | None:
+    """A prompt batch's product with a small f16 operand (the V cache of KQV): the activations rounded to f16 (ggml's
+    dot type for f16) and the f16 values converted to float32 — f16 × f16 products are exact in float32 — then one
+    single-threaded BLAS call per weight slice, on the plugin's workers (the same bits for any thread count; BLAS sums
+    in another order than ggml's ``vec_dot_f16``: float rounding). Terms past the activations' last non-zero column
+    (the unused cells of a KV cache after SOFT_MAX: zero weights) are skipped, as :func:`compiled.bind_half_product`
+    does, so an unused cell's garbage never reaches the result. None: not this case (decode, large weights)."""
+    if a.type != GGMLType.F16 or b.type != GGMLType.F32 or b.ne[1] < _HALF_BATCH_ROWS:
+        return None
+    if 4 * a.nelements > _WHOLE_BYTES or (cache is not None and cache.eligible(a)) or not arr(node).flags.c_contiguous:
+        return None
+    a3, a2 = a.ne[3], a.ne[2]
+    r2, r3 = b.ne[2] // a2, b.ne[3] // a3
+    n_slices = a3 * a2
+
+    mask = b.src[1] if b.op == GGMLOp.SOFT_MAX else None
+    if mask is not None and (mask.type != GGMLType.F32 or mask.ne[2] != 1 or mask.ne[3] != 1 or b.src[2] is not None):
+        mask = None
+    from ggml_cpu.kernels.attention import used_columns
+
+    def run() -> None:
+        x = f32(b)
+        # after a masked SOFT_MAX the columns past the mask's last finite one are 0 in every row (exp(−inf)):
+        # the mask, T × n_kv, says where they start at a fraction of the cost of scanning the product's input
+        used = used_columns(f32(mask)[0, 0, : b.ne[1]]) if mask is not None else _last_nonzero_column(x)
+        out = arr(node)
+        if used == 0:
+            out.fill(0.0)
+            return
+        xh = round_f16(x[..., :used])
+        w = arr(a)
+        workers = min(current_threads(), n_slices)
+
+        def work(first: int) -> None:
+            for i in range(first, n_slices, workers):
+                i3, i2 = divmod(i, a2)
+                o3, o2 = slice(i3 * r3, (i3 + 1) * r3), slice(i2 * r2, (i2 + 1) * r2)
+                wf = f16_to_f32(w[i3, i2, :, :used])  # (M, used)
+                rows, dst = xh[o3, o2].reshape(-1, used), out[o3, o2]
+                if dst.flags.c_contiguous:  # the slices sharing these weights: one GEMM, straight into the output
+                    np.matmul(rows, wf.T, out=dst.reshape(-1, wf.shape[0]))
+                else:
+                    dst[...] = np.matmul(rows, wf.T).reshape(dst.shape)
+
+        with single_threaded_blas():
+            parallel_for(work, workers)
+
+    return run
+
+
 def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
     """The decode route, fully resolved: one prepared :class:`qdot.BlockProduct` per weight slice (None: not
     applicable — too many rows, no block kernels, or operands whose slices are not plain views of their memory)."""
@@ -368,7 +432,8 @@ def bind_mul_mat(node: Tensor, cache: WeightsCache | None = None) -> Thunk:
     if a.type == GGMLType.F32:
         return _bind_f32(a, b, node)
     if a.type in (GGMLType.F16, GGMLType.BF16):
-        return compiled.bind_half_product(a, b, node) or _bind_half(a, b, node, cache)
+        batch = _bind_half_batch(a, b, node, cache)
+        return batch or compiled.bind_half_product(a, b, node) or _bind_half(a, b, node, cache)
     return _bind_quantized(a, b, node, cache)
 
 

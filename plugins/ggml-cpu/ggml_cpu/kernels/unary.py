@@ -109,8 +109,24 @@ def _lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return table[np.asarray(x, np.float32).astype(np.float16).view(np.uint16)]
 
 
+#: from this many values GELU runs compiled (:data:`.qdot._half_kernels.GELU_SPEC`, the same bits)
+_GELU_COMPILED_MIN: Final = 4096
+
+
 def gelu(x: np.ndarray) -> np.ndarray:
     """ggml CPU GELU on float32: 0 for x ≤ -10, x for x ≥ 10, the f16 table at f16(x) otherwise."""
+    x = np.asarray(x, np.float32)
+    if x.size >= _GELU_COMPILED_MIN:
+        from ggml_cpu.kernels.qdot import _jit
+
+        if _jit.enabled():
+            from ggml_cpu.kernels.qdot._half_kernels import GELU_SPEC
+
+            fn = _jit.get(GELU_SPEC)
+            if fn is not None:
+                out = np.empty(x.shape, np.float32)
+                fn(np.ascontiguousarray(x).reshape(-1), gelu_f16_table(), out.reshape(-1))
+                return out
     y = _lookup(x, gelu_f16_table())
     return np.where(x <= -10.0, _F32(0.0), np.where(x >= 10.0, x, y)).astype(np.float32)
 
@@ -248,6 +264,15 @@ def _bind_math(node: Tensor) -> Thunk:
 @kernel(GGMLOp.SCALE, supports=_float_in_out)
 def _bind_scale(node: Tensor) -> Thunk:
     s, b = node.op_param_f32(0), node.op_param_f32(1)
+    a = node.src[0]
+    assert a is not None
+    if b == 0.0 and a.type == node.type == GGMLType.F32:
+
+        def run() -> None:  # one pass, straight into the output (Gemma scales every layer's queries)
+            with np.errstate(all="ignore"):
+                np.multiply(arr(a), _F32(s), out=arr(node))
+
+        return run
     if b == 0.0:
         return _map(node, lambda x: x * _F32(s))
     # one fused multiply-add: the float64 product of two float32 is exact, one rounding to float32 after the sum

@@ -16,7 +16,7 @@ from numba.core.extending import intrinsic
 
 from ggml_cpu.kernels.qdot import _jit
 
-__all__ = ["SPEC"]
+__all__ = ["GELU_SPEC", "ROUND_SPEC", "SPEC"]
 
 
 @intrinsic
@@ -37,3 +37,53 @@ def _convert(h: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - comp
 
 
 SPEC: Final = _jit.KernelSpec(_convert, "void(uint16[::1], float32[::1])", readonly=(0,))
+
+
+@intrinsic
+def _round_to_half(typingctx: Any, v: Any) -> Any:
+    """float32 ``v`` rounded to the nearest IEEE half (ties to even, overflow to ±inf) and back: ``fptrunc`` then
+    ``fpext`` (vectorised to ``vcvtps2ph`` / ``vcvtph2ps`` with F16C)."""
+    if v != types.float32:
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+def _round(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    for i in range(x.shape[0]):
+        out[i] = _round_to_half(x[i])
+
+
+#: ``out = float32(float16(x))`` elementwise (the rounding of activations to f16, f16 weights' dot type)
+ROUND_SPEC: Final = _jit.KernelSpec(_round, "void(float32[::1], float32[::1])", readonly=(0,))
+
+
+@intrinsic
+def _half_bits_of(typingctx: Any, v: Any) -> Any:
+    """The IEEE half bits (ties to even, overflow to ±inf) of the float32 ``v``, as an index (int64)."""
+    if v != types.float32:
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
+        bits = builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+        return builder.zext(bits, ir.IntType(64))
+
+    return types.int64(types.float32), codegen
+
+
+def _gelu(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v <= np.float32(-10.0):
+            out[i] = np.float32(0.0)
+        elif v >= np.float32(10.0):
+            out[i] = v
+        else:
+            out[i] = table[_half_bits_of(v)]
+
+
+#: ggml's CPU GELU on float32 (``unary.gelu``): 0 at or below −10, x at or above 10, else the f16 table at f16(x)
+GELU_SPEC: Final = _jit.KernelSpec(_gelu, "void(float32[::1], float32[::1], float32[::1])", readonly=(0, 1))

@@ -1,11 +1,14 @@
 """Quantized weight rows times float activations, without a full float32 copy of the weights.
 
 :func:`qmatmul` computes ``out = x · dequant(W)ᵀ`` with ggml's CPU numerics (activations quantized to the weight
-type's dot type first) by one of two routes:
+type's dot type first) by one of three routes:
 
 * **block kernels** (few activation rows, the decode case): integer dot products on the quantized blocks
   themselves (:mod:`.legacy`, :mod:`.kquants`) — the weights are read once, as they are stored;
-* **tiles** (many rows, the prompt case): a tile of weight rows is dequantized into a reused float32 buffer
+* **repacked weights** (many rows, the prompt case, for Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K where numba
+  targets 512-bit VNNI): the weights interleaved 16 rows to a vector once (:mod:`.repack`, ggml's CPU_REPACK idea),
+  one ``vpdpbusd`` advancing 16 dot products — about 3–5× the other routes at 128 rows (measured: docs/performance.md);
+* **tiles** (many rows, other types or machines): a tile of weight rows is dequantized into a reused float32 buffer
   (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile; with several threads each worker of
   :func:`ggml_cpu.threads.parallel_for` dequantizes and multiplies its own tiles with single-threaded BLAS.
 
@@ -98,8 +101,10 @@ _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
 
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
-    """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, dequantized tiles
-    and BLAS. Fixed per type (never measured at run time), so a product's bits do not depend on the machine's load.
+    """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, the repacked weights
+    where they are ready (:data:`_PACKED_ABOVE` rows: they win from about 8 rows, ``benchmarks/bench_qroutes.py``),
+    else dequantized tiles and BLAS. Fixed per type and machine (never measured at run time), so a product's bits do
+    not depend on the machine's load.
 
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
     at 32 rows: 4.4 ms against 20 ms on 2 cores), up to 128 rows for :data:`_WIDE_BLOCK_TYPES` and 512 for
@@ -107,9 +112,25 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     """
     if not _kernels()[2]:
         return 8
+    if wtype is not None and _packed_ready(wtype):
+        return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
         return 512
     return 128 if wtype in _WIDE_BLOCK_TYPES else 32
+
+
+#: above this many activation rows the repacked weights (:mod:`.repack`) take over from the block kernels, where
+#: they are ready (measured here, one thread, ``benchmarks/bench_qroutes.py``: see docs/performance.md)
+_PACKED_ABOVE: Final = 8
+
+
+def _packed_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a repacked layout compiled here (:func:`.repack.packed_ready`)."""
+    if not _jit.enabled():
+        return False
+    from ggml_cpu.kernels.qdot import repack
+
+    return repack.packed_ready(wtype)
 
 
 #: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
@@ -266,7 +287,8 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     :param wtype: their type (any with a dot type and a dequantizer)
     :param x: float32 activations ``(N, K)``
     :param out: float32 ``(N, M)`` C-contiguous, written
-    :param route: ``"auto"``, ``"block"`` (block kernels, when compiled) or ``"tile"``
+    :param route: ``"auto"``, ``"block"`` (block kernels, when compiled), ``"packed"`` (repacked weights,
+        :mod:`.repack`, where compiled with 512-bit VNNI) or ``"tile"`` (dequantized tiles + SGEMM)
     """
     n = x.shape[0]
     if n == 0 or out.size == 0:
@@ -278,7 +300,32 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
         if product is not None:
             product()
             return
-    _tile_product(w, wtype, quantize_activations(x, DOT_TYPE[wtype]), out)
+    acts = _batch_activations(x, DOT_TYPE[wtype])
+    if route in ("auto", "packed") and _packed_ready(wtype):
+        from ggml_cpu.kernels.qdot import repack
+
+        packed = repack.packed(w, wtype)
+        if packed is not None:
+            repack.packed_product(packed, acts, out, current_threads())
+            return
+    _tile_product(w, wtype, acts, out)
+
+
+#: the latest batch's activations per dot type: ``dot -> (a copy of x, its QActs)``. A layer multiplies the same
+#: normed activations by Q, K, V (and gate, up): they are quantized once; a copy of x is compared on each use (a few
+#: µs against ~0.1 ms for quantizing 128 × 512 rows), so changed activations are always quantized again.
+_last_acts: dict[GGMLType, tuple[np.ndarray, QActs]] = {}
+
+
+def _batch_activations(x: np.ndarray, dot: GGMLType) -> QActs:
+    """``quantize_activations(x, dot)``, reusing the previous call's result when ``x`` holds the same values."""
+    hit = _last_acts.get(dot)
+    if hit is not None and hit[0].shape == x.shape and np.array_equal(hit[0], x):
+        return hit[1]
+    acts = quantize_activations(x, dot)
+    if x.size >= 4096:  # worth keeping: a batch's rows, not a decode step's
+        _last_acts[dot] = (np.array(x, dtype=np.float32, copy=True), acts)
+    return acts
 
 
 def _check(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:

@@ -1,0 +1,277 @@
+"""Repacked weights for prompt batches: 16 weight rows interleaved so that one ``vpdpbusd`` advances 16 dot products.
+
+ggml's CPU backend has an extra buffer type, ``CPU_REPACK``, that stores Q4_0 / Q4_K / ... weights interleaved for
+its batch GEMMs. This module is that for the CPU plugin, made on first use of a weight matrix in a batch product
+and kept (bounded, see :data:`CACHE_BYTES`):
+
+* the quants of 16 rows are laid out per sub-block of ``G`` values (32; 16 for Q6_K) as ``G/4`` vectors of 16 rows ×
+  4 unsigned bytes (Q4_0 ``q`` in 0..15 with offset 8, Q5_0 0..31 / 16, Q8_0 ``q + 128`` / 128, Q4_K / Q5_K
+  ``q`` with their minima, Q6_K 0..63 / 32), one byte per weight;
+* each (row, sub-block) has float32 scales ``s1`` (the weight's ``d``, or ``d·scale`` of a K-quant sub-block) and,
+  for Q4_K / Q5_K, ``s2 = dmin·min``: a weight is ``s1·(q − c) − s2`` exactly as ggml dequantizes it.
+
+The kernel (:func:`._simd.lane_tile`, 8 / 4 / 1 activation rows a call) computes, per output, the exact integer sum
+of each sub-block and accumulates ``dx · (s1·isum − s2·Σx)`` in float32 — the integer products are ggml's, with the
+activations quantized to the weight type's dot type (Q8_0 / Q8_K) as ggml does; the float steps differ from ggml's
+``vec_dot`` (which scales partial sums in a different order) by float rounding only: the tests bound it against a
+float64 reference. Each output is one lane's fixed sequence of operations, so results do not depend on the thread
+count (threads split the groups of 16 rows).
+
+Weights mapped read-only from a model file (the loader's way) are repacked once per mapping; any other weights are
+checked against a copy of their bytes on every use (comparing a copy costs about a fifth of the product), so weights
+written in place are repacked again, never used stale. Memory: the repack takes ~1.25 bytes per weight (plus the
+copy for writable weights), 2–3× a 4-bit matrix; only matrices multiplied by more than ``vec_rows_limit()``
+activation rows are repacked (a model's output matrix, multiplied by one row per prompt, is not).
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from ggml_core import GGMLType
+from ggml_core.quants._common import read_f16
+from ggml_core.quants._kquants import _unpack_k4_scales
+from ggml_cpu.kernels.qdot import _jit, _simd
+from ggml_cpu.kernels.qdot._jit import prange
+from ggml_cpu.kernels.qdot.activations import QActs
+
+__all__ = ["CACHE_BYTES", "PACKED_TYPES", "Packed", "pack", "packed", "packed_product", "packed_ready"]
+
+#: weight types with a repacked layout: (sub-block length, quant offset c, has minima)
+PACKED_TYPES: Final = {
+    GGMLType.Q4_0: (32, 8, False),
+    GGMLType.Q5_0: (32, 16, False),
+    GGMLType.Q8_0: (32, 128, False),
+    GGMLType.Q4_K: (32, 0, True),
+    GGMLType.Q5_K: (32, 0, True),
+    GGMLType.Q6_K: (16, 32, False),
+}
+
+#: at most this many bytes of repacked weights (and their check copies) are kept; the oldest go first
+CACHE_BYTES: Final = 1 << 30
+
+_LANES: Final = 16
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One weight matrix repacked: ``q`` uint8 (groups·nsub·G·16), ``s1``/``s2`` float32 (groups·nsub·16)."""
+
+    wtype: GGMLType
+    rows: int
+    k: int
+    group: int
+    offset: int
+    has_min: bool
+    q: np.ndarray
+    s1: np.ndarray
+    s2: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.q.nbytes + self.s1.nbytes + self.s2.nbytes)
+
+
+def _nibbles(b: np.ndarray) -> np.ndarray:
+    """16 bytes per block → 32 values: low nibbles then high nibbles (ggml's legacy layout)."""
+    return np.concatenate([b & 15, b >> 4], axis=-1)
+
+
+def _fields(w: np.ndarray, wtype: GGMLType) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(unsigned quants uint8 (M, K), s1 float32 (M, K/G), s2 float32 (M, K/G) or None) of the byte rows ``w``."""
+    m = w.shape[0]
+    blocks = np.ascontiguousarray(w).reshape(-1, wtype.type_size)
+    if wtype in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0):
+        d = read_f16(blocks, 0)
+        if wtype == GGMLType.Q4_0:
+            q = _nibbles(blocks[:, 2:18])
+        elif wtype == GGMLType.Q5_0:
+            qh = np.ascontiguousarray(blocks[:, 2:6]).view("<u4")[:, 0]
+            high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+            q = _nibbles(blocks[:, 6:22]) | high
+        else:
+            q = blocks[:, 2:34] ^ np.uint8(0x80)  # int8 q + 128
+        return q.reshape(m, -1), d.reshape(m, -1), None
+    if wtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+        d, dmin = read_f16(blocks, 0), read_f16(blocks, 2)
+        sc, mn = _unpack_k4_scales(blocks[:, 4:16])
+        qs_at = 48 if wtype == GGMLType.Q5_K else 16
+        qs = blocks[:, qs_at : qs_at + 128].reshape(-1, 4, 1, 32)
+        q = (qs >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 15  # (nb, 4, 2, 32): sub-block 2i + half
+        if wtype == GGMLType.Q5_K:
+            qh = blocks[:, 16:48].reshape(-1, 1, 1, 32)
+            bit = np.arange(8, dtype=np.uint8).reshape(1, 4, 2, 1)
+            q = q | (((qh >> bit) & 1) << 4)
+        s1 = d[:, None] * sc.astype(np.float32)
+        s2 = dmin[:, None] * mn.astype(np.float32)
+        return q.reshape(m, -1), s1.reshape(m, -1), s2.reshape(m, -1)
+    if wtype == GGMLType.Q6_K:
+        ql = blocks[:, 0:128].reshape(-1, 2, 2, 1, 32)
+        qh = blocks[:, 128:192].reshape(-1, 2, 1, 32)
+        low = ((ql >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)) & 15).transpose(0, 1, 3, 2, 4)
+        high = (qh >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1)) & 3
+        q = low.reshape(-1, 2, 4, 32) | (high << 4)
+        sc = np.ascontiguousarray(blocks[:, 192:208]).view(np.int8).astype(np.float32)
+        s1 = read_f16(blocks, 208)[:, None] * sc
+        return q.reshape(m, -1), s1.reshape(m, -1), None
+    raise ValueError(f"repack: no repacked layout for {wtype.name}")
+
+
+def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
+    """The repacked form of the byte rows ``w`` (M, row bytes), or None when a scale is not finite (ggml's
+    NaN / inf propagation is left to the other routes)."""
+    if wtype not in PACKED_TYPES:
+        raise ValueError(f"repack: no repacked layout for {wtype.name}")
+    group, offset, has_min = PACKED_TYPES[wtype]
+    q, s1, s2 = _fields(w, wtype)
+    if not np.isfinite(s1).all() or (s2 is not None and not np.isfinite(s2).all()):
+        return None
+    m, k = q.shape
+    nsub = k // group
+    ng = -(-m // _LANES)
+    mp = ng * _LANES
+    qp = np.zeros((mp, k), np.uint8)
+    qp[:m] = q
+    # (group g, lane l, sub-block j, step t, byte) → (g, j, t, l, byte)
+    qp = qp.reshape(ng, _LANES, nsub, group // 4, 4).transpose(0, 2, 3, 1, 4)
+
+    def lanes(s: np.ndarray | None) -> np.ndarray:
+        out = np.zeros((mp, nsub), np.float32)
+        if s is not None:
+            out[:m] = s
+        return np.ascontiguousarray(out.reshape(ng, _LANES, nsub).transpose(0, 2, 1)).reshape(-1)
+
+    return Packed(wtype, m, k, group, offset, has_min, np.ascontiguousarray(qp).reshape(-1), lanes(s1), lanes(s2))
+
+
+def _kernel(group: int, has_min: bool) -> Any:
+    """The driver for one layout: threads over the groups of 16 rows, 8 / 4 / 1 activation rows per call."""
+    tiles: dict[int, Any] = _simd.LANE_TILES.get((group, has_min), {})
+    t8: Any = tiles.get(8)
+    t4: Any = tiles.get(4)
+    t1: Any = tiles.get(1)
+
+    def kernel(
+        q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, dx: np.ndarray, sx: np.ndarray, c: int,
+        out: np.ndarray,
+    ) -> None:  # fmt: skip  # pragma: no cover - compiled
+        n_act = xq.shape[0]
+        nsub = dx.shape[1]
+        ng = out.shape[1] // 16
+        n8 = n_act - n_act % 8
+        n4 = n_act - n_act % 4
+        for g in prange(ng):
+            qo = g * nsub * group * 16
+            so = g * nsub * 16
+            m0 = g * 16
+            for n0 in range(0, n8, 8):
+                t8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+            for n0 in range(n8, n4, 4):
+                t4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+            for n in range(n4, n_act):
+                t1(q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+
+    return kernel
+
+
+_SIGNATURE: Final = (
+    "void(uint8[::1], float32[::1], float32[::1], int8[:, ::1], float32[:, ::1], int32[:, ::1], int64, float32[:, ::1])"
+)
+_SPECS: Final = {
+    (g, mn): _jit.spec_pair(_kernel(g, mn), _SIGNATURE, f"_lanes_{g}{'_min' if mn else ''}", ())
+    for g, mn in ((32, False), (32, True), (16, False))
+}
+
+
+def packed_ready(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a repacked layout and its kernels compile here with 512-bit VNNI (elsewhere the
+    portable integer sums make the route slower than the others)."""
+    if wtype not in PACKED_TYPES or not _jit.enabled() or not _simd.HAS_VNNI512:
+        return False
+    group, _, has_min = PACKED_TYPES[wtype]
+    return all(_jit.get(s) is not None for s in _SPECS[group, has_min])
+
+
+_Entry = tuple[Any, "np.ndarray | None", "Packed | None"]  # (weakref to an immutable owner, or a copy; repack)
+_cache: OrderedDict[tuple[int, tuple[int, ...], GGMLType], _Entry] = OrderedDict()
+_cache_bytes = [0]
+_lock = threading.Lock()
+
+
+def _immutable_owner(w: np.ndarray) -> mmap.mmap | None:
+    """The read-only memory map ``w`` views (a GGUF file mapped ``ACCESS_READ``: its bytes cannot change while it is
+    open), or None for any other memory (which may be written, so its repack is checked against a copy)."""
+    o: object = w
+    while isinstance(o, np.ndarray) and o.base is not None:
+        o = o.base
+    if isinstance(o, memoryview) and o.readonly and isinstance(o.obj, mmap.mmap):
+        return o.obj
+    return None
+
+
+def _entry_bytes(e: _Entry) -> int:
+    return (e[1].nbytes if e[1] is not None else 0) + (e[2].nbytes if e[2] is not None else 0)
+
+
+def packed(w: np.ndarray, wtype: GGMLType) -> Packed | None:
+    """The cached repack of ``w`` (made now when absent, or when the bytes at that address may have changed).
+
+    Weights in a read-only file mapping (the model loader's) are repacked once per mapping — the entry holds a weak
+    reference to the map and is valid while that same map is open; any other weights are compared with a copy kept
+    for the purpose on every use (exact: changed bytes are always repacked)."""
+    key = (int(w.__array_interface__["data"][0]), tuple(w.shape), wtype)
+    owner = _immutable_owner(w)
+    with _lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        ref, copy, p = hit
+        if ref is not None and owner is not None and ref() is owner and not owner.closed:
+            return p
+        if ref is None and copy is not None and np.array_equal(copy, w):
+            return p
+    p = pack(w, wtype)
+    entry: _Entry = (weakref.ref(owner), None, p) if owner is not None else (None, np.array(w, copy=True), p)
+    size = _entry_bytes(entry)
+    with _lock:
+        old = _cache.pop(key, None)
+        if old is not None:
+            _cache_bytes[0] -= _entry_bytes(old)
+        while _cache and _cache_bytes[0] + size > CACHE_BYTES:
+            _cache_bytes[0] -= _entry_bytes(_cache.popitem(last=False)[1])
+        if size <= CACHE_BYTES:
+            _cache[key] = entry
+            _cache_bytes[0] += size
+    return p
+
+
+def _act_blocks(acts: QActs, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, quant sum) per activation sub-block of ``group`` values: float32 and int32 (N, K/group)."""
+    n, k = acts.q.shape
+    per = k // acts.d.shape[1]  # 32 (Q8_0) or 256 (Q8_K)
+    dx = acts.d if per == group else np.repeat(acts.d, per // group, axis=1)
+    sums = acts.sums  # per 32 (Q8_0) or per 16 (Q8_K)
+    per_sum = k // sums.shape[1]
+    sx = sums if per_sum == group else sums.reshape(n, k // group, group // per_sum).sum(axis=2, dtype=np.int32)
+    return np.ascontiguousarray(dx, dtype=np.float32), np.ascontiguousarray(sx, dtype=np.int32)
+
+
+def packed_product(p: Packed, acts: QActs, out: np.ndarray, threads: int) -> None:
+    """``out (N, M) = acts · W`` from the repacked ``p`` (``acts`` quantized to the weight type's dot type)."""
+    fns = _SPECS[p.group, p.has_min]
+    fn = _jit.get(fns[1] if threads <= 1 else fns[0])
+    if fn is None:
+        raise RuntimeError(f"repack: the {p.wtype.name} kernels are not compiled here")
+    dx, sx = _act_blocks(acts, p.group)
+    n, mp = acts.q.shape[0], -(-p.rows // _LANES) * _LANES
+    direct = mp == p.rows and out.flags.c_contiguous and out.dtype == np.float32
+    target = out if direct else np.empty((n, mp), np.float32)
+    fn(p.q, p.s1, p.s2, np.ascontiguousarray(acts.q), dx, sx, p.offset, target)
+    if not direct:
+        out[...] = target[:, : p.rows]
