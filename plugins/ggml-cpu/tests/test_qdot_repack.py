@@ -212,3 +212,34 @@ def test_weights_mapped_read_only_are_repacked_once_per_mapping(tmp_path: Path) 
         assert (np.abs(out - ref) <= bound).all()
         del w
         mm.close()
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_the_size_estimate_is_the_repacks_size(t: GGMLType) -> None:
+    """The cache decides before repacking whether a matrix fits, from ``_packed_bytes``: it must be exact."""
+    w = _case(t, 37, 1, 3)[0]
+    p = repack.pack(w, t)
+    assert p is not None and repack._packed_bytes(w, t) == p.nbytes
+
+
+def test_a_full_cache_keeps_what_it_has_and_leaves_the_rest_to_the_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the cache's limit nothing is evicted (cycling repacks through a full cache would repack every matrix on
+    every batch): the first matrix stays repacked, the second takes the tile route, both right."""
+    t = GGMLType.Q8_0
+    _ready(t)
+    a, x = _case(t, 32, 12, 2, seed=11)
+    b = _case(t, 32, 12, 2, seed=12)[0]
+    one = repack._packed_bytes(a, t) + a.nbytes  # a writable matrix: its repack plus the copy checked on each use
+    monkeypatch.setattr(repack, "_cache", type(repack._cache)())
+    monkeypatch.setattr(repack, "_cache_bytes", [0])
+    monkeypatch.setattr(repack, "CACHE_BYTES", one + one // 2)
+    assert repack.packed(a, t) is not None
+    assert repack.packed(b, t) is None  # does not fit
+    assert len(repack._cache) == 1 and repack.packed(a, t) is not None  # a kept, not evicted
+    for w in (a, b):
+        out, tile = np.empty((12, 32), np.float32), np.empty((12, 32), np.float32)
+        qdot.qmatmul(w, t, x, out)
+        qdot.qmatmul(w, t, x, tile, route="tile")
+        ref, bound = _reference(w, t, x)
+        assert (np.abs(out - ref) <= bound).all() and (np.abs(tile - ref) <= bound).all()
+    assert repack._cache_bytes[0] == one

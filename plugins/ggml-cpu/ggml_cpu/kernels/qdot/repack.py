@@ -54,7 +54,8 @@ PACKED_TYPES: Final = {
     GGMLType.Q6_K: (16, 32, False),
 }
 
-#: at most this many bytes of repacked weights (and their check copies) are kept; the oldest go first
+#: at most this many bytes of repacked weights (and their check copies) are kept; once full, further matrices are not
+#: repacked (they keep the block / tile routes) and nothing is evicted, except repacks of mappings that were closed
 CACHE_BYTES: Final = 1 << 30
 
 _LANES: Final = 16
@@ -236,19 +237,44 @@ def packed(w: np.ndarray, wtype: GGMLType) -> Packed | None:
             return p
         if ref is None and copy is not None and np.array_equal(copy, w):
             return p
-    p = pack(w, wtype)
-    entry: _Entry = (weakref.ref(owner), None, p) if owner is not None else (None, np.array(w, copy=True), p)
-    size = _entry_bytes(entry)
+    size = _packed_bytes(w, wtype) + (0 if owner is not None else int(w.nbytes))
     with _lock:
         old = _cache.pop(key, None)
         if old is not None:
             _cache_bytes[0] -= _entry_bytes(old)
-        while _cache and _cache_bytes[0] + size > CACHE_BYTES:
-            _cache_bytes[0] -= _entry_bytes(_cache.popitem(last=False)[1])
-        if size <= CACHE_BYTES:
+        if _cache_bytes[0] + size > CACHE_BYTES:
+            _drop_closed()
+        if _cache_bytes[0] + size > CACHE_BYTES:
+            # Full: this matrix keeps the other routes. Evicting would make a model whose repacks exceed the cache
+            # repack every matrix on every batch (each evicting the next one used), far slower than not repacking.
+            return None
+    p = pack(w, wtype)
+    entry: _Entry = (weakref.ref(owner), None, p) if owner is not None else (None, np.array(w, copy=True), p)
+    with _lock:
+        if _cache_bytes[0] + _entry_bytes(entry) <= CACHE_BYTES:
             _cache[key] = entry
-            _cache_bytes[0] += size
+            _cache_bytes[0] += _entry_bytes(entry)
     return p
+
+
+def _packed_bytes(w: np.ndarray, wtype: GGMLType) -> int:
+    """What :func:`pack` makes of ``w`` takes, in bytes (quants one byte a weight, two float32 scales a sub-block)."""
+    group = PACKED_TYPES[wtype][0]
+    rows, k = w.shape[0], _row_values(w, wtype)
+    mp = -(-rows // _LANES) * _LANES
+    return mp * k + 2 * 4 * mp * (k // group)
+
+
+def _row_values(w: np.ndarray, wtype: GGMLType) -> int:
+    """Values in one byte row of ``w``."""
+    traits = wtype.traits
+    return int(w.shape[1]) // traits.type_size * traits.block_size
+
+
+def _drop_closed() -> None:
+    """Forget repacks of mappings that were closed or collected (their memory can be reused; call with _lock)."""
+    for key in [k for k, (ref, _, _) in _cache.items() if ref is not None and (ref() is None or ref().closed)]:
+        _cache_bytes[0] -= _entry_bytes(_cache.pop(key))
 
 
 def _act_blocks(acts: QActs, group: int) -> tuple[np.ndarray, np.ndarray]:
