@@ -240,16 +240,17 @@ class _Helpers:
                     self.event.clear()
                 fns["sleepy"](ctl, -1)
 
-    def run(self, run: Callable[..., int], mine: Any, kind: int) -> bool:
-        """Post the job described by ``mine`` and run it with the helpers (compiled ``run``); False (nothing run)
-        when another caller has the helpers."""
+    def run(self, run: Callable[..., int], mine: Any, kind: int, quant: bool) -> int | None:
+        """Post the job described by ``mine`` and run it with the helpers (compiled ``run``): 0, or −1 when the
+        activations are not finite (nothing run); None (nothing run) when another caller has the helpers."""
         if not self.lock.acquire(blocking=False):
-            return False
+            return None
         try:
             self.job += 1
-            if run(self.ctl, self.desc, mine, self.job, kind):
+            asleep = run(self.ctl, self.desc, mine, self.job, kind, quant)
+            if asleep > 0:
                 self.event.set()
-            return True
+            return min(asleep, 0)
         finally:
             self.lock.release()
 
@@ -291,7 +292,8 @@ class RowSplit:
     :param jobs: the kernel's compiled (helper loop, caller's run) from :func:`.kernels.qdot._spin.block_jobs`
     :param desc: the job descriptor (int64, :data:`.kernels.qdot._spin.DESC_SIZE`), kept alive by the caller's
         arrays
-    :param parts: the row ranges' fallback calls ``(fn, args)``, run in turn when the helpers are busy
+    :param parts: the fallback when the helpers are busy: ``(fn, args)`` run in turn, the first quantizing the
+        activations (its result, non-zero for non-finite activations, stops the rest), the others the row ranges
     """
 
     __slots__ = ("_desc", "_helpers", "_kind", "_parts", "_run")
@@ -303,11 +305,19 @@ class RowSplit:
         self._helpers = _get_helpers(n_threads - 1) if n_threads > 1 else None
         self._kind = self._helpers.kind(jobs[0]) if self._helpers is not None else 0
 
-    def __call__(self) -> None:
+    def __call__(self, quant: bool) -> int:
+        """Run every part (quantizing the activations first with ``quant``); non-zero, with nothing computed,
+        when the activations are not finite."""
         h = self._helpers
-        if h is None or not h.run(self._run, self._desc, self._kind):
-            for fn, args in self._parts:
-                fn(*args)
+        res = h.run(self._run, self._desc, self._kind, quant) if h is not None else None
+        if res is not None:
+            return res
+        first, *rest = self._parts
+        if quant and first[0](*first[1]):
+            return -1
+        for fn, args in rest:
+            fn(*args)
+        return 0
 
 
 # ------------------------------------------------------------------------------------------------ choosing

@@ -94,7 +94,7 @@ def test_large_split_many_parts() -> None:
     bp._serial(*bp._args)
     one = out.copy()
     parts = product._SplitProduct(bp._serial, _jobs(t, bp._serial), bp._args, 2)
-    assert len(parts._rows._parts) == 8
+    assert len(parts._rows._parts) == 1 + 8
     for _ in range(5):
         out[...] = np.nan
         parts(*bp._args)
@@ -153,7 +153,11 @@ def test_split_from_several_threads_at_once() -> None:
 
 
 def test_row_split_without_helpers_runs_every_part() -> None:
+    """One thread: the parts in turn; the first (the quantizer) only with ``quant``, and a non-zero result from it
+    (non-finite activations) stops the rest."""
     calls: list[int] = []
     split = threads.RowSplit((None, None), None, [(calls.append, (i,)) for i in range(3)], 1)
-    split()
-    assert calls == [0, 1, 2]
+    assert split(True) == 0 and calls == [0, 1, 2]
+    assert split(False) == 0 and calls == [0, 1, 2, 1, 2]
+    bad = threads.RowSplit((None, None), None, [(lambda: 3, ()), (calls.append, (9,))], 1)
+    assert bad(True) != 0 and calls[-1] == 2

@@ -35,10 +35,11 @@ __all__ = ["ASLEEP", "CTL_SIZE", "DESC_SIZE", "DONE", "KIND", "MAX_PARTS", "SEQ"
 
 SEQ, DONE, ASLEEP, KIND = 0, 8, 16, 24
 CTL_SIZE: Final = 32
-#: the descriptor of a block-product job (int64): the shared activation buffers' addresses and widths, then
+#: the descriptor of a block-product job (int64): the activation row's and its quantized buffers' addresses and
+#: widths, then
 #: per part (from :data:`PART0`, :data:`PART_FIELDS` each) its first weight row's address, its rows, and the
 #: address of its first output element
-XQ, K, XD, XD_COLS, XSUM, XSUM_COLS, XS, XS_COLS, LUT, ROW_BYTES, N_PARTS = range(11)
+XQ, K, XD, XD_COLS, XSUM, XSUM_COLS, XS, XS_COLS, LUT, ROW_BYTES, N_PARTS, X = range(12)
 PART0, PART_FIELDS = 16, 3
 #: most parts of one job
 MAX_PARTS: Final = 255
@@ -170,7 +171,21 @@ def _block_jobs(kernel: Any, name: str) -> tuple[_jit.KernelSpec, _jit.KernelSpe
         out = numba.carray(_f32_at(desc[at + 2]), (1, rows))
         kernel(xd, False, w, wi, xq, xd, xsum, xs, lut, out)  # ``x`` unread: quantization is off
 
+    def quantize(desc: np.ndarray) -> int:  # pragma: no cover - compiled
+        """The kernel on no weight rows: quantizes the activation row; the count of non-finite inputs."""
+        x = numba.carray(_f32_at(desc[X]), (1, desc[K]))
+        xq = numba.carray(_i8_at(desc[XQ]), (1, desc[K]))
+        xd = numba.carray(_f32_at(desc[XD]), (1, desc[XD_COLS]))
+        xsum = numba.carray(_i32_at(desc[XSUM]), (1, desc[XSUM_COLS]))
+        xs = numba.carray(_f32_at(desc[XS]), (1, desc[XS_COLS]))
+        lut = numba.carray(_f32_at(desc[LUT]), 65536)
+        w = numba.carray(_u8_at(desc[PART0]), (0, desc[ROW_BYTES]))
+        wi = numba.carray(_i8_at(desc[PART0]), (0, desc[ROW_BYTES]))
+        out = numba.carray(_f32_at(desc[PART0 + 2]), (1, 0))
+        return kernel(x, True, w, wi, xq, xd, xsum, xs, lut, out)
+
     part_fn = _jit.inline(part)
+    quantize_fn = _jit.inline(quantize)
     claim = _jit.inline(_claim)
 
     def serve(ctl: np.ndarray, desc: np.ndarray, state: np.ndarray, kind: int, cycles: int) -> int:
@@ -199,10 +214,13 @@ def _block_jobs(kernel: Any, name: str) -> tuple[_jit.KernelSpec, _jit.KernelSpe
                 for _ in range(8):
                     _pause()
 
-    def run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: int) -> int:
-        """The caller: post ``mine`` as job ``job`` of ``kind``, run the parts nobody claimed first, wait for the
+    def run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: int, quant: bool) -> int:
+        """The caller: with ``quant`` quantize the activation row first (−1, nothing posted, when it holds NaN or
+        infinity); post ``mine`` as job ``job`` of ``kind``, run the parts nobody claimed first, wait for the
         rest; returns how many helpers sleep (the caller wakes them for the next job)."""
-        for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):  # pragma: no cover - compiled
+        if quant and quantize_fn(mine):  # pragma: no cover - compiled
+            return -1
+        for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):
             desc[i] = mine[i]
         n, done = mine[N_PARTS], 0
         _astore(ctl, KIND, kind)
@@ -223,7 +241,7 @@ def _block_jobs(kernel: Any, name: str) -> tuple[_jit.KernelSpec, _jit.KernelSpe
     arr = "int64[::1]"
     return (
         _jit.KernelSpec(serve, f"int64({arr}, {arr}, {arr}, int64, int64)", name=f"spin_serve_{name}"),
-        _jit.KernelSpec(run, f"int64({arr}, {arr}, {arr}, int64, int64)", name=f"spin_run_{name}"),
+        _jit.KernelSpec(run, f"int64({arr}, {arr}, {arr}, int64, int64, boolean)", name=f"spin_run_{name}"),
     )
 
 

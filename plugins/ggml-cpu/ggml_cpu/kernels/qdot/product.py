@@ -151,7 +151,7 @@ class _SplitProduct:
     """A one-row block product as parts of whole weight rows (multiples of 4, so each row takes the same tile and
     gives the same bits as on one thread), quantizing the activations first (the kernel on no weight rows)."""
 
-    __slots__ = ("_keep", "_quant", "_rows", "_serial")
+    __slots__ = ("_keep", "_rows")
 
     def __init__(self, serial: Any, jobs: tuple[Any, Any], args: tuple[Any, ...], threads: int) -> None:
         from ggml_cpu.kernels.qdot import _spin
@@ -162,26 +162,20 @@ class _SplitProduct:
         cuts = sorted({(m * i // n_parts + 3) // 4 * 4 for i in range(n_parts)} | {m})
         spans = list(itertools.pairwise(cuts))
         desc = np.zeros(_spin.DESC_SIZE, np.int64)
-        desc[: _spin.N_PARTS + 1] = (
+        desc[: _spin.X + 1] = (
             xq.ctypes.data, xq.shape[1], xd.ctypes.data, xd.shape[1], xsum.ctypes.data, xsum.shape[1],
-            xs.ctypes.data, xs.shape[1], lut.ctypes.data, w.shape[1], len(spans),
+            xs.ctypes.data, xs.shape[1], lut.ctypes.data, w.shape[1], len(spans), x.ctypes.data,
         )  # fmt: skip
         for i, (r0, r1) in enumerate(spans):
             at = _spin.PART0 + _spin.PART_FIELDS * i
             desc[at : at + 3] = (w[r0:].ctypes.data, r1 - r0, out[:, r0:].ctypes.data)
-        parts = [(serial, (x, False, w[r0:r1], wi[r0:r1], xq, xd, xsum, xs, lut, out[:, r0:r1])) for r0, r1 in spans]
-        self._serial = serial
+        parts = [(serial, (x, True, w[:0], wi[:0], xq, xd, xsum, xs, lut, out[:, :0]))]  # quantizes, no rows
+        parts += [(serial, (x, False, w[r0:r1], wi[r0:r1], xq, xd, xsum, xs, lut, out[:, r0:r1])) for r0, r1 in spans]
         self._keep = args  # the arrays whose addresses ``desc`` holds
-        self._quant = (x, True, w[:0], wi[:0], xq, xd, xsum, xs, lut, out[:, :0])
         self._rows = RowSplit(jobs, desc, parts, threads)
 
     def __call__(self, x: Any, quant: bool, *rest: Any) -> int:
-        if quant:
-            bad = self._serial(*self._quant)
-            if bad:
-                return int(bad)
-        self._rows()
-        return 0
+        return self._rows(quant)
 
 
 def block_kernels_ready(wtype: GGMLType) -> bool:
