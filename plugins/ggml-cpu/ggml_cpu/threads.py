@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "Faster",
@@ -296,7 +296,16 @@ class RowSplit:
         activations (its result, non-zero for non-finite activations, stops the rest), the others the row ranges
     """
 
-    __slots__ = ("_desc", "_helpers", "_kind", "_parts", "_run")
+    #: after a job that took far longer than this split's fastest (a helper descheduled while it held a part: the
+    #: caller waits for the OS to run it again, often milliseconds), every split runs on one thread for this many
+    #: calls, then the helpers are tried again
+    BACKOFF_CALLS: Final = 1024
+    #: "far longer": over ``SLOW_FACTOR`` × the fastest run of this split + ``SLOW_MARGIN_S``
+    SLOW_FACTOR: Final = 4.0
+    SLOW_MARGIN_S: Final = 50e-6
+    _backoff: ClassVar[list[int]] = [0]  # calls left on one thread, shared by every split (they share the helpers)
+
+    __slots__ = ("_best", "_desc", "_helpers", "_kind", "_parts", "_run")
 
     def __init__(
         self, jobs: tuple[Any, Any], desc: Any, parts: list[tuple[Callable[..., Any], tuple[Any, ...]]], n_threads: int
@@ -304,14 +313,26 @@ class RowSplit:
         self._desc, self._parts, self._run = desc, parts, jobs[1]
         self._helpers = _get_helpers(n_threads - 1) if n_threads > 1 else None
         self._kind = self._helpers.kind(jobs[0]) if self._helpers is not None else 0
+        self._best = float("inf")
 
-    def __call__(self, quant: bool) -> int:
-        """Run every part (quantizing the activations first with ``quant``); non-zero, with nothing computed,
-        when the activations are not finite."""
+    def __call__(self, quant: bool) -> int | None:
+        """Run every part (quantizing the activations first with ``quant``): 0, or non-zero, with nothing
+        computed, when the activations are not finite; None (nothing run: run the computation on one thread)
+        while backing off after a stalled helper."""
         h = self._helpers
-        res = h.run(self._run, self._desc, self._kind, quant) if h is not None else None
-        if res is not None:
-            return res
+        if h is not None:
+            backoff = RowSplit._backoff
+            if backoff[0] > 0:
+                backoff[0] -= 1
+                return None
+            t0 = time.perf_counter()
+            res = h.run(self._run, self._desc, self._kind, quant)
+            if res is not None:
+                dt = time.perf_counter() - t0
+                if dt > self.SLOW_FACTOR * self._best + self.SLOW_MARGIN_S:
+                    backoff[0] = self.BACKOFF_CALLS
+                self._best = min(self._best, dt)
+                return res
         first, *rest = self._parts
         if quant and first[0](*first[1]):
             return -1

@@ -161,3 +161,22 @@ def test_row_split_without_helpers_runs_every_part() -> None:
     assert split(False) == 0 and calls == [0, 1, 2, 1, 2]
     bad = threads.RowSplit((None, None), None, [(lambda: 3, ()), (calls.append, (9,))], 1)
     assert bad(True) != 0 and calls[-1] == 2
+
+
+def test_split_backs_off_to_one_thread_after_a_stall() -> None:
+    """While backing off (after a helper stalled), a split product runs the one-thread kernel: the same bits."""
+    t = GGMLType.Q4_0
+    _need_kernels(t)
+    bp, _, out = _product(t, 96, 256)
+    bp._serial(*bp._args)
+    one = out.copy()
+    parts = product._SplitProduct(bp._serial, _jobs(t, bp._serial), bp._args, 2)
+    threads.RowSplit._backoff[0] = 3
+    try:
+        for left in (2, 1, 0):
+            out[...] = np.nan
+            assert parts(*bp._args) == 0
+            assert threads.RowSplit._backoff[0] == left
+            np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
+    finally:
+        threads.RowSplit._backoff[0] = 0

@@ -151,7 +151,7 @@ class _SplitProduct:
     """A one-row block product as parts of whole weight rows (multiples of 4, so each row takes the same tile and
     gives the same bits as on one thread), quantizing the activations first (the kernel on no weight rows)."""
 
-    __slots__ = ("_keep", "_rows")
+    __slots__ = ("_keep", "_rows", "_serial")
 
     def __init__(self, serial: Any, jobs: tuple[Any, Any], args: tuple[Any, ...], threads: int) -> None:
         from ggml_cpu.kernels.qdot import _spin
@@ -172,10 +172,12 @@ class _SplitProduct:
         parts = [(serial, (x, True, w[:0], wi[:0], xq, xd, xsum, xs, lut, out[:, :0]))]  # quantizes, no rows
         parts += [(serial, (x, False, w[r0:r1], wi[r0:r1], xq, xd, xsum, xs, lut, out[:, r0:r1])) for r0, r1 in spans]
         self._keep = args  # the arrays whose addresses ``desc`` holds
+        self._serial = serial
         self._rows = RowSplit(jobs, desc, parts, threads)
 
     def __call__(self, x: Any, quant: bool, *rest: Any) -> int:
-        return self._rows(quant)
+        res = self._rows(quant)
+        return int(self._serial(x, quant, *rest)) if res is None else res
 
 
 def block_kernels_ready(wtype: GGMLType) -> bool:
