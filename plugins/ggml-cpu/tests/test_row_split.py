@@ -180,3 +180,25 @@ def test_split_backs_off_to_one_thread_after_a_stall() -> None:
             np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
     finally:
         threads.RowSplit._backoff[0] = 0
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_block_product_calls_with_and_without_the_split(on: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``BlockProduct.__call__`` at 2 threads, split on (``GGML_CPU_ROW_SPLIT=1``) or off (the default):
+    the one-thread bits, and the split built only when on."""
+    t = GGMLType.Q8_0
+    _need_kernels(t)
+    monkeypatch.setattr(product, "_ROW_SPLIT", on)
+    bp, _, out = _product(t, 1024, 512, seed=7)
+    bp._small = False
+    bp._serial(*bp._args)
+    one = out.copy()
+    qdot.set_threads(2)
+    try:
+        for _ in range(20):
+            out[...] = np.nan
+            bp()
+            np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
+    finally:
+        qdot.set_threads(1)
+    assert (bp._split is not None) == (on and qdot.max_threads() > 1)

@@ -16,6 +16,7 @@ dequantizers: slower, same numbers, same bounded memory.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from typing import Any, Final
 
@@ -145,6 +146,9 @@ _SERIAL_WORK: Final = 1 << 20
 #: calling thread and spinning helper threads claim (:class:`ggml_cpu.threads.RowSplit`, a few µs a product
 #: instead of numba's pool waking), when that measures faster than one thread (:class:`Faster`)
 _SPLIT_WORK: Final = 1 << 17
+#: the row split is opt-in (``GGML_CPU_ROW_SPLIT=1``): on the shared 2-core machine no end-to-end gain could be
+#: shown (the second core was rarely free), and Gemma 3 270M at 2 threads measured no better (docs/performance.md)
+_ROW_SPLIT: Final = os.environ.get("GGML_CPU_ROW_SPLIT", "0").strip() == "1"
 
 
 class _SplitProduct:
@@ -241,7 +245,7 @@ class BlockProduct:
         parallel, self._serial = fns
         self._key = (wtype, w.shape, x.shape)
         self._split: tuple[int, Any] | None = None  # (threads, split or one thread) for one activation row
-        self._small = out.size * k < (_SPLIT_WORK if n == 1 else _SERIAL_WORK)
+        self._small = out.size * k < (_SPLIT_WORK if n == 1 and _ROW_SPLIT else _SERIAL_WORK)
         self._faster = Faster(parallel, self._serial, key=self._key)
         self._x, self._dot, self._acts = x, dot, (xq, xd, xsum, xs)
         tail = (w, w.view(np.int8), xq, xd, xsum, xs, _F16, out)
@@ -266,7 +270,7 @@ class BlockProduct:
         threads = _jit.current_threads()
         if self._small or threads == 1:
             fn = self._serial
-        elif self._x.shape[0] == 1:
+        elif _ROW_SPLIT and self._x.shape[0] == 1:
             fn = self._split_for(threads)
         else:
             fn = self._faster
