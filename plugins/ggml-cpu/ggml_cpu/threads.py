@@ -23,10 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "Faster",
+    "RowSplit",
     "Threads",
     "blas_threads_control",
     "current_threads",
@@ -179,6 +180,165 @@ def one_thread() -> Iterator[None]:
             yield
     finally:
         _jit.set_threads(before)
+
+
+# ------------------------------------------------------------------------------------------------ row splits
+
+
+class _Helpers:
+    """The process's helper threads for :class:`RowSplit` (daemons, started on first use; the compiled side is
+    :mod:`.kernels.qdot._spin`). A helper spins without the GIL, runs the parts it claims, and after
+    :attr:`SPIN_CYCLES` time-stamp ticks without a job (a decode step's products come 10-50 µs apart) sleeps on
+    an event until the next job is posted."""
+
+    #: how long an idle helper spins before it sleeps (time-stamp-counter ticks: ~0.3 ms at 3 GHz)
+    SPIN_CYCLES: Final = 1_000_000
+
+    def __init__(self, n: int, fns: dict[str, Any]) -> None:
+        import numpy as np
+
+        from ggml_cpu.kernels.qdot import _spin
+
+        self.n = n
+        self.fns = fns
+        self.ctl = np.zeros(_spin.CTL_SIZE, np.int64)
+        self.desc = np.zeros(_spin.DESC_SIZE, np.int64)
+        self.kind_at = _spin.KIND
+        self.job = 0
+        #: kind id (≥ 1) → the helpers' compiled loop for that kernel
+        self.serves: dict[int, Callable[..., int]] = {}
+        self.event = threading.Event()
+        self.lock = threading.Lock()  # one job at a time: another caller meanwhile runs its product alone
+        self.pid = os.getpid()
+        for i in range(n):
+            threading.Thread(target=self._loop, name=f"ggml-cpu-rows-{i}", daemon=True).start()
+
+    def kind(self, serve: Callable[..., int]) -> int:
+        """The id of a kernel's helper loop (registered on first use)."""
+        for k, fn in self.serves.items():
+            if fn is serve:
+                return k
+        k = len(self.serves) + 1
+        self.serves[k] = serve
+        return k
+
+    def _loop(self) -> None:
+        import numpy as np
+
+        ctl, desc, fns = self.ctl, self.desc, self.fns
+        state = np.zeros(1, np.int64)  # the last job this helper looked at
+        while True:
+            kind = int(ctl[self.kind_at])
+            serve = self.serves.get(kind)
+            if serve is None:  # nothing posted yet
+                busy = fns["next_job"](ctl, state[0], self.SPIN_CYCLES) >= 0
+            else:
+                busy = serve(ctl, desc, state, kind, self.SPIN_CYCLES) != 0
+            if not busy:
+                if fns["sleepy"](ctl, 1) == state[0]:
+                    self.event.wait(0.5)  # the timeout only bounds a missed wake-up
+                    self.event.clear()
+                fns["sleepy"](ctl, -1)
+
+    def run(self, run: Callable[..., int], mine: Any, kind: int, quant: bool) -> int | None:
+        """Post the job described by ``mine`` and run it with the helpers (compiled ``run``): 0, or −1 when the
+        activations are not finite (nothing run); None (nothing run) when another caller has the helpers."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            self.job += 1
+            asleep = run(self.ctl, self.desc, mine, self.job, kind, quant)
+            if asleep > 0:
+                self.event.set()
+            return min(asleep, 0)
+        finally:
+            self.lock.release()
+
+
+_helpers: list[_Helpers] = []
+_helpers_lock = threading.Lock()
+
+
+def _get_helpers(n: int) -> _Helpers | None:
+    """``n`` helper threads (restarted after a fork), or None without the compiled primitives."""
+    h = _helpers[0] if _helpers else None
+    if h is not None and h.n >= n and h.pid == os.getpid():
+        return h
+    from ggml_cpu.kernels.qdot import _jit
+
+    if not _jit.enabled():
+        return None
+    from ggml_cpu.kernels.qdot import _spin
+
+    fns = _spin.compiled()
+    if fns is None:
+        return None
+    with _helpers_lock:
+        h = _helpers[0] if _helpers else None
+        if h is None or h.n < n or h.pid != os.getpid():
+            h = _Helpers(n, fns)  # an older, smaller set spins out and then sleeps for good
+            _helpers[:] = [h]
+    return h
+
+
+class RowSplit:
+    """A block product of one activation row cut into parts of whole weight rows, run by the calling thread and
+    ``n_threads − 1`` helper threads at once (see :mod:`.kernels.qdot._spin`).
+
+    Each part goes to whichever thread claims it first, so a helper that is late (descheduled on a busy machine)
+    costs at most the part it took, never a wait for one it has not started; without helpers the caller runs every
+    part. Each part is the same kernel on the same rows as on one thread: the results do not depend on who ran it.
+
+    :param jobs: the kernel's compiled (helper loop, caller's run) from :func:`.kernels.qdot._spin.block_jobs`
+    :param desc: the job descriptor (int64, :data:`.kernels.qdot._spin.DESC_SIZE`), kept alive by the caller's
+        arrays
+    :param parts: the fallback when the helpers are busy: ``(fn, args)`` run in turn, the first quantizing the
+        activations (its result, non-zero for non-finite activations, stops the rest), the others the row ranges
+    """
+
+    #: after a job that took far longer than this split's fastest (a helper descheduled while it held a part: the
+    #: caller waits for the OS to run it again, often milliseconds), every split runs on one thread for this many
+    #: calls, then the helpers are tried again
+    BACKOFF_CALLS: Final = 1024
+    #: "far longer": over ``SLOW_FACTOR`` × the fastest run of this split + ``SLOW_MARGIN_S``
+    SLOW_FACTOR: Final = 4.0
+    SLOW_MARGIN_S: Final = 50e-6
+    _backoff: ClassVar[list[int]] = [0]  # calls left on one thread, shared by every split (they share the helpers)
+
+    __slots__ = ("_best", "_desc", "_helpers", "_kind", "_parts", "_run")
+
+    def __init__(
+        self, jobs: tuple[Any, Any], desc: Any, parts: list[tuple[Callable[..., Any], tuple[Any, ...]]], n_threads: int
+    ) -> None:
+        self._desc, self._parts, self._run = desc, parts, jobs[1]
+        self._helpers = _get_helpers(n_threads - 1) if n_threads > 1 else None
+        self._kind = self._helpers.kind(jobs[0]) if self._helpers is not None else 0
+        self._best = float("inf")
+
+    def __call__(self, quant: bool) -> int | None:
+        """Run every part (quantizing the activations first with ``quant``): 0, or non-zero, with nothing
+        computed, when the activations are not finite; None (nothing run: run the computation on one thread)
+        while backing off after a stalled helper."""
+        h = self._helpers
+        if h is not None:
+            backoff = RowSplit._backoff
+            if backoff[0] > 0:
+                backoff[0] -= 1
+                return None
+            t0 = time.perf_counter()
+            res = h.run(self._run, self._desc, self._kind, quant)
+            if res is not None:
+                dt = time.perf_counter() - t0
+                if dt > self.SLOW_FACTOR * self._best + self.SLOW_MARGIN_S:
+                    backoff[0] = self.BACKOFF_CALLS
+                self._best = min(self._best, dt)
+                return res
+        first, *rest = self._parts
+        if quant and first[0](*first[1]):
+            return -1
+        for fn, args in rest:
+            fn(*args)
+        return 0
 
 
 # ------------------------------------------------------------------------------------------------ choosing

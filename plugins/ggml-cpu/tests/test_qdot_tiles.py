@@ -74,7 +74,7 @@ def _activations(n: int, k: int) -> np.ndarray:
     return x
 
 
-SHAPES = [(13, 9, 160), (7, 4, 32), (1, 1, 96), (6, 5, 64), (4, 2, 32)]
+SHAPES = [(13, 9, 160), (7, 4, 32), (1, 1, 96), (6, 5, 64), (4, 2, 32), (9, 1, 64), (8, 3, 96)]
 
 
 def check(t: GGMLType, m: int, n: int, k: int) -> None:

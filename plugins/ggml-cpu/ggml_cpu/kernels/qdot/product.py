@@ -18,6 +18,8 @@ dequantizers: slower, same numbers, same bounded memory.
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 from typing import Any, Final
 
@@ -27,7 +29,7 @@ from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs, quantize_activations, quantize_activations_numpy
-from ggml_cpu.threads import Faster, current_threads, parallel_for, single_threaded_blas
+from ggml_cpu.threads import Faster, RowSplit, current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
@@ -161,6 +163,47 @@ def _scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 #: costs more (about 35 µs here) than the work
 _SERIAL_WORK: Final = 1 << 20
 
+#: one activation row (decode) from this much work (weights) up: the weight rows are cut into parts that the
+#: calling thread and spinning helper threads claim (:class:`ggml_cpu.threads.RowSplit`, a few µs a product
+#: instead of numba's pool waking), when that measures faster than one thread (:class:`Faster`)
+_SPLIT_WORK: Final = 1 << 17
+#: the row split is opt-in (``GGML_CPU_ROW_SPLIT=1``): on the shared 2-core machine no end-to-end gain could be
+#: shown (the second core was rarely free), and Gemma 3 270M at 2 threads measured no better (docs/performance.md)
+_ROW_SPLIT: Final = os.environ.get("GGML_CPU_ROW_SPLIT", "0").strip() == "1"
+
+
+class _SplitProduct:
+    """A one-row block product as parts of whole weight rows (multiples of 4, so each row takes the same tile and
+    gives the same bits as on one thread), quantizing the activations first (the kernel on no weight rows)."""
+
+    __slots__ = ("_keep", "_rows", "_serial")
+
+    def __init__(self, serial: Any, jobs: tuple[Any, Any], args: tuple[Any, ...], threads: int) -> None:
+        from ggml_cpu.kernels.qdot import _spin
+
+        x, _, w, wi, xq, xd, xsum, xs, lut, out = args
+        m = w.shape[0]
+        n_parts = min(threads * (4 if w.nbytes >= 1 << 24 else 1), (m + 3) // 4, _spin.MAX_PARTS)
+        cuts = sorted({(m * i // n_parts + 3) // 4 * 4 for i in range(n_parts)} | {m})
+        spans = list(itertools.pairwise(cuts))
+        desc = np.zeros(_spin.DESC_SIZE, np.int64)
+        desc[: _spin.X + 1] = (
+            xq.ctypes.data, xq.shape[1], xd.ctypes.data, xd.shape[1], xsum.ctypes.data, xsum.shape[1],
+            xs.ctypes.data, xs.shape[1], lut.ctypes.data, w.shape[1], len(spans), x.ctypes.data,
+        )  # fmt: skip
+        for i, (r0, r1) in enumerate(spans):
+            at = _spin.PART0 + _spin.PART_FIELDS * i
+            desc[at : at + 3] = (w[r0:].ctypes.data, r1 - r0, out[:, r0:].ctypes.data)
+        parts = [(serial, (x, True, w[:0], wi[:0], xq, xd, xsum, xs, lut, out[:, :0]))]  # quantizes, no rows
+        parts += [(serial, (x, False, w[r0:r1], wi[r0:r1], xq, xd, xsum, xs, lut, out[:, r0:r1])) for r0, r1 in spans]
+        self._keep = args  # the arrays whose addresses ``desc`` holds
+        self._serial = serial
+        self._rows = RowSplit(jobs, desc, parts, threads)
+
+    def __call__(self, x: Any, quant: bool, *rest: Any) -> int:
+        res = self._rows(quant)
+        return int(self._serial(x, quant, *rest)) if res is None else res
+
 
 def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
@@ -210,7 +253,7 @@ class BlockProduct:
     Build with :func:`block_product`; ``x`` and ``out`` are read and written in place on every call.
     """
 
-    __slots__ = ("_acts", "_args", "_dot", "_faster", "_pre", "_serial", "_small", "_x")
+    __slots__ = ("_acts", "_args", "_dot", "_faster", "_key", "_pre", "_serial", "_small", "_split", "_x")
 
     def __init__(self, fns: tuple[Any, Any], w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
         n, k = x.shape
@@ -221,15 +264,37 @@ class BlockProduct:
         xsum = np.empty((n, k // 16 if dot == GGMLType.Q8_K else k // 32), np.int32)
         xs = np.zeros((n, nb), np.float32)  # Q8_1's s; unused by the other types
         parallel, self._serial = fns
-        self._small = out.size * k < _SERIAL_WORK
-        self._faster = Faster(parallel, self._serial, key=(wtype, w.shape, x.shape))
+        self._key = (wtype, w.shape, x.shape)
+        self._split: tuple[int, Any] | None = None  # (threads, split or one thread) for one activation row
+        self._small = out.size * k < (_SPLIT_WORK if n == 1 and _ROW_SPLIT else _SERIAL_WORK)
+        self._faster = Faster(parallel, self._serial, key=self._key)
         self._x, self._dot, self._acts = x, dot, (xq, xd, xsum, xs)
         tail = (w, w.view(np.int8), xq, xd, xsum, xs, _F16, out)
         self._args = (x, True, *tail)
         self._pre = (x, False, *tail)
 
+    def _split_for(self, threads: int) -> Any:
+        split = self._split
+        if split is None or split[0] != threads:
+            from ggml_cpu.kernels.qdot import _spin
+
+            wtype = self._key[0]
+            jobs = _spin.block_jobs(self._serial, f"{wtype.name.lower()}")
+            if jobs is None:
+                self._split = (threads, self._faster)
+                return self._faster
+            parts = _SplitProduct(self._serial, jobs, self._args, threads)
+            split = self._split = (threads, Faster(parts, self._serial, key=("split", threads, *self._key)))
+        return split[1]
+
     def __call__(self) -> None:
-        fn = self._serial if self._small or _jit.current_threads() == 1 else self._faster
+        threads = _jit.current_threads()
+        if self._small or threads == 1:
+            fn = self._serial
+        elif _ROW_SPLIT and self._x.shape[0] == 1:
+            fn = self._split_for(threads)
+        else:
+            fn = self._faster
         if fn(*self._args):  # non-finite activations: the numpy quantizer defines their bytes
             acts = quantize_activations_numpy(self._x, self._dot)
             xq, xd, xsum, xs = self._acts
