@@ -371,7 +371,15 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
 
         packed = repack.packed(w, wtype)
         if packed is not None:
-            repack.packed_product(packed, acts, out, current_threads())
+            threads = current_threads()
+            if threads > 1:  # threaded or not, whichever measures faster (same bits: lanes do not depend on it)
+                key = ("packed", wtype, tuple(w.shape), x.shape[0], threads)
+                both = (lambda: repack.packed_product(packed, acts, out, threads)), (
+                    lambda: repack.packed_product(packed, acts, out, 1)
+                )
+                Faster(*both, key=key)()
+            else:
+                repack.packed_product(packed, acts, out, 1)
             return
     _tile_product(w, wtype, acts, out)
 
