@@ -39,7 +39,7 @@ from ggml_core import GGMLType
 from ggml_core.quants._common import read_f16
 from ggml_core.quants._kquants import _unpack_k4_scales
 from ggml_cpu.kernels.qdot import _jit, _simd
-from ggml_cpu.kernels.qdot._jit import prange
+from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot.activations import QActs
 
 __all__ = ["CACHE_BYTES", "PACKED_TYPES", "Packed", "pack", "packed", "packed_product", "packed_ready"]
@@ -152,12 +152,47 @@ def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
     return Packed(wtype, m, k, group, offset, has_min, np.ascontiguousarray(qp).reshape(-1), lanes(s1), lanes(s2))
 
 
+# The lane tiles as module globals (None where numba is off), one per (layout, activation rows). The drivers below
+# close over integers only: numba's cache key includes a closure's values, and an intrinsic pickles differently in
+# every process, so a driver closing over the tiles themselves was compiled again by every process (~3.6 s).
+_LANE = {lay: _simd.LANE_TILES.get(lay, {}) for lay in ((32, False), (32, True), (16, False))}
+_L32_8, _L32_4, _L32_1 = (_LANE[32, False].get(x) for x in (8, 4, 1))
+_L32M_8, _L32M_4, _L32M_1 = (_LANE[32, True].get(x) for x in (8, 4, 1))
+_L16_8, _L16_4, _L16_1 = (_LANE[16, False].get(x) for x in (8, 4, 1))
+_LAYOUTS: Final = {(32, False): 0, (32, True): 1, (16, False): 2}
+
+
+@inline
+def _lane(
+    layout: int, rows: int, q: np.ndarray, qo: int, s1: np.ndarray, s2: np.ndarray, so: int, xq: np.ndarray, n0: int,
+    dx: np.ndarray, sx: np.ndarray, nsub: int, c: int, out: np.ndarray, m0: int,
+) -> None:  # fmt: skip  # pragma: no cover - compiled
+    """The ``rows``-activation-row lane tile of ``layout`` (0: sub-blocks of 32, 1: the same with minima, 2: of 16)."""
+    if layout == 0:
+        if rows == 8:
+            _L32_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        elif rows == 4:
+            _L32_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        else:
+            _L32_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    elif layout == 1:
+        if rows == 8:
+            _L32M_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        elif rows == 4:
+            _L32M_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        else:
+            _L32M_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    elif rows == 8:
+        _L16_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    elif rows == 4:
+        _L16_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    else:
+        _L16_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+
+
 def _kernel(group: int, has_min: bool) -> Any:
     """The driver for one layout: threads over the groups of 16 rows, 8 / 4 / 1 activation rows per call."""
-    tiles: dict[int, Any] = _simd.LANE_TILES.get((group, has_min), {})
-    t8: Any = tiles.get(8)
-    t4: Any = tiles.get(4)
-    t1: Any = tiles.get(1)
+    layout = _LAYOUTS[group, has_min]
 
     def kernel(
         q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, dx: np.ndarray, sx: np.ndarray, c: int,
@@ -173,11 +208,11 @@ def _kernel(group: int, has_min: bool) -> Any:
             so = g * nsub * 16
             m0 = g * 16
             for n0 in range(0, n8, 8):
-                t8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+                _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
             for n0 in range(n8, n4, 4):
-                t4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+                _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
             for n in range(n4, n_act):
-                t1(q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+                _lane(layout, 1, q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
 
     return kernel
 
