@@ -243,3 +243,31 @@ def test_a_full_cache_keeps_what_it_has_and_leaves_the_rest_to_the_tiles(monkeyp
         ref, bound = _reference(w, t, x)
         assert (np.abs(out - ref) <= bound).all() and (np.abs(tile - ref) <= bound).all()
     assert repack._cache_bytes[0] == one
+
+
+def test_short_products_load_no_repack_kernel() -> None:
+    """A decode step or a short prompt (the first token of a model) neither loads the repacked route's kernels nor
+    changes the route limit; the first batch above the limit loads them (fresh process: nothing loaded before)."""
+    code = (
+        "import numpy as np\n"
+        "from ggml_core import GGMLType\n"
+        "from ggml_core.quants import quantize\n"
+        "from ggml_cpu.kernels import qdot\n"
+        "from ggml_cpu.kernels.qdot import _jit, repack\n"
+        "t = GGMLType.Q4_0\n"
+        "w = np.ascontiguousarray(quantize(np.ones((32, 64), np.float32), t).reshape(32, -1))\n"
+        "lim = qdot.vec_rows_limit(t)\n"
+        "for n in (1, 3, lim):\n"
+        "    qdot.qmatmul(w, t, np.ones((n, 64), np.float32), np.empty((n, 32), np.float32))\n"
+        "loaded = lambda: sorted(k for k in _jit._compiled if k.startswith('repack.'))\n"
+        "print(repack.packed_supported(t), lim, loaded())\n"
+        "qdot.qmatmul(w, t, np.ones((lim + 1, 64), np.float32), np.empty((lim + 1, 32), np.float32))\n"
+        "print(loaded())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, after = proc.stdout.strip().splitlines()[-2:]
+    if not first.startswith("True"):
+        pytest.skip(f"no repacked route here (512-bit VNNI and numba needed): {first}")
+    assert first == "True 8 []", first
+    assert "repack._lanes_32" in after, after

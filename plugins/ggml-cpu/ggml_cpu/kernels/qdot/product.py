@@ -114,7 +114,7 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     """
     if not _kernels()[2]:
         return 8
-    if wtype is not None and _packed_ready(wtype):
+    if wtype is not None and _packed_supported(wtype):
         return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
         return 512
@@ -124,6 +124,15 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
 #: above this many activation rows the repacked weights (:mod:`.repack`) take over from the block kernels, where
 #: they are ready (measured here, one thread, ``benchmarks/bench_qroutes.py``: see docs/performance.md)
 _PACKED_ABOVE: Final = 8
+
+
+def _packed_supported(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a repacked layout for this machine (:func:`.repack.packed_supported`; loads nothing)."""
+    if not _jit.enabled():
+        return False
+    from ggml_cpu.kernels.qdot import repack
+
+    return repack.packed_supported(wtype)
 
 
 def _packed_ready(wtype: GGMLType) -> bool:

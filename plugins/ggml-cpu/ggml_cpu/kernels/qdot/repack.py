@@ -42,7 +42,16 @@ from ggml_cpu.kernels.qdot import _jit, _simd
 from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot.activations import QActs
 
-__all__ = ["CACHE_BYTES", "PACKED_TYPES", "Packed", "pack", "packed", "packed_product", "packed_ready"]
+__all__ = [
+    "CACHE_BYTES",
+    "PACKED_TYPES",
+    "Packed",
+    "pack",
+    "packed",
+    "packed_product",
+    "packed_ready",
+    "packed_supported",
+]
 
 #: weight types with a repacked layout: (sub-block length, quant offset c, has minima)
 PACKED_TYPES: Final = {
@@ -226,10 +235,16 @@ _SPECS: Final = {
 }
 
 
+def packed_supported(wtype: GGMLType) -> bool:
+    """True when ``wtype`` has a repacked layout and numba targets 512-bit VNNI here (elsewhere the portable
+    integer sums make the route slower than the others). Loads no kernel: a model's first token, whose prompt is
+    usually too short for this route, does not pay for loading its kernels."""
+    return wtype in PACKED_TYPES and _jit.enabled() and _simd.HAS_VNNI512
+
+
 def packed_ready(wtype: GGMLType) -> bool:
-    """True when ``wtype`` has a repacked layout and its kernels compile here with 512-bit VNNI (elsewhere the
-    portable integer sums make the route slower than the others)."""
-    if wtype not in PACKED_TYPES or not _jit.enabled() or not _simd.HAS_VNNI512:
+    """True when :func:`packed_supported` and the layout's kernels compile (or load from the cache) here."""
+    if not packed_supported(wtype):
         return False
     group, _, has_min = PACKED_TYPES[wtype]
     return all(_jit.get(s) is not None for s in _SPECS[group, has_min])
