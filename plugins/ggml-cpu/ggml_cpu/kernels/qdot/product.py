@@ -18,6 +18,7 @@ dequantizers: slower, same numbers, same bounded memory.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -288,7 +289,7 @@ class BlockProduct:
             from ggml_cpu.kernels.qdot import _spin
 
             wtype = self._key[0]
-            jobs = _spin.block_jobs(self._serial, f"{wtype.name.lower()}")
+            jobs = _spin.block_jobs(self._serial, wtype.name.lower())
             if jobs is None:
                 self._split = (threads, self._faster)
                 return self._faster
@@ -383,10 +384,8 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
             threads = current_threads()
             if threads > 1:  # threaded or not, whichever measures faster (same bits: lanes do not depend on it)
                 key = ("packed", wtype, tuple(w.shape), x.shape[0], threads)
-                both = (lambda: repack.packed_product(packed, acts, out, threads)), (
-                    lambda: repack.packed_product(packed, acts, out, 1)
-                )
-                Faster(*both, key=key)()
+                run = functools.partial(repack.packed_product, packed, acts, out)
+                Faster(functools.partial(run, threads), functools.partial(run, 1), key=key)()
             else:
                 repack.packed_product(packed, acts, out, 1)
             return
