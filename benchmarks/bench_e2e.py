@@ -4,7 +4,9 @@ The model is llama-bench's shape for this comparison: 512 wide, 4 layers, 8 head
 weights in f32, q8_0, q4_0 and q4_K (written once into a temporary directory). For each (type, threads) the
 benchmark alternates, ``--rounds`` times: ggml-core in its own process (its peak RSS is its own; BLAS threads set
 to the same count), then llama.cpp (0c1e570, built here for this CPU by ``ggml_core.testing.llama_cpp``; a
-prompt of 128 tokens in one batch and single-token generation on an empty cache, as llama-bench does). Prints the
+prompt of 128 tokens in one batch and single-token generation on an empty cache, as llama-bench does; ggml-core's
+generation is timed the same way, and also after the 128-token prompt with greedy sampling, ``tg_after_prompt`` in
+the JSON, which llama-bench does not measure). Prints the
 CPU model, tokens/s of both (medians over all repetitions), the ratios, and a floor for any numpy implementation
 measured in ggml-core's process: the model's matrix products alone (``x @ W.T`` for every weight matrix, float32)
 for a 128-token batch and for one token (``x floor``: 1.0 = no overhead beyond the products).
@@ -97,7 +99,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
     )
     rng = np.random.default_rng(1)
     prompt = rng.integers(0, SHAPE["n_vocab"], N_PROMPT).tolist()
-    pp, tg = [], []
+    pp, tg, tg_after = [], [], []
     t_load = time.perf_counter()
     with Model.load(path, params) as m:
         t_load = time.perf_counter() - t_load
@@ -108,7 +110,13 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
             m.reset()
             res = m.generate(prompt, n_gen + 1, Sampler(SamplerParams(temperature=0.0)))
             pp.append(res.prompt_tokens_per_s)
-            tg.append(res.gen_tokens_per_s)
+            tg_after.append(res.gen_tokens_per_s)
+            # llama-bench's tg (and the llama.cpp side here): single-token steps on an empty cache, logits read
+            m.reset()
+            t0 = time.perf_counter()
+            for tok in prompt[:n_gen]:
+                m.decode([tok])
+            tg.append(n_gen / (time.perf_counter() - t0))
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the floor's copies
         breakdown = _decode_breakdown(m, prompt, n_gen)
         floor_pp, floor_tg = _matmul_floor(m, reps)
@@ -117,6 +125,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
         "tg_tokens_per_s": statistics.median(tg),
         "floor_pp_tokens_per_s": floor_pp,
         "floor_tg_tokens_per_s": floor_tg,
+        "tg_after_prompt_tokens_per_s": statistics.median(tg_after),
         "pp_all": pp,
         "tg_all": tg,
         "load_s": t_load,
@@ -261,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                     if theirs[k]:
                         row[f"llama_cpp_{k}_tokens_per_s"] = statistics.median(theirs[k])
                         row[f"{k}_ratio"] = row[f"{k}_tokens_per_s"] / row[f"llama_cpp_{k}_tokens_per_s"]
+                row["tg_after_prompt_tokens_per_s"] = statistics.median(r["tg_after_prompt_tokens_per_s"] for r in ours)
                 row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours)
                 row["decode_breakdown_ms"] = ours[-1]["decode_breakdown_ms"]
                 rows.append(row)

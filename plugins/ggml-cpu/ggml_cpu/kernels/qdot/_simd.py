@@ -33,6 +33,7 @@ __all__ = [
     "HAS_VNNI512",
     "LANE_TILES",
     "LANE_XROWS",
+    "NIBBLE_TILES",
     "ROW_DOTS",
     "TILE_DOTS",
     "dot_q4_k",
@@ -63,6 +64,8 @@ HAS_VNNI512 = False
 LANE_XROWS = (8, 4, 1)
 #: repacked weights (:mod:`.repack`): (sub-block length, has minima) → {activation rows: ``lane_tile`` intrinsic}
 LANE_TILES: dict[tuple[int, bool], dict[int, Any]] = {}
+#: the same for 4-bit quants stored two to a byte (``lane_tile(..., nib=True)``): (32, has minima) → {rows: tile}
+NIBBLE_TILES: dict[tuple[int, bool], dict[int, Any]] = {}
 
 
 def _build() -> None:
@@ -447,7 +450,7 @@ def _build() -> None:
         qh = b.load(b.bitcast(ptr, i32.as_pointer()), align=1)
         return fifth_bits(op, q, qh)
 
-    def lane_tile(group: int, has_min: bool, xrows: int) -> Callable[..., Any]:
+    def lane_tile(group: int, has_min: bool, xrows: int, nib: bool = False) -> Callable[..., Any]:
         """16 repacked weight rows against ``xrows`` activation rows from ``n0``, written to ``out[n0 + n, m0:m0+16]``.
 
         The repacked layout (:mod:`.repack`) puts one weight row in each of the 16 int32 lanes of a 512-bit vector:
@@ -456,6 +459,10 @@ def _build() -> None:
         ends the sub-block holding its row's exact integer sum (ggml's repacked GEMMs do the same). The sum starts at
         ``−c·Σx`` (the quant offset ``c``: Q4_0 8, Q5_0 16, Q8_0 128, Q6_K 32) and is scaled once per sub-block:
         ``acc += dx · (s1 · isum)`` with ``has_min`` also subtracting ``s2 · Σx`` (Q4_K/Q5_K's ``dmin·m``).
+
+        With ``nib`` (4-bit quants: Q4_0, Q4_K) two steps share one vector, step ``t`` in the low nibbles and step
+        ``t + group/8`` in the high ones: half the bytes to read, which is what one activation row (decode) is
+        bound by; two masks and a shift unpack them.
 
         Arguments: ``q`` uint8 (repacked quants), ``qo`` the group's first byte, ``s1``/``s2`` float32 per (group,
         sub-block, lane) from ``so``, ``xq`` int8 (N, K), ``n0``, ``dx`` float32 and ``sx`` int32 (N, K/group): each
@@ -494,10 +501,17 @@ def _build() -> None:
                     acc = [ir.Constant(v16i, [0] * 16) for _ in range(xrows)]
                 else:
                     acc = [splat(b.mul(sxs[n], neg_c), v16i) for n in range(xrows)]
-                qj = b.add(qo, b.mul(j, ir.Constant(i64, group * 16)))
+                qj = b.add(qo, b.mul(j, ir.Constant(i64, group * (8 if nib else 16))))
                 xj = b.mul(j, ir.Constant(i64, group))
-                for t in range(steps):
+                vectors = []
+                for t in range(steps // 2 if nib else steps):
                     wv = at(qp, b.add(qj, ir.Constant(i64, 64 * t)), vec(i8, 64), 1)
+                    if nib:
+                        vectors.append((t, b.and_(wv, const(64, 15))))
+                        vectors.append((t + steps // 2, b.lshr(wv, const(64, 4))))
+                    else:
+                        vectors.append((t, wv))
+                for t, wv in vectors:
                     for n in range(xrows):
                         xv = at(xbase[n], b.add(xj, ir.Constant(i64, 4 * t)), i32, 1)
                         xb = b.bitcast(splat(xv, v16i), vec(i8, 64))
@@ -536,6 +550,8 @@ def _build() -> None:
     HAS_VNNI512 = vnni and vnni512
     for group, has_min in ((32, False), (32, True), (16, False)):
         LANE_TILES[group, has_min] = {xr: lane_tile(group, has_min, xr) for xr in LANE_XROWS}
+    for has_min in (False, True):
+        NIBBLE_TILES[32, has_min] = {xr: lane_tile(32, has_min, xr, nib=True) for xr in LANE_XROWS}
 
 
 if _jit.enabled():

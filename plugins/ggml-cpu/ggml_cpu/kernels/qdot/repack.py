@@ -39,6 +39,7 @@ from ggml_core import GGMLType
 from ggml_core.quants._common import read_f16
 from ggml_core.quants._kquants import _unpack_k4_scales
 from ggml_cpu.kernels.qdot import _jit, _simd
+from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_K, quantize_into
 from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot.activations import QActs
 
@@ -46,6 +47,8 @@ __all__ = [
     "CACHE_BYTES",
     "PACKED_TYPES",
     "Packed",
+    "decode_kernels",
+    "file_backed",
     "pack",
     "packed",
     "packed_product",
@@ -53,14 +56,14 @@ __all__ = [
     "packed_supported",
 ]
 
-#: weight types with a repacked layout: (sub-block length, quant offset c, has minima)
+#: weight types with a repacked layout: (sub-block length, quant offset c, has minima, two quants a byte)
 PACKED_TYPES: Final = {
-    GGMLType.Q4_0: (32, 8, False),
-    GGMLType.Q5_0: (32, 16, False),
-    GGMLType.Q8_0: (32, 128, False),
-    GGMLType.Q4_K: (32, 0, True),
-    GGMLType.Q5_K: (32, 0, True),
-    GGMLType.Q6_K: (16, 32, False),
+    GGMLType.Q4_0: (32, 8, False, True),
+    GGMLType.Q5_0: (32, 16, False, False),
+    GGMLType.Q8_0: (32, 128, False, False),
+    GGMLType.Q4_K: (32, 0, True, True),
+    GGMLType.Q5_K: (32, 0, True, False),
+    GGMLType.Q6_K: (16, 32, False, False),
 }
 
 #: at most this many bytes of repacked weights (and their check copies) are kept; once full, further matrices are not
@@ -72,7 +75,8 @@ _LANES: Final = 16
 
 @dataclass(frozen=True)
 class Packed:
-    """One weight matrix repacked: ``q`` uint8 (groups·nsub·G·16), ``s1``/``s2`` float32 (groups·nsub·16)."""
+    """One weight matrix repacked: ``q`` uint8 (groups·nsub·G·16, half that with ``nib``), ``s1``/``s2`` float32
+    (groups·nsub·16)."""
 
     wtype: GGMLType
     rows: int
@@ -80,6 +84,7 @@ class Packed:
     group: int
     offset: int
     has_min: bool
+    nib: bool
     q: np.ndarray
     s1: np.ndarray
     s2: np.ndarray
@@ -139,7 +144,7 @@ def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
     NaN / inf propagation is left to the other routes)."""
     if wtype not in PACKED_TYPES:
         raise ValueError(f"repack: no repacked layout for {wtype.name}")
-    group, offset, has_min = PACKED_TYPES[wtype]
+    group, offset, has_min, nib = PACKED_TYPES[wtype]
     q, s1, s2 = _fields(w, wtype)
     if not np.isfinite(s1).all() or (s2 is not None and not np.isfinite(s2).all()):
         return None
@@ -151,6 +156,9 @@ def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
     qp[:m] = q
     # (group g, lane l, sub-block j, step t, byte) → (g, j, t, l, byte)
     qp = qp.reshape(ng, _LANES, nsub, group // 4, 4).transpose(0, 2, 3, 1, 4)
+    if nib:  # step t in the low nibbles, step t + steps/2 in the high ones
+        half = group // 8
+        qp = qp[:, :, :half] | (qp[:, :, half:] << 4)
 
     def lanes(s: np.ndarray | None) -> np.ndarray:
         out = np.zeros((mp, nsub), np.float32)
@@ -158,17 +166,35 @@ def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
             out[:m] = s
         return np.ascontiguousarray(out.reshape(ng, _LANES, nsub).transpose(0, 2, 1)).reshape(-1)
 
-    return Packed(wtype, m, k, group, offset, has_min, np.ascontiguousarray(qp).reshape(-1), lanes(s1), lanes(s2))
+    q_lanes = np.ascontiguousarray(qp).reshape(-1)
+    return Packed(wtype, m, k, group, offset, has_min, nib, q_lanes, lanes(s1), lanes(s2))
 
 
 # The lane tiles as module globals (None where numba is off), one per (layout, activation rows). The drivers below
 # close over integers only: numba's cache key includes a closure's values, and an intrinsic pickles differently in
 # every process, so a driver closing over the tiles themselves was compiled again by every process (~3.6 s).
-_LANE = {lay: _simd.LANE_TILES.get(lay, {}) for lay in ((32, False), (32, True), (16, False))}
-_L32_8, _L32_4, _L32_1 = (_LANE[32, False].get(x) for x in (8, 4, 1))
-_L32M_8, _L32M_4, _L32M_1 = (_LANE[32, True].get(x) for x in (8, 4, 1))
-_L16_8, _L16_4, _L16_1 = (_LANE[16, False].get(x) for x in (8, 4, 1))
-_LAYOUTS: Final = {(32, False): 0, (32, True): 1, (16, False): 2}
+_LANE: dict[tuple[int, bool], dict[int, Any]] = {
+    lay: _simd.LANE_TILES.get(lay, {}) for lay in ((32, False), (32, True), (16, False))
+}
+_NIB: dict[bool, dict[int, Any]] = {mn: _simd.NIBBLE_TILES.get((32, mn), {}) for mn in (False, True)}
+_L32_8: Any = _LANE[32, False].get(8)
+_L32_4: Any = _LANE[32, False].get(4)
+_L32_1: Any = _LANE[32, False].get(1)
+_L32M_8: Any = _LANE[32, True].get(8)
+_L32M_4: Any = _LANE[32, True].get(4)
+_L32M_1: Any = _LANE[32, True].get(1)
+_L16_8: Any = _LANE[16, False].get(8)
+_L16_4: Any = _LANE[16, False].get(4)
+_L16_1: Any = _LANE[16, False].get(1)
+_N32_8: Any = _NIB[False].get(8)
+_N32_4: Any = _NIB[False].get(4)
+_N32_1: Any = _NIB[False].get(1)
+_N32M_8: Any = _NIB[True].get(8)
+_N32M_4: Any = _NIB[True].get(4)
+_N32M_1: Any = _NIB[True].get(1)
+#: (sub-block length, has minima, two quants a byte) → the layout code :func:`_lane` dispatches on
+_LAYOUTS: Final = {(32, False, False): 0, (32, True, False): 1, (16, False, False): 2, (32, False, True): 3,
+                   (32, True, True): 4}  # fmt: skip
 
 
 @inline
@@ -176,7 +202,8 @@ def _lane(
     layout: int, rows: int, q: np.ndarray, qo: int, s1: np.ndarray, s2: np.ndarray, so: int, xq: np.ndarray, n0: int,
     dx: np.ndarray, sx: np.ndarray, nsub: int, c: int, out: np.ndarray, m0: int,
 ) -> None:  # fmt: skip  # pragma: no cover - compiled
-    """The ``rows``-activation-row lane tile of ``layout`` (0: sub-blocks of 32, 1: the same with minima, 2: of 16)."""
+    """The ``rows``-activation-row lane tile of ``layout`` (:data:`_LAYOUTS`: 0 sub-blocks of 32, 1 the same with
+    minima, 2 of 16, 3 and 4 as 0 and 1 with two quants a byte)."""
     if layout == 0:
         if rows == 8:
             _L32_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
@@ -191,17 +218,32 @@ def _lane(
             _L32M_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
         else:
             _L32M_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    elif layout == 2:
+        if rows == 8:
+            _L16_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        elif rows == 4:
+            _L16_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        else:
+            _L16_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    elif layout == 3:
+        if rows == 8:
+            _N32_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        elif rows == 4:
+            _N32_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        else:
+            _N32_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
     elif rows == 8:
-        _L16_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        _N32M_8(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
     elif rows == 4:
-        _L16_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        _N32M_4(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
     else:
-        _L16_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        _N32M_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
 
 
-def _kernel(group: int, has_min: bool) -> Any:
+def _kernel(group: int, has_min: bool, nib: bool) -> Any:
     """The driver for one layout: threads over the groups of 16 rows, 8 / 4 / 1 activation rows per call."""
-    layout = _LAYOUTS[group, has_min]
+    layout = _LAYOUTS[group, has_min, nib]
+    gbytes = group * (8 if nib else 16)  # a sub-block's quant bytes for 16 rows
 
     def kernel(
         q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, dx: np.ndarray, sx: np.ndarray, c: int,
@@ -213,7 +255,7 @@ def _kernel(group: int, has_min: bool) -> Any:
         n8 = n_act - n_act % 8
         n4 = n_act - n_act % 4
         for g in prange(ng):
-            qo = g * nsub * group * 16
+            qo = g * nsub * gbytes
             so = g * nsub * 16
             m0 = g * 16
             for n0 in range(0, n8, 8):
@@ -226,13 +268,80 @@ def _kernel(group: int, has_min: bool) -> Any:
     return kernel
 
 
+def _kernel_name(group: int, has_min: bool, nib: bool) -> str:
+    return f"_lanes_{group}{'_min' if has_min else ''}{'_nib' if nib else ''}"
+
+
 _SIGNATURE: Final = (
     "void(uint8[::1], float32[::1], float32[::1], int8[:, ::1], float32[:, ::1], int32[:, ::1], int64, float32[:, ::1])"
 )
-_SPECS: Final = {
-    (g, mn): _jit.spec_pair(_kernel(g, mn), _SIGNATURE, f"_lanes_{g}{'_min' if mn else ''}", ())
-    for g, mn in ((32, False), (32, True), (16, False))
+_SPECS: Final = {lay: _jit.spec_pair(_kernel(*lay), _SIGNATURE, _kernel_name(*lay), ()) for lay in _LAYOUTS}
+
+
+def _decode_kernel(group: int, has_min: bool, nib: bool) -> Any:
+    """The few-row driver: quantizes the activations (fused, as :func:`.activations.quantize_activations`), forms
+    each sub-block's scale and quant sum, then runs the lane tiles — one compiled call per product, for decode."""
+    layout = _LAYOUTS[group, has_min, nib]
+    gbytes = group * (8 if nib else 16)
+    dot = DOT_Q8_K if has_min or group == 16 else DOT_Q8_0  # Q4_K/Q5_K/Q6_K dot with Q8_K, the others with Q8_0
+
+    def kernel(
+        x: np.ndarray, quant: bool, q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, xd: np.ndarray,
+        xsum: np.ndarray, xs: np.ndarray, lut: np.ndarray, dx: np.ndarray, sx: np.ndarray, c: int, out: np.ndarray,
+    ) -> int:  # fmt: skip  # pragma: no cover - compiled
+        if quant:
+            bad = quantize_into(dot, x, xq, xd, xsum, xs, lut)
+            if bad:
+                return bad
+        n_act, k = xq.shape
+        nsub = k // group
+        per = k // xd.shape[1]
+        ratio = group // (k // xsum.shape[1])
+        for n in range(n_act):
+            for j in range(nsub):
+                dx[n, j] = xd[n, j * group // per]
+                total = 0
+                for i in range(ratio):
+                    total += xsum[n, j * ratio + i]
+                sx[n, j] = total
+        ng = out.shape[1] // 16
+        n8 = n_act - n_act % 8
+        n4 = n_act - n_act % 4
+        for g in prange(ng):
+            qo = g * nsub * gbytes
+            so = g * nsub * 16
+            m0 = g * 16
+            for n0 in range(0, n8, 8):
+                _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+            for n0 in range(n8, n4, 4):
+                _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+            for n in range(n4, n_act):
+                _lane(layout, 1, q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+        return 0
+
+    return kernel
+
+
+_DECODE_SIGNATURE: Final = (
+    "int64(float32[:, ::1], boolean, uint8[::1], float32[::1], float32[::1], int8[:, ::1], float32[:, ::1],"
+    " int32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], int32[:, ::1], int64, float32[:, ::1])"
+)
+_DECODE_SPECS: Final = {
+    lay: _jit.spec_pair(_decode_kernel(*lay), _DECODE_SIGNATURE, "_decode" + _kernel_name(*lay), (0,))
+    for lay in _LAYOUTS
 }
+
+
+def decode_kernels(p: Packed) -> tuple[Any, Any] | None:
+    """(threads over the row groups, one thread) compiled few-row drivers for ``p``'s layout, or None.
+
+    Arguments of a call: ``x`` float32 (N, K), ``quant`` (False: ``xq``/``xd``/``xsum``/``xs`` already hold the
+    quantized rows), ``p.q``, ``p.s1``, ``p.s2``, the activation buffers of a block product (:class:`.product.
+    BlockProduct`), the f16 table, ``dx`` float32 and ``sx`` int32 (N, K/group) scratch, ``p.offset``, ``out``
+    float32 (N, M) with M a multiple of 16. Returns the number of non-finite activations (then nothing was
+    computed: quantize with numpy and call again with ``quant`` False)."""
+    fns = tuple(_jit.get(s) for s in _DECODE_SPECS[p.group, p.has_min, p.nib])
+    return (fns[0], fns[1]) if fns[0] is not None and fns[1] is not None else None
 
 
 def packed_supported(wtype: GGMLType) -> bool:
@@ -246,8 +355,8 @@ def packed_ready(wtype: GGMLType) -> bool:
     """True when :func:`packed_supported` and the layout's kernels compile (or load from the cache) here."""
     if not packed_supported(wtype):
         return False
-    group, _, has_min = PACKED_TYPES[wtype]
-    return all(_jit.get(s) is not None for s in _SPECS[group, has_min])
+    group, _, has_min, nib = PACKED_TYPES[wtype]
+    return all(_jit.get(s) is not None for s in _SPECS[group, has_min, nib])
 
 
 _Entry = tuple[Any, "np.ndarray | None", "Packed | None"]  # (weakref to an immutable owner, or a copy; repack)
@@ -265,6 +374,11 @@ def _immutable_owner(w: np.ndarray) -> mmap.mmap | None:
     if isinstance(o, memoryview) and o.readonly and isinstance(o.obj, mmap.mmap):
         return o.obj
     return None
+
+
+def file_backed(w: np.ndarray) -> bool:
+    """True when ``w`` views a read-only file mapping (its repack, once made, stays valid while ``w`` lives)."""
+    return _immutable_owner(w) is not None
 
 
 def _entry_bytes(e: _Entry) -> int:
@@ -308,11 +422,12 @@ def packed(w: np.ndarray, wtype: GGMLType) -> Packed | None:
 
 
 def _packed_bytes(w: np.ndarray, wtype: GGMLType) -> int:
-    """What :func:`pack` makes of ``w`` takes, in bytes (quants one byte a weight, two float32 scales a sub-block)."""
-    group = PACKED_TYPES[wtype][0]
+    """What :func:`pack` makes of ``w`` takes, in bytes (quants one byte a weight, or half a byte for 4-bit quants;
+    two float32 scales a sub-block)."""
+    group, nib = PACKED_TYPES[wtype][0], PACKED_TYPES[wtype][3]
     rows, k = w.shape[0], _row_values(w, wtype)
     mp = -(-rows // _LANES) * _LANES
-    return mp * k + 2 * 4 * mp * (k // group)
+    return mp * k // (2 if nib else 1) + 2 * 4 * mp * (k // group)
 
 
 def _row_values(w: np.ndarray, wtype: GGMLType) -> int:
@@ -340,7 +455,7 @@ def _act_blocks(acts: QActs, group: int) -> tuple[np.ndarray, np.ndarray]:
 
 def packed_product(p: Packed, acts: QActs, out: np.ndarray, threads: int) -> None:
     """``out (N, M) = acts · W`` from the repacked ``p`` (``acts`` quantized to the weight type's dot type)."""
-    fns = _SPECS[p.group, p.has_min]
+    fns = _SPECS[p.group, p.has_min, p.nib]
     fn = _jit.get(fns[1] if threads <= 1 else fns[0])
     if fn is None:
         raise RuntimeError(f"repack: the {p.wtype.name} kernels are not compiled here")
