@@ -22,6 +22,20 @@ def test_greedy_is_argmax() -> None:
     assert s.sample(np.array([1.0, np.nan, 1.0, -np.inf])) == 0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_greedy_in_the_logits_own_type_treats_nan_as_minus_infinity(dtype: type) -> None:
+    """Greedy argmax runs on the logits as they are (float32 from a model): a NaN is never chosen, +inf is, and
+    the first of equal maxima wins; nothing finite or +inf is an error, in float32 as in float64."""
+    s = Sampler(SamplerParams(temperature=0.0))
+    assert s.sample(np.array([np.nan, 2.0, 3.0, 3.0], dtype)) == 2
+    assert s.sample(np.array([-np.inf, np.nan, -1.0], dtype)) == 2
+    assert s.sample(np.array([1.0, np.inf, np.nan, np.inf], dtype)) == 1
+    assert s.sample(np.array([[0.5, 7.0], [1.0, 2.0]], dtype)) == 1  # one row of logits, flattened
+    for bad in ([np.nan, np.nan], [-np.inf, np.nan], [-np.inf, -np.inf]):
+        with pytest.raises(ValueError, match="nothing to sample"):
+            s.sample(np.array(bad, dtype))
+
+
 def test_temperature_follows_the_softmax() -> None:
     for temp in (0.5, 1.0, 2.0):
         freq = _draws(SamplerParams(temperature=temp, top_k=0, top_p=1.0, seed=1))

@@ -51,6 +51,15 @@ class Sampler:
 
     def sample(self, logits: np.ndarray) -> int:
         """The next token id from one row of logits."""
+        if self.params.greedy:
+            flat = np.asarray(logits).reshape(-1)
+            if flat.size:
+                # argmax in the logits' own type (no float64 copy of a 262k vocabulary per token). numpy's argmax
+                # returns the first NaN when there is one, and -inf only when every logit is -inf: both take the
+                # full path below (NaN counts as -inf; nothing finite is an error)
+                best = int(np.argmax(flat))
+                if not np.isnan(flat[best]) and flat[best] != -np.inf:
+                    return best
         x = np.asarray(logits, dtype=np.float64).reshape(-1)
         if x.size == 0:
             raise ValueError("cannot sample from empty logits")

@@ -350,14 +350,19 @@ class BlockProduct:
 
 #: a block product over file-mapped weights reads their repacked form from this many calls on
 _PACK_AFTER: Final = 2
+#: weight matrices larger than this keep the block kernels for few-row products: they stream from memory on every
+#: call whatever the layout, and the repacked form of Q8_0 / Q5_0 / Q6_K has more bytes (measured here, one thread:
+#: Gemma 3's 262144 × 640 Q8_0 output, 14.3 ms from its blocks against 16.3 ms repacked, 1.6 s to repack)
+_DECODE_REPACK_MAX_BYTES: Final = 32 << 20
 
 
 def _decode_packable(w: np.ndarray, wtype: GGMLType, n: int, out: np.ndarray) -> bool:
     """True when a block product of ``n`` activation rows may switch to the repacked weights: the type has a
-    repacked layout on this machine, the rows fill whole 16-row groups, and the weights are mapped read-only from a
+    repacked layout on this machine, the rows fill whole 16-row groups, the matrix is at most
+    :data:`_DECODE_REPACK_MAX_BYTES`, and the weights are mapped read-only from a
     file (their repack cannot go stale; weights in writable memory keep the block kernels, which read them as they
     are on every call)."""
-    if n > _PACKED_ABOVE or out.shape[1] % 16 or not _packed_supported(wtype):
+    if n > _PACKED_ABOVE or out.shape[1] % 16 or w.nbytes > _DECODE_REPACK_MAX_BYTES or not _packed_supported(wtype):
         return False
     from ggml_cpu.kernels.qdot import repack
 

@@ -108,8 +108,7 @@ def _fields(w: np.ndarray, wtype: GGMLType) -> tuple[np.ndarray, np.ndarray, np.
         if wtype == GGMLType.Q4_0:
             q = _nibbles(blocks[:, 2:18])
         elif wtype == GGMLType.Q5_0:
-            qh = np.ascontiguousarray(blocks[:, 2:6]).view("<u4")[:, 0]
-            high = ((qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+            high = np.unpackbits(blocks[:, 2:6], axis=1, bitorder="little") << 4  # bit j of the LE uint32: quant j
             q = _nibbles(blocks[:, 6:22]) | high
         else:
             q = blocks[:, 2:34] ^ np.uint8(0x80)  # int8 q + 128
