@@ -294,24 +294,39 @@ class RowSplit:
         arrays
     :param parts: the fallback when the helpers are busy: ``(fn, args)`` run in turn, the first quantizing the
         activations (its result, non-zero for non-finite activations, stops the rest), the others the row ranges
+    :param helpers: the helper threads (``kind`` / ``run`` as :class:`_Helpers`); default the process's shared ones
     """
 
     #: after a job that took far longer than this split's fastest (a helper descheduled while it held a part: the
-    #: caller waits for the OS to run it again, often milliseconds), every split runs on one thread for this many
-    #: calls, then the helpers are tried again
+    #: caller waits for the OS to run it again, often milliseconds), every split runs on one thread for a while,
+    #: then the helpers are tried again: first for ``BACKOFF_FIRST`` calls, doubling while the first split after a
+    #: backoff stalls again (a busy machine), up to ``BACKOFF_CALLS``; a split that does not stall starts over. A
+    #: fixed 1024 calls made one rare stall (one in thousands of products on a quiet 2-core VM) cost ~30 decode
+    #: steps on one thread.
+    BACKOFF_FIRST: Final = 16
     BACKOFF_CALLS: Final = 1024
-    #: "far longer": over ``SLOW_FACTOR`` × the fastest run of this split + ``SLOW_MARGIN_S``
+    #: "far longer": over ``SLOW_FACTOR`` × the fastest run of this split + ``SLOW_MARGIN_S``. The margin is
+    #: an OS-scheduler stall (a helper preempted for a time slice), not the ~0.1 ms hiccups a quiet VM shows now
+    #: and then: backing off on those (50 µs) kept 2-thread decode on one thread a third of the time
     SLOW_FACTOR: Final = 4.0
-    SLOW_MARGIN_S: Final = 50e-6
-    _backoff: ClassVar[list[int]] = [0]  # calls left on one thread, shared by every split (they share the helpers)
+    SLOW_MARGIN_S: Final = 0.5e-3
+    #: [calls left on one thread, the next backoff's length], shared by every split (they share the helpers)
+    _backoff: ClassVar[list[int]] = [0, 16]
 
     __slots__ = ("_best", "_desc", "_helpers", "_kind", "_parts", "_run")
 
     def __init__(
-        self, jobs: tuple[Any, Any], desc: Any, parts: list[tuple[Callable[..., Any], tuple[Any, ...]]], n_threads: int
+        self,
+        jobs: tuple[Any, Any],
+        desc: Any,
+        parts: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+        n_threads: int,
+        helpers: Any = None,
     ) -> None:
         self._desc, self._parts, self._run = desc, parts, jobs[1]
-        self._helpers = _get_helpers(n_threads - 1) if n_threads > 1 else None
+        if helpers is None and n_threads > 1:
+            helpers = _get_helpers(n_threads - 1)
+        self._helpers = helpers
         self._kind = self._helpers.kind(jobs[0]) if self._helpers is not None else 0
         self._best = float("inf")
 
@@ -330,7 +345,10 @@ class RowSplit:
             if res is not None:
                 dt = time.perf_counter() - t0
                 if dt > self.SLOW_FACTOR * self._best + self.SLOW_MARGIN_S:
-                    backoff[0] = self.BACKOFF_CALLS
+                    backoff[0] = backoff[1]
+                    backoff[1] = min(2 * backoff[1], self.BACKOFF_CALLS)
+                else:
+                    backoff[1] = self.BACKOFF_FIRST
                 self._best = min(self._best, dt)
                 return res
         first, *rest = self._parts

@@ -90,6 +90,12 @@ def _load() -> None:
                 _reason = f"numba is not importable ({type(exc).__name__}: {exc})"
             else:
                 _numba, prange = numba, numba.prange
+                try:  # inline assembly (the futex calls of ``_spin``) needs LLVM's assembly parser
+                    import llvmlite.binding
+
+                    llvmlite.binding.initialize_native_asmparser()
+                except Exception as exc:  # noqa: BLE001 - only the row split's sleeping helpers need it
+                    _log_once("asmparser", logging.DEBUG, f"ggml-cpu: no LLVM assembly parser ({exc})")
             _import_time.append(time.perf_counter() - t0)
         _loaded = True
     wanted = getattr(_wanted, "n", None)

@@ -14,7 +14,10 @@ Control array ``ctl`` (int64, :data:`CTL_SIZE` elements; the fields 64 bytes apa
   takes parts with :func:`_claim`;
 * ``ctl[DONE]`` = ``job << 16 | parts finished``: the caller waits for all of them;
 * ``ctl[ASLEEP]`` = how many helpers sleep (the caller then wakes them);
-* ``ctl[KIND]`` = the job's kernel (a helper's loop serves one kernel, and returns to switch).
+* ``ctl[KIND]`` = the job's kernel (a helper's loop serves one kernel, and returns to switch);
+* ``ctl[WAKE]`` = a counter whose low 32 bits are the futex word sleeping helpers of :mod:`._packed_split` wait on
+  (:func:`_futex_wait` / :func:`_futex_wake`: Linux x86-64 system calls, so those helpers sleep and wake without
+  ever taking the GIL).
 
 Imported only once numba is loaded (see :mod:`._jit`); :func:`compiled` gives None where these fail to build.
 """
@@ -33,8 +36,8 @@ from ggml_cpu.kernels.qdot import _jit
 
 __all__ = ["ASLEEP", "CTL_SIZE", "DESC_SIZE", "DONE", "KIND", "MAX_PARTS", "SEQ", "block_jobs", "compiled"]
 
-SEQ, DONE, ASLEEP, KIND = 0, 8, 16, 24
-CTL_SIZE: Final = 32
+SEQ, DONE, ASLEEP, KIND, WAKE = 0, 8, 16, 24, 32
+CTL_SIZE: Final = 40
 #: the descriptor of a block-product job (int64): the activation row's and its quantized buffers' addresses and
 #: widths, then
 #: per part (from :data:`PART0`, :data:`PART_FIELDS` each) its first weight row's address, its rows, and the
@@ -112,6 +115,33 @@ def _address_typer(dtype: Any) -> Any:
     return typer
 
 
+#: Linux x86-64: the futex system call and its private wait / wake operations
+SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
+
+
+def _futex_typer(op: int) -> Any:
+    """``futex(&a[i] (its low 32 bits), op, v, NULL, NULL, 0)`` as an inline ``syscall`` (no libc call, so the
+    kernels that use it stay cacheable); returns the system call's result."""
+
+    def typer(typingctx: Any, a: Any, i: Any, v: Any) -> Any:
+        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+            addr = builder.ptrtoint(_ptr(context, builder, sig.args[0], args[0], args[1]), _I64)
+            fnty = ir.FunctionType(_I64, [_I64] * 6)
+            asm = ir.InlineAsm(
+                fnty, "syscall", "={rax},{rax},{rdi},{rsi},{rdx},{r10},{r8},~{rcx},~{r11},~{memory}",
+                side_effect=True,
+            )  # fmt: skip
+            zero = ir.Constant(_I64, 0)
+            val = builder.and_(args[2], ir.Constant(_I64, 0xFFFFFFFF))
+            return builder.call(asm, [ir.Constant(_I64, SYS_FUTEX), addr, ir.Constant(_I64, op), val, zero, zero])
+
+        return types.int64(a, i, v), codegen
+
+    return typer
+
+
+_futex_wait: Any = intrinsic(_futex_typer(FUTEX_WAIT_PRIVATE))  # sleep while the word equals ``v``
+_futex_wake: Any = intrinsic(_futex_typer(FUTEX_WAKE_PRIVATE))  # wake up to ``v`` sleepers
 _u8_at: Any = intrinsic(_address_typer(types.uint8))
 _i8_at: Any = intrinsic(_address_typer(types.int8))
 _i32_at: Any = intrinsic(_address_typer(types.int32))

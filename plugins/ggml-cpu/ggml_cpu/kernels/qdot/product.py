@@ -215,6 +215,24 @@ class _SplitProduct:
         return int(self._serial(x, quant, *rest)) if res is None else res
 
 
+def _split_of(p: Any, arrays: tuple[np.ndarray, ...], lut: np.ndarray, dot: int, threads: int, serial: Any) -> Any:
+    from ggml_cpu.kernels.qdot import _packed_split
+
+    return _packed_split.PackedSplit(p, arrays, lut, dot, threads, serial)
+
+
+class _QuantFlag:
+    """A :class:`._packed_split.PackedSplit` called with a block product's argument tuple (it holds the arrays)."""
+
+    __slots__ = ("_split",)
+
+    def __init__(self, split: Any) -> None:
+        self._split = split
+
+    def __call__(self, x: Any, quant: bool, *rest: Any) -> int:
+        return int(self._split(quant))
+
+
 def block_kernels_ready(wtype: GGMLType) -> bool:
     """True when ``wtype`` has compiled block kernels and they compile here (compiles on first call)."""
     specs = _kernels()[0].get(wtype)
@@ -264,8 +282,8 @@ class BlockProduct:
     """
 
     __slots__ = (
-        "_acts", "_args", "_calls", "_dot", "_faster", "_key", "_pack_w", "_pre", "_repacked", "_serial", "_small",
-        "_split", "_x",
+        "_acts", "_args", "_calls", "_dot", "_faster", "_key", "_pack_split", "_pack_w", "_pre", "_repacked", "_serial",
+        "_small", "_split", "_tiny", "_x",
     )  # fmt: skip
 
     def __init__(self, fns: tuple[Any, Any], w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
@@ -287,6 +305,8 @@ class BlockProduct:
         self._pre: tuple[Any, ...] = (x, False, *tail)
         # weights mapped read-only from a file switch to their repacked form after a few calls (see _repack)
         self._calls, self._repacked = 0, False
+        self._pack_split: Any = None  # once repacked: the PackedSplit for a thread count
+        self._tiny = out.size * k < _SPLIT_WORK  # too little work to split even over spinning helpers
         self._pack_w = w if _decode_packable(w, wtype, n, out) else None
 
     def _repack(self) -> None:
@@ -311,7 +331,28 @@ class BlockProduct:
         self._args, self._pre = (x, True, *tail), (x, False, *tail)
         self._serial = fns[1]
         self._faster = Faster(fns[0], fns[1], key=("packed", *self._key))
-        self._repacked = True  # (no row split of the repacked driver)
+        self._repacked = True
+        self._split = None
+        arrays = (x, xq, xd, xsum, xs, dx, sx, out)
+        self._pack_split = functools.partial(_split_of, p, arrays, lut, repack.dot_code(p.group, p.has_min))
+
+    def _packed_split_for(self, threads: int) -> Any:
+        """The repacked product split over the spinning helpers (numba's pool where they do not compile).
+
+        Not chosen against one thread by :class:`Faster`: its few timed calls mislead here (a part's weights sit in
+        whichever core's cache ran it last, so short probes measure cache placement), and measured end to end
+        the split always on is the faster (q4_0 bench model, 2 threads: 1,350 tok/s against 1,090 with the
+        probe, 1,000 on one thread). A helper that stalls makes the split back off to one thread by itself."""
+        split = self._split
+        if split is None or split[0] != threads:
+            from ggml_cpu.kernels.qdot import _packed_split
+
+            if _packed_split.jobs() is None or _packed_split.pool(threads - 1) is None:
+                self._split = (threads, self._faster)
+                return self._faster
+            parts = self._pack_split(threads, self._serial)
+            split = self._split = (threads, _QuantFlag(parts))
+        return split[1]
 
     def _split_for(self, threads: int) -> Any:
         split = self._split
@@ -333,9 +374,11 @@ class BlockProduct:
             if self._calls > _PACK_AFTER:
                 self._repack()
         threads = _jit.current_threads()
-        if self._small or threads == 1:
+        if self._repacked:
+            fn = self._serial if threads == 1 or self._tiny else self._packed_split_for(threads)
+        elif self._small or threads == 1:
             fn = self._serial
-        elif _ROW_SPLIT and self._x.shape[0] == 1 and not self._repacked:
+        elif _ROW_SPLIT and self._x.shape[0] == 1:
             fn = self._split_for(threads)
         else:
             fn = self._faster
@@ -345,7 +388,9 @@ class BlockProduct:
             xq[...], xd[...], xsum[...] = acts.q, acts.d, acts.sums
             if acts.s.size:
                 xs[...] = acts.s
-            fn(*self._pre)
+            # the one-thread repacked driver forms the sub-block sums from these itself (the split does so only
+            # when it quantizes)
+            (self._serial if self._repacked else fn)(*self._pre)
 
 
 #: a block product over file-mapped weights reads their repacked form from this many calls on
@@ -436,13 +481,8 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
 
         packed = repack.packed(w, wtype)
         if packed is not None:
-            threads = current_threads()
-            if threads > 1:  # threaded or not, whichever measures faster (same bits: lanes do not depend on it)
-                key = ("packed", wtype, tuple(w.shape), x.shape[0], threads)
-                run = functools.partial(repack.packed_product, packed, acts, out)
-                Faster(functools.partial(run, threads), functools.partial(run, 1), key=key)()
-            else:
-                repack.packed_product(packed, acts, out, 1)
+            # threads: split over the spinning helpers (same bits: the lanes do not depend on the split)
+            repack.packed_product(packed, acts, out, current_threads())
             return
     _tile_product(w, wtype, acts, out)
 

@@ -42,12 +42,15 @@ from ggml_cpu.kernels.qdot import _jit, _simd
 from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_K, quantize_into
 from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot.activations import QActs
+from ggml_cpu.kernels.qdot.product import _F16
 
 __all__ = [
     "CACHE_BYTES",
     "PACKED_TYPES",
     "Packed",
+    "act_sub_blocks",
     "decode_kernels",
+    "dot_code",
     "file_backed",
     "pack",
     "packed",
@@ -277,12 +280,36 @@ _SIGNATURE: Final = (
 _SPECS: Final = {lay: _jit.spec_pair(_kernel(*lay), _SIGNATURE, _kernel_name(*lay), ()) for lay in _LAYOUTS}
 
 
+def dot_code(group: int, has_min: bool) -> int:
+    """The activations' dot type (:mod:`._act_kernels` code) of a layout: Q8_K for the K-quants, else Q8_0."""
+    return DOT_Q8_K if has_min or group == 16 else DOT_Q8_0
+
+
+@inline
+def act_sub_blocks(
+    xd: np.ndarray, xsum: np.ndarray, group: int, dx: np.ndarray, sx: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Each activation sub-block's scale ``dx`` and quant sum ``sx`` (N, K/group) from the dot type's block scales
+    ``xd`` (per 32 or 256 values) and sums ``xsum`` (per 32 or 16): what the lane tiles read."""
+    n_act, nsub = dx.shape
+    k = nsub * group
+    per = k // xd.shape[1]
+    ratio = group // (k // xsum.shape[1])
+    for n in range(n_act):
+        for j in range(nsub):
+            dx[n, j] = xd[n, j * group // per]
+            total = 0
+            for i in range(ratio):
+                total += xsum[n, j * ratio + i]
+            sx[n, j] = total
+
+
 def _decode_kernel(group: int, has_min: bool, nib: bool) -> Any:
     """The few-row driver: quantizes the activations (fused, as :func:`.activations.quantize_activations`), forms
     each sub-block's scale and quant sum, then runs the lane tiles — one compiled call per product, for decode."""
     layout = _LAYOUTS[group, has_min, nib]
     gbytes = group * (8 if nib else 16)
-    dot = DOT_Q8_K if has_min or group == 16 else DOT_Q8_0  # Q4_K/Q5_K/Q6_K dot with Q8_K, the others with Q8_0
+    dot = dot_code(group, has_min)
 
     def kernel(
         x: np.ndarray, quant: bool, q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, xd: np.ndarray,
@@ -294,15 +321,7 @@ def _decode_kernel(group: int, has_min: bool, nib: bool) -> Any:
                 return bad
         n_act, k = xq.shape
         nsub = k // group
-        per = k // xd.shape[1]
-        ratio = group // (k // xsum.shape[1])
-        for n in range(n_act):
-            for j in range(nsub):
-                dx[n, j] = xd[n, j * group // per]
-                total = 0
-                for i in range(ratio):
-                    total += xsum[n, j * ratio + i]
-                sx[n, j] = total
+        act_sub_blocks(xd, xsum, group, dx, sx)
         ng = out.shape[1] // 16
         n8 = n_act - n_act % 8
         n4 = n_act - n_act % 4
@@ -454,14 +473,36 @@ def _act_blocks(acts: QActs, group: int) -> tuple[np.ndarray, np.ndarray]:
 
 def packed_product(p: Packed, acts: QActs, out: np.ndarray, threads: int) -> None:
     """``out (N, M) = acts · W`` from the repacked ``p`` (``acts`` quantized to the weight type's dot type)."""
-    fns = _SPECS[p.group, p.has_min, p.nib]
-    fn = _jit.get(fns[1] if threads <= 1 else fns[0])
-    if fn is None:
-        raise RuntimeError(f"repack: the {p.wtype.name} kernels are not compiled here")
     dx, sx = _act_blocks(acts, p.group)
     n, mp = acts.q.shape[0], -(-p.rows // _LANES) * _LANES
     direct = mp == p.rows and out.flags.c_contiguous and out.dtype == np.float32
     target = out if direct else np.empty((n, mp), np.float32)
-    fn(p.q, p.s1, p.s2, np.ascontiguousarray(acts.q), dx, sx, p.offset, target)
+    xq = np.ascontiguousarray(acts.q)
+    split = _split(p, xq, acts, dx, sx, target, threads) if threads > 1 else None
+    if split is not None:
+        split(False)
+    else:
+        fns = _SPECS[p.group, p.has_min, p.nib]
+        fn = _jit.get(fns[1] if threads <= 1 else fns[0])
+        if fn is None:
+            raise RuntimeError(f"repack: the {p.wtype.name} kernels are not compiled here")
+        fn(p.q, p.s1, p.s2, xq, dx, sx, p.offset, target)
     if not direct:
         out[...] = target[:, : p.rows]
+
+
+def _split(
+    p: Packed, xq: np.ndarray, acts: QActs, dx: np.ndarray, sx: np.ndarray, out: np.ndarray, threads: int
+) -> Any:
+    """A row split of this prompt product over spinning helper threads (:mod:`._packed_split`), or None where its
+    kernels are not compiled here (then numba's threads run it)."""
+    drivers = decode_kernels(p)
+    if drivers is None:
+        return None
+    from ggml_cpu.kernels.qdot import _packed_split
+
+    if _packed_split.jobs() is None:
+        return None
+    xd, xsum = np.ascontiguousarray(acts.d, np.float32), np.ascontiguousarray(acts.sums, np.int32)
+    arrays = (dx, xq, xd, xsum, xd, dx, sx, out)  # x and xs are not read: the activations are quantized
+    return _packed_split.PackedSplit(p, arrays, _F16, dot_code(p.group, p.has_min), threads, drivers[1])

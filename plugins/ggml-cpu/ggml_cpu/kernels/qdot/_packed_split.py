@@ -1,0 +1,288 @@
+"""Repacked products (:mod:`.repack`) split across the calling thread and spinning helper threads.
+
+The weights' groups of 16 rows are cut into parts that whichever thread gets to them first claims
+(:class:`ggml_cpu.threads.RowSplit`, the synchronisation of :mod:`._spin`): the caller never waits for a helper that
+has not started, and a helper spinning between products joins within a microsecond where numba's OpenMP pool,
+sleeping between kernels so as not to starve BLAS, takes ~75 µs to wake (measured here: a 512 × 512 Q4_0 decode
+product, 5 µs on one thread, took 78 µs on numba's two threads). Each group is the same lane tile on the same
+operands as on one thread, so the bits do not depend on the split.
+
+One job kind serves every repacked layout and any number of activation rows (a decode step's one row, a prompt's
+batch), so the helpers stay in one compiled loop for a whole model.
+
+Descriptor (int64, the helpers' ``desc``): the addresses and sizes below, then per part its first and last group.
+Imported only once numba is loaded (see :mod:`._jit`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Final
+
+import numba
+import numpy as np
+
+from ggml_cpu.kernels.qdot import _jit, _spin
+from ggml_cpu.kernels.qdot._act_kernels import quantize_into
+from ggml_cpu.kernels.qdot._spin import (
+    _add,
+    _aload,
+    _astore,
+    _cycles,
+    _f32_at,
+    _futex_wait,
+    _futex_wake,
+    _i8_at,
+    _i32_at,
+    _pause,
+    _u8_at,
+)  # fmt: skip
+from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, _lane, act_sub_blocks
+
+__all__ = ["PackedSplit", "jobs", "pool"]
+
+X, XQ, XD, XD_COLS, XSUM, XSUM_COLS, XS, LUT, DX, SX, N, K, NSUB, C, LAYOUT, GBYTES = range(16)
+Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS = range(16, 25)
+PART0, PART_FIELDS = 32, 2
+MAX_PARTS: Final = 255
+DESC_SIZE: Final = PART0 + PART_FIELDS * MAX_PARTS
+assert DESC_SIZE <= _spin.DESC_SIZE  # the helpers' shared descriptor holds either kind of job
+
+_claim = _jit.inline(_spin._claim)
+
+
+@_jit.inline
+def _part(desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
+    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile)."""
+    n, k, nsub = desc[N], desc[K], desc[NSUB]
+    q = numba.carray(_u8_at(desc[Q]), desc[Q_LEN])
+    s1 = numba.carray(_f32_at(desc[S1]), desc[S_LEN])
+    s2 = numba.carray(_f32_at(desc[S2]), desc[S_LEN])
+    xq = numba.carray(_i8_at(desc[XQ]), (n, k))
+    dx = numba.carray(_f32_at(desc[DX]), (n, nsub))
+    sx = numba.carray(_i32_at(desc[SX]), (n, nsub))
+    out = numba.carray(_f32_at(desc[OUT]), (n, desc[M]))
+    layout, c, gbytes = desc[LAYOUT], desc[C], desc[GBYTES]
+    at = PART0 + PART_FIELDS * p
+    n8 = n - n % 8
+    n4 = n - n % 4
+    for g in range(desc[at], desc[at + 1]):
+        qo = g * nsub * gbytes
+        so = g * nsub * 16
+        m0 = g * 16
+        for n0 in range(0, n8, 8):
+            _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        for n0 in range(n8, n4, 4):
+            _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+        for r in range(n4, n):
+            _lane(layout, 1, q, qo, s1, s2, so, xq, r, dx, sx, nsub, c, out, m0)
+
+
+@_jit.inline
+def _prep(desc: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Quantize the activations and form their sub-block scales and sums; the count of non-finite inputs."""
+    n, k, nsub = desc[N], desc[K], desc[NSUB]
+    x = numba.carray(_f32_at(desc[X]), (n, k))
+    xq = numba.carray(_i8_at(desc[XQ]), (n, k))
+    xd = numba.carray(_f32_at(desc[XD]), (n, desc[XD_COLS]))
+    xsum = numba.carray(_i32_at(desc[XSUM]), (n, desc[XSUM_COLS]))
+    xs = numba.carray(_f32_at(desc[XS]), (n, desc[XD_COLS]))
+    lut = numba.carray(_f32_at(desc[LUT]), 65536)
+    bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
+    if bad:
+        return bad
+    dx = numba.carray(_f32_at(desc[DX]), (n, nsub))
+    sx = numba.carray(_i32_at(desc[SX]), (n, nsub))
+    act_sub_blocks(xd, xsum, k // nsub, dx, sx)
+    return 0
+
+
+def _serve(ctl: np.ndarray, desc: np.ndarray, cycles: int) -> int:
+    """A helper, for good (without the GIL): spin up to ``cycles`` time-stamp ticks for a job, run the parts it
+    claims, and when none came sleep on the futex word ``ctl[WAKE]`` until the caller posts one. Returns when a
+    job of number −1 is posted (the pool is replaced)."""
+    seen = _aload(ctl, _spin.SEQ) >> 16  # pragma: no cover - compiled
+    while True:
+        t0 = _cycles()
+        job = _aload(ctl, _spin.SEQ) >> 16
+        while job == seen and _cycles() - t0 <= cycles:
+            job = _aload(ctl, _spin.SEQ) >> 16
+        if job != seen:
+            if job < 0:
+                return 0
+            seen = job
+            done = 0
+            while True:
+                p = _claim(ctl, job)
+                if p < 0:
+                    break
+                _part(desc, p)
+                done += 1
+            if done:
+                _add(ctl, _spin.DONE, done)
+            continue
+        word = _aload(ctl, _spin.WAKE)
+        _add(ctl, _spin.ASLEEP, 1)
+        if _aload(ctl, _spin.SEQ) >> 16 == seen:  # checked after counting itself asleep: no post goes unseen
+            _futex_wait(ctl, _spin.WAKE, word)
+        _add(ctl, _spin.ASLEEP, -1)
+
+
+def _run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: int, quant: bool) -> int:
+    """The caller: with ``quant`` quantize the activations first (−1, nothing posted, when they hold NaN or
+    infinity); post ``mine`` as job ``job`` (waking sleeping helpers), run the parts nobody claimed first, wait for
+    the rest; returns 0. (``kind`` is :class:`ggml_cpu.threads.RowSplit`'s; this pool serves one kind.)"""
+    if quant and _prep(mine):  # pragma: no cover - compiled
+        return -1
+    for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):
+        desc[i] = mine[i]
+    n, done = mine[N_PARTS], 0
+    _astore(ctl, _spin.DONE, job << 16)
+    _astore(ctl, _spin.SEQ, job << 16 | n << 8)
+    if _aload(ctl, _spin.ASLEEP) > 0:
+        _add(ctl, _spin.WAKE, 1)
+        _futex_wake(ctl, _spin.WAKE, 1 << 30)
+    while True:
+        p = _claim(ctl, job)
+        if p < 0:
+            break
+        _part(desc, p)
+        done += 1
+    _add(ctl, _spin.DONE, done)
+    want = job << 16 | n
+    while _aload(ctl, _spin.DONE) != want:
+        _pause()
+    return 0
+
+
+def _stop(ctl: np.ndarray) -> int:
+    """Post job −1 (the helpers return) and wake them."""
+    _astore(ctl, _spin.SEQ, -(1 << 16))  # pragma: no cover - compiled
+    _add(ctl, _spin.WAKE, 1)
+    return _futex_wake(ctl, _spin.WAKE, 1 << 30)
+
+
+_ARR: Final = "int64[::1]"
+_SPECS: Final = (
+    _jit.KernelSpec(_serve, f"int64({_ARR}, {_ARR}, int64)", name="spin_serve_packed"),
+    _jit.KernelSpec(_run, f"int64({_ARR}, {_ARR}, {_ARR}, int64, int64, boolean)", name="spin_run_packed"),
+    _jit.KernelSpec(_stop, f"int64({_ARR})", name="spin_stop_packed"),
+)
+
+
+def jobs() -> tuple[Any, Any, Any] | None:
+    """The compiled (helper loop, caller's run, stop) of repacked products, or None where they fail to build."""
+    fns = tuple(_jit.get(spec) for spec in _SPECS)
+    return (fns[0], fns[1], fns[2]) if all(fn is not None for fn in fns) else None
+
+
+class _Pool:
+    """``n`` helper threads serving repacked products. Each runs :func:`_serve` for good: it spins
+    :attr:`SPIN_CYCLES` ticks after a job (a decode step's products come 10-50 µs apart), then sleeps on a futex
+    that the next caller wakes — no GIL and no Python event on either side (waking a helper through the GIL cost
+    ~100 µs of the caller's time on a 2-core VM: the GIL's hand-over waits for a halted virtual CPU)."""
+
+    SPIN_CYCLES: Final = 1_000_000
+
+    def __init__(self, n: int, fns: tuple[Any, Any, Any]) -> None:
+        self.n, self.pid = n, os.getpid()
+        self.ctl = np.zeros(_spin.CTL_SIZE, np.int64)
+        self.desc = np.zeros(DESC_SIZE, np.int64)
+        self.job = 0
+        self.lock = threading.Lock()  # one job at a time: another caller meanwhile runs its product alone
+        self._stop = fns[2]
+        for i in range(n):
+            args = (self.ctl, self.desc, self.SPIN_CYCLES)
+            threading.Thread(target=fns[0], args=args, name=f"ggml-cpu-packed-{i}", daemon=True).start()
+
+    def kind(self, serve: Any) -> int:
+        """:class:`ggml_cpu.threads.RowSplit`'s job kind: this pool serves one."""
+        return 1
+
+    def run(self, run: Any, mine: np.ndarray, kind: int, quant: bool) -> int | None:
+        """Post the job ``mine`` and run it with the helpers: 0, or −1 when the activations are not finite
+        (nothing run); None (nothing run) when another caller has the helpers."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            self.job += 1
+            return int(run(self.ctl, self.desc, mine, self.job, kind, quant))
+        finally:
+            self.lock.release()
+
+    def close(self) -> None:
+        """Stop the helpers (they return from :func:`_serve`)."""
+        self._stop(self.ctl)
+
+
+_pools: dict[int, _Pool] = {}
+_pools_lock = threading.Lock()
+
+
+def pool(n: int) -> _Pool | None:
+    """The pool of ``n`` helpers (started on first use, again after a fork), or None without the kernels."""
+    p = _pools.get(n)
+    if p is not None and p.pid == os.getpid():
+        return p
+    fns = jobs()
+    if fns is None:
+        return None
+    with _pools_lock:
+        p = _pools.get(n)
+        if p is None or p.pid != os.getpid():
+            p = _pools[n] = _Pool(n, fns)
+    return p
+
+
+class PackedSplit:
+    """``out = acts · W`` from the repacked ``p`` with the row groups split across threads, on fixed arrays.
+
+    ``arrays`` are ``(x, xq, xd, xsum, xs, dx, sx, out)``: the float32 rows (read only when quantizing), their
+    quantized buffers, the sub-block buffers and ``out`` (N, M with M a multiple of 16), read and written in place on
+    every call; the object keeps them alive (the descriptor holds their addresses). ``serial`` is the one-thread
+    repacked driver (:func:`.repack.decode_kernels`): it runs the product when the helpers are busy or backing off.
+    """
+
+    __slots__ = ("_full", "_keep", "_rows", "_serial")
+
+    def __init__(
+        self, p: Packed, arrays: tuple[np.ndarray, ...], lut: np.ndarray, dot: int, threads: int, serial: Any,
+    ) -> None:  # fmt: skip
+        from ggml_cpu.threads import RowSplit
+
+        x, xq, xd, xsum, xs, dx, sx, out = arrays
+        n, k = xq.shape
+        ng = out.shape[1] // 16
+        per = 4 if n < 8 else 8  # parts per thread: a claim costs ~0.1 µs, a group of 16 rows 0.2 µs and up
+        n_parts = max(1, min(ng, per * threads, MAX_PARTS))
+        cuts = [ng * i // n_parts for i in range(n_parts + 1)]
+        desc = np.zeros(DESC_SIZE, np.int64)
+        desc[: N_PARTS + 1] = (
+            x.ctypes.data, xq.ctypes.data, xd.ctypes.data, xd.shape[1], xsum.ctypes.data, xsum.shape[1],
+            xs.ctypes.data, lut.ctypes.data, dx.ctypes.data, sx.ctypes.data, n, k, k // p.group, p.offset,
+            _LAYOUTS[p.group, p.has_min, p.nib], p.group * (8 if p.nib else 16), p.q.ctypes.data, p.q.size,
+            p.s1.ctypes.data, p.s1.size, p.s2.ctypes.data, out.ctypes.data, out.shape[1], dot, n_parts,
+        )  # fmt: skip
+        for i in range(n_parts):
+            desc[PART0 + PART_FIELDS * i : PART0 + PART_FIELDS * (i + 1)] = (cuts[i], cuts[i + 1])
+        tail = (p.q, p.s1, p.s2, xq, xd, xsum, xs, lut, dx, sx, p.offset)
+        self._keep = (p, arrays, lut)
+        self._serial = serial
+        self._full = (x, tail, out)
+        # without helpers RowSplit runs these in turn: quantize (the driver on no rows), then the whole product
+        parts = [(serial, (x, True, *tail, out[:, :0])), (serial, (x, False, *tail, out))]
+        fns = jobs()
+        helpers = pool(threads - 1)
+        if fns is None or helpers is None:
+            raise RuntimeError("ggml-cpu: the repacked row split's kernels did not compile here")
+        self._rows = RowSplit((fns[0], fns[1]), desc, parts, threads, helpers=helpers)
+
+    def __call__(self, quant: bool) -> int:
+        """Run the product (quantizing ``x`` first with ``quant``): 0, or non-zero when the activations are not
+        finite (then nothing was computed)."""
+        res = self._rows(quant)
+        if res is None:
+            x, tail, out = self._full
+            return int(self._serial(x, quant, *tail, out))
+        return res

@@ -1,0 +1,151 @@
+"""Repacked products split over spinning helper threads (``qdot/_packed_split.py``).
+
+The split must give the one-thread driver's bits for any number of activation rows, handle non-finite activations
+as the one-thread path does, and its helpers must sleep on their futex when idle and wake for the next job (they
+never take the GIL once started). Thread-count independence of whole products is also checked through
+``test_qdot_repack.py`` (``packed_product`` at 2 threads runs this split).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_qdot_repack import _case, _ready
+
+from ggml_core import GGMLType
+from ggml_cpu.kernels import qdot
+from ggml_cpu.kernels.qdot import _jit, product, repack
+
+
+def _split_module() -> object:
+    from ggml_cpu.kernels.qdot import _packed_split
+
+    if _packed_split.jobs() is None or _packed_split.pool(1) is None:
+        pytest.skip("the split's kernels did not compile here")
+    return _packed_split
+
+
+def _operands(t: GGMLType, m: int, n: int, blocks: int, seed: int) -> tuple:
+    w, x = _case(t, m, n, blocks, seed=seed)
+    p = repack.pack(w, t)
+    fns = repack.decode_kernels(p) if p is not None else None
+    assert p is not None and fns is not None
+    k = x.shape[1]
+    acts = qdot.quantize_activations(x, qdot.DOT_TYPE[t])
+    xq, xd = np.empty((n, k), np.int8), np.empty_like(acts.d)
+    xsum, xs = np.empty_like(acts.sums), np.zeros_like(acts.d)
+    nsub = k // p.group
+    dx, sx = np.empty((n, nsub), np.float32), np.empty((n, nsub), np.int32)
+    out = np.full((n, m), np.nan, np.float32)
+    return p, fns, (x, xq, xd, xsum, xs, dx, sx, out)
+
+
+def _serial(p: repack.Packed, fns: tuple, arrays: tuple) -> np.ndarray:
+    x, xq, xd, xsum, xs, dx, sx, out = arrays
+    assert fns[1](x, True, p.q, p.s1, p.s2, xq, xd, xsum, xs, product._F16, dx, sx, p.offset, out) == 0
+    return out.copy()
+
+
+@pytest.mark.parametrize("t", [GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 5, 8])
+def test_the_split_gives_the_one_thread_bits(t: GGMLType, n: int) -> None:
+    _ready(t)
+    ps = _split_module()
+    p, fns, arrays = _operands(t, 160, n, 2, seed=70 + n)
+    one = _serial(p, fns, arrays)
+    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    out = arrays[-1]
+    for _ in range(20):  # helpers spinning, and taking parts in varying order
+        out[...] = np.nan
+        assert split(True) == 0
+        np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
+
+
+def test_non_finite_activations_compute_nothing_and_say_so() -> None:
+    t = GGMLType.Q4_0
+    _ready(t)
+    ps = _split_module()
+    p, fns, arrays = _operands(t, 64, 1, 2, seed=81)
+    arrays[0][0, 3] = np.inf
+    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    out = arrays[-1]
+    out[...] = 7.0
+    assert split(True) != 0
+    assert (out == 7.0).all()  # nothing written: the caller quantizes with numpy and runs one thread
+
+
+def test_a_block_product_at_two_threads_gives_the_one_thread_bits(tmp_path, monkeypatch) -> None:
+    """Through ``BlockProduct`` over file-mapped weights: once repacked, 2 threads (the split) and 1 thread agree."""
+    import mmap
+
+    t = GGMLType.Q4_K
+    _ready(t)
+    _split_module()
+    w_data, x = _case(t, 320, 1, 2, seed=91)  # enough work to split (product._SPLIT_WORK)
+    path = tmp_path / "w.bin"
+    path.write_bytes(w_data.tobytes())
+    with path.open("rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        w = np.frombuffer(mm, np.uint8).reshape(w_data.shape)
+        out = np.empty((1, 320), np.float32)
+        bp = qdot.block_product(w, t, x, out)
+        assert bp is not None
+        results = {}
+        old = _jit.current_threads()
+        try:
+            for threads in (1, 2, 2, 1, 2):
+                _jit.set_threads(threads)
+                for _ in range(product._PACK_AFTER + 1):
+                    out[...] = np.nan
+                    bp()
+                results.setdefault(threads, []).append(out.copy())
+        finally:
+            _jit.set_threads(old)
+        assert bp._repacked and bp._split is not None and bp._split[0] == 2
+        for r in results[1] + results[2]:
+            np.testing.assert_array_equal(r.view(np.uint32), results[1][-1].view(np.uint32))
+        del w, bp
+    finally:
+        with contextlib.suppress(BufferError):
+            mm.close()
+
+
+def test_idle_helpers_sleep_on_their_futex_and_wake_for_the_next_job() -> None:
+    t = GGMLType.Q8_0
+    _ready(t)
+    ps = _split_module()
+    pool = ps.pool(1)
+    p, fns, arrays = _operands(t, 128, 1, 2, seed=95)
+    one = _serial(p, fns, arrays)
+    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    from ggml_cpu.kernels.qdot import _spin
+
+    for _ in range(3):
+        deadline = time.monotonic() + 5.0  # the spin window is ~0.4 ms of the time-stamp counter
+        while pool.ctl[_spin.ASLEEP] != 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert pool.ctl[_spin.ASLEEP] == 1, "the idle helper did not go to sleep"
+        arrays[-1][...] = np.nan
+        assert split(True) == 0
+        np.testing.assert_array_equal(arrays[-1].view(np.uint32), one.view(np.uint32))
+
+
+def test_a_closed_pool_stops_its_helpers() -> None:
+    ps = _split_module()
+    fns = ps.jobs()
+    pool = ps._Pool(1, fns)
+    name = "ggml-cpu-packed-0"
+    before = [th for th in threading.enumerate() if th.name == name]
+    pool.close()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        alive = [th for th in threading.enumerate() if th.name == name and th.is_alive()]
+        if len(alive) < len(before):
+            break
+        time.sleep(0.005)
+    assert len(alive) < len(before), "the helper did not return after close()"
