@@ -236,47 +236,62 @@ def pool(n: int) -> _Pool | None:
 
 
 class PackedSplit:
-    """``out = acts · W`` from the repacked ``p`` with the row groups split across threads, on fixed arrays.
+    """``out = acts · W`` from the repacked ``p`` with the row groups split across threads.
 
-    ``arrays`` are ``(x, xq, xd, xsum, xs, dx, sx, out)``: the float32 rows (read only when quantizing), their
-    quantized buffers, the sub-block buffers and ``out`` (N, M with M a multiple of 16), read and written in place on
-    every call; the object keeps them alive (the descriptor holds their addresses). ``serial`` is the one-thread
-    repacked driver (:func:`.repack.decode_kernels`): it runs the product when the helpers are busy or backing off.
+    :meth:`bind` sets the arrays ``(x, xq, xd, xsum, xs, dx, sx, out)``: the float32 rows (read only when
+    quantizing), their quantized buffers, the sub-block buffers and ``out`` (N, M with M a multiple of 16), read and
+    written in place on every call until the next :meth:`bind`; the object keeps them alive (the descriptor holds
+    their addresses). ``serial`` is the one-thread repacked driver (:func:`.repack.decode_kernels`): it runs the
+    product when the helpers are busy or backing off.
     """
 
-    __slots__ = ("_full", "_keep", "_rows", "_serial")
+    __slots__ = ("_full", "_keep", "_n", "_rows", "_serial", "_threads", "p")
 
     def __init__(
         self, p: Packed, arrays: tuple[np.ndarray, ...], lut: np.ndarray, dot: int, threads: int, serial: Any,
     ) -> None:  # fmt: skip
         from ggml_cpu.threads import RowSplit
 
-        x, xq, xd, xsum, xs, dx, sx, out = arrays
-        n, k = xq.shape
-        ng = out.shape[1] // 16
-        per = 4 if n < 8 else 8  # parts per thread: a claim costs ~0.1 µs, a group of 16 rows 0.2 µs and up
-        n_parts = max(1, min(ng, per * threads, MAX_PARTS))
-        cuts = [ng * i // n_parts for i in range(n_parts + 1)]
-        desc = np.zeros(DESC_SIZE, np.int64)
-        desc[: N_PARTS + 1] = (
-            x.ctypes.data, xq.ctypes.data, xd.ctypes.data, xd.shape[1], xsum.ctypes.data, xsum.shape[1],
-            xs.ctypes.data, lut.ctypes.data, dx.ctypes.data, sx.ctypes.data, n, k, k // p.group, p.offset,
-            _LAYOUTS[p.group, p.has_min, p.nib], p.group * (8 if p.nib else 16), p.q.ctypes.data, p.q.size,
-            p.s1.ctypes.data, p.s1.size, p.s2.ctypes.data, out.ctypes.data, out.shape[1], dot, n_parts,
-        )  # fmt: skip
-        for i in range(n_parts):
-            desc[PART0 + PART_FIELDS * i : PART0 + PART_FIELDS * (i + 1)] = (cuts[i], cuts[i + 1])
-        tail = (p.q, p.s1, p.s2, xq, xd, xsum, xs, lut, dx, sx, p.offset)
-        self._keep = (p, arrays, lut)
-        self._serial = serial
-        self._full = (x, tail, out)
-        # without helpers RowSplit runs these in turn: quantize (the driver on no rows), then the whole product
-        parts = [(serial, (x, True, *tail, out[:, :0])), (serial, (x, False, *tail, out))]
         fns = jobs()
         helpers = pool(threads - 1)
         if fns is None or helpers is None:
             raise RuntimeError("ggml-cpu: the repacked row split's kernels did not compile here")
-        self._rows = RowSplit((fns[0], fns[1]), desc, parts, threads, helpers=helpers)
+        k = p.k
+        desc = np.zeros(DESC_SIZE, np.int64)
+        desc[LUT], desc[K], desc[NSUB], desc[C] = lut.ctypes.data, k, k // p.group, p.offset
+        desc[LAYOUT], desc[GBYTES] = _LAYOUTS[p.group, p.has_min, p.nib], p.group * (8 if p.nib else 16)
+        desc[Q], desc[Q_LEN], desc[S1], desc[S_LEN], desc[S2] = (
+            p.q.ctypes.data, p.q.size, p.s1.ctypes.data, p.s1.size, p.s2.ctypes.data,
+        )  # fmt: skip
+        desc[DOT] = dot
+        self.p, self._serial, self._threads, self._n = p, serial, threads, -1
+        self._keep: tuple[Any, ...] = (lut,)
+        self._full: tuple[Any, ...] = ()
+        self._rows = RowSplit((fns[0], fns[1]), desc, [], threads, helpers=helpers)
+        self.bind(arrays)
+
+    def bind(self, arrays: tuple[np.ndarray, ...]) -> None:
+        """Use these arrays from now on (a few µs: only their addresses and the row count are rewritten)."""
+        x, xq, xd, xsum, xs, dx, sx, out = arrays
+        desc = self._rows._desc
+        n = xq.shape[0]
+        desc[X], desc[XQ], desc[XD], desc[XD_COLS] = _addr(x), _addr(xq), _addr(xd), xd.shape[1]
+        desc[XSUM], desc[XSUM_COLS], desc[XS] = _addr(xsum), xsum.shape[1], _addr(xs)
+        desc[DX], desc[SX], desc[N], desc[OUT], desc[M] = _addr(dx), _addr(sx), n, _addr(out), out.shape[1]
+        if n != self._n:
+            ng = out.shape[1] // 16
+            per = 4 if n < 8 else 8  # parts per thread: a claim costs ~0.1 µs, a group of 16 rows 0.2 µs and up
+            n_parts = max(1, min(ng, per * self._threads, MAX_PARTS))
+            cuts = [ng * i // n_parts for i in range(n_parts + 1)]
+            desc[N_PARTS] = n_parts
+            for i in range(n_parts):
+                desc[PART0 + PART_FIELDS * i : PART0 + PART_FIELDS * (i + 1)] = (cuts[i], cuts[i + 1])
+            self._n = n
+        p = self.p
+        tail = (p.q, p.s1, p.s2, xq, xd, xsum, xs, self._keep[0], dx, sx, p.offset)
+        self._full = (x, tail, out)
+        # without helpers RowSplit runs these in turn: quantize (the driver on no rows), then the whole product
+        self._rows._parts = [(self._serial, (x, True, *tail, out[:, :0])), (self._serial, (x, False, *tail, out))]
 
     def __call__(self, quant: bool) -> int:
         """Run the product (quantizing ``x`` first with ``quant``): 0, or non-zero when the activations are not
@@ -286,3 +301,8 @@ class PackedSplit:
             x, tail, out = self._full
             return int(self._serial(x, quant, *tail, out))
         return res
+
+
+def _addr(a: np.ndarray) -> int:
+    """The address of ``a``'s first element."""
+    return int(a.__array_interface__["data"][0])

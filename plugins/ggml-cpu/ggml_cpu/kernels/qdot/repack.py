@@ -496,13 +496,26 @@ def _split(
 ) -> Any:
     """A row split of this prompt product over spinning helper threads (:mod:`._packed_split`), or None where its
     kernels are not compiled here (then numba's threads run it)."""
+    xd, xsum = np.ascontiguousarray(acts.d, np.float32), np.ascontiguousarray(acts.sums, np.int32)
+    arrays = (dx, xq, xd, xsum, xd, dx, sx, out)  # x and xs are not read: the activations are quantized
+    key = (id(p), threads)
+    split = _splits.get(key)
+    if split is not None and split.p is p:
+        split.bind(arrays)
+        return split
     drivers = decode_kernels(p)
     if drivers is None:
         return None
     from ggml_cpu.kernels.qdot import _packed_split
 
-    if _packed_split.jobs() is None:
+    if _packed_split.jobs() is None or _packed_split.pool(threads - 1) is None:
         return None
-    xd, xsum = np.ascontiguousarray(acts.d, np.float32), np.ascontiguousarray(acts.sums, np.int32)
-    arrays = (dx, xq, xd, xsum, xd, dx, sx, out)  # x and xs are not read: the activations are quantized
-    return _packed_split.PackedSplit(p, arrays, _F16, dot_code(p.group, p.has_min), threads, drivers[1])
+    split = _packed_split.PackedSplit(p, arrays, _F16, dot_code(p.group, p.has_min), threads, drivers[1])
+    if len(_splits) >= 1024:  # bounded: the matrices of the models in use
+        _splits.clear()
+    _splits[key] = split
+    return split
+
+
+#: the prompt products' splits, one per (repack, thread count), re-bound to each call's arrays
+_splits: dict[tuple[int, int], Any] = {}
