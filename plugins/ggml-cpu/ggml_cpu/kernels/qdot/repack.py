@@ -498,7 +498,7 @@ def _split(
     kernels are not compiled here (then numba's threads run it)."""
     xd, xsum = np.ascontiguousarray(acts.d, np.float32), np.ascontiguousarray(acts.sums, np.int32)
     arrays = (dx, xq, xd, xsum, xd, dx, sx, out)  # x and xs are not read: the activations are quantized
-    key = (id(p), threads)
+    key = (id(p), threads, threading.get_ident())  # per calling thread: bind() rewrites the split's descriptor
     split = _splits.get(key)
     if split is not None and split.p is p:
         split.bind(arrays)
@@ -517,5 +517,5 @@ def _split(
     return split
 
 
-#: the prompt products' splits, one per (repack, thread count), re-bound to each call's arrays
-_splits: dict[tuple[int, int], Any] = {}
+#: the prompt products' splits, one per (repack, thread count, calling thread), re-bound to each call's arrays
+_splits: dict[tuple[int, int, int], Any] = {}
