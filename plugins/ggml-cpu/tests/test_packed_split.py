@@ -149,3 +149,42 @@ def test_a_closed_pool_stops_its_helpers() -> None:
             break
         time.sleep(0.005)
     assert len(alive) < len(before), "the helper did not return after close()"
+
+
+@pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K], ids=lambda t: t.name)
+def test_rows_quantized_by_the_helpers_are_the_one_thread_bytes(dot: GGMLType) -> None:
+    """A prompt batch's activations quantized in parts of rows (``quantize_rows``): the bytes, scales, sums and
+    Q8_1's ``s`` of :func:`quantize_activations`, which the tests of ``activations`` check against ggml's x86
+    ``from_float``; a row holding NaN or infinity gives None (the numpy quantizer defines those bytes)."""
+    ps = _split_module()
+    x = (np.random.default_rng(7).standard_normal((37, 512)) * 3).astype(np.float32)
+    x[5, :256] = 0.0  # an all-zero block
+    ref = qdot.quantize_activations(x, dot)
+    for _ in range(5):
+        got = ps.quantize_rows(x, dot, 2)
+        assert got is not None
+        for field in ("q", "d", "sums", "s"):
+            np.testing.assert_array_equal(getattr(got, field), getattr(ref, field), err_msg=field)
+    x[20, 100] = np.inf
+    assert ps.quantize_rows(x, dot, 2) is None
+
+
+def test_a_prompt_batch_at_two_threads_gives_the_one_thread_bits() -> None:
+    """``qmatmul`` of a 40-row batch at 2 threads (activations quantized in parts, the repacked product split)
+    gives the 1-thread bits."""
+    t = GGMLType.Q4_K
+    _ready(t)
+    _split_module()
+    w, x = _case(t, 64, 40, 2, seed=97)
+    outs = []
+    old = _jit.current_threads()
+    try:
+        for threads in (1, 2):
+            _jit.set_threads(threads)
+            product._last_acts.clear()  # quantize again: no reuse of the other thread count's rows
+            out = np.full((40, 64), np.nan, np.float32)
+            qdot.qmatmul(w, t, x, out)
+            outs.append(out)
+    finally:
+        _jit.set_threads(old)
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))

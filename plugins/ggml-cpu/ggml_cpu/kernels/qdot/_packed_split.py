@@ -23,8 +23,9 @@ from typing import Any, Final
 import numba
 import numpy as np
 
+from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit, _spin
-from ggml_cpu.kernels.qdot._act_kernels import quantize_into
+from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_1, DOT_Q8_K, quantize_into
 from ggml_cpu.kernels.qdot._spin import (
     _add,
     _aload,
@@ -38,12 +39,16 @@ from ggml_cpu.kernels.qdot._spin import (
     _pause,
     _u8_at,
 )  # fmt: skip
+from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs
+from ggml_cpu.kernels.qdot.product import _F16
 from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, _lane, act_sub_blocks
 
-__all__ = ["PackedSplit", "jobs", "pool"]
+__all__ = ["PackedSplit", "jobs", "pool", "quantize_rows"]
 
 X, XQ, XD, XD_COLS, XSUM, XSUM_COLS, XS, LUT, DX, SX, N, K, NSUB, C, LAYOUT, GBYTES = range(16)
-Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS = range(16, 25)
+Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS, MODE = range(16, 26)
+#: ``desc[MODE]``: the parts are groups of 16 weight rows of a product, or rows of activations to quantize
+PRODUCT, QUANTIZE = 0, 1
 PART0, PART_FIELDS = 32, 2
 MAX_PARTS: Final = 255
 DESC_SIZE: Final = PART0 + PART_FIELDS * MAX_PARTS
@@ -53,8 +58,12 @@ _claim = _jit.inline(_spin._claim)
 
 
 @_jit.inline
-def _part(desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile)."""
+def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
+    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile), or in
+    :data:`QUANTIZE` mode its activation rows quantized."""
+    if desc[MODE] == QUANTIZE:
+        _quantize_part(ctl, desc, p)
+        return
     n, k, nsub = desc[N], desc[K], desc[NSUB]
     q = numba.carray(_u8_at(desc[Q]), desc[Q_LEN])
     s1 = numba.carray(_f32_at(desc[S1]), desc[S_LEN])
@@ -77,6 +86,24 @@ def _part(desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
             _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
         for r in range(n4, n):
             _lane(layout, 1, q, qo, s1, s2, so, xq, r, dx, sx, nsub, c, out, m0)
+
+
+@_jit.inline
+def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
+    """Rows ``desc[at] .. desc[at + 1]`` of ``x`` quantized (:func:`._act_kernels.quantize_into`); non-finite
+    inputs are counted in ``ctl[BAD]``."""
+    at = PART0 + PART_FIELDS * p
+    r0, r1, k = desc[at], desc[at + 1], desc[K]
+    rows, cd, cs = r1 - r0, desc[XD_COLS], desc[XSUM_COLS]
+    x = numba.carray(_f32_at(desc[X] + 4 * r0 * k), (rows, k))
+    xq = numba.carray(_i8_at(desc[XQ] + r0 * k), (rows, k))
+    xd = numba.carray(_f32_at(desc[XD] + 4 * r0 * cd), (rows, cd))
+    xsum = numba.carray(_i32_at(desc[XSUM] + 4 * r0 * cs), (rows, cs))
+    xs = numba.carray(_f32_at(desc[XS] + 4 * r0 * cd), (rows, cd))
+    lut = numba.carray(_f32_at(desc[LUT]), 65536)
+    bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
+    if bad:
+        _add(ctl, _spin.BAD, bad)
 
 
 @_jit.inline
@@ -117,7 +144,7 @@ def _serve(ctl: np.ndarray, desc: np.ndarray, cycles: int) -> int:
                 p = _claim(ctl, job)
                 if p < 0:
                     break
-                _part(desc, p)
+                _part(ctl, desc, p)
                 done += 1
             if done:
                 _add(ctl, _spin.DONE, done)
@@ -132,12 +159,14 @@ def _serve(ctl: np.ndarray, desc: np.ndarray, cycles: int) -> int:
 def _run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: int, quant: bool) -> int:
     """The caller: with ``quant`` quantize the activations first (−1, nothing posted, when they hold NaN or
     infinity); post ``mine`` as job ``job`` (waking sleeping helpers), run the parts nobody claimed first, wait for
-    the rest; returns 0. (``kind`` is :class:`ggml_cpu.threads.RowSplit`'s; this pool serves one kind.)"""
+    the rest; returns 0, or −1 when quantizing parts met non-finite inputs. (``kind`` is
+    :class:`ggml_cpu.threads.RowSplit`'s; this pool serves one kind.)"""
     if quant and _prep(mine):  # pragma: no cover - compiled
         return -1
     for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):
         desc[i] = mine[i]
     n, done = mine[N_PARTS], 0
+    _astore(ctl, _spin.BAD, 0)
     _astore(ctl, _spin.DONE, job << 16)
     _astore(ctl, _spin.SEQ, job << 16 | n << 8)
     if _aload(ctl, _spin.ASLEEP) > 0:
@@ -147,13 +176,13 @@ def _run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: in
         p = _claim(ctl, job)
         if p < 0:
             break
-        _part(desc, p)
+        _part(ctl, desc, p)
         done += 1
     _add(ctl, _spin.DONE, done)
     want = job << 16 | n
     while _aload(ctl, _spin.DONE) != want:
         _pause()
-    return 0
+    return -1 if _aload(ctl, _spin.BAD) else 0
 
 
 def _stop(ctl: np.ndarray) -> int:
@@ -306,3 +335,40 @@ class PackedSplit:
 def _addr(a: np.ndarray) -> int:
     """The address of ``a``'s first element."""
     return int(a.__array_interface__["data"][0])
+
+
+def quantize_rows(x: np.ndarray, dot: GGMLType, threads: int) -> QActs | None:
+    """Activation rows ``x`` (N, K) quantized to ``dot`` by the calling thread and ``threads − 1`` helpers, parts
+    of rows each: the bytes of :func:`.activations.quantize_activations` (the same compiled quantizer per row).
+    None when the helpers are busy or backing off, or the rows hold NaN or infinity (the numpy quantizer defines
+    those bytes): then quantize on this thread."""
+    from ggml_cpu.threads import RowSplit
+
+    fns, helpers = jobs(), pool(threads - 1)
+    if fns is None or helpers is None:
+        return None
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, k = x.shape
+    bl = DOT_TYPES[dot]
+    q, d = np.empty((n, k), np.int8), np.empty((n, k // bl), np.float32)
+    sums = np.empty((n, k // 16 if bl == 256 else k // 32), np.int32)
+    s = np.zeros((n, k // bl), np.float32)
+    code = {GGMLType.Q8_0: DOT_Q8_0, GGMLType.Q8_1: DOT_Q8_1, GGMLType.Q8_K: DOT_Q8_K}[dot]
+    n_parts = min(n, 4 * threads, MAX_PARTS)
+    cuts = [n * i // n_parts for i in range(n_parts + 1)]
+    desc = np.zeros(DESC_SIZE, np.int64)
+    desc[X], desc[XQ], desc[XD], desc[XD_COLS] = _addr(x), _addr(q), _addr(d), d.shape[1]
+    desc[XSUM], desc[XSUM_COLS], desc[XS], desc[LUT] = _addr(sums), sums.shape[1], _addr(s), _addr(_F16)
+    desc[K], desc[DOT], desc[N_PARTS], desc[MODE] = k, code, n_parts, QUANTIZE
+    for i in range(n_parts):
+        desc[PART0 + PART_FIELDS * i : PART0 + PART_FIELDS * (i + 1)] = (cuts[i], cuts[i + 1])
+    alone: list[bool] = []  # RowSplit's fallback (the helpers busy) marks it: nothing was quantized
+    parts = [(_none, ()), (alone.append, (True,))]
+    split = RowSplit((fns[0], fns[1]), desc, parts, threads, helpers=helpers)
+    if split(False) != 0 or alone:  # None (backing off), −1 (non-finite), or not run
+        return None
+    return QActs(dot, q, d, sums, s if dot == GGMLType.Q8_1 else np.zeros(0, np.float32))
+
+
+def _none() -> int:
+    return 0

@@ -17,7 +17,8 @@ Control array ``ctl`` (int64, :data:`CTL_SIZE` elements; the fields 64 bytes apa
 * ``ctl[KIND]`` = the job's kernel (a helper's loop serves one kernel, and returns to switch);
 * ``ctl[WAKE]`` = a counter whose low 32 bits are the futex word sleeping helpers of :mod:`._packed_split` wait on
   (:func:`_futex_wait` / :func:`_futex_wake`: Linux x86-64 system calls, so those helpers sleep and wake without
-  ever taking the GIL).
+  ever taking the GIL);
+* ``ctl[BAD]`` = non-finite inputs met by a job's quantizing parts (:mod:`._packed_split`).
 
 Imported only once numba is loaded (see :mod:`._jit`); :func:`compiled` gives None where these fail to build.
 """
@@ -36,8 +37,8 @@ from ggml_cpu.kernels.qdot import _jit
 
 __all__ = ["ASLEEP", "CTL_SIZE", "DESC_SIZE", "DONE", "KIND", "MAX_PARTS", "SEQ", "block_jobs", "compiled"]
 
-SEQ, DONE, ASLEEP, KIND, WAKE = 0, 8, 16, 24, 32
-CTL_SIZE: Final = 40
+SEQ, DONE, ASLEEP, KIND, WAKE, BAD = 0, 8, 16, 24, 32, 40
+CTL_SIZE: Final = 48
 #: the descriptor of a block-product job (int64): the activation row's and its quantized buffers' addresses and
 #: widths, then
 #: per part (from :data:`PART0`, :data:`PART_FIELDS` each) its first weight row's address, its rows, and the
