@@ -130,6 +130,8 @@ def _serve(ctl: np.ndarray, desc: np.ndarray, cycles: int) -> int:
     claims, and when none came sleep on the futex word ``ctl[WAKE]`` until the caller posts one. Returns when a
     job of number −1 is posted (the pool is replaced)."""
     seen = _aload(ctl, _spin.SEQ) >> 16  # pragma: no cover - compiled
+    if seen < 0:  # stopped before this helper began
+        return 0
     while True:
         t0 = _cycles()
         job = _aload(ctl, _spin.SEQ) >> 16
