@@ -153,3 +153,24 @@ def test_rows_not_filling_16_row_groups_keep_the_block_kernels(tmp_path: Path, m
     assert not bp._repacked
     ref, bound = _reference(w_data, t, x)
     assert (np.abs(out - ref) <= bound).all()
+
+
+def test_released_file_pages_read_back_the_same(tmp_path: Path, mapped: list[mmap.mmap]) -> None:
+    """Once repacked, the file's pages of the weights are released (``MADV_DONTNEED``); reading them again (a
+    new product's first calls use the blocks) faults the same bytes back in, and that product is right."""
+    t = GGMLType.Q4_0
+    _ready(t)
+    w_data, x = _case(t, 64 * 16, 1, 8, seed=71)  # several pages of weights
+    w = _map(mapped, tmp_path, w_data, "released.bin")
+    out = np.empty((1, w.shape[0]), np.float32)
+    bp = qdot.block_product(w, t, x, out)
+    assert bp is not None
+    _calls(bp, out, product._PACK_AFTER + 2)
+    assert bp._repacked
+    np.testing.assert_array_equal(w, w_data)
+    fresh_out = np.full_like(out, np.nan)
+    fresh = qdot.block_product(w, t, x, fresh_out)
+    assert fresh is not None
+    fresh()  # the block kernels on the released pages
+    ref, bound = _reference(w_data, t, x)
+    assert (np.abs(fresh_out - ref) <= bound).all()

@@ -333,6 +333,7 @@ class BlockProduct:
         self._faster = Faster(fns[0], fns[1], key=("packed", *self._key))
         self._repacked = True
         self._split = None
+        repack.release_pages(w)  # this product's first calls read the file's pages again: let them go
         arrays = (x, xq, xd, xsum, xs, dx, sx, out)
         self._pack_split = functools.partial(_split_of, p, arrays, lut, repack.dot_code(p.group, p.has_min))
 

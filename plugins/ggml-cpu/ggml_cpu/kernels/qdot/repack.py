@@ -57,6 +57,7 @@ __all__ = [
     "packed_product",
     "packed_ready",
     "packed_supported",
+    "release_pages",
 ]
 
 #: weight types with a repacked layout: (sub-block length, quant offset c, has minima, two quants a byte)
@@ -436,7 +437,38 @@ def packed(w: np.ndarray, wtype: GGMLType) -> Packed | None:
         if _cache_bytes[0] + _entry_bytes(entry) <= CACHE_BYTES:
             _cache[key] = entry
             _cache_bytes[0] += _entry_bytes(entry)
+            if owner is not None and p is not None:
+                _release_pages(owner, w)
     return p
+
+
+def release_pages(w: np.ndarray) -> None:
+    """:func:`_release_pages` for weights ``w`` of a read-only file mapping (nothing for other memory)."""
+    owner = _immutable_owner(w)
+    if owner is not None and not owner.closed:
+        _release_pages(owner, w)
+
+
+def _release_pages(owner: mmap.mmap, w: np.ndarray) -> None:
+    """Let the OS drop ``w``'s pages of the read-only file mapping from this process (``MADV_DONTNEED``): the
+    repack is what products read from now on, so the file's copy need not stay resident as well (Gemma 3 270M:
+    ~75 MB less). Nothing is lost: the mapping is of a file, read-only, and a later read (a product's first calls
+    on a new graph, before it switches) faults the bytes back in from the page cache. Only pages wholly inside
+    ``w`` are released (a neighbouring tensor may share the edge pages)."""
+    advise = getattr(owner, "madvise", None)
+    flag = getattr(mmap, "MADV_DONTNEED", None)
+    if advise is None or flag is None:
+        return
+    base = np.frombuffer(owner, np.uint8)  # a view of the whole map, for its address
+    start = int(w.__array_interface__["data"][0]) - int(base.__array_interface__["data"][0])
+    del base
+    page = mmap.PAGESIZE
+    first, last = -(-start // page) * page, (start + int(w.nbytes)) // page * page
+    if 0 <= first < last <= len(owner):
+        try:
+            advise(flag, first, last - first)
+        except (OSError, ValueError):  # advisory only
+            pass
 
 
 def _packed_bytes(w: np.ndarray, wtype: GGMLType) -> int:
