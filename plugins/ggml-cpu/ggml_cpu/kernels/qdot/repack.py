@@ -26,6 +26,7 @@ activation rows are repacked (a model's output matrix, multiplied by one row per
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import threading
 import weakref
@@ -465,10 +466,8 @@ def _release_pages(owner: mmap.mmap, w: np.ndarray) -> None:
     page = mmap.PAGESIZE
     first, last = -(-start // page) * page, (start + int(w.nbytes)) // page * page
     if 0 <= first < last <= len(owner):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # advisory only
             advise(flag, first, last - first)
-        except (OSError, ValueError):  # advisory only
-            pass
 
 
 def _packed_bytes(w: np.ndarray, wtype: GGMLType) -> int:
