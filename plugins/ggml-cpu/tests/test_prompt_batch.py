@@ -160,3 +160,75 @@ def test_scale_writes_a_strided_view() -> None:
     t = g.tensor(x)
     got = g.compute(ops.scale(ops.view_2d(t, 33, 7, t.nb[1], 3 * 4), 0.37))[0, 0]
     np.testing.assert_array_equal(got, x[:, 3:36] * np.float32(0.37))
+
+
+def _attn_kernels() -> object:
+    from ggml_cpu.kernels.qdot import _jit
+
+    if not _jit.enabled():
+        pytest.skip("compiled kernels are off")
+    from ggml_cpu.kernels.qdot import _attn_kernels
+
+    return _attn_kernels
+
+
+def test_fast_exp_is_within_one_ulp_of_float64() -> None:
+    """The batch softmax's float32 ``exp``: every 61st float32 in [−110, 90] within 1 ulp (of the float32 result) of
+    float64 ``exp``; 0 at and below −104 and at −inf, inf past float32's range and at inf, NaN kept."""
+    from ggml_cpu.kernels.qdot import _jit
+
+    fn = _jit.get(_attn_kernels().EXP_SPEC)  # type: ignore[attr-defined]
+    assert fn is not None
+    top = int(np.float32(90).view(np.int32))
+    bits = np.arange(0, top, 61, dtype=np.int64).astype(np.int32)
+    neg = np.arange(0, int(np.float32(110).view(np.int32)), 61, dtype=np.int64).astype(np.int32)
+    x = np.concatenate([bits.view(np.float32), -neg.view(np.float32), np.float32([-104, -103.97, 88.72, 88.73])])
+    got = np.empty_like(x)
+    fn(x, got)
+    ref = np.exp(x.astype(np.float64))
+    with np.errstate(over="ignore"):
+        ref32 = ref.astype(np.float32)
+    fin = np.isfinite(ref32)
+    ulp = np.spacing(ref32[fin]).astype(np.float64)
+    assert (np.abs(got[fin] - ref[fin]) <= ulp).all(), (np.abs(got[fin] - ref[fin]) / ulp).max()
+    assert np.isinf(got[~fin]).all() and (got[x <= -104] == 0).all()
+    edge = np.float32([-np.inf, np.inf, np.nan, 0.0])
+    out = np.empty_like(edge)
+    fn(edge, out)
+    assert out[0] == 0 and out[1] == np.inf and np.isnan(out[2]) and out[3] == 1
+
+
+def test_compiled_softmax_rows_match_float64_and_any_split() -> None:
+    """The compiled softmax on scores with −inf mask columns (NaN past ``n_used``: never read) against float64 from
+    the definition, zeros from ``n_used`` on; heads split in two calls on two threads give the same bits."""
+    import threading
+
+    from ggml_cpu.kernels.qdot import _jit
+
+    fn = _jit.get(_attn_kernels().BATCH_SOFT_MAX_SPEC)  # type: ignore[attr-defined]
+    assert fn is not None
+    h, t, n_kv, used = 6, 19, 48, 37
+    r = np.random.default_rng(7)
+    s = (r.standard_normal((h, t, n_kv)) * 30).astype(np.float32)
+    s[..., used:] = np.nan
+    mask = np.zeros((t, n_kv), np.float32)
+    mask[:, used:] = -np.inf
+    mask[r.random((t, n_kv)) < 0.3] = -np.inf
+    mask[:, 0] = 0.0  # no row fully masked
+    w = s[..., :used].astype(np.float64) * np.float32(0.2) + mask[:, :used]
+    e = np.exp(w - w.max(axis=-1, keepdims=True))
+    ref = e / e.sum(axis=-1, keepdims=True)
+    one = np.full((h, t, n_kv), 7.0, np.float32)
+    fn(s.copy(), mask, one, used, 0.2, 0, h)
+    assert (one[..., used:] == 0).all() and np.isfinite(one).all()
+    # the scores x·scale + mask in float32 (≤ ½ ulp each: 2·2⁻²⁴·|w|), exp ≤ 1 ulp, the normalisation a few ulp
+    big = np.where(np.isfinite(w), np.abs(w), 0).max(axis=-1, keepdims=True)
+    err = 4 * 2.0**-24 * big + 6 * 2.0**-24
+    assert (np.abs(one[..., :used] - ref) <= err * ref + 1e-30).all()
+    two = np.full_like(one, 7.0)
+    scores = s.copy()
+    worker = threading.Thread(target=fn, args=(scores[:2], mask, two[:2], used, 0.2, 0, 2))
+    worker.start()
+    fn(scores[2:], mask, two[2:], used, 0.2, 0, h - 2)
+    worker.join()
+    np.testing.assert_array_equal(one.view(np.uint32), two.view(np.uint32))

@@ -333,9 +333,13 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
     ``e / Σe`` with the sum in double, per row. Columns at and past the mask's last finite column are −inf in every
     row, so their cache cells are not read and their outputs are 0 (as :func:`.compiled.bind_half_product` and
     llama.cpp's flash attention skip them; unused cells may hold anything). The KQ node's own memory is not written:
-    only the softmax reads it. Query heads share K heads as ggml broadcasts them (``q head / (H / H_kv)``). Each K
-    head is one single-threaded BLAS call and one numpy softmax, on the plugin's workers: the same bits for any
-    thread count.
+    only the softmax reads it. Query heads share K heads as ggml broadcasts them (``q head / (H / H_kv)``). All the
+    K heads' cells are converted in one call and Q rounded in one; then per share of the K heads one batched
+    single-threaded SGEMM (one per head) and, with numba, one nogil compiled softmax for all its rows
+    (:mod:`.qdot._attn_kernels`: ``exp`` within 1 ulp in float32, Σ in double in eight fixed lanes) — numpy's
+    steps otherwise (``GGML_CPU_NUMBA=0``). The shares run on the plugin's workers or all on the calling thread,
+    whichever measures faster: each head is the same SGEMM and the same row softmax on any split, so the same bits
+    for any thread count.
     """
     a, b, mask = kq.src[0], kq.src[1], soft_max.src[1]
     if a is None or b is None or mask is None or soft_max.src[2] is not None:
@@ -355,37 +359,44 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
 
     scale = _F32(soft_max.op_param_f32(0))
     r = h // h_kv
+    soft = compiled.batch_soft_max_kernel()
 
     def run(most: int) -> None:
         m = f32(mask)[0, 0, :n_tok]  # (T, n_kv)
         n_used = used_columns(m)
         out = arr(soft_max)[0]  # (H, T, n_kv)
-        out[..., n_used:] = 0.0
         if n_used == 0:
+            out[...] = 0.0
             return
         k = arr(a)[0]  # (H_kv, n_kv, D) f16
+        kf = f16_to_f32(k[:, :n_used])  # (H_kv, used, D): every head's cells in one conversion
         q = round_f16(f32(b)[0]).reshape(h_kv, r * n_tok, d)
-        mu = m[:, :n_used]
         workers = min(most, h_kv)
+        cuts = [h_kv * i // workers for i in range(workers + 1)]
+        compiled_rows = soft is not None and out.flags.c_contiguous and m.flags.c_contiguous
 
-        def work(first: int) -> None:
-            for g in range(first, h_kv, workers):
-                kf = f16_to_f32(k[g, :n_used])
-                w = np.matmul(q[g], kf.T).reshape(r, n_tok, n_used)
-                with np.errstate(all="ignore"):  # in place: no new pages per step
-                    np.multiply(w, scale, out=w)
-                    np.add(w, mu, out=w)
-                    np.subtract(w, w.max(axis=-1, keepdims=True), out=w)
-                    np.exp(w, out=w)
-                    total = w.sum(axis=-1, dtype=np.float64, keepdims=True)
-                    np.multiply(w, (1.0 / total).astype(np.float32), out=out[g * r : (g + 1) * r, :, :n_used])
+        def work(part: int) -> None:
+            g0, g1 = cuts[part], cuts[part + 1]
+            w = np.matmul(q[g0:g1], kf[g0:g1].transpose(0, 2, 1))  # (G, r·T, used): one SGEMM per K head
+            heads = w.reshape((g1 - g0) * r, n_tok, n_used)
+            if compiled_rows:  # one nogil call for all these heads' rows
+                soft(heads, m, out[g0 * r : g1 * r], n_used, float(scale), 0, heads.shape[0])
+                return
+            o = out[g0 * r : g1 * r]
+            o[..., n_used:] = 0.0
+            with np.errstate(all="ignore"):  # in place: no new pages per step
+                np.multiply(heads, scale, out=heads)
+                np.add(heads, m[:, :n_used], out=heads)
+                np.subtract(heads, heads.max(axis=-1, keepdims=True), out=heads)
+                np.exp(heads, out=heads)
+                total = heads.sum(axis=-1, dtype=np.float64, keepdims=True)
+                np.multiply(heads, (1.0 / total).astype(np.float32), out=o[..., :n_used])
 
         with single_threaded_blas():
             parallel_for(work, workers)
 
-    # the heads on the workers or all on the calling thread, whichever measures faster (the same bits either way):
-    # on a quiet 2-core Sapphire Rapids the workers made a 128-token batch's attention 2x slower (the per-head numpy
-    # steps are small enough for the threads to queue on the GIL)
+    # the heads split across the workers or all on the calling thread, whichever measures faster (the same bits
+    # either way: each K head is the same SGEMM and the same per-row softmax on any split)
     key = ("batch-attention", tuple(a.ne), tuple(b.ne))
     faster = Faster(lambda: run(current_threads()), lambda: run(1), key=key)
     return lambda: faster()  # a closure: the engine's profilers label it (an attribute Faster has no slot for)

@@ -35,6 +35,7 @@ from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.threads import Faster
 
 __all__ = [
+    "batch_soft_max_kernel",
     "bind_half_product",
     "bind_pair",
     "bind_rms_norm",
@@ -147,6 +148,19 @@ def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
 
 
 # ------------------------------------------------------------------------------------------------ SOFT_MAX
+
+
+def batch_soft_max_kernel() -> Callable[..., Any] | None:
+    """The compiled softmax of a prompt batch's attention scores (:mod:`.qdot._attn_kernels`), or None when compiled
+    kernels are off or it failed to build."""
+    if not _jit.enabled():
+        return None
+    try:
+        from ggml_cpu.kernels.qdot import _attn_kernels
+    except Exception as exc:  # noqa: BLE001 - building the intrinsics may fail on an odd target: numpy path
+        _jit.note_failure("compiled attention kernels", exc)
+        return None
+    return _jit.get(_attn_kernels.BATCH_SOFT_MAX_SPEC)
 
 
 def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:

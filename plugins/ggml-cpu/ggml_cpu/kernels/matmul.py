@@ -324,6 +324,7 @@ def _bind_half_batch(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | N
     a3, a2 = a.ne[3], a.ne[2]
     r2, r3 = b.ne[2] // a2, b.ne[3] // a3
     n_slices = a3 * a2
+    stacked = a3 == 1 and b.ne[3] == 1  # one K/V-head axis (a KV cache): one batched call per thread
 
     mask = b.src[1] if b.op == GGMLOp.SOFT_MAX else None
     if mask is not None and (mask.type != GGMLType.F32 or mask.ne[2] != 1 or mask.ne[3] != 1 or b.src[2] is not None):
@@ -341,6 +342,20 @@ def _bind_half_batch(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | N
             return
         xh = round_f16(x[..., :used])
         w = arr(a)
+        if stacked:  # one K/V-head axis: every head's cells converted in one call, one SGEMM per head
+            wf = f16_to_f32(w[0, :, :, :used])  # (H_kv, M, used)
+            xs = xh[0].reshape(a2, r2 * b.ne[1], used)
+            os_ = out[0].reshape(a2, r2 * b.ne[1], a.ne[1])
+            workers = min(most, a2)
+            cuts = [a2 * i // workers for i in range(workers + 1)]
+
+            def part(i: int) -> None:
+                g0, g1 = cuts[i], cuts[i + 1]
+                np.matmul(xs[g0:g1], wf[g0:g1].transpose(0, 2, 1), out=os_[g0:g1])
+
+            with single_threaded_blas():
+                parallel_for(part, workers)
+            return
         workers = min(most, n_slices)
 
         def work(first: int) -> None:
