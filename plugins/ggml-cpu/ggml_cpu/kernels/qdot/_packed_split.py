@@ -17,6 +17,8 @@ Imported only once numba is loaded (see :mod:`._jit`).
 from __future__ import annotations
 
 import os
+import platform
+import sys
 import threading
 from typing import Any, Final
 
@@ -204,8 +206,13 @@ _SPECS: Final = (
 
 def jobs() -> tuple[Any, Any, Any] | None:
     """The compiled (helper loop, caller's run, stop) of repacked products, or None where they fail to build."""
+    if not _FUTEX:  # the inline futex call is Linux x86-64's system call: elsewhere numba's pool runs these
+        return None
     fns = tuple(_jit.get(spec) for spec in _SPECS)
     return (fns[0], fns[1], fns[2]) if all(fn is not None for fn in fns) else None
+
+
+_FUTEX: Final = sys.platform == "linux" and platform.machine().lower() in ("x86_64", "amd64")
 
 
 class _Pool:
