@@ -43,7 +43,7 @@ from ggml_cpu.kernels.qdot._spin import (
 )  # fmt: skip
 from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs
 from ggml_cpu.kernels.qdot.product import _F16
-from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, _lane, act_sub_blocks
+from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, act_sub_blocks, lane_group
 
 __all__ = ["PackedSplit", "jobs", "pool", "quantize_rows"]
 
@@ -76,18 +76,8 @@ def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cove
     out = numba.carray(_f32_at(desc[OUT]), (n, desc[M]))
     layout, c, gbytes = desc[LAYOUT], desc[C], desc[GBYTES]
     at = PART0 + PART_FIELDS * p
-    n8 = n - n % 8
-    n4 = n - n % 4
     for g in range(desc[at], desc[at + 1]):
-        qo = g * nsub * gbytes
-        so = g * nsub * 16
-        m0 = g * 16
-        for n0 in range(0, n8, 8):
-            _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-        for n0 in range(n8, n4, 4):
-            _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-        for r in range(n4, n):
-            _lane(layout, 1, q, qo, s1, s2, so, xq, r, dx, sx, nsub, c, out, m0)
+        lane_group(layout, g, q, s1, s2, xq, dx, sx, nsub, c, gbytes, out)
 
 
 @_jit.inline

@@ -53,6 +53,7 @@ __all__ = [
     "decode_kernels",
     "dot_code",
     "file_backed",
+    "lane_group",
     "pack",
     "packed",
     "packed_product",
@@ -244,6 +245,26 @@ def _lane(
         _N32M_1(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
 
 
+@inline
+def lane_group(
+    layout: int, g: int, q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, dx: np.ndarray,
+    sx: np.ndarray, nsub: int, c: int, gbytes: int, out: np.ndarray,
+) -> None:  # fmt: skip  # pragma: no cover - compiled
+    """Group ``g`` of 16 weight rows against every activation row of ``xq``: tiles of 8, then 4, then 1 rows."""
+    n_act = xq.shape[0]
+    n8 = n_act - n_act % 8
+    n4 = n_act - n_act % 4
+    qo = g * nsub * gbytes
+    so = g * nsub * 16
+    m0 = g * 16
+    for n0 in range(0, n8, 8):
+        _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    for n0 in range(n8, n4, 4):
+        _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
+    for n in range(n4, n_act):
+        _lane(layout, 1, q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+
+
 def _kernel(group: int, has_min: bool, nib: bool) -> Any:
     """The driver for one layout: threads over the groups of 16 rows, 8 / 4 / 1 activation rows per call."""
     layout = _LAYOUTS[group, has_min, nib]
@@ -253,21 +274,9 @@ def _kernel(group: int, has_min: bool, nib: bool) -> Any:
         q: np.ndarray, s1: np.ndarray, s2: np.ndarray, xq: np.ndarray, dx: np.ndarray, sx: np.ndarray, c: int,
         out: np.ndarray,
     ) -> None:  # fmt: skip  # pragma: no cover - compiled
-        n_act = xq.shape[0]
         nsub = dx.shape[1]
-        ng = out.shape[1] // 16
-        n8 = n_act - n_act % 8
-        n4 = n_act - n_act % 4
-        for g in prange(ng):
-            qo = g * nsub * gbytes
-            so = g * nsub * 16
-            m0 = g * 16
-            for n0 in range(0, n8, 8):
-                _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-            for n0 in range(n8, n4, 4):
-                _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-            for n in range(n4, n_act):
-                _lane(layout, 1, q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+        for g in prange(out.shape[1] // 16):
+            lane_group(layout, g, q, s1, s2, xq, dx, sx, nsub, c, gbytes, out)
 
     return kernel
 
@@ -321,22 +330,11 @@ def _decode_kernel(group: int, has_min: bool, nib: bool) -> Any:
             bad = quantize_into(dot, x, xq, xd, xsum, xs, lut)
             if bad:
                 return bad
-        n_act, k = xq.shape
+        k = xq.shape[1]
         nsub = k // group
         act_sub_blocks(xd, xsum, group, dx, sx)
-        ng = out.shape[1] // 16
-        n8 = n_act - n_act % 8
-        n4 = n_act - n_act % 4
-        for g in prange(ng):
-            qo = g * nsub * gbytes
-            so = g * nsub * 16
-            m0 = g * 16
-            for n0 in range(0, n8, 8):
-                _lane(layout, 8, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-            for n0 in range(n8, n4, 4):
-                _lane(layout, 4, q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0)
-            for n in range(n4, n_act):
-                _lane(layout, 1, q, qo, s1, s2, so, xq, n, dx, sx, nsub, c, out, m0)
+        for g in prange(out.shape[1] // 16):
+            lane_group(layout, g, q, s1, s2, xq, dx, sx, nsub, c, gbytes, out)
         return 0
 
     return kernel
