@@ -24,6 +24,7 @@ definition, and against the numpy path itself):
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -66,14 +67,19 @@ _DTYPE: dict[GGMLType, np.dtype] = {
 
 def _module() -> Any:
     """:mod:`.qdot._row_kernels`, or None when compiled kernels are off or its intrinsics cannot be built."""
+    return _load("_row_kernels", "compiled row kernels")
+
+
+def _load(name: str, what: str) -> Any:
+    """The kernel module ``qdot.<name>``, or None when compiled kernels are off or its intrinsics cannot be built
+    (logged once as ``what``)."""
     if not _jit.enabled():
         return None
     try:
-        from ggml_cpu.kernels.qdot import _row_kernels
+        return importlib.import_module(f"ggml_cpu.kernels.qdot.{name}")
     except Exception as exc:  # noqa: BLE001 - building the intrinsics may fail on an odd target: numpy path
-        _jit.note_failure("compiled row kernels", exc)
+        _jit.note_failure(what, exc)
         return None
-    return _row_kernels
 
 
 def kernel(name: str, key: object = None) -> Callable[..., Any] | None:
@@ -153,14 +159,8 @@ def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
 def batch_soft_max_kernel() -> Callable[..., Any] | None:
     """The compiled softmax of a prompt batch's attention scores (:mod:`.qdot._attn_kernels`), or None when compiled
     kernels are off or it failed to build."""
-    if not _jit.enabled():
-        return None
-    try:
-        from ggml_cpu.kernels.qdot import _attn_kernels
-    except Exception as exc:  # noqa: BLE001 - building the intrinsics may fail on an odd target: numpy path
-        _jit.note_failure("compiled attention kernels", exc)
-        return None
-    return _jit.get(_attn_kernels.BATCH_SOFT_MAX_SPEC)
+    mod = _load("_attn_kernels", "compiled attention kernels")
+    return _jit.get(mod.BATCH_SOFT_MAX_SPEC) if mod is not None else None
 
 
 def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
