@@ -188,3 +188,13 @@ def test_a_prompt_batch_at_two_threads_gives_the_one_thread_bits() -> None:
     finally:
         _jit.set_threads(old)
     np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+
+
+def test_prompt_products_on_the_split_choose_their_threads_themselves() -> None:
+    """A prompt product that runs on the split is not also wrapped in a threaded-or-one-thread probe: the probe
+    compared different products of one shape (only Q and O quantize their activations) and picked one thread
+    about half the time; the split backs off by itself when a helper stalls."""
+    _ready(GGMLType.Q4_0)
+    _split_module()
+    assert qdot.splits_itself(GGMLType.Q4_0, 128)
+    assert not qdot.splits_itself(GGMLType.Q4_0, qdot.vec_rows_limit(GGMLType.Q4_0))  # decode rows: block kernels

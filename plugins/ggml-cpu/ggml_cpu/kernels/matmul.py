@@ -426,6 +426,9 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
                 qdot.qmatmul(_weight_rows(w, i3, i2), wtype, xs, target)
             done()
 
+    n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
+    if cache is None and qdot.splits_itself(wtype, n_rows):
+        return run  # the split chooses its threads itself (see qdot.splits_itself)
     return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 

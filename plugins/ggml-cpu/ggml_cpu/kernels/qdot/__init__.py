@@ -22,6 +22,7 @@ from ggml_cpu.kernels.qdot.product import (
     dequantize_rows,
     dequantizer_ready,
     qmatmul,
+    splits_itself,
     tile_rows,
     vec_rows_limit,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "quantize_activations",
     "quantize_activations_numpy",
     "set_threads",
+    "splits_itself",
     "tile_rows",
     "vec_rows_limit",
 ]

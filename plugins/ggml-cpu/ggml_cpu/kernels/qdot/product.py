@@ -41,6 +41,7 @@ __all__ = [
     "dequantize_rows",
     "dequantizer_ready",
     "qmatmul",
+    "splits_itself",
     "tile_rows",
     "vec_rows_limit",
 ]
@@ -143,6 +144,21 @@ def _packed_ready(wtype: GGMLType) -> bool:
     from ggml_cpu.kernels.qdot import repack
 
     return repack.packed_ready(wtype)
+
+
+def splits_itself(wtype: GGMLType, n_rows: int) -> bool:
+    """True when :func:`qmatmul` of ``n_rows`` activation rows over ``wtype`` weights runs on the repacked weights
+    split over the spinning helpers (:mod:`._packed_split`). That split backs off to one thread by itself when a
+    helper stalls (:class:`ggml_cpu.threads.RowSplit`), so a caller should not also choose between threaded and
+    one-thread runs by timing them: :class:`ggml_cpu.threads.Faster`'s probe alternates *different* products of
+    one shape, and of a layer's Q, K, V, O only Q and O quantize their activations (K and V reuse Q's), so its
+    threaded samples held more quantizations than its one-thread samples and it picked one thread about half the
+    time (measured: the 16 attention projections of a 128-token q4_K prompt, 7.6 ms against 3.5 ms split)."""
+    if n_rows <= vec_rows_limit(wtype) or not _packed_ready(wtype):
+        return False
+    from ggml_cpu.kernels.qdot import _packed_split  # after _jit.enabled(): its inline functions need numba loaded
+
+    return _packed_split.jobs() is not None
 
 
 #: types whose dot product adds ``m · s`` (their dequantization splits into ``q·d`` and the block minima)
