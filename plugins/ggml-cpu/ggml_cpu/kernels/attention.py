@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -317,6 +317,9 @@ BATCH_ROWS: Final = 8
 
 def used_columns(m: np.ndarray) -> int:
     """One past the last column of the 2-D ``m`` holding a value other than −inf (masks) — 0 when there is none."""
+    fn = compiled.used_columns_kernel() if m.dtype == np.float32 and m.ndim == 2 and m.size >= 1024 else None
+    if fn is not None:
+        return int(fn(m))
     n = m.shape[-1]
     for c0 in range((n - 1) // 32 * 32, -1, -32):
         if (m[:, c0 : c0 + 32] != -np.inf).any():
@@ -375,6 +378,13 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
         cuts = [h_kv * i // workers for i in range(workers + 1)]
         compiled_rows = soft is not None and out.flags.c_contiguous and m.flags.c_contiguous
 
+        if most > 1 and parts is not None and compiled_rows:  # the scores here, their rows across the helpers
+            parts.nudge(most)  # the helpers may sleep after this thread's serial steps: they spin for the softmax
+            with single_threaded_blas():
+                scores = np.matmul(q, kf.transpose(0, 2, 1)).reshape(h, n_tok, n_used)
+            split_soft(scores, m, out, n_used, most)
+            return
+
         def work(part: int) -> None:
             g0, g1 = cuts[part], cuts[part + 1]
             w = np.matmul(q[g0:g1], kf[g0:g1].transpose(0, 2, 1))  # (G, r·T, used): one SGEMM per K head
@@ -395,6 +405,26 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
         with single_threaded_blas():
             parallel_for(work, workers)
 
+    parts = compiled.row_split_parts() if soft is not None and h * n_tok >= 2 else None
+    jobs: dict[int, Any] = {}
+    sp = np.zeros(6, np.int64)  # the softmax job's shapes: heads, tokens, score width, n_kv, mask rows, used
+    now: list[Any] = []  # this call's (scores, mask, out, used), for the job's fallback on this thread
+
+    def split_soft(scores: np.ndarray, m: np.ndarray, out: np.ndarray, n_used: int, threads: int) -> None:
+        sp[:] = (h, n_tok, scores.shape[2], out.shape[2], m.shape[0], n_used)
+        now[:] = (scores, m, out, n_used)
+        job = jobs.get(threads)
+        if job is None:
+            assert parts is not None and soft is not None  # split_soft runs only with both
+            serial = lambda: soft(now[0], now[1], now[2], now[3], float(scale), 0, h)  # noqa: E731
+            job = jobs[threads] = parts.RowJob(parts.SOFT_MAX, (scores, m, out), sp, (float(scale),), h * n_tok,
+                                               threads, serial)  # fmt: skip
+        else:
+            job.bind((scores, m, out))
+        job()
+
+    if parts is not None:  # the helpers back off to one thread by themselves when one stalls
+        return lambda: run(current_threads())
     # the heads split across the workers or all on the calling thread, whichever measures faster (the same bits
     # either way: each K head is the same SGEMM and the same per-row softmax on any split)
     key = ("batch-attention", tuple(a.ne), tuple(b.ne))

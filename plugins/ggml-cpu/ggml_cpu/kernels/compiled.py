@@ -47,6 +47,9 @@ __all__ = [
     "bind_swiglu",
     "flat",
     "kernel",
+    "row_split_parts",
+    "split_rows",
+    "used_columns_kernel",
 ]
 
 #: f16 products with at most this many activation rows run the compiled kernel (decode, short batches); above it
@@ -92,6 +95,49 @@ def kernel(name: str, key: object = None) -> Callable[..., Any] | None:
     return _jit.get(spec if key is None else spec[key])
 
 
+#: from this many elements a row kernel runs split across the spinning helpers at 2+ threads (a prompt's rows;
+#: a decode step's few rows take a few µs on one thread)
+SPLIT_ELEMENTS = 16384
+
+
+def split_rows(
+    mode: str, arrays: tuple[np.ndarray, ...], p: np.ndarray, f: tuple[float, ...], rows: int, elements: int,
+    serial: Callable[[], Any], key: object = None, extra: int = 0,
+) -> Callable[[], Any]:  # fmt: skip
+    """``serial`` (the whole kernel on the calling thread), or where the row split of :mod:`.qdot._row_parts` is
+    compiled and the kernel has at least :data:`SPLIT_ELEMENTS` elements, a callable that splits it across the
+    engine's threads when there are 2 or more (one :class:`.qdot._row_parts.RowJob` per thread count). Both return
+    the kernel's result. ``mode`` names the kernel (``key`` picks a SET_ROWS variant); ``arrays``, ``p``, ``f`` and
+    ``extra`` are its operands in the row job's order."""
+    parts = row_split_parts() if elements >= SPLIT_ELEMENTS and rows >= 2 else None
+    if parts is None:
+        return serial
+    code = getattr(parts, mode)
+    code = code if key is None else code[key]
+    jobs: dict[int, Any] = {}
+
+    def run() -> Any:
+        threads = _jit.current_threads()
+        if threads <= 1:
+            return serial()
+        job = jobs.get(threads)
+        if job is None:
+            job = jobs[threads] = parts.RowJob(code, arrays, p, f, rows, threads, serial, extra)
+        return job()
+
+    return run
+
+
+def row_split_parts() -> Any:
+    """:mod:`.qdot._row_parts`, or None where it or the helpers' kernels do not compile (Linux x86-64 only)."""
+    parts = _load("_row_parts", "compiled row split")
+    if parts is None:
+        return None
+    from ggml_cpu.kernels.qdot import _packed_split  # after _load: numba is loaded
+
+    return parts if _packed_split.jobs() is not None else None
+
+
 def flat(t: Tensor, *, any_ne0: bool = False) -> tuple[np.ndarray, tuple[int, int, int, int]] | None:
     """A 1-D view of ``t``'s memory from its first element to its last, and its element strides (dims 0–3).
 
@@ -117,6 +163,11 @@ def flat(t: Tensor, *, any_ne0: bool = False) -> tuple[np.ndarray, tuple[int, in
 
 def _params(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
+
+
+def _rows(p: np.ndarray) -> int:
+    """The rows ``n1 · n2 · n3`` of a row kernel's parameters (``p[1:4]``)."""
+    return int(p[1] * p[2] * p[3])
 
 
 # ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
@@ -147,10 +198,11 @@ def bind_rms_norm(node: Tensor, mul: Tensor | None = None) -> Thunk | None:
     p = _params(*a.ne, *x[1][1:], *out[1][1:], 1 if mul is not None else 0, *bias)
     xv, ov = x[0], out[0]
 
-    def run() -> None:
+    def serial() -> None:
         fn(xv, ov, b_arr, m_arr, p, eps)
 
-    return run
+    split = split_rows("RMS_NORM", (xv, ov, b_arr, m_arr), p, (eps,), _rows(p), a.nelements, serial)
+    return serial if split is serial else lambda: split()  # a closure: profilers label it
 
 
 # ------------------------------------------------------------------------------------------------ SOFT_MAX
@@ -161,6 +213,12 @@ def batch_soft_max_kernel() -> Callable[..., Any] | None:
     kernels are off or it failed to build."""
     mod = _load("_attn_kernels", "compiled attention kernels")
     return _jit.get(mod.BATCH_SOFT_MAX_SPEC) if mod is not None else None
+
+
+def used_columns_kernel() -> Callable[..., Any] | None:
+    """The compiled scan of a mask for its used columns (:mod:`.qdot._attn_kernels`), or None."""
+    mod = _load("_attn_kernels", "compiled attention kernels")
+    return _jit.get(mod.USED_COLUMNS_SPEC) if mod is not None else None
 
 
 def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
@@ -214,7 +272,28 @@ def bind_rope(node: Tensor, first: int, step: int, delta: int) -> Callable[[np.n
     def rotate(cos: np.ndarray, sin: np.ndarray) -> None:
         fn(xv, ov, cos, sin, p)
 
-    return rotate
+    parts = row_split_parts() if a.nelements >= SPLIT_ELEMENTS else None
+    if parts is None:
+        return rotate
+    rows, tables = _rows(p), [xv, xv]  # tables: this call's (cos, sin), for the job's fallback
+    jobs: dict[int, Any] = {}
+
+    def rotate_split(cos: np.ndarray, sin: np.ndarray) -> None:
+        threads = _jit.current_threads()
+        if threads <= 1 or cos.shape[1] == 0 or not (cos.flags.c_contiguous and sin.flags.c_contiguous):
+            fn(xv, ov, cos, sin, p)
+            return
+        tables[:] = (cos, sin)
+        job = jobs.get(threads)
+        if job is None:
+            serial = lambda: fn(xv, ov, tables[0], tables[1], p)  # noqa: E731
+            job = jobs[threads] = parts.RowJob(parts.ROPE, (xv, ov, cos, sin), p, (), rows, threads, serial,
+                                               cos.shape[1])  # fmt: skip
+        else:
+            job.bind((xv, ov, cos, sin))
+        job()
+
+    return rotate_split
 
 
 #: up to this many tokens ROPE computes its angles inside the kernel (decode); above, one numpy table shared by the
@@ -263,9 +342,14 @@ def bind_set_rows(node: Tensor) -> Thunk | None:
     ds, cs = dst[1], idx[1]
     p = _params(*b.ne, *src[1][1:], *ds[1:], node.ne[1], cs[0], cs[1], c.ne[1], cs[2], c.ne[2], ds[0])
     sv, iv, dv = src[0], idx[0], dst[0]
+    key = (dv.dtype.name, iv.dtype.name)
+    # split only rows of 64 values and more: a transposed V cache's one-value rows of neighbouring tokens share
+    # cache lines, and two cores writing them took longer than one (false sharing: 0.41 against 0.24 ms a layer)
+    elements = b.nelements if b.ne[0] >= 64 else 0
+    split = split_rows("SET_ROWS", (sv, iv, dv), p, (), _rows(p), elements, lambda: fn(sv, iv, dv, p), key)
 
     def run() -> None:
-        if fn(sv, iv, dv, p):
+        if split():
             check_index_range(node, arr(c), node.ne[1], "destination row")
 
     return run
@@ -293,10 +377,11 @@ def bind_swiglu(node: Tensor) -> Thunk | None:
     p = _params(*node.ne, *x[1][1:], *out[1][1:], *g[1][1:], x_off, g_off)
     xv, gv, ov = x[0], g[0], out[0]
 
-    def run() -> None:
+    def serial() -> None:
         fn(xv, gv, ov, p)
 
-    return run
+    split = split_rows("GLU", (xv, gv, ov), p, (), _rows(p), node.nelements, serial)
+    return serial if split is serial else lambda: split()  # a closure: profilers label it
 
 
 # ------------------------------------------------------------------------------------------------ f16 products

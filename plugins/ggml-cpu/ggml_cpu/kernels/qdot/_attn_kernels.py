@@ -28,7 +28,7 @@ from numba.core.extending import intrinsic
 
 from ggml_cpu.kernels.qdot import _jit
 
-__all__ = ["BATCH_SOFT_MAX_SPEC", "EXP_SPEC", "exp_f32_fast"]
+__all__ = ["BATCH_SOFT_MAX_SPEC", "EXP_SPEC", "USED_COLUMNS_SPEC", "exp_f32_fast"]
 
 
 @intrinsic
@@ -134,13 +134,47 @@ def _batch_soft_max(
     """Heads ``[h0, h1)``: ``out[h, i] = softmax(s[h, i, :n_used]·scale + mask[i])`` then zeros (see the module
     docstring). ``s`` (H, T, ≥ n_used) scores (overwritten), ``mask`` (T, n_kv), ``out`` (H, T, n_kv), all
     C-contiguous."""
-    sc = np.float32(scale)  # pragma: no cover - compiled
-    for h in range(h0, h1):
-        for i in range(s.shape[1]):
-            _soft_max_row(s[h, i], mask[i], out[h, i], n_used, sc)
+    n_tok = s.shape[1]  # pragma: no cover - compiled
+    batch_soft_max_rows(s, mask, out, n_used, scale, h0 * n_tok, h1 * n_tok)
+
+
+@_jit.inline
+def batch_soft_max_rows(
+    s: np.ndarray, mask: np.ndarray, out: np.ndarray, n_used: int, scale: float, r0: int, r1: int
+) -> None:  # pragma: no cover - compiled
+    """:func:`_batch_soft_max` of the rows ``[r0, r1)`` counted over (head, token), token fastest."""
+    sc = np.float32(scale)
+    n_tok = s.shape[1]
+    for r in range(r0, r1):
+        h = r // n_tok
+        i = r - h * n_tok
+        _soft_max_row(s[h, i], mask[i], out[h, i], n_used, sc)
 
 
 _C3: Final = "float32[:, :, ::1]"  # C-contiguous: rows of unit stride (the loops vectorise)
 BATCH_SOFT_MAX_SPEC: Final = _jit.KernelSpec(
     _batch_soft_max, f"void({_C3}, float32[:, ::1], {_C3}, int64, float64, int64, int64)", readonly=(1,)
 )
+
+
+def _used_columns(m: np.ndarray) -> int:
+    """One past the last column of the 2-D ``m`` holding a value other than −inf (0 when none). Rows from the last
+    (a causal mask's widest) up; per row one branch-free count of the columns past those already known used, and a
+    scan from the right only when it finds one: a 128 × 256 causal mask in ~8 µs, against ~50 µs for numpy's
+    several array passes."""
+    used = 0  # pragma: no cover - compiled
+    n = m.shape[1]
+    for i in range(m.shape[0] - 1, -1, -1):
+        row = m[i]
+        hits = np.int32(0)
+        for c in range(used, n):
+            hits += np.int32(row[c] != -np.inf)
+        if hits:
+            for c in range(n - 1, used - 1, -1):
+                if row[c] != -np.inf:
+                    used = c + 1
+                    break
+    return used
+
+
+USED_COLUMNS_SPEC: Final = _jit.KernelSpec(_used_columns, "int64(float32[:, :])", readonly=(0,))

@@ -28,6 +28,7 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit, _spin
 from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_1, DOT_Q8_K, quantize_into
+from ggml_cpu.kernels.qdot._row_parts import FIRST_MODE, row_part
 from ggml_cpu.kernels.qdot._spin import (
     _add,
     _aload,
@@ -45,7 +46,7 @@ from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs
 from ggml_cpu.kernels.qdot.product import _F16
 from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, act_sub_blocks, lane_group
 
-__all__ = ["PackedSplit", "jobs", "pool", "quantize_rows"]
+__all__ = ["PackedSplit", "jobs", "nudge", "pool", "quantize_rows"]
 
 X, XQ, XD, XD_COLS, XSUM, XSUM_COLS, XS, LUT, DX, SX, N, K, NSUB, C, LAYOUT, GBYTES = range(16)
 Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS, MODE = range(16, 26)
@@ -61,10 +62,15 @@ _claim = _jit.inline(_spin._claim)
 
 @_jit.inline
 def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile), or in
-    :data:`QUANTIZE` mode its activation rows quantized."""
-    if desc[MODE] == QUANTIZE:
+    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile), in
+    :data:`QUANTIZE` mode its activation rows quantized, in a row kernel's mode (:mod:`._row_parts`) its rows."""
+    mode = desc[MODE]
+    if mode == QUANTIZE:
         _quantize_part(ctl, desc, p)
+        return
+    if mode >= FIRST_MODE:  # a row kernel (:mod:`._row_parts`)
+        at = PART0 + PART_FIELDS * p
+        row_part(ctl, desc, mode, desc[at], desc[at + 1])
         return
     n, k, nsub = desc[N], desc[K], desc[NSUB]
     q = numba.carray(_u8_at(desc[Q]), desc[Q_LEN])
@@ -186,12 +192,21 @@ def _stop(ctl: np.ndarray) -> int:
     return _futex_wake(ctl, _spin.WAKE, 1 << 30)
 
 
+def _nudge(ctl: np.ndarray) -> int:
+    """Wake the sleeping helpers without a job: they spin for the next one (posted within their spin time)."""
+    if _aload(ctl, _spin.ASLEEP) > 0:  # pragma: no cover - compiled
+        _add(ctl, _spin.WAKE, 1)
+        return _futex_wake(ctl, _spin.WAKE, 1 << 30)
+    return 0
+
+
 _ARR: Final = "int64[::1]"
 _SPECS: Final = (
     _jit.KernelSpec(_serve, f"int64({_ARR}, {_ARR}, int64)", name="spin_serve_packed"),
     _jit.KernelSpec(_run, f"int64({_ARR}, {_ARR}, {_ARR}, int64, int64, boolean)", name="spin_run_packed"),
     _jit.KernelSpec(_stop, f"int64({_ARR})", name="spin_stop_packed"),
 )
+_NUDGE_SPEC: Final = _jit.KernelSpec(_nudge, f"int64({_ARR})", name="spin_nudge_packed")
 
 
 def jobs() -> tuple[Any, Any, Any] | None:
@@ -239,6 +254,14 @@ class _Pool:
         finally:
             self.lock.release()
 
+    def nudge(self) -> None:
+        """Wake sleeping helpers ahead of a job this thread posts soon (a few hundred µs of its own work first),
+        so that they spin for it instead of waking when it is posted (~100 µs on a 2-core VM, which the caller
+        spends alone)."""
+        fn = _jit.get(_NUDGE_SPEC)
+        if fn is not None:
+            fn(self.ctl)
+
     def close(self) -> None:
         """Stop the helpers (they return from :func:`_serve`)."""
         self._stop(self.ctl)
@@ -261,6 +284,13 @@ def pool(n: int) -> _Pool | None:
         if p is None or p.pid != os.getpid():
             p = _pools[n] = _Pool(n, fns)
     return p
+
+
+def nudge(threads: int) -> None:
+    """:meth:`_Pool.nudge` of the pool serving ``threads`` threads, when it is running."""
+    p = _pools.get(threads - 1)
+    if p is not None and p.pid == os.getpid():
+        p.nudge()
 
 
 class PackedSplit:

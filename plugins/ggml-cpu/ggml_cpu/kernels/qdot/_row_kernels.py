@@ -41,6 +41,24 @@ _half_bits_to_float: Any = _half_kernels._half_bits_to_float
 _INPUTS = (0, 2)  # argument positions that may be read-only (weights mapped from a file)
 
 
+@_jit.inline
+def row_at(r: int, n1: int, n2: int) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """Row ``r`` of a tensor with ``n1 × n2 × ·`` rows as ``(i1, i2, i3)`` (rows counted ``i1`` fastest)."""
+    t = r // n1
+    return r - t * n1, t % n2, t // n2
+
+
+@_jit.inline
+def next_row(i1: int, i2: int, i3: int, n1: int, n2: int) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """The row after ``(i1, i2, i3)``."""
+    i1 += 1
+    if i1 == n1:
+        i1, i2 = 0, i2 + 1
+        if i2 == n2:
+            i2, i3 = 0, i3 + 1
+    return i1, i2, i3
+
+
 def _as_elem_typer(typingctx: Any, v: Any, like: Any) -> Any:
     """``v`` (float32) converted to the element type of the array ``like``: f16 bits (round to nearest even, as
     numpy's ``astype(float16)``) for uint16 arrays, unchanged for float32 arrays."""
@@ -126,31 +144,40 @@ def exp_f32(x: float) -> float:  # pragma: no cover - compiled
 # ------------------------------------------------------------------------------------------------ RMS_NORM (+ MUL)
 
 
-def _rms_norm(x: np.ndarray, out: np.ndarray, b: np.ndarray, mout: np.ndarray, p: np.ndarray, eps: float) -> None:
-    """``out = x / sqrt(mean(x²) + eps)`` per row; with ``p[10]`` set also ``mout = out · b`` (b repeated)."""
-    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+@_jit.inline
+def rms_norm_rows(
+    x: np.ndarray, out: np.ndarray, b: np.ndarray, mout: np.ndarray, p: np.ndarray, eps: float, r0: int, r1: int
+) -> None:  # pragma: no cover - compiled
+    """Rows ``[r0, r1)``: ``out = x / sqrt(mean(x²) + eps)`` per row; with ``p[10]`` set also ``mout = out · b``
+    (b repeated)."""
+    n, n1, n2 = p[0], p[1], p[2]
     fused = p[10]
     e = np.float32(eps)
-    for i3 in range(n3):  # pragma: no cover - compiled
-        for i2 in range(n2):
-            for i1 in range(n1):
-                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
-                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
-                xr, orow = x[xo : xo + n], out[oo : oo + n]
-                total = 0.0
-                for i in range(n):
-                    v = xr[i]
-                    total += np.float64(v * v)  # float products, double sum
-                mean = np.float32(total / n)
-                scale = np.float32(1.0) / np.sqrt(mean + e)
-                for i in range(n):
-                    orow[i] = xr[i] * scale
-                if fused:
-                    bo = (i1 % p[12]) * p[15] + (i2 % p[13]) * p[16] + (i3 % p[14]) * p[17]
-                    mo = i1 * p[18] + i2 * p[19] + i3 * p[20]
-                    br, mrow = b[bo : bo + n], mout[mo : mo + n]  # b's rows are n long (checked)
-                    for i in range(n):
-                        mrow[i] = orow[i] * br[i]
+    i1, i2, i3 = row_at(r0, n1, n2)
+    for _ in range(r1 - r0):
+        xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+        oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+        xr, orow = x[xo : xo + n], out[oo : oo + n]
+        total = 0.0
+        for i in range(n):
+            v = xr[i]
+            total += np.float64(v * v)  # float products, double sum
+        mean = np.float32(total / n)
+        scale = np.float32(1.0) / np.sqrt(mean + e)
+        for i in range(n):
+            orow[i] = xr[i] * scale
+        if fused:
+            bo = (i1 % p[12]) * p[15] + (i2 % p[13]) * p[16] + (i3 % p[14]) * p[17]
+            mo = i1 * p[18] + i2 * p[19] + i3 * p[20]
+            br, mrow = b[bo : bo + n], mout[mo : mo + n]  # b's rows are n long (checked)
+            for i in range(n):
+                mrow[i] = orow[i] * br[i]
+        i1, i2, i3 = next_row(i1, i2, i3, n1, n2)
+
+
+def _rms_norm(x: np.ndarray, out: np.ndarray, b: np.ndarray, mout: np.ndarray, p: np.ndarray, eps: float) -> None:
+    """:func:`rms_norm_rows` over every row."""
+    rms_norm_rows(x, out, b, mout, p, eps, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
 
 
 RMS_NORM_SPEC: Final = _jit.KernelSpec(
@@ -218,29 +245,37 @@ SOFT_MAX_SPEC: Final = _jit.KernelSpec(
 # ------------------------------------------------------------------------------------------------ ROPE
 
 
-def _rope(x: np.ndarray, out: np.ndarray, cos: np.ndarray, sin: np.ndarray, p: np.ndarray) -> None:
-    """Rotate the pairs ``(first + i·step, + delta)`` of every row by the token's ``cos``/``sin`` (tokens = dim 2);
-    the other channels are copied."""
-    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
+@_jit.inline
+def rope_rows(
+    x: np.ndarray, out: np.ndarray, cos: np.ndarray, sin: np.ndarray, p: np.ndarray, r0: int, r1: int
+) -> None:  # pragma: no cover - compiled
+    """Rows ``[r0, r1)``: rotate the pairs ``(first + i·step, + delta)`` of each row by the token's ``cos``/``sin``
+    (tokens = dim 2); the other channels are copied."""
+    n, n1, n2 = p[0], p[1], p[2]
     first, step, delta = p[10], p[11], p[12]
     n_pairs = cos.shape[1]
-    for i3 in range(n3):  # pragma: no cover - compiled
-        for i2 in range(n2):
-            for i1 in range(n1):
-                xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
-                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
-                xr, orow = x[xo : xo + n], out[oo : oo + n]
-                cr, sr = cos[i2], sin[i2]
-                for i in range(n):  # in place this copies each value onto itself
-                    orow[i] = xr[i]
-                for i in range(n_pairs):
-                    j = first + i * step
-                    x0 = xr[j]
-                    x1 = xr[j + delta]
-                    c = cr[i]
-                    s = sr[i]
-                    orow[j] = x0 * c - x1 * s
-                    orow[j + delta] = x0 * s + x1 * c
+    i1, i2, i3 = row_at(r0, n1, n2)
+    for _ in range(r1 - r0):
+        xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
+        oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+        xr, orow = x[xo : xo + n], out[oo : oo + n]
+        cr, sr = cos[i2], sin[i2]
+        for i in range(n):  # in place this copies each value onto itself
+            orow[i] = xr[i]
+        for i in range(n_pairs):
+            j = first + i * step
+            x0 = xr[j]
+            x1 = xr[j + delta]
+            c = cr[i]
+            s = sr[i]
+            orow[j] = x0 * c - x1 * s
+            orow[j + delta] = x0 * s + x1 * c
+        i1, i2, i3 = next_row(i1, i2, i3, n1, n2)
+
+
+def _rope(x: np.ndarray, out: np.ndarray, cos: np.ndarray, sin: np.ndarray, p: np.ndarray) -> None:
+    """:func:`rope_rows` over every row."""
+    rope_rows(x, out, cos, sin, p, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
 
 
 ROPE_SPEC: Final = _jit.KernelSpec(
@@ -301,29 +336,40 @@ ROPE_POS_SPEC: Final = _jit.KernelSpec(
 # ------------------------------------------------------------------------------------------------ SET_ROWS
 
 
-def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) -> int:
-    """Row ``r`` of src (rows ``(r, i2, i3)``) into row ``idx[r, i2 % c1, i3 % c2]`` of dst, converted to dst's
-    type; returns 1 (writing nothing more) at the first index outside ``0..p[10]-1``."""
-    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
-    limit = p[10]
-    for i3 in range(n3):  # pragma: no cover - compiled
-        for i2 in range(n2):
-            io = (i2 % p[13]) * p[12] + (i3 % p[15]) * p[14]
-            for r in range(n1):
-                j = np.int64(idx[io + r * p[11]])
-                if j < 0 or j >= limit:
-                    return 1
-                so = r * p[4] + i2 * p[5] + i3 * p[6]
-                do = j * p[7] + i2 * p[8] + i3 * p[9]
-                d0 = p[16]
-                if n == 1:  # a transposed V cache: one value per row, no row views (their refcounting costs more)
-                    dst[do] = _as_elem(src[so], dst)
-                    continue
-                sr = src[so : so + n]
-                drow = dst[do : do + (n - 1) * d0 + 1]
-                for i in range(n):
-                    drow[i * d0] = _as_elem(sr[i], dst)
+@_jit.inline
+def set_rows_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray, r0: int, r1: int) -> int:
+    """Rows ``[r0, r1)`` of src (rows ``(r, i2, i3)``): row ``r`` into row ``idx[r, i2 % c1, i3 % c2]`` of dst,
+    converted to dst's type; returns 1 (writing nothing more) at the first index outside ``0..p[10]-1``."""
+    n, n1, n2 = p[0], p[1], p[2]  # pragma: no cover - compiled
+    limit, d0 = p[10], p[16]
+    start, i2, i3 = row_at(r0, n1, n2)
+    left = r1 - r0
+    while left > 0:
+        io = (i2 % p[13]) * p[12] + (i3 % p[15]) * p[14]
+        end = min(n1, start + left)
+        left -= end - start
+        for r in range(start, end):
+            j = np.int64(idx[io + r * p[11]])
+            if j < 0 or j >= limit:
+                return 1
+            so = r * p[4] + i2 * p[5] + i3 * p[6]
+            do = j * p[7] + i2 * p[8] + i3 * p[9]
+            if n == 1:  # a transposed V cache: one value per row, no row views (their refcounting costs more)
+                dst[do] = _as_elem(src[so], dst)
+                continue
+            sr = src[so : so + n]
+            drow = dst[do : do + (n - 1) * d0 + 1]
+            for i in range(n):
+                drow[i * d0] = _as_elem(sr[i], dst)
+        start, i2 = 0, i2 + 1
+        if i2 == n2:
+            i2, i3 = 0, i3 + 1
     return 0
+
+
+def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) -> int:
+    """:func:`set_rows_rows` over every row."""
+    return set_rows_rows(src, idx, dst, p, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
 
 
 SET_ROWS_SPECS: Final = {
@@ -341,20 +387,29 @@ SET_ROWS_SPECS: Final = {
 # ------------------------------------------------------------------------------------------------ GLU
 
 
+@_jit.inline
+def swiglu_rows(
+    x: np.ndarray, g: np.ndarray, out: np.ndarray, p: np.ndarray, r0: int, r1: int
+) -> None:  # pragma: no cover - compiled
+    """Rows ``[r0, r1)``: ``out = x / (1 + exp(−x)) · g`` (the exponential in double, rounded once to float32, as
+    the reference)."""
+    n, n1, n2 = p[0], p[1], p[2]
+    i1, i2, i3 = row_at(r0, n1, n2)
+    for _ in range(r1 - r0):
+        xo = p[13] + i1 * p[4] + i2 * p[5] + i3 * p[6]
+        go = p[14] + i1 * p[10] + i2 * p[11] + i3 * p[12]
+        oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
+        xr, gr, orow = x[xo : xo + n], g[go : go + n], out[oo : oo + n]
+        for i in range(n):
+            v = xr[i]
+            e = exp_f32(-v)  # exp in double, rounded once (as the numpy path)
+            orow[i] = v / (np.float32(1.0) + e) * gr[i]
+        i1, i2, i3 = next_row(i1, i2, i3, n1, n2)
+
+
 def _swiglu(x: np.ndarray, g: np.ndarray, out: np.ndarray, p: np.ndarray) -> None:
-    """``out = x / (1 + exp(−x)) · g`` (the exponential in double, rounded once to float32, as the reference)."""
-    n, n1, n2, n3 = p[0], p[1], p[2], p[3]
-    for i3 in range(n3):  # pragma: no cover - compiled
-        for i2 in range(n2):
-            for i1 in range(n1):
-                xo = p[13] + i1 * p[4] + i2 * p[5] + i3 * p[6]
-                go = p[14] + i1 * p[10] + i2 * p[11] + i3 * p[12]
-                oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
-                xr, gr, orow = x[xo : xo + n], g[go : go + n], out[oo : oo + n]
-                for i in range(n):
-                    v = xr[i]
-                    e = exp_f32(-v)  # exp in double, rounded once (as the numpy path)
-                    orow[i] = v / (np.float32(1.0) + e) * gr[i]
+    """:func:`swiglu_rows` over every row."""
+    swiglu_rows(x, g, out, p, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
 
 
 GLU_SPEC: Final = _jit.KernelSpec(
