@@ -27,6 +27,10 @@ def parts() -> object:
     mod = compiled.row_split_parts()
     if mod is None:
         pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
+    from ggml_cpu.kernels.qdot import _packed_split
+
+    assert _packed_split.pool(1) is not None  # started as a quantized model's first prompt product starts it
+    assert mod.helping(2)  # type: ignore[attr-defined]
     return mod
 
 

@@ -378,7 +378,7 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
         cuts = [h_kv * i // workers for i in range(workers + 1)]
         compiled_rows = soft is not None and out.flags.c_contiguous and m.flags.c_contiguous
 
-        if most > 1 and parts is not None and compiled_rows:  # the scores here, their rows across the helpers
+        if most > 1 and parts is not None and compiled_rows and parts.helping(most):  # rows on the helpers
             parts.nudge(most)  # the helpers may sleep after this thread's serial steps: they spin for the softmax
             with single_threaded_blas():
                 scores = np.matmul(q, kf.transpose(0, 2, 1)).reshape(h, n_tok, n_used)
@@ -424,7 +424,12 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
         job()
 
     if parts is not None:  # the helpers back off to one thread by themselves when one stalls
-        return lambda: run(current_threads())
+
+        def pooled() -> None:
+            threads = current_threads()
+            run(threads if threads > 1 and parts.helping(threads) else 1)
+
+        return pooled
     # the heads split across the workers or all on the calling thread, whichever measures faster (the same bits
     # either way: each K head is the same SGEMM and the same per-row softmax on any split)
     key = ("batch-attention", tuple(a.ne), tuple(b.ne))

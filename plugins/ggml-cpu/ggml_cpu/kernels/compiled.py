@@ -118,7 +118,7 @@ def split_rows(
 
     def run() -> Any:
         threads = _jit.current_threads()
-        if threads <= 1:
+        if threads <= 1 or not parts.helping(threads):
             return serial()
         job = jobs.get(threads)
         if job is None:
@@ -280,7 +280,8 @@ def bind_rope(node: Tensor, first: int, step: int, delta: int) -> Callable[[np.n
 
     def rotate_split(cos: np.ndarray, sin: np.ndarray) -> None:
         threads = _jit.current_threads()
-        if threads <= 1 or cos.shape[1] == 0 or not (cos.flags.c_contiguous and sin.flags.c_contiguous):
+        contiguous = cos.flags.c_contiguous and sin.flags.c_contiguous
+        if threads <= 1 or cos.shape[1] == 0 or not contiguous or not parts.helping(threads):
             fn(xv, ov, cos, sin, p)
             return
         tables[:] = (cos, sin)

@@ -46,7 +46,7 @@ from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs
 from ggml_cpu.kernels.qdot.product import _F16
 from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, act_sub_blocks, lane_group
 
-__all__ = ["PackedSplit", "jobs", "nudge", "pool", "quantize_rows"]
+__all__ = ["PackedSplit", "jobs", "nudge", "pool", "quantize_rows", "running"]
 
 X, XQ, XD, XD_COLS, XSUM, XSUM_COLS, XS, LUT, DX, SX, N, K, NSUB, C, LAYOUT, GBYTES = range(16)
 Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS, MODE = range(16, 26)
@@ -284,6 +284,12 @@ def pool(n: int) -> _Pool | None:
         if p is None or p.pid != os.getpid():
             p = _pools[n] = _Pool(n, fns)
     return p
+
+
+def running(threads: int) -> bool:
+    """True when the pool serving ``threads`` threads has been started in this process (by a repacked product)."""
+    p = _pools.get(threads - 1)
+    return p is not None and p.pid == os.getpid()
 
 
 def nudge(threads: int) -> None:

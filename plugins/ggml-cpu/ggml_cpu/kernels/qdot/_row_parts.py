@@ -143,6 +143,16 @@ class RowJob:
         return res or self._fallback_result
 
 
+def helping(threads: int) -> bool:
+    """True when row jobs of ``threads`` threads should go to the helpers: their pool is already running for the
+    repacked products. A model without them (f32 weights) multiplies with threaded BLAS, whose own threads spin
+    after each product: a helper spinning beside them on a 2-core VM made the row kernels 3-5× slower there
+    (f32 bench model, 2 threads: ROPE 0.6 → 2.8 ms a batch), so those rows stay on the calling thread."""
+    from ggml_cpu.kernels.qdot import _packed_split
+
+    return _packed_split.running(threads)
+
+
 def nudge(threads: int) -> None:
     """Wake the helpers of ``threads`` threads ahead of a row job (:func:`._packed_split.nudge`)."""
     from ggml_cpu.kernels.qdot import _packed_split
