@@ -340,9 +340,10 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
     K heads' cells are converted in one call and Q rounded in one; then per share of the K heads one batched
     single-threaded SGEMM (one per head) and, with numba, one nogil compiled softmax for all its rows
     (:mod:`.qdot._attn_kernels`: ``exp`` within 1 ulp in float32, Σ in double in eight fixed lanes) — numpy's
-    steps otherwise (``GGML_CPU_NUMBA=0``). The shares run on the plugin's workers or all on the calling thread,
-    whichever measures faster: each head is the same SGEMM and the same row softmax on any split, so the same bits
-    for any thread count.
+    steps otherwise (``GGML_CPU_NUMBA=0``). Where the spinning helpers run (:mod:`.qdot._row_parts`), the calling
+    thread does every head's SGEMM and the softmax rows are split across it and them; elsewhere the shares run on
+    the plugin's workers or all on the calling thread, whichever measures faster. Each head is the same SGEMM and
+    the same row softmax on any split, so the same bits for any thread count.
     """
     a, b, mask = kq.src[0], kq.src[1], soft_max.src[1]
     if a is None or b is None or mask is None or soft_max.src[2] is not None:
@@ -423,15 +424,18 @@ def bind_batch_attention(kq: Tensor, soft_max: Tensor) -> Thunk | None:
             job.bind((scores, m, out))
         job()
 
-    if parts is not None:  # the helpers back off to one thread by themselves when one stalls
-
-        def pooled() -> None:
-            threads = current_threads()
-            run(threads if threads > 1 and parts.helping(threads) else 1)
-
-        return pooled
-    # the heads split across the workers or all on the calling thread, whichever measures faster (the same bits
-    # either way: each K head is the same SGEMM and the same per-row softmax on any split)
+    # without the helpers, the heads split across the workers or all on the calling thread, whichever measures
+    # faster (the same bits either way: each K head is the same SGEMM and the same per-row softmax on any split)
     key = ("batch-attention", tuple(a.ne), tuple(b.ne))
     faster = Faster(lambda: run(current_threads()), lambda: run(1), key=key)
-    return lambda: faster()  # a closure: the engine's profilers label it (an attribute Faster has no slot for)
+    if parts is None:
+        return lambda: faster()  # a closure: the engine's profilers label it (an attribute Faster has no slot for)
+
+    def pooled() -> None:
+        threads = current_threads()
+        if threads > 1 and parts.helping(threads):  # the helpers back off to one thread by themselves on a stall
+            run(threads)
+        else:
+            faster()
+
+    return pooled
