@@ -246,6 +246,30 @@ SOFT_MAX_SPEC: Final = _jit.KernelSpec(
 
 
 @_jit.inline
+def _rotate_row(
+    xr: np.ndarray,
+    orow: np.ndarray,
+    cr: np.ndarray,
+    sr: np.ndarray,
+    n_pairs: int,
+    first: int,
+    step: int,
+    delta: int,
+) -> None:  # pragma: no cover - compiled
+    """``orow`` = ``xr`` with the pairs ``(first + i·step, + delta)`` rotated by ``cr[i]`` / ``sr[i]``."""
+    for i in range(xr.shape[0]):  # in place this copies each value onto itself
+        orow[i] = xr[i]
+    for i in range(n_pairs):
+        j = first + i * step
+        x0 = xr[j]
+        x1 = xr[j + delta]
+        c = cr[i]
+        s = sr[i]
+        orow[j] = x0 * c - x1 * s
+        orow[j + delta] = x0 * s + x1 * c
+
+
+@_jit.inline
 def rope_rows(
     x: np.ndarray, out: np.ndarray, cos: np.ndarray, sin: np.ndarray, p: np.ndarray, r0: int, r1: int
 ) -> None:  # pragma: no cover - compiled
@@ -259,17 +283,7 @@ def rope_rows(
         xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
         oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
         xr, orow = x[xo : xo + n], out[oo : oo + n]
-        cr, sr = cos[i2], sin[i2]
-        for i in range(n):  # in place this copies each value onto itself
-            orow[i] = xr[i]
-        for i in range(n_pairs):
-            j = first + i * step
-            x0 = xr[j]
-            x1 = xr[j + delta]
-            c = cr[i]
-            s = sr[i]
-            orow[j] = x0 * c - x1 * s
-            orow[j + delta] = x0 * s + x1 * c
+        _rotate_row(xr, orow, cos[i2], sin[i2], n_pairs, first, step, delta)
         i1, i2, i3 = next_row(i1, i2, i3, n1, n2)
 
 
@@ -313,17 +327,7 @@ def _rope_pos(x: np.ndarray, out: np.ndarray, pos: np.ndarray, p: np.ndarray, f:
             for i1 in range(n1):
                 xo = i1 * p[4] + i2 * p[5] + i3 * p[6]
                 oo = i1 * p[7] + i2 * p[8] + i3 * p[9]
-                xr, orow = x[xo : xo + n], out[oo : oo + n]
-                for i in range(n):
-                    orow[i] = xr[i]
-                for i in range(n_pairs):
-                    j = first + i * step
-                    x0 = xr[j]
-                    x1 = xr[j + delta]
-                    c = cs[i]
-                    s = cs[n_pairs + i]
-                    orow[j] = x0 * c - x1 * s
-                    orow[j + delta] = x0 * s + x1 * c
+                _rotate_row(x[xo : xo + n], out[oo : oo + n], cs[:n_pairs], cs[n_pairs:], n_pairs, first, step, delta)
 
 
 ROPE_POS_SPEC: Final = _jit.KernelSpec(
