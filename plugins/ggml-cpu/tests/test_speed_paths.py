@@ -41,6 +41,11 @@ def _rows(r: np.random.Generator, n: int, k: int) -> np.ndarray:
         # amax = 127 → d = 1 (Q8_0/Q8_1) and max = -127 → iscale = 1 (Q8_K): ±62.5 are ties, roundf ≠ rint
         x[-1, 256 - 32 : 256] = np.float32(62.5) * np.where(np.arange(32) % 2, 1, -1)
         x[-1, 256 - 32] = np.float32(-127.0)
+    if k >= 512 and n >= 3:
+        x[1, 256:512] = np.where(np.arange(256) % 3, 0.0, -0.0)  # a whole Q8_K block of zeros, some negative
+        # Q8_K keeps the first value of largest magnitude (its sign sets iscale's): -m before +m, then +m before -m
+        m = np.float32(np.abs(x[2, :512]).max() * 2)
+        x[2, 40], x[2, 200], x[2, 256 + 9], x[2, 256 + 77] = -m, m, m, -m
     return x
 
 

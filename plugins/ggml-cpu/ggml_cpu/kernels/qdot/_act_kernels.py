@@ -12,70 +12,100 @@ from typing import Final
 import numpy as np
 
 from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot._blocks import f16_bits
+from ggml_cpu.kernels.qdot._blocks import f16_bits, f32_bits, f32_from_bits
 from ggml_cpu.kernels.qdot._jit import inline, prange
 
 __all__ = ["DOT_Q8_0", "DOT_Q8_1", "DOT_Q8_K", "SPECS", "q8_32_row", "q8_k_row", "quantize_into"]
 
 
+#: the sign bit cleared: a float32's bits as int32 then order as its magnitude (inf above every finite, NaN above)
+_MAG: Final = np.int32(0x7FFFFFFF)
+_INF_BITS: Final = np.int32(0x7F800000)
+#: 1.5·2²³ (see :func:`q8_32_row`); an explicit rounding the SLP vectoriser packs, where it leaves ``np.rint`` scalar
+_ROUND: Final = np.float32(12582912.0)
+
+
+@inline
+def _max_magnitude(xi: np.ndarray, o: int, n: int) -> int:  # pragma: no cover - compiled
+    """The largest ``|x|`` of ``x[o : o + n]`` as its float32 bits, ``xi`` being ``x``'s bits as int32: an integer
+    max, which vectorises where a float max (NaN-ordered) does not."""
+    m = np.int32(0)
+    for j in range(n):
+        v = xi[o + j] & _MAG
+        m = v if v > m else m
+    return m
+
+
+@inline
+def _non_finite(xi: np.ndarray, o: int, n: int) -> int:  # pragma: no cover - compiled
+    """How many of ``x[o : o + n]`` are infinite or NaN (``xi``: the bits as int32)."""
+    bad = 0
+    for j in range(n):
+        if (xi[o + j] & _MAG) >= _INF_BITS:
+            bad += 1
+    return bad
+
+
 @inline
 def q8_32_row(x: np.ndarray, r: int, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover
     """Q8_0 / Q8_1 quants of row ``r`` of ``x`` as ggml-cpu's x86 code: ``d = amax/127``, ``q = rint(x·(127/amax))``
-    (half to even); returns # non-finite."""
+    (half to even); returns # non-finite (those blocks are left unwritten: the caller quantizes with numpy)."""
     nb = x.shape[1] // 32
+    xr, qr = x[r], q[r]
+    xi = xr.view(np.int32)
     bad = 0
     for b in range(nb):
         o = b * 32
-        amax = np.float32(0.0)
-        for j in range(32):
-            a = abs(x[r, o + j])
-            if not (a <= np.float32(3.4028235e38)):
-                bad += 1
-            amax = amax if amax > a else a
-        dd = amax / np.float32(127.0)
-        inv = np.float32(127.0) / amax if amax != np.float32(0.0) else np.float32(0.0)
-        total = 0
-        for j in range(32):
-            qi = np.int8(np.int32(np.rint(x[r, o + j] * inv)))
-            q[r, o + j] = qi
+        m = _max_magnitude(xi, o, 32)
+        if m >= _INF_BITS:
+            bad += _non_finite(xi, o, 32)
+            continue
+        amax = f32_from_bits(np.int32(m))
+        inv = np.float32(127.0) / amax if m != 0 else np.float32(0.0)
+        total = np.int32(0)
+        for j in range(32):  # rint: |x·inv| <= 127, so adding 1.5·2²³ rounds it half to even into the low bits
+            t = xr[o + j] * inv + _ROUND
+            qi = np.int32(f32_bits(t) & np.uint32(0x7FFFFF)) - np.int32(0x400000)
+            qr[o + j] = np.int8(qi)
             total += qi
-        d[r, b] = dd
+        d[r, b] = amax / np.float32(127.0)
         sums[r, b] = total
     return bad
 
 
 @inline
 def q8_k_row(x: np.ndarray, r: int, q: np.ndarray, d: np.ndarray, sums: np.ndarray) -> int:  # pragma: no cover
-    """Q8_K quants of row ``r`` of ``x``: ``iscale = -127/max``, ``q = min(127, rint(iscale·x))``, bsums per 16."""
+    """Q8_K quants of row ``r`` of ``x``: ``iscale = -127/max`` with ``max`` the first value of largest magnitude,
+    ``q = min(127, rint(iscale·x))``, bsums per 16; returns # non-finite (those blocks are left unwritten)."""
     nb = x.shape[1] // 256
+    xr, qr = x[r], q[r]
+    xi = xr.view(np.int32)
     bad = 0
     for b in range(nb):
         o = b * 256
-        amax = np.float32(0.0)
-        vmax = np.float32(0.0)
-        for j in range(256):
-            v = x[r, o + j]
-            a = abs(v)
-            if not (a <= np.float32(3.4028235e38)):
-                bad += 1
-            if a > amax:
-                amax = a
-                vmax = v
-        if amax == np.float32(0.0):
+        m = _max_magnitude(xi, o, 256)
+        if m >= _INF_BITS:
+            bad += _non_finite(xi, o, 256)
+            continue
+        if m == 0:
             d[r, b] = np.float32(0.0)
             for j in range(256):
-                q[r, o + j] = 0
+                qr[o + j] = 0
             for j in range(16):
                 sums[r, b * 16 + j] = 0
             continue
-        iscale = np.float32(-127.0) / vmax
+        first = 256  # the reference keeps the first of equal magnitudes (it updates on ``>``): its sign counts
+        for j in range(256):
+            c = j if (xi[o + j] & _MAG) == m else 256
+            first = c if c < first else first
+        iscale = np.float32(-127.0) / xr[o + first]
+        for j in range(256):
+            qi = np.int32(np.rint(iscale * xr[o + j]))
+            qr[o + j] = np.int8(qi if qi < 127 else 127)
         for g in range(16):
-            total = 0
+            total = np.int32(0)
             for j in range(16):
-                qi = np.int32(np.rint(iscale * x[r, o + g * 16 + j]))
-                qi = qi if qi < 127 else 127
-                q[r, o + g * 16 + j] = np.int8(qi)
-                total += qi
+                total += np.int32(qr[o + g * 16 + j])
             sums[r, b * 16 + g] = total
         d[r, b] = np.float32(1.0) / iscale
     return bad

@@ -19,28 +19,14 @@ Imported only once numba is loaded (see :mod:`._jit`).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core.extending import intrinsic
 
 from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.kernels.qdot._blocks import f32_from_bits
 
 __all__ = ["BATCH_SOFT_MAX_SPEC", "EXP_SPEC", "USED_COLUMNS_SPEC", "exp_f32_fast"]
-
-
-@intrinsic
-def _f32_from_bits(typingctx: Any, bits: Any) -> Any:
-    """The float32 whose IEEE bits are the int32 ``bits`` (an LLVM bitcast)."""
-    if bits != types.int32:
-        return None
-
-    def codegen(context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> ir.Value:
-        return builder.bitcast(args[0], ir.FloatType())
-
-    return types.float32(types.int32), codegen
 
 
 _LOG2E: Final = np.float32(1.44269504088896341)
@@ -70,7 +56,7 @@ def exp_f32_fast(x: np.float32) -> np.float32:  # pragma: no cover - compiled
     y = (y * z + r) + np.float32(1.0)
     ni = np.int32(n)
     n1 = ni >> 1  # 2ⁿ as 2^n1 · 2^(n − n1), both normal: the first product is exact, the second rounds once
-    res = (y * _f32_from_bits(np.int32((n1 + 127) << 23))) * _f32_from_bits(np.int32((ni - n1 + 127) << 23))
+    res = (y * f32_from_bits(np.int32((n1 + 127) << 23))) * f32_from_bits(np.int32((ni - n1 + 127) << 23))
     res = np.float32(0.0) if tiny else res
     return res if x == x else x
 

@@ -9,7 +9,7 @@ import numpy as np
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot._jit import inline
 
-__all__ = ["f16_at", "f16_bits", "f32_bits", "scale_min_k4", "u32_at"]
+__all__ = ["f16_at", "f16_bits", "f32_bits", "f32_from_bits", "scale_min_k4", "u32_at"]
 
 
 @inline
@@ -56,6 +56,30 @@ def _make_f32_bits() -> Any:
 
 #: the bits of a float32 value (compiled: a bitcast)
 f32_bits: Any = _make_f32_bits()
+
+
+def _make_f32_from_bits() -> Any:
+    """``f32_from_bits(bits)``: the float32 whose IEEE bits are the int32 ``bits`` (the inverse of :data:`f32_bits`)."""
+    if not _jit.numba_loaded():
+        return lambda bits: np.float32(np.int32(bits).view(np.float32))
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    def typer(typingctx: Any, bits: Any) -> Any:
+        if bits != types.int32:
+            return None
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.bitcast(args[0], ir.FloatType())
+
+        return types.float32(bits), codegen
+
+    return intrinsic(typer)
+
+
+#: the float32 of int32 bits (compiled: a bitcast)
+f32_from_bits: Any = _make_f32_from_bits()
 
 
 @inline
