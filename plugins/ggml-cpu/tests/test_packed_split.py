@@ -65,6 +65,32 @@ def test_the_split_gives_the_one_thread_bits(t: GGMLType, n: int) -> None:
         np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
 
 
+@pytest.mark.parametrize("t", [GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q6_K], ids=lambda t: t.name)
+def test_a_prompt_batch_quantized_by_every_thread_gives_the_one_thread_bits(t: GGMLType) -> None:
+    """40 rows of 512: enough values that the split quantizes them in parts of rows as its own job before the
+    product (``SPLIT_QUANTIZE``); quants, sub-block sums and the product are the one-thread driver's bits."""
+    _ready(t)
+    ps = _split_module()
+    n, k = 40, 512
+    assert n * k >= ps.SPLIT_QUANTIZE  # this case takes the quantizing phase
+    p, fns, arrays = _operands(t, 96, n, k // t.block_size, seed=60)
+    one = _serial(p, fns, arrays)
+    quants = [a.copy() for a in arrays[1:7]]
+    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    for _ in range(10):
+        for a in (*arrays[1:4], *arrays[5:7]):
+            a[...] = 0 if a.dtype.kind in "iu" else np.nan
+        arrays[-1][...] = np.nan
+        assert split(True) == 0
+        np.testing.assert_array_equal(arrays[-1].view(np.uint32), one.view(np.uint32))
+        for got, ref in zip(arrays[1:7], quants, strict=True):
+            np.testing.assert_array_equal(got, ref)
+    arrays[0][n - 3, 100] = np.inf  # a non-finite value in a later part of rows: nothing computed, and said so
+    arrays[-1][...] = 7.0
+    assert split(True) != 0
+    assert (arrays[-1] == 7.0).all()
+
+
 def test_non_finite_activations_compute_nothing_and_say_so() -> None:
     t = GGMLType.Q4_0
     _ready(t)

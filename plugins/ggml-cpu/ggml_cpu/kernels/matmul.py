@@ -382,14 +382,20 @@ def _bind_block_products(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
     n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
     if b.type != GGMLType.F32 or a.type not in qdot.BLOCK_KERNEL_TYPES or n_rows > qdot.vec_rows_limit(a.type):
         return None
+    return _bind_slices(a, b, node, qdot.block_product)
+
+
+def _bind_slices(a: Tensor, b: Tensor, node: Tensor, make: Callable[..., Thunk | None]) -> Thunk | None:
+    """One product bound by ``make(weight rows, type, activation rows, out rows)`` per weight slice, or None when
+    ``make`` declines one or a slice is not a plain view of its operand's memory (a copy would miss later writes)."""
     w, x, out = arr(a), arr(b), arr(node)
     products = []
     for i3, i2, xs, os_ in _groups(a, b, x, out):
         rows = w[i3, i2]
         views = ((rows, w), (xs, x), (os_, out))
         if not all(v.flags.c_contiguous and v.ndim == 2 and np.may_share_memory(v, base) for v, base in views):
-            return None  # a copy made now would not see later writes
-        product = qdot.block_product(rows, a.type, xs, os_)
+            return None
+        product = make(rows, a.type, xs, os_)
         if product is None:
             return None
         products.append(product)
@@ -428,7 +434,9 @@ def _bind_quantized(a: Tensor, b: Tensor, node: Tensor, cache: WeightsCache | No
 
     n_rows = b.ne[1] * (b.ne[2] // a.ne[2]) * (b.ne[3] // a.ne[3])
     if cache is None and qdot.splits_itself(wtype, n_rows):
-        return run  # the split chooses its threads itself (see qdot.splits_itself)
+        # the split chooses its threads itself (see qdot.splits_itself); file-mapped weights bind it once
+        bound = _bind_slices(a, b, node, qdot.prompt_product) if b.type == GGMLType.F32 else None
+        return bound or run
     return _either_threading(run, arr(node), (a.type, tuple(a.ne), tuple(b.ne)))
 
 

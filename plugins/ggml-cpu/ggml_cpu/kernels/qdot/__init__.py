@@ -26,11 +26,13 @@ from ggml_cpu.kernels.qdot.product import (
     tile_rows,
     vec_rows_limit,
 )
+from ggml_cpu.kernels.qdot.prompt import PromptProduct, prompt_product
 
 __all__ = [
     "BLOCK_KERNEL_TYPES",
     "DOT_TYPE",
     "BlockProduct",
+    "PromptProduct",
     "QActs",
     "block_kernels_ready",
     "block_product",
@@ -42,6 +44,7 @@ __all__ = [
     "from_float",
     "max_threads",
     "numba_loaded",
+    "prompt_product",
     "qmatmul",
     "quantize_activations",
     "quantize_activations_numpy",

@@ -54,6 +54,11 @@ Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS, MODE = range(16, 26)
 PRODUCT, QUANTIZE = 0, 1
 PART0, PART_FIELDS = 32, 2
 MAX_PARTS: Final = 255
+#: activations of at least this many values are quantized by every thread (measured: 128 × 512 to Q8_K takes
+#: ~40 µs on one thread, a posted job ~2 µs); fewer, as a decode step's one row, by the caller alone
+SPLIT_QUANTIZE: Final = 16384
+#: parts of rows in that quantizing phase
+QUANTIZE_PARTS: Final = 8
 DESC_SIZE: Final = PART0 + PART_FIELDS * MAX_PARTS
 assert DESC_SIZE <= _spin.DESC_SIZE  # the helpers' shared descriptor holds either kind of job
 
@@ -88,8 +93,8 @@ def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cove
 
 @_jit.inline
 def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Rows ``desc[at] .. desc[at + 1]`` of ``x`` quantized (:func:`._act_kernels.quantize_into`); non-finite
-    inputs are counted in ``ctl[BAD]``."""
+    """Rows ``desc[at] .. desc[at + 1]`` of ``x`` quantized (:func:`._act_kernels.quantize_into`), with their
+    sub-block scales and sums when ``desc[NSUB]`` is set; non-finite inputs are counted in ``ctl[BAD]``."""
     at = PART0 + PART_FIELDS * p
     r0, r1, k = desc[at], desc[at + 1], desc[K]
     rows, cd, cs = r1 - r0, desc[XD_COLS], desc[XSUM_COLS]
@@ -102,6 +107,12 @@ def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma
     bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
     if bad:
         _add(ctl, _spin.BAD, bad)
+        return
+    nsub = desc[NSUB]
+    if nsub > 0:  # a product's quantizing phase (see :func:`_run`): its rows' sub-block scales and sums too
+        dx = numba.carray(_f32_at(desc[DX] + 4 * r0 * nsub), (rows, nsub))
+        sx = numba.carray(_i32_at(desc[SX] + 4 * r0 * nsub), (rows, nsub))
+        act_sub_blocks(xd, xsum, k // nsub, dx, sx)
 
 
 @_jit.inline
@@ -158,13 +169,41 @@ def _serve(ctl: np.ndarray, desc: np.ndarray, cycles: int) -> int:
 
 def _run(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, kind: int, quant: bool) -> int:
     """The caller: with ``quant`` quantize the activations first (−1, nothing posted, when they hold NaN or
-    infinity); post ``mine`` as job ``job`` (waking sleeping helpers), run the parts nobody claimed first, wait for
-    the rest; returns 0, or −1 when quantizing parts met non-finite inputs. (``kind`` is
-    :class:`ggml_cpu.threads.RowSplit`'s; this pool serves one kind.)"""
-    if quant and _prep(mine):  # pragma: no cover - compiled
-        return -1
-    for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):
+    infinity), a prompt's rows split across the threads as job ``job − 1``; post ``mine`` as job ``job`` (waking
+    sleeping helpers), run the parts nobody claimed first, wait for the rest; returns 0, or −1 when quantizing
+    parts met non-finite inputs. (``kind`` is :class:`ggml_cpu.threads.RowSplit`'s; this pool serves one kind.)"""
+    if quant:  # pragma: no cover - compiled
+        if mine[N] * mine[K] < SPLIT_QUANTIZE:
+            if _prep(mine):
+                return -1
+        elif _quantize_phase(ctl, desc, mine, job - 1):
+            return -1
+    return _post(ctl, desc, mine, job, True)
+
+
+@_jit.inline
+def _quantize_phase(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int) -> int:  # pragma: no cover
+    """A product's activations quantized by every thread as job ``job`` (parts of rows, :data:`QUANTIZE` mode):
+    the bytes of :func:`_prep`, which quantizes the same rows with the same code on one thread; non-zero when they
+    hold NaN or infinity."""
+    for i in range(PART0):
         desc[i] = mine[i]
+    n = mine[N]
+    n_parts = min(n, QUANTIZE_PARTS)
+    desc[MODE], desc[N_PARTS] = QUANTIZE, n_parts
+    for i in range(n_parts):
+        desc[PART0 + PART_FIELDS * i] = n * i // n_parts
+        desc[PART0 + PART_FIELDS * i + 1] = n * (i + 1) // n_parts
+    return _post(ctl, desc, desc, job, False)
+
+
+@_jit.inline
+def _post(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: int, copy: bool) -> int:  # pragma: no cover
+    """Post ``mine`` (with ``copy`` first copied into ``desc``, else ``desc`` itself) as job ``job``, run the
+    parts nobody claimed first, wait for the rest; 0, or −1 when quantizing parts met non-finite inputs."""
+    if copy:
+        for i in range(PART0 + PART_FIELDS * mine[N_PARTS]):
+            desc[i] = mine[i]
     n, done = mine[N_PARTS], 0
     _astore(ctl, _spin.BAD, 0)
     _astore(ctl, _spin.DONE, job << 16)
@@ -249,7 +288,7 @@ class _Pool:
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            self.job += 1
+            self.job += 2  # a product may post two jobs: its quantizing phase (job − 1), then itself
             return int(run(self.ctl, self.desc, mine, self.job, kind, quant))
         finally:
             self.lock.release()
