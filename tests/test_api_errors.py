@@ -206,6 +206,31 @@ def test_compute_after_buffer_free_names_the_tensor(cpu: g.Backend) -> None:
         x.numpy_view()
 
 
+def test_a_freed_buffer_of_an_unhashable_class_is_still_found(cpu: g.Backend) -> None:
+    """The check collects the graph's distinct buffers in a set; a plugin's buffer class that defines ``__eq__``
+    without ``__hash__`` is walked tensor by tensor instead, and still named."""
+    from ggml_core.backend.interfaces import check_graph_memory
+
+    graph, x, _y, buf = _square_graph(cpu)
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+        freed = True
+        name = "Plugin"
+
+    check_graph_memory(graph)  # nothing freed: passes
+    real = x.buffer
+    x.buffer = Unhashable()  # type: ignore[assignment]
+    try:
+        with pytest.raises(g.BufferFreedError, match="'x'"):
+            check_graph_memory(graph)
+    finally:
+        x.buffer = real
+    buf.free()
+    with pytest.raises(g.BufferFreedError, match="'x'"):
+        check_graph_memory(graph)
+
+
 def test_the_scheduler_refuses_freed_weights_too(cpu: g.Backend) -> None:
     graph, _x, _y, buf = _square_graph(cpu)
     buf.free()

@@ -31,7 +31,8 @@ from ggml_cpu.threads import Threads
 
 __all__ = ["Engine", "Plan", "describe"]
 
-_BINDING: Final = operator.attrgetter("buffer", "data_offset")
+_BUFFER: Final = operator.attrgetter("buffer")
+_OFFSET: Final = operator.attrgetter("data_offset")
 _SRC: Final = operator.attrgetter("src")
 _HOST_ARRAY: Final = operator.methodcaller("host_array")
 
@@ -49,7 +50,9 @@ class Plan:
     steps: list[tuple[Tensor, Thunk]]
     thunks: list[Thunk]
     tensors: list[Tensor]
-    bindings: list[tuple[Buffer | None, int | None]]
+    #: each tensor's buffer and byte offset when planned (two flat lists: comparing them builds no tuples)
+    tensor_buffers: list[Buffer | None]
+    offsets: list[int | None]
     srcs: list[list[Tensor | None]]
     memory: list[tuple[Buffer, Any]] = field(default_factory=list)
     buffers: list[Buffer] = field(init=False)
@@ -68,7 +71,8 @@ class Plan:
         return (
             graph.nodes == self.graph_nodes
             and list(map(_SRC, self.graph_nodes)) == self.srcs
-            and list(map(_BINDING, self.tensors)) == self.bindings
+            and list(map(_BUFFER, self.tensors)) == self.tensor_buffers
+            and list(map(_OFFSET, self.tensors)) == self.offsets
             and self.memory_current()
         )
 
@@ -139,7 +143,8 @@ class Engine:
             steps=steps,
             thunks=[thunk for _, thunk in steps],
             tensors=tensors,
-            bindings=list(map(_BINDING, tensors)),
+            tensor_buffers=list(map(_BUFFER, tensors)),
+            offsets=list(map(_OFFSET, tensors)),
             srcs=[list(n.src) for n in graph.nodes],
             memory=[(b, b.host_array()) for b in buffers.values()],
         )
