@@ -28,6 +28,7 @@ TYPES = [GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6
 @contextlib.contextmanager
 def _mapped(tmp_path: Path, data: np.ndarray) -> Iterator[np.ndarray]:
     """``data`` written to a file and mapped read-only, as the model loader maps a GGUF."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "w.bin"
     path.write_bytes(data.tobytes())
     with path.open("rb") as f:
@@ -99,6 +100,35 @@ def test_non_finite_activations_take_the_numpy_quantizer(tmp_path: Path, threads
         np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32))
         finite = np.isfinite(x).all(axis=1)
         assert np.isfinite(out[finite]).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_products_reading_one_activation_array_share_buffers_and_stay_exact(tmp_path: Path, threads: int) -> None:
+    """A layer's Q, K, V read the same activations: their products share the quantization buffers (one set per
+    activation array, dot type and sub-block count), and each call still gives ``qmatmul``'s bits, in any order."""
+    n = 40
+    types = [GGMLType.Q4_K, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q8_0]  # Q6_K: other sub-blocks; Q8_0: dot
+    for t in types:
+        _ready(t)
+    x = _case(GGMLType.Q4_K, 16, n, 2, seed=20)[1]
+    products, refs = [], []
+    with contextlib.ExitStack() as stack, _threads(threads):
+        for i, t in enumerate(types):
+            w_data = _case(t, 48 + 16 * i, n, 512 // t.block_size, seed=30 + i)[0]
+            w = stack.enter_context(_mapped(tmp_path / str(i), w_data))
+            out = np.full((n, w.shape[0]), np.nan, np.float32)
+            bound = qdot.prompt_product(w, t, x, out)
+            assert bound is not None
+            products.append((bound, out))
+            refs.append(_reference(w, t, x))
+        for i in (0, 1, 2, 3, 1, 0, 3, 2):
+            products[i][1][...] = np.nan
+            products[i][0]()
+            np.testing.assert_array_equal(products[i][1].view(np.uint32), refs[i].view(np.uint32))
+        acts = [p._acts for p, _ in products]
+        assert acts[0][0] is acts[1][0]  # the same type: one set
+        assert acts[0][4] is not acts[2][4]  # Q6_K's sub-blocks are its own
+        assert acts[0][0] is not acts[3][0]  # Q8_0 quantizes to another dot type
 
 
 def test_writable_weights_are_not_bound() -> None:
