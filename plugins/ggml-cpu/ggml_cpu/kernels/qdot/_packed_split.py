@@ -42,7 +42,7 @@ from ggml_cpu.kernels.qdot._spin import (
     _pause,
     _u8_at,
 )  # fmt: skip
-from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs
+from ggml_cpu.kernels.qdot.activations import QActs, act_buffers
 from ggml_cpu.kernels.qdot.product import _F16
 from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, act_sub_blocks, lane_group
 
@@ -93,11 +93,26 @@ def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cove
 
 @_jit.inline
 def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Rows ``desc[at] .. desc[at + 1]`` of ``x`` quantized (:func:`._act_kernels.quantize_into`), with their
-    sub-block scales and sums when ``desc[NSUB]`` is set; non-finite inputs are counted in ``ctl[BAD]``."""
+    """Part ``p`` of a :data:`QUANTIZE` job (:func:`_quantize_rows`); non-finite inputs are counted in
+    ``ctl[BAD]``."""
     at = PART0 + PART_FIELDS * p
-    r0, r1, k = desc[at], desc[at + 1], desc[K]
-    rows, cd, cs = r1 - r0, desc[XD_COLS], desc[XSUM_COLS]
+    bad = _quantize_rows(desc, desc[at], desc[at + 1])
+    if bad:
+        _add(ctl, _spin.BAD, bad)
+
+
+@_jit.inline
+def _prep(desc: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Quantize every activation row on this thread, with the sub-block scales and sums; the count of non-finite
+    inputs."""
+    return _quantize_rows(desc, 0, desc[N])
+
+
+@_jit.inline
+def _quantize_rows(desc: np.ndarray, r0: int, r1: int) -> int:  # pragma: no cover - compiled
+    """Rows ``r0 .. r1`` of ``x`` quantized (:func:`._act_kernels.quantize_into`), with their sub-block scales and
+    sums when ``desc[NSUB]`` is set (a product's); the count of non-finite inputs (then no sums are formed)."""
+    k, rows, cd, cs = desc[K], r1 - r0, desc[XD_COLS], desc[XSUM_COLS]
     x = numba.carray(_f32_at(desc[X] + 4 * r0 * k), (rows, k))
     xq = numba.carray(_i8_at(desc[XQ] + r0 * k), (rows, k))
     xd = numba.carray(_f32_at(desc[XD] + 4 * r0 * cd), (rows, cd))
@@ -106,31 +121,12 @@ def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma
     lut = numba.carray(_f32_at(desc[LUT]), 65536)
     bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
     if bad:
-        _add(ctl, _spin.BAD, bad)
-        return
+        return bad
     nsub = desc[NSUB]
-    if nsub > 0:  # a product's quantizing phase (see :func:`_run`): its rows' sub-block scales and sums too
+    if nsub > 0:
         dx = numba.carray(_f32_at(desc[DX] + 4 * r0 * nsub), (rows, nsub))
         sx = numba.carray(_i32_at(desc[SX] + 4 * r0 * nsub), (rows, nsub))
         act_sub_blocks(xd, xsum, k // nsub, dx, sx)
-
-
-@_jit.inline
-def _prep(desc: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Quantize the activations and form their sub-block scales and sums; the count of non-finite inputs."""
-    n, k, nsub = desc[N], desc[K], desc[NSUB]
-    x = numba.carray(_f32_at(desc[X]), (n, k))
-    xq = numba.carray(_i8_at(desc[XQ]), (n, k))
-    xd = numba.carray(_f32_at(desc[XD]), (n, desc[XD_COLS]))
-    xsum = numba.carray(_i32_at(desc[XSUM]), (n, desc[XSUM_COLS]))
-    xs = numba.carray(_f32_at(desc[XS]), (n, desc[XD_COLS]))
-    lut = numba.carray(_f32_at(desc[LUT]), 65536)
-    bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
-    if bad:
-        return bad
-    dx = numba.carray(_f32_at(desc[DX]), (n, nsub))
-    sx = numba.carray(_i32_at(desc[SX]), (n, nsub))
-    act_sub_blocks(xd, xsum, k // nsub, dx, sx)
     return 0
 
 
@@ -423,10 +419,7 @@ def quantize_rows(x: np.ndarray, dot: GGMLType, threads: int) -> QActs | None:
         return None
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = x.shape
-    bl = DOT_TYPES[dot]
-    q, d = np.empty((n, k), np.int8), np.empty((n, k // bl), np.float32)
-    sums = np.empty((n, k // 16 if bl == 256 else k // 32), np.int32)
-    s = np.zeros((n, k // bl), np.float32)
+    q, d, sums, s = act_buffers(n, k, dot)
     code = {GGMLType.Q8_0: DOT_Q8_0, GGMLType.Q8_1: DOT_Q8_1, GGMLType.Q8_K: DOT_Q8_K}[dot]
     n_parts = min(n, 4 * threads, MAX_PARTS)
     cuts = [n * i // n_parts for i in range(n_parts + 1)]

@@ -23,7 +23,15 @@ from ggml_core import GGMLType
 from ggml_core.quants import quantize
 from ggml_cpu.kernels.qdot import _jit
 
-__all__ = ["DOT_TYPES", "QActs", "from_float", "quantize_activations", "quantize_activations_numpy"]
+__all__ = [
+    "DOT_TYPES",
+    "QActs",
+    "act_buffers",
+    "from_float",
+    "numpy_into",
+    "quantize_activations",
+    "quantize_activations_numpy",
+]
 
 #: the dot types handled here and their block length
 DOT_TYPES: Final = {GGMLType.Q8_0: 32, GGMLType.Q8_1: 32, GGMLType.Q8_K: 256}
@@ -175,3 +183,21 @@ def quantize_activations_numpy(x: np.ndarray, dot: GGMLType) -> QActs:
     if dot == GGMLType.Q8_1:
         s = np.ascontiguousarray(blocks[..., 2:4]).view("<f2").reshape(n, -1).astype(np.float32)
     return QActs(dot, q, d, sums, s)
+
+
+def act_buffers(n: int, k: int, dot: GGMLType) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Empty buffers ``(q, d, sums, s)`` for ``n`` rows of ``k`` values quantized to ``dot``, as the compiled
+    quantizers fill them: int8 quants, a float32 scale per block, int32 sums (per 16 values for Q8_K, per block
+    otherwise) and Q8_1's ``s`` (zeros; unused by the other types)."""
+    nb = k // DOT_TYPES[dot]
+    sums = np.empty((n, k // 16 if dot == GGMLType.Q8_K else k // 32), np.int32)
+    return np.empty((n, k), np.int8), np.empty((n, nb), np.float32), sums, np.zeros((n, nb), np.float32)
+
+
+def numpy_into(x: np.ndarray, dot: GGMLType, q: np.ndarray, d: np.ndarray, sums: np.ndarray, s: np.ndarray) -> None:
+    """:func:`quantize_activations_numpy` of ``x`` written into :func:`act_buffers`: how the compiled paths handle
+    rows holding NaN or infinity (the numpy quantizer defines their bytes)."""
+    acts = quantize_activations_numpy(x, dot)
+    q[...], d[...], sums[...] = acts.q, acts.d, acts.sums
+    if acts.s.size:
+        s[...] = acts.s

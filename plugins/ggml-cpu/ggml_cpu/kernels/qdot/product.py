@@ -29,7 +29,12 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants import can_dequantize, dequantize
 from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot.activations import DOT_TYPES, QActs, quantize_activations, quantize_activations_numpy
+from ggml_cpu.kernels.qdot.activations import (
+    QActs,
+    act_buffers,
+    numpy_into,
+    quantize_activations,
+)
 from ggml_cpu.threads import Faster, RowSplit, current_threads, parallel_for, single_threaded_blas
 
 __all__ = [
@@ -232,8 +237,12 @@ class _SplitProduct:
 
 
 def _split_of(p: Any, arrays: tuple[np.ndarray, ...], lut: np.ndarray, dot: int, threads: int, serial: Any) -> Any:
+    """The repacked product split over the spinning helpers (:class:`._packed_split.PackedSplit`), or None where
+    their kernels do not compile here."""
     from ggml_cpu.kernels.qdot import _packed_split
 
+    if _packed_split.jobs() is None or _packed_split.pool(threads - 1) is None:
+        return None
     return _packed_split.PackedSplit(p, arrays, lut, dot, threads, serial)
 
 
@@ -305,11 +314,7 @@ class BlockProduct:
     def __init__(self, fns: tuple[Any, Any], w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray) -> None:
         n, k = x.shape
         dot = DOT_TYPE[wtype]
-        nb = k // DOT_TYPES[dot]
-        xq = np.empty((n, k), np.int8)
-        xd = np.empty((n, nb), np.float32)
-        xsum = np.empty((n, k // 16 if dot == GGMLType.Q8_K else k // 32), np.int32)
-        xs = np.zeros((n, nb), np.float32)  # Q8_1's s; unused by the other types
+        xq, xd, xsum, xs = act_buffers(n, k, dot)
         parallel, self._serial = fns
         self._key = (wtype, w.shape, x.shape)
         self._split: tuple[int, Any] | None = None  # (threads, split or one thread) for one activation row
@@ -362,13 +367,8 @@ class BlockProduct:
         probe, 1,000 on one thread). A helper that stalls makes the split back off to one thread by itself."""
         split = self._split
         if split is None or split[0] != threads:
-            from ggml_cpu.kernels.qdot import _packed_split
-
-            if _packed_split.jobs() is None or _packed_split.pool(threads - 1) is None:
-                self._split = (threads, self._faster)
-                return self._faster
             parts = self._pack_split(threads, self._serial)
-            split = self._split = (threads, _QuantFlag(parts))
+            split = self._split = (threads, _QuantFlag(parts) if parts is not None else self._faster)
         return split[1]
 
     def _split_for(self, threads: int) -> Any:
@@ -400,11 +400,7 @@ class BlockProduct:
         else:
             fn = self._faster
         if fn(*self._args):  # non-finite activations: the numpy quantizer defines their bytes
-            acts = quantize_activations_numpy(self._x, self._dot)
-            xq, xd, xsum, xs = self._acts
-            xq[...], xd[...], xsum[...] = acts.q, acts.d, acts.sums
-            if acts.s.size:
-                xs[...] = acts.s
+            numpy_into(self._x, self._dot, *self._acts)
             # the one-thread repacked driver forms the sub-block sums from these itself (the split does so only
             # when it quantizes)
             (self._serial if self._repacked else fn)(*self._pre)

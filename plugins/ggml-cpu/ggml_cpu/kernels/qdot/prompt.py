@@ -22,8 +22,8 @@ import numpy as np
 
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot.activations import DOT_TYPES, quantize_activations_numpy
-from ggml_cpu.kernels.qdot.product import _F16, DOT_TYPE, _check, _packed_ready, qmatmul
+from ggml_cpu.kernels.qdot.activations import act_buffers, numpy_into
+from ggml_cpu.kernels.qdot.product import _F16, DOT_TYPE, _check, _packed_ready, _split_of, qmatmul
 
 __all__ = ["PromptProduct", "prompt_product"]
 
@@ -64,14 +64,11 @@ class PromptProduct:
         """The split over ``threads`` threads (None where its kernels do not compile: then one thread)."""
         split = self._split
         if split is None or split[0] != threads:
-            from ggml_cpu.kernels.qdot import _packed_split, repack
+            from ggml_cpu.kernels.qdot import repack
 
-            ps = None
-            if _packed_split.jobs() is not None and _packed_split.pool(threads - 1) is not None:
-                p = self._p
-                arrays = (self._x, *self._acts, self._out)
-                ps = _packed_split.PackedSplit(p, arrays, _F16, repack.dot_code(p.group, p.has_min), threads,
-                                               self._serial)  # fmt: skip
+            p = self._p
+            arrays = (self._x, *self._acts, self._out)
+            ps = _split_of(p, arrays, _F16, repack.dot_code(p.group, p.has_min), threads, self._serial)
             split = self._split = (threads, ps)
         return split[1]
 
@@ -86,11 +83,7 @@ class PromptProduct:
         x, out = self._x, self._out
         bad = split(True) if split is not None else self._serial(x, True, *self._tail, out)
         if bad:  # non-finite activations: the numpy quantizer defines their bytes; the driver forms the sums
-            acts = quantize_activations_numpy(x, DOT_TYPE[self._wtype])
-            xq, xd, xsum, xs = self._acts[:4]
-            xq[...], xd[...], xsum[...] = acts.q, acts.d, acts.sums
-            if acts.s.size:
-                xs[...] = acts.s
+            numpy_into(x, DOT_TYPE[self._wtype], *self._acts[:4])
             self._serial(x, False, *self._tail, out)
 
 
@@ -110,15 +103,7 @@ def _buffers(x: np.ndarray, dot: GGMLType, nsub: int) -> tuple[np.ndarray, ...]:
     key = (int(x.__array_interface__["data"][0]), n, k, dot, nsub)
     got = _shared.get(key)
     if got is None:
-        nb = k // DOT_TYPES[dot]
-        got = (
-            np.empty((n, k), np.int8),
-            np.empty((n, nb), np.float32),
-            np.empty((n, k // 16 if dot == GGMLType.Q8_K else k // 32), np.int32),
-            np.zeros((n, nb), np.float32),  # Q8_1's s; unused by the other types
-            np.empty((n, nsub), np.float32),
-            np.empty((n, nsub), np.int32),
-        )
+        got = (*act_buffers(n, k, dot), np.empty((n, nsub), np.float32), np.empty((n, nsub), np.int32))
         if len(_shared) >= 1024:  # bounded: the graphs in use
             _shared.clear()
         _shared[key] = got
