@@ -37,6 +37,11 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+def _energy(a: np.ndarray, b: np.ndarray) -> float:
+    """Squared error over the reference's squared norm."""
+    return float(((a - b) ** 2).sum() / (b**2).sum())
+
+
 @pytest.mark.parametrize(
     ("wtype", "kv_type"), [("f32", "f32"), ("f32", "f16"), ("f16", "f16"), ("q8_0", "f16"), ("q4_0", "f32")]
 )
@@ -51,13 +56,17 @@ def test_cpu_plus_opencl_gives_the_cpu_logits(tmp_path: Path, wtype: str, kv_typ
     names = {s.name for s in m.placement.shares if s.layers}
     assert names == {"CPU", "OpenCL0"}
     assert m.executor.n_splits >= 2
-    # another device sums in another order: float32 rounding, accumulated over 4 layers
-    assert _rel(split, cpu) < 1e-5
     ref = reference_logits(CFG, w, TOKENS, wtype, kv_type)
     if wtype == "f16":
-        # f16 activations: a value on a rounding boundary may round the other way than in the float64 reference
-        assert float(((split - ref) ** 2).sum() / (ref**2).sum()) < 1e-7
+        # f16 activations: another device sums in another order, so an activation on an f16 rounding boundary may
+        # round the other way (seen on an AMD EPYC: one token's logits 2e-4 off, the others 2e-7): a few f16 ulps
+        # (2^-11 each) at most anywhere, and 1e-7 of the energy in all. A misplaced or skipped layer gives ~1.
+        assert _rel(split, cpu) < 2e-3
+        assert _energy(split, cpu) < 1e-7
+        assert _energy(split, ref) < 1e-7
     else:
+        # another device sums in another order: float32 rounding, accumulated over 4 layers
+        assert _rel(split, cpu) < 1e-5
         assert _rel(split, ref) < 1e-5
 
 
