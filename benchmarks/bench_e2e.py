@@ -207,6 +207,15 @@ def _theirs(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[f
     return {"pp": [N_PROMPT / t for t in times["pp"]], "tg": [n_gen / t for t in times["tg"]]}
 
 
+def _blas_kernels() -> str:
+    """Which OpenBLAS kernels numpy runs here (the same environment as ggml-core's processes), or ''."""
+    try:
+        from ggml_cpu.threads import blas_kernels
+    except ImportError:
+        return ""
+    return blas_kernels()
+
+
 def _load() -> float:
     """The 1-minute load average (0 where the OS has none): the benchmark shares the machine with other work."""
     try:
@@ -241,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             use_llama = False
     isa = ",".join(f[4:].split("=")[0].lower() for f in cmake_isa_flags() if f.endswith("=ON"))
     print(f"# CPU: {cpu_model()} ({os.cpu_count()} cores); llama.cpp built with {isa}", file=sys.stderr)
+    blas = _blas_kernels()
+    print(f"# ggml-core's f32 products: {blas or 'numpy BLAS (not OpenBLAS)'}", file=sys.stderr)
     load_start = _load()
     rows = []
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
@@ -262,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not ours:
                     continue
                 row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model(), "load_average": _load()}
+                row["blas_kernels"] = blas
                 for k in ("pp", "tg"):
                     row[f"{k}_tokens_per_s"] = statistics.median(v for r in ours for v in r[f"{k}_all"])
                     row[f"{k}_vs_floor"] = row[f"{k}_tokens_per_s"] / statistics.median(

@@ -215,7 +215,10 @@ class CPUDevice(Device):
     caps = DeviceCaps(asynchronous=False, host_buffer=False, buffer_from_host_ptr=True, events=False)
 
     def __init__(self) -> None:
-        super().__init__("CPU", f"{_cpu_name()} [{kernel_variant()}]")
+        from ggml_cpu.threads import blas_kernels
+
+        blas = blas_kernels()  # f32 products: which kernels OpenBLAS runs them with here
+        super().__init__("CPU", f"{_cpu_name()} [{kernel_variant()}{'; f32 products: ' + blas if blas else ''}]")
         self._buft = CPUBufferType("CPU", self, alignment=ALIGNMENT, is_host=True)
         self._mapped = CPUMappedBufferType("CPU_Mapped", self, alignment=ALIGNMENT, is_host=True)
 
@@ -306,6 +309,11 @@ class CPUReg(BackendReg):
                 out["BLAS"] = f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
         except Exception:  # noqa: BLE001 - informative only
             pass
+        from ggml_cpu.threads import blas_kernels
+
+        kernels = blas_kernels()
+        if kernels:
+            out["BLAS kernels"] = kernels
         from ggml_cpu.engine import describe
 
         out["kernels"] = kernel_variant()

@@ -69,3 +69,58 @@ def test_named_variant_is_the_built_one() -> None:
     from ggml_cpu.kernels.qdot import _simd
 
     assert ("vpdpbusd" in plugin.kernel_variant()) == _simd.HAS_VNNI
+
+
+# ------------------------------------------------------------------------------------------------ BLAS kernels
+
+AVX512 = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx2"})
+
+
+def _fake_core(monkeypatch: pytest.MonkeyPatch, core: bytes) -> None:
+    from ggml_cpu import threads
+
+    def get_corename() -> bytes:
+        return core
+
+    monkeypatch.setattr(threads, "_openblas_function", lambda stem: get_corename if stem == "get_corename" else None)
+
+
+@pytest.mark.parametrize(
+    ("core", "forced", "flags", "expected", "warns"),
+    [
+        (b"SkylakeX", None, AVX512, "OpenBLAS SkylakeX kernels", False),
+        (b"Haswell", "Haswell", AVX512, "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell", True),
+        (b"Haswell", "Haswell", frozenset({"avx2"}), "OpenBLAS Haswell kernels (OPENBLAS_CORETYPE=Haswell)", False),
+        (b"SkylakeX", "SkylakeX", AVX512, "OpenBLAS SkylakeX kernels (OPENBLAS_CORETYPE=SkylakeX)", False),
+    ],
+)
+def test_blas_kernels_say_when_openblas_is_held_to_narrower_vectors(
+    monkeypatch: pytest.MonkeyPatch, core: bytes, forced: str | None, flags: frozenset[str], expected: str, warns: bool
+) -> None:
+    from ggml_cpu import threads
+
+    _fake_core(monkeypatch, core)
+    if forced is None:
+        monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_CORETYPE", forced)
+    text = threads.blas_kernels(flags)
+    assert text.startswith(expected)
+    assert ("unset it" in text) is warns
+
+
+def test_blas_kernels_are_named_by_the_loaded_openblas() -> None:
+    """With numpy's bundled OpenBLAS, the device description names the core OpenBLAS itself reports."""
+    import ctypes
+
+    from ggml_cpu import threads
+
+    fn = threads._openblas_function("get_corename")
+    if fn is None:
+        pytest.skip("numpy's BLAS here is not OpenBLAS (or not found in /proc/self/maps)")
+    fn.restype = ctypes.c_char_p
+    core = fn().decode()
+    text = threads.blas_kernels()
+    assert text.startswith(f"OpenBLAS {core} kernels")
+    assert text in plugin.cpu_reg().enumerate_devices()[0].description
+    assert plugin.cpu_reg().features()["BLAS kernels"] == text
