@@ -29,7 +29,7 @@ def parts() -> object:
         pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
     from ggml_cpu.kernels.qdot import _packed_split
 
-    assert _packed_split.pool(1) is not None  # started as a quantized model's first prompt product starts it
+    assert _packed_split.pool(1, quantized=True) is not None  # as a quantized model's first prompt product starts it
     assert mod.helping(2)  # type: ignore[attr-defined]
     return mod
 

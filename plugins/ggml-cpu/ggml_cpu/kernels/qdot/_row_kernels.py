@@ -1,5 +1,5 @@
 """Compiled row kernels of the decode step's small ops: RMS_NORM (+ the MUL after it), SOFT_MAX, ROPE's rotation,
-SET_ROWS, SWIGLU, and f16 products (the KV cache) read in f16 directly.
+SET_ROWS, SWIGLU, f16 products (the KV cache) read in f16 directly, and few-row products of f32 weights.
 
 Each kernel is one call into compiled code with every operand passed as a flat 1-D view of its memory (from the
 tensor's first element) plus element strides in one int64 parameter array, so a call unboxes a handful of
@@ -26,6 +26,7 @@ from ggml_cpu.kernels.qdot import _half_kernels, _jit
 from ggml_cpu.kernels.qdot._jit import prange
 
 __all__ = [
+    "F32_DOT_SPEC",
     "GLU_SPEC",
     "HALF_DOT_SPECS",
     "RMS_NORM_SPEC",
@@ -472,4 +473,90 @@ HALF_DOT_SPECS: Final = (
     _jit.KernelSpec(
         _half_dot, _HALF_SIGNATURE, readonly=(0, 1, 5), fastmath=frozenset({"reassoc"}), name="_half_dot_serial"
     ),
+)
+
+
+# ------------------------------------------------------------------------------------------------ f32 products
+
+
+_LANES = 16  # float32 lanes of one vector (512 bits; LLVM splits it into two 256-bit halves on AVX2)
+_UNROLL = 4  # independent accumulators: a float add's latency hidden behind the next vectors' loads
+
+
+def _row_dot_typer(typingctx: Any, w: Any, wo: Any, x: Any, xo: Any, k: Any) -> Any:
+    """``Σ_k w[wo + k] · x[xo + k]`` of two float32 arrays, as explicit vector IR: 4 accumulators of 16 lanes over
+    each 64 values, then 16 at a time into the first, the four added pairwise, one ordered horizontal sum, and the
+    last ``k mod 16`` terms added one by one. No fast-math flag is needed (the lanes are written out), so the sum
+    order — hence the bits — is the same wherever the kernel is compiled: in the one-thread kernel and inlined
+    into the helpers' loop alike."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.float32 for a in (w, x)):
+        return None
+
+    def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+        from numba.core import cgutils
+
+        b = builder
+        f32, i64 = ir.FloatType(), ir.IntType(64)
+        vec = ir.VectorType(f32, _LANES)
+        wp = b.gep(context.make_array(sig.args[0])(context, b, args[0]).data, [args[1]], inbounds=True)
+        xp = b.gep(context.make_array(sig.args[2])(context, b, args[2]).data, [args[3]], inbounds=True)
+        k = args[4]
+        accs = [cgutils.alloca_once_value(b, ir.Constant(vec, [0.0] * _LANES)) for _ in range(_UNROLL)]
+
+        def add_lanes(acc: Any, off: ir.Value) -> None:
+            wv = b.load(b.bitcast(b.gep(wp, [off], inbounds=True), vec.as_pointer()), align=4)
+            xv = b.load(b.bitcast(b.gep(xp, [off], inbounds=True), vec.as_pointer()), align=4)
+            b.store(b.fadd(b.load(acc), b.fmul(wv, xv)), acc)
+
+        step = _LANES * _UNROLL
+        n_big = b.udiv(k, ir.Constant(i64, step))
+        with cgutils.for_range(b, n_big) as loop:
+            base = b.mul(loop.index, ir.Constant(i64, step))
+            for u in range(_UNROLL):
+                add_lanes(accs[u], b.add(base, ir.Constant(i64, _LANES * u)))
+        done = b.mul(n_big, ir.Constant(i64, step))
+        n_vec = b.udiv(b.sub(k, done), ir.Constant(i64, _LANES))
+        with cgutils.for_range(b, n_vec) as loop:
+            add_lanes(accs[0], b.add(done, b.mul(loop.index, ir.Constant(i64, _LANES))))
+        lanes = [b.load(a) for a in accs]
+        pair = b.fadd(b.fadd(lanes[0], lanes[1]), b.fadd(lanes[2], lanes[3]))
+        fred = b.module.declare_intrinsic(
+            "llvm.vector.reduce.fadd.v16f32", fnty=ir.FunctionType(f32, [f32, vec])
+        )  # fmt: skip
+        total = cgutils.alloca_once_value(b, b.call(fred, [ir.Constant(f32, -0.0), pair]))
+        tail = b.add(done, b.mul(n_vec, ir.Constant(i64, _LANES)))
+        with cgutils.for_range(b, b.sub(k, tail)) as loop:
+            off = b.add(tail, loop.index)
+            wv, xv = b.load(b.gep(wp, [off], inbounds=True)), b.load(b.gep(xp, [off], inbounds=True))
+            b.store(b.fadd(b.load(total), b.fmul(wv, xv)), total)
+        return b.load(total)
+
+    return types.float32(w, types.int64, x, types.int64, types.int64), codegen
+
+
+_row_dot: Any = intrinsic(_row_dot_typer)
+
+
+@_jit.inline
+def f32_dot_rows(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray, r0: int, r1: int) -> None:
+    """Weight rows ``[r0, r1)`` of ``out[j, m] = Σ_k w[m, k] · x[j, k]`` for the few activation rows ``j``.
+
+    ``p`` = (K, M, N, weight row stride, activation row stride, output row stride), in elements. The sum over k is
+    float32 in SIMD lanes (:func:`_row_dot_typer`; ggml's ``vec_dot_f32`` sums in lanes too); each output is one
+    row's dot product whatever the split, so the bits do not depend on the thread count.
+    """
+    k_n, n_n, ws, xs, os_ = p[0], p[2], p[3], p[4], p[5]
+    for m in range(r0, r1):  # pragma: no cover - compiled
+        for j in range(n_n):
+            out[j * os_ + m] = _row_dot(w, m * ws, x, j * xs, k_n)
+
+
+def _f32_dot(w: np.ndarray, x: np.ndarray, out: np.ndarray, p: np.ndarray) -> None:
+    """:func:`f32_dot_rows` over every weight row."""
+    f32_dot_rows(w, x, out, p, 0, p[1])  # pragma: no cover - compiled
+
+
+#: few-row products of f32 weights (decode): the weights stream from memory once, at its bandwidth
+F32_DOT_SPEC: Final = _jit.KernelSpec(
+    _f32_dot, "void(float32[::1], float32[::1], float32[::1], int64[::1])", readonly=(0, 1)
 )

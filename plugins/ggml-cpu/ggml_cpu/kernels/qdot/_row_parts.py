@@ -22,10 +22,10 @@ import numpy as np
 
 from ggml_cpu.kernels.qdot import _jit, _spin
 from ggml_cpu.kernels.qdot._attn_kernels import batch_soft_max_rows
-from ggml_cpu.kernels.qdot._row_kernels import rms_norm_rows, rope_rows, set_rows_rows, swiglu_rows
+from ggml_cpu.kernels.qdot._row_kernels import f32_dot_rows, rms_norm_rows, rope_rows, set_rows_rows, swiglu_rows
 from ggml_cpu.kernels.qdot._spin import _add, _f32_at, _f64_at, _i32_at, _i64_at, _u16_at
 
-__all__ = ["FIRST_MODE", "GLU", "RMS_NORM", "ROPE", "SET_ROWS", "SOFT_MAX", "RowJob", "nudge", "row_part"]
+__all__ = ["F32_DOT", "FIRST_MODE", "GLU", "RMS_NORM", "ROPE", "SET_ROWS", "SOFT_MAX", "RowJob", "nudge", "row_part"]
 
 #: ``desc`` fields of a row job: array addresses, their lengths (elements), the int64 parameters, the float64
 #: settings, one count (ROPE: the pairs per token)
@@ -35,6 +35,8 @@ MAX_ARRAYS: Final = 6
 GLU, RMS_NORM, ROPE, SOFT_MAX = 2, 3, 4, 5
 #: SET_ROWS per (destination, index) type
 SET_ROWS: Final = {("float32", "int32"): 6, ("float32", "int64"): 7, ("uint16", "int32"): 8, ("uint16", "int64"): 9}
+#: few-row products of f32 weights: their weight rows split (:func:`._row_kernels.f32_dot_rows`)
+F32_DOT: Final = 10
 FIRST_MODE: Final = GLU
 
 
@@ -58,6 +60,8 @@ def row_part(ctl: np.ndarray, desc: np.ndarray, mode: int, r0: int, r1: int) -> 
         cos = numba.carray(_f32_at(desc[A0 + 2]), (desc[L0 + 2] // n_pairs, n_pairs))
         sin = numba.carray(_f32_at(desc[A0 + 3]), (desc[L0 + 3] // n_pairs, n_pairs))
         rope_rows(_f32(desc, 0), _f32(desc, 1), cos, sin, p, r0, r1)
+    elif mode == F32_DOT:
+        f32_dot_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
     elif mode == SOFT_MAX:
         heads, tokens, width, n_kv = p[0], p[1], p[2], p[3]
         s = numba.carray(_f32_at(desc[A0]), (heads, tokens, width))
