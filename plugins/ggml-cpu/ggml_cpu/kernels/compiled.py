@@ -19,7 +19,10 @@ definition, and against the numpy path itself):
 * SWIGLU: ``exp`` in double rounded once, as the numpy path: ≤ 1 ulp of the result;
 * f16 products: activations rounded to f16 as the numpy path does, weights read as f16, products summed in float32
   in SIMD lanes (the order depends on the vector width): within the float32 dot-product bound
-  ``k·2⁻²³·Σ|x·w|`` of the numpy path's BLAS product — and independent of the thread count (one thread).
+  ``k·2⁻²³·Σ|x·w|`` of the numpy path's BLAS product — and independent of the thread count (one thread);
+* f32 products of up to :data:`F32_ROWS_LIMIT` activation rows: float32 sums in 16 lanes in a fixed order
+  (explicit vector code, so the same bits on every machine with the same lane count and at every thread count),
+  within the same bound of BLAS's product (``tests/test_f32_decode_product.py``).
 """
 
 from __future__ import annotations
@@ -448,11 +451,11 @@ def bind_f32_product(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
     once, by :func:`.qdot._row_kernels.f32_dot_rows`, and at 2+ threads the weight rows are split across the
     calling thread and the spinning helpers (started here if no repacked product started them).
 
-    Why not BLAS: a decode step streams its weights from memory, and OpenBLAS's threaded SGEMV wakes threads that
-    then spin beside the row split's helpers. Measured on an AMD EPYC (Zen 5), one thread, the LLaMA bench model's
-    29 products of one token (63 MB of weights): 2.24 ms here against 2.9 ms through numpy (OpenBLAS 0.3.31).
-    The sums are float32 in SIMD lanes, as ggml's ``vec_dot_f32``: not BLAS's bits, and the same bits at any
-    thread count.
+    Why not BLAS: a decode step streams its weights from memory, which one thread does as fast as OpenBLAS's SGEMV
+    (AMD EPYC, Zen 5: the LLaMA bench model's 29 products of one token, 63 MB, 2.0–2.2 ms here against 2.0–2.9 ms
+    through numpy), and at two threads the split runs on the helpers that already spin between a decode step's
+    nodes (1.45–1.7 ms) instead of waking OpenBLAS's threads, which then spin beside them. The sums are float32 in
+    SIMD lanes, as ggml's ``vec_dot_f32``: not BLAS's bits, and the same bits at any thread count.
     """
     if a.type != GGMLType.F32 or b.type != GGMLType.F32 or node.type != GGMLType.F32 or b.ne[1] > F32_ROWS_LIMIT:
         return None
