@@ -297,10 +297,36 @@ def test_swiglu(numpy_path: Callable[[], None], form: str) -> None:
         rows = np.concatenate([g_, x], -1) if form == "swapped" else both
         return ops.swiglu(g.tensor(rows), swapped=form == "swapped")
 
-    got, ref = _both(build, numpy_path, compiled.bind_swiglu)
+    got, ref = _both(build, numpy_path, compiled.bind_glu)
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(got, x64 / (1 + np.exp(-x64)) * g_, rtol=8 * U, atol=1e-30)
     assert _ulps(got, ref) <= 1
+
+
+@pytest.mark.parametrize("form", ["split", "fused", "swapped"])
+@pytest.mark.parametrize("n", [96, 2048])  # the numpy path's GELU: the f16 lookup below 4,096 values, compiled above
+def test_geglu_gives_the_numpy_paths_bits(numpy_path: Callable[[], None], form: str, n: int) -> None:
+    """ggml's CPU GEGLU: the f16 GELU table at f16(x), 0 at or below −10, x at or above 10, times the gate."""
+    r = rng(12)
+    x = (r.standard_normal((1, 2, 3, n)) * 6).astype(np.float32)
+    x[0, 0, 0, :6] = [-10.0, 10.0, np.nextafter(np.float32(-10), np.float32(0)), 12.0, -11.0, np.nan]
+    g_ = r.standard_normal((1, 2, 3, n)).astype(np.float32)
+
+    def build(g: CpuGraph) -> Tensor:
+        if form == "split":
+            return ops.geglu_split(g.tensor(x), g.tensor(g_))
+        rows = np.concatenate([g_, x], -1) if form == "swapped" else np.concatenate([x, g_], -1)
+        return ops.geglu(g.tensor(rows), swapped=form == "swapped")
+
+    got, ref = _both(build, numpy_path, compiled.bind_glu)
+    np.testing.assert_array_equal(got, ref)  # NaN where x is NaN on both
+    x64 = x.astype(np.float64)
+    tanh_gelu = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
+    want = np.where(x64 <= -10, 0.0, np.where(x64 >= 10, x64, tanh_gelu)) * g_
+    ok = np.isfinite(x)
+    # the table is read at f16(x): |Δx| ≤ 2⁻¹¹|x|, and GELU's slope is at most ~1.13
+    assert np.all(np.abs(got - want)[ok] <= (6e-4 * (np.abs(x64) + 1) * np.abs(g_))[ok] + 1e-6)
+    assert got[0, 0, 0, 0] == 0.0 and got[0, 0, 0, 1] == np.float32(10.0) * g_[0, 0, 0, 1]
 
 
 # ------------------------------------------------------------------------------------------------ f16 products

@@ -52,7 +52,7 @@ def _bind_glu(node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None
     n = node.ne[0]
-    fast = compiled.bind_swiglu(node)
+    fast = compiled.bind_glu(node)
     if fast is not None:
         return fast
     if op == GluOp.SWIGLU_OAI:
