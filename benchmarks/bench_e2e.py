@@ -210,7 +210,7 @@ def _theirs(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[f
 def _blas_kernels() -> str:
     """Which OpenBLAS kernels numpy runs here (the same environment as ggml-core's processes), or ''."""
     try:
-        from ggml_cpu.threads import blas_kernels
+        from ggml_cpu.plugin import blas_kernels
     except ImportError:
         return ""
     return blas_kernels()

@@ -29,11 +29,11 @@ __all__ = [
     "Faster",
     "RowSplit",
     "Threads",
-    "blas_kernels",
     "blas_threads_control",
     "current_threads",
     "default_threads",
     "one_thread",
+    "openblas_function",
     "parallel_for",
     "single_threaded_blas",
 ]
@@ -59,7 +59,7 @@ def _int_caller(fn: Any) -> Callable[[int], None]:
     return call
 
 
-def _openblas_function(stem: str) -> Any:
+def openblas_function(stem: str) -> Any:
     """OpenBLAS's ``openblas_<stem>`` (under any of its wheels' prefixes and suffixes) from the library numpy
     loaded (Linux: found in /proc/self/maps), or None."""
     try:
@@ -82,47 +82,11 @@ def _openblas_function(stem: str) -> Any:
 
 def _openblas_setter() -> Callable[[int], None] | None:
     """OpenBLAS's ``*_set_num_threads`` from the library numpy loaded."""
-    fn = _openblas_function("set_num_threads")
+    fn = openblas_function("set_num_threads")
     if fn is None:
         return None
     fn.argtypes, fn.restype = [ctypes.c_int], None
     return _int_caller(fn)
-
-
-#: the CPU flags OpenBLAS's AVX-512 (SkylakeX) kernels need, as /proc/cpuinfo names them
-_AVX512_FLAGS = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
-
-
-def blas_kernels(cpu_flags: frozenset[str] | set[str] | None = None) -> str:
-    """Which kernels OpenBLAS chose for this CPU (its core name), and a warning when ``OPENBLAS_CORETYPE`` holds
-    it to narrower vectors than the CPU has: OpenBLAS reads that variable once, when numpy loads it, so the f32
-    products of a whole process follow it. On an AMD EPYC (Zen 5) with ``OPENBLAS_CORETYPE=Haswell`` set by the
-    machine's environment, a one-thread 128 × 512 × 1536 SGEMM took 1.96 ms against 1.23 ms with OpenBLAS's own
-    choice (SkylakeX). Empty when the BLAS is not OpenBLAS."""
-    fn = _openblas_function("get_corename")
-    if fn is None:
-        return ""
-    fn.argtypes, fn.restype = [], ctypes.c_char_p
-    core = (fn() or b"?").decode(errors="replace")
-    forced = os.environ.get("OPENBLAS_CORETYPE")
-    if not forced:
-        return f"OpenBLAS {core} kernels"
-    if cpu_flags is None:
-        cpu_flags = _cpu_flags()
-    narrower = cpu_flags >= _AVX512_FLAGS and core.lower() in ("haswell", "zen", "sandybridge", "prescott", "core2")
-    note = "; this CPU has AVX-512: unset it for OpenBLAS's AVX-512 kernels (f32 products ~1.6x)" if narrower else ""
-    return f"OpenBLAS {core} kernels (OPENBLAS_CORETYPE={forced}{note})"
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
 
 
 def blas_threads_control() -> tuple[str, Callable[[int], None] | None]:

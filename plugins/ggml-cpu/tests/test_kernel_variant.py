@@ -82,7 +82,7 @@ def _fake_core(monkeypatch: pytest.MonkeyPatch, core: bytes) -> None:
     def get_corename() -> bytes:
         return core
 
-    monkeypatch.setattr(threads, "_openblas_function", lambda stem: get_corename if stem == "get_corename" else None)
+    monkeypatch.setattr(threads, "openblas_function", lambda stem: get_corename if stem == "get_corename" else None)
 
 
 @pytest.mark.parametrize(
@@ -97,14 +97,12 @@ def _fake_core(monkeypatch: pytest.MonkeyPatch, core: bytes) -> None:
 def test_blas_kernels_say_when_openblas_is_held_to_narrower_vectors(
     monkeypatch: pytest.MonkeyPatch, core: bytes, forced: str | None, flags: frozenset[str], expected: str, warns: bool
 ) -> None:
-    from ggml_cpu import threads
-
     _fake_core(monkeypatch, core)
     if forced is None:
         monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
     else:
         monkeypatch.setenv("OPENBLAS_CORETYPE", forced)
-    text = threads.blas_kernels(flags)
+    text = plugin.blas_kernels(flags)
     assert text.startswith(expected)
     assert ("unset it" in text) is warns
 
@@ -115,12 +113,12 @@ def test_blas_kernels_are_named_by_the_loaded_openblas() -> None:
 
     from ggml_cpu import threads
 
-    fn = threads._openblas_function("get_corename")
+    fn = threads.openblas_function("get_corename")
     if fn is None:
         pytest.skip("numpy's BLAS here is not OpenBLAS (or not found in /proc/self/maps)")
     fn.restype = ctypes.c_char_p
     core = fn().decode()
-    text = threads.blas_kernels()
+    text = plugin.blas_kernels()
     assert text.startswith(f"OpenBLAS {core} kernels")
     assert text in plugin.cpu_reg().enumerate_devices()[0].description
     assert plugin.cpu_reg().features()["BLAS kernels"] == text

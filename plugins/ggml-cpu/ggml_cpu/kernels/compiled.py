@@ -106,14 +106,16 @@ SPLIT_ELEMENTS = 16384
 
 def split_rows(
     mode: str, arrays: tuple[np.ndarray, ...], p: np.ndarray, f: tuple[float, ...], rows: int, elements: int,
-    serial: Callable[[], Any], key: object = None, extra: int = 0,
+    serial: Callable[[], Any], key: object = None, extra: int = 0, *, min_elements: int = SPLIT_ELEMENTS,
+    product: bool = False,
 ) -> Callable[[], Any]:  # fmt: skip
     """``serial`` (the whole kernel on the calling thread), or where the row split of :mod:`.qdot._row_parts` is
-    compiled and the kernel has at least :data:`SPLIT_ELEMENTS` elements, a callable that splits it across the
+    compiled and the kernel has at least ``min_elements`` elements, a callable that splits it across the
     engine's threads when there are 2 or more (one :class:`.qdot._row_parts.RowJob` per thread count). Both return
     the kernel's result. ``mode`` names the kernel (``key`` picks a SET_ROWS variant); ``arrays``, ``p``, ``f`` and
-    ``extra`` are its operands in the row job's order."""
-    parts = row_split_parts() if elements >= SPLIT_ELEMENTS and rows >= 2 else None
+    ``extra`` are its operands in the row job's order. A row kernel splits only while the helpers run for quantized
+    products (``parts.helping``); a ``product`` (f32 decode) splits whenever there are threads, starting them."""
+    parts = row_split_parts() if elements >= min_elements and rows >= 2 else None
     if parts is None:
         return serial
     code = getattr(parts, mode)
@@ -122,7 +124,7 @@ def split_rows(
 
     def run() -> Any:
         threads = _jit.current_threads()
-        if threads <= 1 or not parts.helping(threads):
+        if threads <= 1 or not (product or parts.helping(threads)):
             return serial()
         job = jobs.get(threads)
         if job is None:
@@ -365,8 +367,8 @@ def bind_set_rows(node: Tensor) -> Thunk | None:
 
 def bind_glu(node: Tensor) -> Thunk | None:
     """SWIGLU or GEGLU of f32 rows, split (``src1`` the gate) or fused (``[x | g]`` rows, swapped or not). GEGLU
-    (Gemma's feed-forward) runs on the calling thread: ~1 ns a value, where the numpy path took ~30 µs a layer
-    of a decode step in its dozen array operations."""
+    (Gemma's feed-forward) runs on the calling thread: ~13 µs a decode step's 2,048 values, where the numpy path's
+    dozen array operations took ~65 µs (Gemma 3 270M, one thread: 0.23 against 1.16 ms a token)."""
     a, b = node.src[0], node.src[1]
     op = GluOp(node.op_param_i32(0))
     if a is None or op not in (GluOp.SWIGLU, GluOp.GEGLU):
@@ -481,22 +483,10 @@ def bind_f32_product(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
     def serial() -> None:
         fn(wv, xv, ov, p)
 
-    parts = row_split_parts() if a.nelements >= F32_SPLIT_ELEMENTS and a.ne[1] >= 2 else None
-    if parts is None:
-        return serial
-    jobs: dict[int, Any] = {}
-
-    def run() -> None:
-        threads = _jit.current_threads()
-        if threads <= 1:
-            serial()
-            return
-        job = jobs.get(threads)
-        if job is None:
-            job = jobs[threads] = parts.RowJob(parts.F32_DOT, (wv, xv, ov), p, (), a.ne[1], threads, serial)
-        job()
-
-    return run
+    split = split_rows(
+        "F32_DOT", (wv, xv, ov), p, (), a.ne[1], a.nelements, serial, min_elements=F32_SPLIT_ELEMENTS, product=True
+    )
+    return serial if split is serial else lambda: split()  # a closure: profilers label it
 
 
 def _only_reader(t: Tensor, reader: Tensor, uses: dict[int, int]) -> bool:
