@@ -16,7 +16,7 @@ import ggml_core as gc
 from ggml_core import Context, GGMLType, Tensor
 from ggml_core.quants import dequantize, quantize
 
-__all__ = ["CpuGraph", "GgmlGraph", "gelu_tanh_f64", "rng"]
+__all__ = ["CpuGraph", "GgmlGraph", "count_row_jobs", "f32_dot_bound", "f32_mul_mat", "gelu_tanh_f64", "rng"]
 
 _BACKEND: gc.Backend | None = None
 
@@ -66,6 +66,43 @@ class CpuGraph:
         if raw and out.type == GGMLType.BF16:
             return (out.to_numpy().view(np.uint32) >> 16).astype(np.uint16)
         return out.to_numpy()
+
+
+def count_row_jobs(monkeypatch: Any) -> list[int]:
+    """A list that grows by one for each row job run (a split across the helpers, or its fallback on a stall);
+    skips the test where the row split did not compile."""
+    import pytest
+
+    from ggml_cpu.kernels import compiled
+
+    parts: Any = compiled.row_split_parts()
+    if parts is None:
+        pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
+    calls: list[int] = []
+    original = parts.RowJob.__call__
+
+    def counted(self: object) -> int:
+        calls.append(1)
+        return int(original(self))
+
+    monkeypatch.setattr(parts.RowJob, "__call__", counted)
+    return calls
+
+
+def f32_dot_bound(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A float32 error bound for each output of ``x · wᵀ`` (rows of ``w`` and ``x`` of ``k`` values), in any
+    summation order: ``k`` roundings of the sum of the terms' magnitudes (``k · 2⁻²⁴ · Σ|x·w|``)."""
+    return w.shape[1] * 2.0**-24 * (np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T) + 1e-30
+
+
+def f32_mul_mat(m: int, k: int, n: int, seed: int) -> tuple[CpuGraph, Tensor, np.ndarray, np.ndarray]:
+    """A graph of one MUL_MAT: ``m × k`` f32 weights (normal random) times ``n`` activation rows; (graph, node,
+    weights, activations)."""
+    r = rng(seed)
+    w = r.standard_normal((m, k)).astype(np.float32)
+    x = r.standard_normal((n, k)).astype(np.float32)
+    g = CpuGraph()
+    return g, gc.ops.mul_mat(g.tensor(w), g.tensor(x)), w, x
 
 
 def gelu_tanh_f64(x: np.ndarray) -> np.ndarray:

@@ -3,8 +3,9 @@ across the spinning helpers (``compiled.bind_f32_product``).
 
 Checked against the float64 definition on shapes whose K leaves every remainder of the kernel's 64- and 16-value
 steps; one thread against two must give the same bits (the split really runs: a silent fallback cannot pass);
-MUL_MAT binds the kernel for up to ``F32_ROWS_LIMIT`` rows and BLAS above; and a pool started by these products
-alone does not take an f32 model's prompt row kernels (they stay beside OpenBLAS's threads on one core).
+MUL_MAT binds the kernel for up to ``F32_ROWS_LIMIT`` rows and the tiles of ``test_f32_tiles.py`` above; and a
+pool started by these products alone does not take a prompt's row kernels (the prompt's products may run on
+OpenBLAS's threads, which spin after each product).
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from kernel_harness import CpuGraph, _backend, rng
+from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, rng
 
-from ggml_core import ops
 from ggml_cpu.kernels import compiled
 
 pytest.importorskip("numba")
-
-U = 2.0**-24
 
 
 @pytest.fixture
@@ -38,9 +36,7 @@ def _restore_threads() -> Iterator[None]:
     _backend().set_n_threads(before)
 
 
-def _bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """A float32 error bound for each ``b · aᵀ`` output: K roundings of the largest term sums."""
-    return a.shape[1] * U * (np.abs(b).astype(np.float64) @ np.abs(a).astype(np.float64).T) + 1e-30
+_bound = f32_dot_bound
 
 
 @pytest.mark.parametrize("k", [1, 15, 16, 17, 63, 64, 65, 100, 512, 1000])
@@ -75,28 +71,13 @@ def test_kernel_reads_strided_rows_and_writes_only_its_outputs(f32_dot: object) 
     assert np.all(out[:, m:] == -7.0)
 
 
-def _mul_mat(m: int, k: int, n: int, seed: int) -> tuple[CpuGraph, object, np.ndarray, np.ndarray]:
-    r = rng(seed)
-    w = r.standard_normal((m, k)).astype(np.float32)
-    x = r.standard_normal((n, k)).astype(np.float32)
-    g = CpuGraph()
-    return g, ops.mul_mat(g.tensor(w), g.tensor(x)), w, x
+_mul_mat = f32_mul_mat
 
 
 def test_mul_mat_binds_the_kernel_and_two_threads_give_one_threads_bits(
     f32_dot: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    parts = compiled.row_split_parts()
-    if parts is None:
-        pytest.skip("the row split's kernels did not compile here (not Linux x86-64)")
-    calls: list[int] = []
-    original = parts.RowJob.__call__
-
-    def counted(self: object) -> int:
-        calls.append(1)
-        return int(original(self))
-
-    monkeypatch.setattr(parts.RowJob, "__call__", counted)
+    calls = count_row_jobs(monkeypatch)
     g, out, w, x = _mul_mat(1536, 512, 1, 11)  # 786,432 weights: split at two threads
     _backend().set_n_threads(1)
     one = g.compute(out)[0, 0].copy()
@@ -114,10 +95,17 @@ def test_mul_mat_binds_the_kernel_and_two_threads_give_one_threads_bits(
     assert np.all(np.abs(one - ref) <= _bound(w, x))
 
 
-def test_more_rows_than_the_limit_use_blas() -> None:
+def test_more_rows_than_the_limit_use_the_tiles() -> None:
+    fn = compiled.kernel("F32_GEMM_SPEC", module="_gemm_kernels")
+    if fn is None:
+        pytest.skip("compiled kernels are off here")
+    from ggml_cpu.kernels.qdot._gemm_kernels import block_tokens
+
     n = compiled.F32_ROWS_LIMIT + 1
     g, out, w, x = _mul_mat(64, 96, n, 12)
-    np.testing.assert_array_equal(g.compute(out)[0, 0], np.matmul(x, w.T))
+    direct = np.empty((n, 64), np.float32)
+    fn(w.ravel(), x.ravel(), direct.ravel(), np.array([96, 64, n, 96, 96, 64, block_tokens(96, n)], np.int64))
+    np.testing.assert_array_equal(g.compute(out)[0, 0], direct)
 
 
 def test_a_pool_of_f32_products_alone_leaves_prompt_rows_on_this_thread(f32_dot: object) -> None:
@@ -134,7 +122,7 @@ def test_a_pool_of_f32_products_alone_leaves_prompt_rows_on_this_thread(f32_dot:
         g.compute(out)  # starts a pool (one helper) of its own
         assert 1 in _packed_split._pools
         assert not _packed_split.running(2)
-        assert _packed_split.pool(1, quantized=True) is not None
+        assert _packed_split.pool(1, batch=True) is not None
         assert _packed_split.running(2)
     finally:
         extra = _packed_split._pools.get(1)

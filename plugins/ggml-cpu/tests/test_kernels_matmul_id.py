@@ -97,8 +97,9 @@ def test_mul_mat_id_strided_ids_and_unused_experts() -> None:
 def test_mul_mat_id_expert_out_of_range(bad: int) -> None:
     g = CpuGraph()
     ids = np.array([[0, 1], [bad, 2]], np.int32)
-    out = ops.mul_mat_id(g.tensor(np.ones((5, 3, 32), np.float32)), g.tensor(np.ones((2, 2, 32), np.float32)),
-                         g.tensor(ids, "i32"))
+    out = ops.mul_mat_id(
+        g.tensor(np.ones((5, 3, 32), np.float32)), g.tensor(np.ones((2, 2, 32), np.float32)), g.tensor(ids, "i32")
+    )
     with pytest.raises(ComputeError, match=f"expert index {bad} is outside 0..4"):
         g.compute(out)
 

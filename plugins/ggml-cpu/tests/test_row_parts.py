@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from kernel_harness import CpuGraph, _backend, rng
+from kernel_harness import CpuGraph, _backend, count_row_jobs, rng
 
 from ggml_core import ComputeError, Tensor, ops
 from ggml_cpu.kernels import compiled
@@ -29,23 +29,15 @@ def parts() -> object:
         pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
     from ggml_cpu.kernels.qdot import _packed_split
 
-    assert _packed_split.pool(1, quantized=True) is not None  # as a quantized model's first prompt product starts it
+    assert _packed_split.pool(1, batch=True) is not None  # as a quantized model's first prompt product starts it
     assert mod.helping(2)  # type: ignore[attr-defined]
     return mod
 
 
 @pytest.fixture
-def split_calls(parts: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+def split_calls(parts: object, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the row jobs run (each a split across the helpers, or its own fallback on a stall)."""
-    calls: list[int] = []
-    original = parts.RowJob.__call__  # type: ignore[attr-defined]
-
-    def counted(self: object) -> int:
-        calls.append(1)
-        return int(original(self))
-
-    monkeypatch.setattr(parts.RowJob, "__call__", counted)  # type: ignore[attr-defined]
-    yield calls
+    return count_row_jobs(monkeypatch)
 
 
 def _threads(n: int) -> None:

@@ -20,9 +20,10 @@ definition, and against the numpy path itself):
 * f16 products: activations rounded to f16 as the numpy path does, weights read as f16, products summed in float32
   in SIMD lanes (the order depends on the vector width): within the float32 dot-product bound
   ``k·2⁻²³·Σ|x·w|`` of the numpy path's BLAS product — and independent of the thread count (one thread);
-* f32 products of up to :data:`F32_ROWS_LIMIT` activation rows: float32 sums in 16 lanes in a fixed order
-  (explicit vector code, so the same bits on every machine with the same lane count and at every thread count),
-  within the same bound of BLAS's product (``tests/test_f32_decode_product.py``).
+* f32 products: up to :data:`F32_ROWS_LIMIT` activation rows, float32 sums in 16 lanes in a fixed order; more
+  rows, register tiles of fused multiply-adds in the CPU's vector width, the lanes summed by a fixed tree (explicit
+  vector code either way, so the same bits on every machine with the same lanes and at every thread count),
+  within the same bound of BLAS's product (``tests/test_f32_decode_product.py``, ``tests/test_f32_tiles.py``).
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ def _load(name: str, what: str) -> Any:
         return None
 
 
-def kernel(name: str, key: object = None) -> Callable[..., Any] | None:
-    """The compiled kernel of the spec ``name`` of :mod:`.qdot._row_kernels` (``key`` picks one of a dict of
-    specs), or None when unavailable. Compiles on first use (cached on disk, see :mod:`.qdot._jit`)."""
-    mod = _module()
+def kernel(name: str, key: object = None, module: str = "_row_kernels") -> Callable[..., Any] | None:
+    """The compiled kernel of the spec ``name`` of ``qdot.<module>`` (:mod:`.qdot._row_kernels` unless named;
+    ``key`` picks one of a dict of specs), or None when unavailable. Compiles on first use (cached on disk, see
+    :mod:`.qdot._jit`)."""
+    mod = _module() if module == "_row_kernels" else _load(module, f"compiled {module}")
     if mod is None:
         return None
     spec = getattr(mod, name)
@@ -107,14 +109,15 @@ SPLIT_ELEMENTS = 16384
 def split_rows(
     mode: str, arrays: tuple[np.ndarray, ...], p: np.ndarray, f: tuple[float, ...], rows: int, elements: int,
     serial: Callable[[], Any], key: object = None, extra: int = 0, *, min_elements: int = SPLIT_ELEMENTS,
-    product: bool = False,
+    product: bool = False, batch: bool = False,
 ) -> Callable[[], Any]:  # fmt: skip
     """``serial`` (the whole kernel on the calling thread), or where the row split of :mod:`.qdot._row_parts` is
     compiled and the kernel has at least ``min_elements`` elements, a callable that splits it across the
     engine's threads when there are 2 or more (one :class:`.qdot._row_parts.RowJob` per thread count). Both return
     the kernel's result. ``mode`` names the kernel (``key`` picks a SET_ROWS variant); ``arrays``, ``p``, ``f`` and
     ``extra`` are its operands in the row job's order. A row kernel splits only while the helpers run for quantized
-    products (``parts.helping``); a ``product`` (f32 decode) splits whenever there are threads, starting them."""
+    products (``parts.helping``); a ``product`` splits whenever there are threads, starting them, and a ``batch``
+    product (the f32 tiles of a prompt) also lets the batch's row kernels use them (see ``RowJob``)."""
     parts = row_split_parts() if elements >= min_elements and rows >= 2 else None
     if parts is None:
         return serial
@@ -128,7 +131,7 @@ def split_rows(
             return serial()
         job = jobs.get(threads)
         if job is None:
-            job = jobs[threads] = parts.RowJob(code, arrays, p, f, rows, threads, serial, extra)
+            job = jobs[threads] = parts.RowJob(code, arrays, p, f, rows, threads, serial, extra, batch=batch)
         return job()
 
     return run
@@ -452,41 +455,70 @@ def bind_half_product(a: Tensor, b: Tensor, node: Tensor, soft_max: Tensor | Non
 
 # ------------------------------------------------------------------------------------------------ f32 products
 
-#: f32 products with at most this many activation rows run the compiled kernel (a decode step); above it BLAS
+#: f32 products with at most this many activation rows run the row kernel (a decode step); above it the tiles
 F32_ROWS_LIMIT = 4
 #: ... split over the helpers at 2+ threads from this many weights (a 512 × 512 matrix is 262,144)
 F32_SPLIT_ELEMENTS = 1 << 16
+#: f32 tile products split over the helpers at 2+ threads from this many multiply-adds (weights × rows)
+F32_GEMM_SPLIT_WORK = 1 << 20
 
 
 def bind_f32_product(a: Tensor, b: Tensor, node: Tensor) -> Thunk | None:
-    """MUL_MAT of 2-D f32 weights and at most :data:`F32_ROWS_LIMIT` f32 activation rows: each weight row is read
-    once, by :func:`.qdot._row_kernels.f32_dot_rows`, and at 2+ threads the weight rows are split across the
-    calling thread and the spinning helpers (started here if no repacked product started them).
+    """MUL_MAT of 2-D f32 weights and f32 activations, on our compiled kernels (None: numpy's BLAS product).
 
-    Why not BLAS: a decode step streams its weights from memory, which one thread does as fast as OpenBLAS's SGEMV
-    (AMD EPYC, Zen 5: the LLaMA bench model's 29 products of one token, 63 MB, 2.0–2.2 ms here against 2.0–2.9 ms
-    through numpy), and at two threads the split runs on the helpers that already spin between a decode step's
-    nodes (1.45–1.7 ms) instead of waking OpenBLAS's threads, which then spin beside them. The sums are float32 in
-    SIMD lanes, as ggml's ``vec_dot_f32``: not BLAS's bits, and the same bits at any thread count.
+    * Up to :data:`F32_ROWS_LIMIT` activation rows (a decode step): each weight row is read once, by
+      :func:`.qdot._row_kernels.f32_dot_rows`. A decode step streams its weights from memory, which one thread does
+      as fast as OpenBLAS's SGEMV (AMD EPYC, Zen 5: the LLaMA bench model's 29 products of one token, 63 MB,
+      2.0–2.2 ms here against 2.0–2.9 ms through numpy), and at two threads the split runs on the helpers that
+      already spin between a decode step's nodes (1.45–1.7 ms) instead of waking OpenBLAS's threads.
+    * More rows (a prompt batch): register tiles of :mod:`.qdot._gemm_kernels`, with no packing.
+
+    At 2+ threads the weight rows (tiles) are split across the calling thread and the spinning helpers (started
+    here if no other product started them). The sums are float32 in SIMD lanes, as ggml's ``vec_dot_f32`` and
+    tinyBLAS's: not BLAS's bits, and the same bits at any thread count.
     """
-    if a.type != GGMLType.F32 or b.type != GGMLType.F32 or node.type != GGMLType.F32 or b.ne[1] > F32_ROWS_LIMIT:
+    if a.type != GGMLType.F32 or b.type != GGMLType.F32 or node.type != GGMLType.F32:
         return None
     if a.ne[2] != 1 or a.ne[3] != 1 or b.ne[2] != 1 or b.ne[3] != 1 or a.ne[0] != b.ne[0]:
         return None
-    fn = kernel("F32_DOT_SPEC")
     w, x, out = flat(a), flat(b), flat(node)
-    if fn is None or w is None or x is None or out is None:
+    if w is None or x is None or out is None:
         return None
-    p = _params(a.ne[0], a.ne[1], b.ne[1], w[1][1], x[1][1], out[1][1])
+    k, m, n = a.ne[0], a.ne[1], b.ne[1]
+    if n > F32_ROWS_LIMIT:
+        return _bind_f32_tiles((w[0], x[0], out[0]), (k, m, n, w[1][1], x[1][1], out[1][1]))
+    fn = kernel("F32_DOT_SPEC")
+    if fn is None:
+        return None
+    p = _params(k, m, n, w[1][1], x[1][1], out[1][1])
     wv, xv, ov = w[0], x[0], out[0]
 
     def serial() -> None:
         fn(wv, xv, ov, p)
 
-    split = split_rows(
-        "F32_DOT", (wv, xv, ov), p, (), a.ne[1], a.nelements, serial, min_elements=F32_SPLIT_ELEMENTS, product=True
-    )
+    split = split_rows("F32_DOT", (wv, xv, ov), p, (), m, m * k, serial, min_elements=F32_SPLIT_ELEMENTS, product=True)
     return serial if split is serial else lambda: split()  # a closure: profilers label it
+
+
+def _bind_f32_tiles(views: tuple[np.ndarray, np.ndarray, np.ndarray], shape: tuple[int, ...]) -> Thunk | None:
+    """The tile product of :mod:`.qdot._gemm_kernels` on flat views (w, x, out) with ``shape`` = (K, M, N, the
+    three row strides), split over weight tiles at 2+ threads."""
+    fn = kernel("F32_GEMM_SPEC", module="_gemm_kernels")
+    mod = _load("_gemm_kernels", "compiled f32 tiles") if fn is not None else None
+    if fn is None or mod is None:
+        return None
+    k, m, n = shape[:3]
+    p = _params(*shape, mod.block_tokens(k, n))
+    wv, xv, ov = views
+
+    def serial() -> None:
+        fn(wv, xv, ov, p)
+
+    split = split_rows(
+        "F32_GEMM", views, p, (), mod.tiles(m), m * k * n, serial, min_elements=F32_GEMM_SPLIT_WORK, product=True,
+        batch=True,
+    )  # fmt: skip
+    return serial if split is serial else lambda: split()
 
 
 def _only_reader(t: Tensor, reader: Tensor, uses: dict[int, int]) -> bool:

@@ -220,9 +220,9 @@ def _mul_mat_ok(node: Tensor) -> bool:
 
 
 def _bind_f32(a: Tensor, b: Tensor, node: Tensor) -> Thunk:
-    decode = compiled.bind_f32_product(a, b, node)  # few activation rows: the compiled kernel, split over helpers
-    if decode is not None:
-        return decode
+    own = compiled.bind_f32_product(a, b, node)  # 2-D f32 operands: our compiled kernels, split over the helpers
+    if own is not None:
+        return own
     w, x, out = arr(a), f32(b) if b.type == GGMLType.F32 else None, arr(node)
     broadcast = a.ne[2] != b.ne[2] or a.ne[3] != b.ne[3]
     if x is not None and not broadcast and out.flags.c_contiguous:

@@ -269,8 +269,9 @@ class _Pool:
         self.desc = np.zeros(DESC_SIZE, np.int64)
         self.job = 0
         self.lock = threading.Lock()  # one job at a time: another caller meanwhile runs its product alone
-        #: a repacked product or quantizer uses this pool, so a batch's row kernels may too (see :func:`running`)
-        self.quantized = False
+        #: a batch product (repacked, the quantizer, the f32 tiles) uses this pool, so a batch's row kernels may
+        #: too (see :func:`running`)
+        self.batch = False
         self._stop = fns[2]
         for i in range(n):
             args = (self.ctl, self.desc, self.SPIN_CYCLES)
@@ -308,10 +309,10 @@ _pools: dict[int, _Pool] = {}
 _pools_lock = threading.Lock()
 
 
-def pool(n: int, *, quantized: bool = False) -> _Pool | None:
+def pool(n: int, *, batch: bool = False) -> _Pool | None:
     """The pool of ``n`` helpers (started on first use, again after a fork), or None without the kernels;
-    ``quantized``: for a repacked product or quantizer, which lets a batch's row kernels use it too
-    (:func:`running`)."""
+    ``batch``: for a batch product (repacked, the quantizer, the f32 tiles), which lets a batch's row kernels use
+    it too (:func:`running`)."""
     p = _pools.get(n)
     if p is None or p.pid != os.getpid():
         fns = jobs()
@@ -321,20 +322,21 @@ def pool(n: int, *, quantized: bool = False) -> _Pool | None:
             p = _pools.get(n)
             if p is None or p.pid != os.getpid():
                 p = _pools[n] = _Pool(n, fns)
-    if quantized:
-        p.quantized = True
+    if batch:
+        p.batch = True
     return p
 
 
 def running(threads: int) -> bool:
-    """True when the pool serving ``threads`` threads runs in this process for a repacked product or quantizer.
+    """True when the pool serving ``threads`` threads runs in this process for a batch product (repacked, the
+    quantizer, the f32 tiles of :mod:`._gemm_kernels`).
 
     A pool that only f32 decode products started (:func:`ggml_cpu.kernels.compiled.bind_f32_product`) does not
-    count: an f32 model's prompt products run on OpenBLAS's threads, which spin after each product, and row jobs
-    sent to helpers beside them cost a 128-token f32 prompt on two threads 25-30 % (AMD EPYC, Zen 5: 3,600-4,100
-    against 2,770 tokens/s)."""
+    count: a prompt whose products run on OpenBLAS's threads (which spin after each product) loses 25-30 % when its
+    row jobs go to helpers spinning beside them (AMD EPYC, Zen 5, a 128-token f32 prompt on two threads: 3,600-4,100
+    against 2,770 tokens/s, measured when f32 prompts multiplied through OpenBLAS)."""
     p = _pools.get(threads - 1)
-    return p is not None and p.pid == os.getpid() and p.quantized
+    return p is not None and p.pid == os.getpid() and p.batch
 
 
 def nudge(threads: int) -> None:
@@ -362,7 +364,7 @@ class PackedSplit:
         from ggml_cpu.threads import RowSplit
 
         fns = jobs()
-        helpers = pool(threads - 1, quantized=True)
+        helpers = pool(threads - 1, batch=True)
         if fns is None or helpers is None:
             raise RuntimeError("ggml-cpu: the repacked row split's kernels did not compile here")
         k = p.k
@@ -424,7 +426,7 @@ def quantize_rows(x: np.ndarray, dot: GGMLType, threads: int) -> QActs | None:
     those bytes): then quantize on this thread."""
     from ggml_cpu.threads import RowSplit
 
-    fns, helpers = jobs(), pool(threads - 1, quantized=True)
+    fns, helpers = jobs(), pool(threads - 1, batch=True)
     if fns is None or helpers is None:
         return None
     x = np.ascontiguousarray(x, dtype=np.float32)

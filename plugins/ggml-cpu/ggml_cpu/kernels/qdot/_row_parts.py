@@ -22,10 +22,14 @@ import numpy as np
 
 from ggml_cpu.kernels.qdot import _jit, _spin
 from ggml_cpu.kernels.qdot._attn_kernels import batch_soft_max_rows
+from ggml_cpu.kernels.qdot._gemm_kernels import f32_gemm_tiles
 from ggml_cpu.kernels.qdot._row_kernels import f32_dot_rows, rms_norm_rows, rope_rows, set_rows_rows, swiglu_rows
 from ggml_cpu.kernels.qdot._spin import _add, _f32_at, _f64_at, _i32_at, _i64_at, _u16_at
 
-__all__ = ["F32_DOT", "FIRST_MODE", "GLU", "RMS_NORM", "ROPE", "SET_ROWS", "SOFT_MAX", "RowJob", "nudge", "row_part"]
+__all__ = [
+    "F32_DOT", "F32_GEMM", "FIRST_MODE", "GLU", "RMS_NORM", "ROPE", "SET_ROWS", "SOFT_MAX", "RowJob", "nudge",
+    "row_part",
+]  # fmt: skip
 
 #: ``desc`` fields of a row job: array addresses, their lengths (elements), the int64 parameters, the float64
 #: settings, one count (ROPE: the pairs per token)
@@ -37,6 +41,8 @@ GLU, RMS_NORM, ROPE, SOFT_MAX = 2, 3, 4, 5
 SET_ROWS: Final = {("float32", "int32"): 6, ("float32", "int64"): 7, ("uint16", "int32"): 8, ("uint16", "int64"): 9}
 #: few-row products of f32 weights: their weight rows split (:func:`._row_kernels.f32_dot_rows`)
 F32_DOT: Final = 10
+#: many-row products of f32 weights (a prompt batch): their weight tiles split (:func:`._gemm_kernels.f32_gemm_tiles`)
+F32_GEMM: Final = 11
 FIRST_MODE: Final = GLU
 
 
@@ -62,6 +68,8 @@ def row_part(ctl: np.ndarray, desc: np.ndarray, mode: int, r0: int, r1: int) -> 
         rope_rows(_f32(desc, 0), _f32(desc, 1), cos, sin, p, r0, r1)
     elif mode == F32_DOT:
         f32_dot_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
+    elif mode == F32_GEMM:
+        f32_gemm_tiles(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
     elif mode == SOFT_MAX:
         heads, tokens, width, n_kv = p[0], p[1], p[2], p[3]
         s = numba.carray(_f32_at(desc[A0]), (heads, tokens, width))
@@ -96,18 +104,20 @@ class RowJob:
     :param rows: how many rows the kernel runs
     :param serial: the whole kernel on this thread (its result: non-zero for a bad SET_ROWS index); it runs when the
         helpers are busy or backing off after a stall (see :class:`ggml_cpu.threads.RowSplit`)
+    :param batch: a batch product's job: its pool then takes the batch's row kernels too (see
+        :func:`._packed_split.running`)
     """
 
     __slots__ = ("_fallback_result", "_keep", "_rows", "_serial")
 
     def __init__(
         self, mode: int, arrays: Sequence[np.ndarray], p: np.ndarray, f: Sequence[float], rows: int, threads: int,
-        serial: Callable[[], Any], extra: int = 0,
+        serial: Callable[[], Any], extra: int = 0, *, batch: bool = False,
     ) -> None:  # fmt: skip
         from ggml_cpu.kernels.qdot import _packed_split
         from ggml_cpu.threads import RowSplit
 
-        fns, helpers = _packed_split.jobs(), _packed_split.pool(threads - 1)
+        fns, helpers = _packed_split.jobs(), _packed_split.pool(threads - 1, batch=batch)
         if fns is None or helpers is None:
             raise RuntimeError("ggml-cpu: the row split's kernels did not compile here")
         params, settings = np.ascontiguousarray(p, np.int64), np.array(list(f) or [0.0], np.float64)
