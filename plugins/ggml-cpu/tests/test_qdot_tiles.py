@@ -113,11 +113,15 @@ print("ok")
 """
 
 
-def test_portable_partial_sums_give_the_same_bits() -> None:
-    """Without VNNI (``GGML_CPU_VNNI=0``: the generic integer sums, any x86-64) the same bits."""
+@pytest.mark.parametrize(
+    "setting", [{"GGML_CPU_VNNI": "0"}, {"NUMBA_CPU_NAME": "generic"}], ids=["no-vnni", "generic-cpu"]
+)
+def test_portable_partial_sums_give_the_same_bits(setting: dict[str, str]) -> None:
+    """Without VNNI (``GGML_CPU_VNNI=0``: AVX2's ``vpmaddubsw`` sums where the CPU has AVX2) and for a generic
+    x86-64 target (``NUMBA_CPU_NAME=generic``: the integer sums in plain vector IR) the same bits."""
     if qdot.disabled_reason() is not None:
         pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
-    env = {**os.environ, "GGML_CPU_VNNI": "0"}
+    env = {**os.environ, **setting}
     here = str(Path(__file__).parent)
     done = subprocess.run([sys.executable, "-c", _GENERIC, here], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

@@ -130,18 +130,49 @@ def _build() -> None:
             ptr = self.row_ptr(i, row, col)
             return self.builder.load(self.builder.bitcast(ptr, vec(i32, n).as_pointer()), align=4)
 
+    avx2 = bool(feats.get("avx2"))
+
+    def pair_quads(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, small: bool) -> ir.Value:
+        """<n/4 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for ``n`` unsigned q and signed x bytes, without VNNI.
+
+        ``small`` promises ``q ≤ 128`` and ``|x| ≤ 127``, so each pair ``q·x + q'·x'`` fits in int16 (at most
+        32,512): with AVX2 that is ``vpmaddubsw`` (pairs → int16) then ``vpmaddwd`` by ones (→ int32), ggml's
+        AVX2 sums, exact under the promise. Otherwise the products are widened to int32 and added in pairs, then
+        pairs of pairs (a shape LLVM turns into ``vpmaddwd`` where it can): exact for any bytes, on any target.
+        """
+        b = builder
+        n = q.type.count
+        if avx2 and small:
+            v16 = vec(ir.IntType(16), 16)
+            ub = declare(b, "llvm.x86.avx2.pmadd.ub.sw", ir.FunctionType(v16, [vec(i8, 32), vec(i8, 32)]))
+            wd = declare(b, "llvm.x86.avx2.pmadd.wd", ir.FunctionType(v8, [v16, v16]))
+            ones = ir.Constant(v16, [1] * 16)
+            parts = []
+            for h in range(0, n, 32):
+                half = ir.Constant(vec(i32, 32), list(range(h, h + 32)))
+                qh = q if n == 32 else b.shuffle_vector(q, q, half)
+                xh = x if n == 32 else b.shuffle_vector(x, x, half)
+                parts.append(b.call(wd, [b.call(ub, [qh, xh]), ones]))
+            while len(parts) > 1:  # concatenate the halves' lanes in order
+                width = parts[0].type.count
+                parts = [
+                    b.shuffle_vector(u, v, ir.Constant(vec(i32, 2 * width), list(range(2 * width))))
+                    for u, v in zip(parts[0::2], parts[1::2], strict=True)
+                ]
+            return parts[0]
+        total = b.mul(b.zext(q, vec(i32, n)), b.sext(x, vec(i32, n)))
+        for width in (n // 2, n // 4):  # pairs, then pairs of pairs
+            even, odd = (ir.Constant(vec(i32, width), [2 * i + k for i in range(width)]) for k in (0, 1))
+            total = b.add(b.shuffle_vector(total, total, even), b.shuffle_vector(total, total, odd))
+        return total
+
     def quad_sums(builder: ir.IRBuilder, q: ir.Value, x: ir.Value) -> ir.Value:
-        """<8 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for 32 unsigned q and signed x bytes (``vpdpbusd``)."""
+        """<8 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for 32 unsigned q and signed x bytes (``vpdpbusd``), for
+        ``q ≤ 128`` and ``|x| ≤ 127`` (every caller's quants; the Q8 activations are within ±127)."""
         if vnni:
             fn = declare(builder, "llvm.x86.avx512.vpdpbusd.256", ir.FunctionType(v8, [v8, v8, v8]))
             return builder.call(fn, [ir.Constant(v8, [0] * 8), builder.bitcast(q, v8), builder.bitcast(x, v8)])
-        prod = builder.mul(builder.zext(q, vec(i32, 32)), builder.sext(x, vec(i32, 32)))
-        undef = ir.Constant(vec(i32, 32), None)
-        total = None
-        for k in range(4):
-            part = builder.shuffle_vector(prod, undef, ir.Constant(v8, [4 * i + k for i in range(8)]))
-            total = part if total is None else builder.add(total, part)
-        return total
+        return pair_quads(builder, q, x, small=True)
 
     def broadcast(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
         first = builder.insert_element(ir.Constant(v8, None), v, ir.Constant(i32, 0))
@@ -261,8 +292,22 @@ def _build() -> None:
 
     def signed_pair(b: ir.IRBuilder, q: ir.Value, x: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(|q|, x·sign(q)) for signed q: their unsigned × signed products are q·x (|x| ≤ 127, as Q8 gives)."""
-        neg = b.icmp_signed("<", q, const(32, 0))
-        return b.select(neg, b.sub(const(32, 0), q), q), b.select(neg, b.sub(const(32, 0), x), x)
+        n = q.type.count
+        if avx2 and n % 32 == 0:  # ggml's AVX2 pair: vpsignb (x·sign(q), 0 where q = 0) and |q|
+            v32 = vec(i8, 32)
+            sign = declare(b, "llvm.x86.avx2.psign.b", ir.FunctionType(v32, [v32, v32]))
+            halves = [ir.Constant(vec(i32, 32), list(range(h, h + 32))) for h in range(0, n, 32)]
+            parts = [b.call(sign, [b.shuffle_vector(x, x, h), b.shuffle_vector(q, q, h)]) for h in halves]
+            xs = (
+                parts[0]
+                if n == 32
+                else b.shuffle_vector(parts[0], parts[1], ir.Constant(vec(i32, 64), list(range(64))))
+            )
+            absolute = declare(b, f"llvm.abs.v{n}i8", ir.FunctionType(q.type, [q.type, ir.IntType(1)]))
+            return b.call(absolute, [q, ir.Constant(ir.IntType(1), 0)]), xs
+        zero = const(n, 0)
+        neg = b.icmp_signed("<", q, zero)
+        return b.select(neg, b.sub(zero, q), q), b.select(neg, b.sub(zero, x), x)
 
     def legacy_row(kind: str, rows: int) -> Callable[..., Any]:
         """A whole weight row of ``nb`` legacy blocks against ``rows`` activation rows → float32 per row.
@@ -346,6 +391,9 @@ def _build() -> None:
         :func:`legacy_row`'s float steps in the same order, so the results are the same bits.
         """
         size, qs_at = {"q4_0": (18, 2), "q5_0": (22, 6), "q8_0": (34, 2)}[kind]
+        # without VNNI, Q8_0's q + 128 would overflow the int16 pairs of :func:`pair_quads`: its quants go in signed
+        # instead, as ``(|q|, x·sign(q))`` from a zero start (the same exact integer sums, hence the same bits)
+        signed = kind == "q8_0" and not vnni
         groups = [(r, r + 1) for r in range(0, wrows - 1, 2)] + ([(wrows - 1,)] if wrows % 2 else [])
 
         def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
@@ -374,7 +422,8 @@ def _build() -> None:
 
             def quants(r: int, o: ir.Value) -> ir.Value:
                 if kind == "q8_0":
-                    return b.xor(load(wbase[r], op.plus(o, qs_at), vec(i8, 32)), const(32, 0x80))
+                    raw = load(wbase[r], op.plus(o, qs_at), vec(i8, 32))
+                    return raw if signed else b.xor(raw, const(32, 0x80))
                 q = nibbles(b, load(wbase[r], op.plus(o, qs_at), vec(i8, 16)))
                 if kind == "q5_0":
                     q = fifth_bits(op, q, load(wbase[r], op.plus(o, 2), i32))
@@ -403,7 +452,13 @@ def _build() -> None:
                     for gi, g in enumerate(groups):
                         wide = len(g) == 2
                         vf = vfs[len(g)]
-                        part = b.sitofp(quad_sums_from(b, base2 if wide else base, qs[gi], x2 if wide else x), vf)
+                        xg, start = (x2, base2) if wide else (x, base)
+                        if signed:
+                            qa, xa = signed_pair(b, qs[gi], xg)
+                            start = ir.Constant(start.type, [0] * start.type.count)
+                        else:
+                            qa, xa = qs[gi], xg
+                        part = b.sitofp(quad_sums_from(b, start, qa, xa, small=True), vf)
                         lanes = ir.Constant(vf, None)
                         for h, r in enumerate(g):
                             lanes = b.insert_element(lanes, b.fmul(ds[r], xd), ir.Constant(i32, h))
@@ -429,19 +484,15 @@ def _build() -> None:
 
         return intrinsic(typer)
 
-    def quad_sums_from(builder: ir.IRBuilder, acc: ir.Value, q: ir.Value, x: ir.Value) -> ir.Value:
-        """``acc`` plus :func:`quad_sums` for 32 or 64 bytes (one ``vpdpbusd`` with VNNI)."""
+    def quad_sums_from(builder: ir.IRBuilder, acc: ir.Value, q: ir.Value, x: ir.Value, small: bool) -> ir.Value:
+        """``acc`` plus :func:`quad_sums` for 32 or 64 bytes (one ``vpdpbusd`` with VNNI); ``small`` as in
+        :func:`pair_quads` (without it, and without VNNI, any unsigned bytes)."""
         n = q.type.count
         vn = vec(i32, n // 4)
         if vnni and (n == 32 or vnni512):
             fn = declare(builder, f"llvm.x86.avx512.vpdpbusd.{8 * n}", ir.FunctionType(vn, [vn, vn, vn]))
             return builder.call(fn, [acc, builder.bitcast(q, vn), builder.bitcast(x, vn)])
-        prod = builder.mul(builder.zext(q, vec(i32, n)), builder.sext(x, vec(i32, n)))
-        undef = ir.Constant(vec(i32, n), None)
-        for k in range(4):
-            lanes = ir.Constant(vn, [4 * i + k for i in range(n // 4)])
-            acc = builder.add(acc, builder.shuffle_vector(prod, undef, lanes))
-        return acc
+        return builder.add(acc, pair_quads(builder, q, x, small))
 
     def fifth_bits_at(op: Operands, q: ir.Value, at: ir.Value) -> ir.Value:
         """``fifth_bits`` with the 32-bit mask read from the row at byte ``at``."""
@@ -515,7 +566,7 @@ def _build() -> None:
                     for n in range(xrows):
                         xv = at(xbase[n], b.add(xj, ir.Constant(i64, 4 * t)), i32, 1)
                         xb = b.bitcast(splat(xv, v16i), vec(i8, 64))
-                        acc[n] = quad_sums_from(b, acc[n], wv, xb)
+                        acc[n] = quad_sums_from(b, acc[n], wv, xb, small=False)
                 sj = b.add(so, b.mul(j, ir.Constant(i64, 16)))
                 s1v = at(s1p, sj, v16f, 4)
                 s2v = at(s2p, sj, v16f, 4) if has_min else None
