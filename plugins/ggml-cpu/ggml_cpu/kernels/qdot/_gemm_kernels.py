@@ -17,6 +17,10 @@ an add where the CPU has no FMA), the lanes then summed by a fixed halving tree,
 products added one by one. That sequence does not depend on where the output sits in a tile, on edge tiles or on
 how threads split the tiles, so the bits are the same at any thread count; they differ from BLAS's (another order)
 by float32 rounding, which the tests bound against a float64 reference. Imported only once numba is loaded.
+
+Measured (one thread, 128 activation rows, the bench model's 512 × 512, 1536 × 512 and 512 × 1536 weights, against
+numpy's OpenBLAS with ``OPENBLAS_CORETYPE=Haswell`` in the same process): AMD EPYC Zen 5 (AVX-512) 136–158 GFLOP/s
+against ~105 (1.13–1.46×); AMD EPYC Zen 4 with AVX-512 hidden (AVX2) 69–76 against 79–82 (0.85–0.96×).
 """
 
 from __future__ import annotations

@@ -158,10 +158,12 @@ class RowJob:
 
 
 def helping(threads: int) -> bool:
-    """True when row jobs of ``threads`` threads should go to the helpers: their pool is already running for the
-    repacked products. A model without them (f32 weights) multiplies with threaded BLAS, whose own threads spin
-    after each product: a helper spinning beside them on a 2-core VM made the row kernels 3-5× slower there
-    (f32 bench model, 2 threads: ROPE 0.6 → 2.8 ms a batch), so those rows stay on the calling thread."""
+    """True when row jobs of ``threads`` threads should go to the helpers: their pool is already running for a
+    batch's products (the repacked quantized products, or the f32 tiles of :mod:`._gemm_kernels`). Where a batch's
+    products run elsewhere (numpy's threaded BLAS, or dequantized tiles on the plugin's workers), those threads
+    spin after each product: a helper spinning beside them on a 2-core VM made the row kernels 3-5× slower there
+    (f32 bench model on OpenBLAS, 2 threads: ROPE 0.6 → 2.8 ms a batch), so those rows stay on the calling
+    thread."""
     from ggml_cpu.kernels.qdot import _packed_split
 
     return _packed_split.running(threads)
