@@ -458,7 +458,9 @@ def _build() -> None:
                             start = ir.Constant(start.type, [0] * start.type.count)
                         else:
                             qa, xa = qs[gi], xg
-                        part = b.sitofp(quad_sums_from(b, start, qa, xa, small=True), vf)
+                        # Q8_0's unsigned q + 128 is not small: where VNNI cannot take 64 bytes, the exact sums
+                        small = kind != "q8_0" or signed
+                        part = b.sitofp(quad_sums_from(b, start, qa, xa, small), vf)
                         lanes = ir.Constant(vf, None)
                         for h, r in enumerate(g):
                             lanes = b.insert_element(lanes, b.fmul(ds[r], xd), ir.Constant(i32, h))
