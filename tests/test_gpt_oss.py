@@ -7,7 +7,8 @@ window 4, over 16 tokens) and full layers, YaRN rope (factor 4 over an original 
 with top-k-then-softmax weights, per-expert biases (ADD_ID) and SWIGLU_OAI with values past its limit of 7.
 
 Bounds: MXFP4 weights meet activations rounded to Q8_0 on both sides (ggml's ``vec_dot_type``), so the bound is
-issue 14's q8_0 one, 1e-3 max |Δlogit|; with an f16 KV cache and FLASH_ATTN_EXT, 5e-3. The router's top-k choice
+issue 14's q8_0 one, 1e-3 max |Δlogit|; with an f16 KV cache and FLASH_ATTN_EXT, 2e-3 from the float64
+definition and 1e-2 from llama.cpp (whose f16 flash attention's error depends on its build). The router's top-k choice
 and the Q8_0 rounding are the discontinuities: the test measures in the float64 reference the smallest gap between the
 k-th and (k+1)-th router logit, and how close any Q8_0-rounded activation comes to a rounding step (relative to its
 size), and asserts both are far above the float32 differences between implementations (MIN_ROUTER_GAP,
@@ -280,12 +281,19 @@ def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) ->
 
 @pytest.mark.usefixtures("built")
 def test_gpt_oss_flash_attention_f16_cache_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
-    """FLASH_ATTN_EXT with the sinks added to it (``add_sinks``), f16 KV cache on both sides: bound 5e-3."""
-    path, _ = model
+    """FLASH_ATTN_EXT with the sinks added to it (``add_sinks``), f16 KV cache on both sides.
+
+    Ours is bound tightly by the float64 definition (2e-3: what rounding K and V to f16 moves the logits, measured
+    8.5e-4), and loosely by llama.cpp (1e-2): llama.cpp's own f16 flash attention is further from the definition
+    and by how much depends on its build (6.0e-3 on an AVX2 build, AMD EPYC Zen 4; under 5e-3 on AVX-512 builds).
+    """
+    path, w = model
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f16", flash_attn=True).logits(TOKENS)
     got, got_steps = _ours(path, kv_type="f16", flash_attn=True)
-    assert np.abs(got - want).max() <= 5e-3, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want).max() <= 5e-3, f"steps: max |Δlogit| = {np.abs(got_steps - want).max():.3g}"
+    definition = reference(w, TOKENS)[0]
+    for name, ours in (("batch", got), ("steps", got_steps)):
+        assert np.abs(ours - definition).max() <= 2e-3, f"{name}: max |Δlogit| = {np.abs(ours - definition).max():.3g}"
+        assert np.abs(ours - want).max() <= 1e-2, f"{name}: max |Δlogit| = {np.abs(ours - want).max():.3g} to llama.cpp"
 
 
 def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, dict[str, np.ndarray]]) -> None:
