@@ -8,15 +8,20 @@ can compare against the real ggml CPU backend when that package is installed.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 import ggml_core as gc
 from ggml_core import Context, GGMLType, Tensor
 from ggml_core.quants import dequantize, quantize
 
-__all__ = ["CpuGraph", "GgmlGraph", "count_row_jobs", "f32_dot_bound", "f32_mul_mat", "gelu_tanh_f64", "rng"]
+__all__ = [
+    "CpuGraph", "GgmlGraph", "count_row_jobs", "f32_dot_bound", "f32_mul_mat", "gelu_tanh_f64", "restore_threads",
+    "rng",
+]  # fmt: skip
 
 _BACKEND: gc.Backend | None = None
 
@@ -103,6 +108,14 @@ def f32_mul_mat(m: int, k: int, n: int, seed: int) -> tuple[CpuGraph, Tensor, np
     x = r.standard_normal((n, k)).astype(np.float32)
     g = CpuGraph()
     return g, gc.ops.mul_mat(g.tensor(w), g.tensor(x)), w, x
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    """The CPU backend's thread count as it was before the test (use with ``pytest.mark.usefixtures``)."""
+    before = _backend().n_threads
+    yield
+    _backend().set_n_threads(before)
 
 
 def gelu_tanh_f64(x: np.ndarray) -> np.ndarray:

@@ -10,11 +10,9 @@ OpenBLAS's threads, which spin after each product).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
-from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, rng
+from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, restore_threads, rng  # noqa: F401 - the fixture
 
 from ggml_cpu.kernels import compiled
 
@@ -29,14 +27,7 @@ def f32_dot() -> object:
     return fn
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads() -> Iterator[None]:
-    before = _backend().n_threads
-    yield
-    _backend().set_n_threads(before)
-
-
-_bound = f32_dot_bound
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 @pytest.mark.parametrize("k", [1, 15, 16, 17, 63, 64, 65, 100, 512, 1000])
@@ -50,7 +41,7 @@ def test_kernel_gives_the_definition(f32_dot: object, k: int, n: int) -> None:
     p = np.array([k, m, n, k, k, m], np.int64)
     f32_dot(w.ravel(), x.ravel(), out.ravel(), p)  # type: ignore[operator]
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(out - ref) <= _bound(w, x))
+    assert np.all(np.abs(out - ref) <= f32_dot_bound(w, x))
 
 
 def test_kernel_reads_strided_rows_and_writes_only_its_outputs(f32_dot: object) -> None:
@@ -67,18 +58,15 @@ def test_kernel_reads_strided_rows_and_writes_only_its_outputs(f32_dot: object) 
     x = np.stack([xbuf[j * xs : j * xs + k] for j in range(n)])
     out = obuf.reshape(n, os_)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(out[:, :m] - ref) <= _bound(w, x))
+    assert np.all(np.abs(out[:, :m] - ref) <= f32_dot_bound(w, x))
     assert np.all(out[:, m:] == -7.0)
-
-
-_mul_mat = f32_mul_mat
 
 
 def test_mul_mat_binds_the_kernel_and_two_threads_give_one_threads_bits(
     f32_dot: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = count_row_jobs(monkeypatch)
-    g, out, w, x = _mul_mat(1536, 512, 1, 11)  # 786,432 weights: split at two threads
+    g, out, w, x = f32_mul_mat(1536, 512, 1, 11)  # 786,432 weights: split at two threads
     _backend().set_n_threads(1)
     one = g.compute(out)[0, 0].copy()
     assert not calls
@@ -92,7 +80,7 @@ def test_mul_mat_binds_the_kernel_and_two_threads_give_one_threads_bits(
     f32_dot(w.ravel(), x.ravel(), direct.ravel(), np.array([512, 1536, 1, 512, 512, 1536], np.int64))  # type: ignore[operator]
     np.testing.assert_array_equal(one, direct)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(one - ref) <= _bound(w, x))
+    assert np.all(np.abs(one - ref) <= f32_dot_bound(w, x))
 
 
 def test_more_rows_than_the_limit_use_the_tiles() -> None:
@@ -102,7 +90,7 @@ def test_more_rows_than_the_limit_use_the_tiles() -> None:
     from ggml_cpu.kernels.qdot._gemm_kernels import block_tokens
 
     n = compiled.F32_ROWS_LIMIT + 1
-    g, out, w, x = _mul_mat(64, 96, n, 12)
+    g, out, w, x = f32_mul_mat(64, 96, n, 12)
     direct = np.empty((n, 64), np.float32)
     fn(w.ravel(), x.ravel(), direct.ravel(), np.array([96, 64, n, 96, 96, 64, block_tokens(96, n)], np.int64))
     np.testing.assert_array_equal(g.compute(out)[0, 0], direct)
@@ -117,7 +105,7 @@ def test_a_pool_of_f32_products_alone_leaves_prompt_rows_on_this_thread(f32_dot:
     pools = dict(_packed_split._pools)
     try:
         _packed_split._pools.clear()  # a fresh process's state (the helpers started before keep running)
-        g, out, _, _ = _mul_mat(1024, 256, 1, 13)
+        g, out, _, _ = f32_mul_mat(1024, 256, 1, 13)
         _backend().set_n_threads(2)
         g.compute(out)  # starts a pool (one helper) of its own
         assert 1 in _packed_split._pools

@@ -9,12 +9,11 @@ really running; and a pool these products start takes the batch's row kernels to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, rng
+from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, restore_threads, rng  # noqa: F401 - the fixture
 
 from ggml_cpu.kernels import compiled
 
@@ -32,14 +31,7 @@ def tiles() -> tuple[Any, Any]:
     return fn, _gemm_kernels
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads() -> Iterator[None]:
-    before = _backend().n_threads
-    yield
-    _backend().set_n_threads(before)
-
-
-_bound = f32_dot_bound
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 def _run(fn: Any, mod: Any, w: np.ndarray, x: np.ndarray, block: int | None = None) -> np.ndarray:
@@ -59,7 +51,7 @@ def test_tiles_give_the_definition(tiles: tuple[Any, Any], k: int, m: int, n: in
     x = r.standard_normal((n, k)).astype(np.float32)
     out = _run(fn, mod, w, x)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(out - ref) <= _bound(w, x))
+    assert np.all(np.abs(out - ref) <= f32_dot_bound(w, x))
 
 
 def test_several_activation_blocks_give_the_definition(tiles: tuple[Any, Any]) -> None:
@@ -72,7 +64,7 @@ def test_several_activation_blocks_give_the_definition(tiles: tuple[Any, Any]) -
     for block in (mod.TILE_N, 2 * mod.TILE_N, 3 * mod.TILE_N):
         np.testing.assert_array_equal(_run(fn, mod, w, x, block=block), whole)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(whole - ref) <= _bound(w, x))
+    assert np.all(np.abs(whole - ref) <= f32_dot_bound(w, x))
 
 
 def test_an_outputs_bits_do_not_depend_on_its_place_in_a_tile(tiles: tuple[Any, Any]) -> None:
@@ -106,7 +98,7 @@ def test_strided_rows_are_read_and_written_only_where_they_are(tiles: tuple[Any,
     x = np.stack([xbuf[j * xs : j * xs + k] for j in range(n)])
     out = obuf.reshape(n, os_)
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(out[:, :m] - ref) <= _bound(w, x))
+    assert np.all(np.abs(out[:, :m] - ref) <= f32_dot_bound(w, x))
     assert np.all(out[:, m:] == -7.0)
 
 
@@ -122,7 +114,7 @@ def test_non_finite_values_propagate_as_in_the_definition(tiles: tuple[Any, Any]
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
     finite = np.isfinite(ref)
-    assert np.all(np.abs(out[finite] - ref[finite]) <= _bound(np.nan_to_num(w), np.nan_to_num(x))[finite])
+    assert np.all(np.abs(out[finite] - ref[finite]) <= f32_dot_bound(np.nan_to_num(w), np.nan_to_num(x))[finite])
 
 
 def test_the_tiles_use_the_cpus_widest_vectors(tiles: tuple[Any, Any]) -> None:
@@ -139,15 +131,12 @@ def test_the_tiles_use_the_cpus_widest_vectors(tiles: tuple[Any, Any]) -> None:
     assert registers >= mod.TILE_M * mod.TILE_N + mod.TILE_M + 1
 
 
-_mul_mat = f32_mul_mat
-
-
 def test_mul_mat_binds_the_tiles_and_two_threads_give_one_threads_bits(
     tiles: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fn, mod = tiles
     calls = count_row_jobs(monkeypatch)
-    g, out, w, x = _mul_mat(1000, 128, 37, 11)
+    g, out, w, x = f32_mul_mat(1000, 128, 37, 11)
     _backend().set_n_threads(1)
     one = g.compute(out)[0, 0].copy()
     assert not calls
@@ -158,7 +147,7 @@ def test_mul_mat_binds_the_tiles_and_two_threads_give_one_threads_bits(
         np.testing.assert_array_equal(t, one)
     np.testing.assert_array_equal(one, _run(fn, mod, w, x))  # the tiles' bits, not BLAS's
     ref = x.astype(np.float64) @ w.astype(np.float64).T
-    assert np.all(np.abs(one - ref) <= _bound(w, x))
+    assert np.all(np.abs(one - ref) <= f32_dot_bound(w, x))
 
 
 def test_a_pool_the_tiles_start_takes_the_batchs_row_kernels(tiles: tuple[Any, Any]) -> None:
@@ -170,7 +159,7 @@ def test_a_pool_the_tiles_start_takes_the_batchs_row_kernels(tiles: tuple[Any, A
     pools = dict(_packed_split._pools)
     try:
         _packed_split._pools.clear()  # a fresh process's state (the helpers started before keep running)
-        g, out, _, _ = _mul_mat(1024, 256, 16, 13)
+        g, out, _, _ = f32_mul_mat(1024, 256, 16, 13)
         _backend().set_n_threads(2)
         assert not _packed_split.running(2)
         g.compute(out)

@@ -8,11 +8,11 @@ cannot pass), and the one-thread result against numpy written from the op's defi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from kernel_harness import CpuGraph, _backend, count_row_jobs, rng
+from kernel_harness import CpuGraph, _backend, count_row_jobs, restore_threads, rng  # noqa: F401 - the fixture
 
 from ggml_core import ComputeError, Tensor, ops
 from ggml_cpu.kernels import compiled
@@ -44,11 +44,7 @@ def _threads(n: int) -> None:
     _backend().set_n_threads(n)
 
 
-@pytest.fixture(autouse=True)
-def _restore_threads() -> Iterator[None]:
-    before = _backend().n_threads
-    yield
-    _backend().set_n_threads(before)
+pytestmark = pytest.mark.usefixtures("restore_threads")
 
 
 def _one_and_two(build: Callable[[CpuGraph], Tensor], calls: list[int]) -> tuple[np.ndarray, np.ndarray]:
