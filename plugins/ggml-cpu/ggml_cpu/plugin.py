@@ -78,7 +78,8 @@ def _cpu_name() -> str:
 def kernel_variant() -> str:
     """The vector ISA the compiled kernels target here and the int8 dot-product variant they use, without
     importing numba (the same decision as ``qdot._simd``: VNNI's ``vpdpbusd`` when the CPU has AVX-VNNI or
-    AVX-512 VNNI+VL, numba targets the host CPU and ``GGML_CPU_VNNI`` is not 0), e.g. ``AVX-512, VNNI int8 dots``.
+    AVX-512 VNNI+VL, numba targets the host CPU and ``GGML_CPU_VNNI`` is not 0; else AVX2's ``vpmaddubsw`` pair
+    sums where there is AVX2, else generic sums), e.g. ``AVX-512, VNNI int8 dots``.
     """
     jit = sys.modules.get("ggml_cpu.kernels.qdot._jit")  # loaded: its verdict; else the same checks, no imports
     if jit is not None:
@@ -100,14 +101,15 @@ def kernel_variant() -> str:
         isa = platform.machine() or "unknown ISA"
     target = os.environ.get("NUMBA_CPU_NAME")  # numba compiling for another CPU: no host features
     has_vnni = "avx_vnni" in flags or ("avx512_vnni" in flags and "avx512vl" in flags)
+    why = "no VNNI" if not has_vnni else "GGML_CPU_VNNI=0"
     if target:
         dots = "generic int8 dots"
-    elif not has_vnni:
-        dots = "generic int8 dots (no VNNI)"
-    elif os.environ.get("GGML_CPU_VNNI", "1") == "0":
-        dots = "generic int8 dots (GGML_CPU_VNNI=0)"
-    else:
+    elif has_vnni and os.environ.get("GGML_CPU_VNNI", "1") != "0":
         dots = "VNNI int8 dots (vpdpbusd)"
+    elif "avx2" in flags:
+        dots = f"AVX2 int8 pair sums (vpmaddubsw, {why})"
+    else:
+        dots = f"generic int8 dots ({why})"
     return f"numba for {'NUMBA_CPU_NAME=' + target if target else 'this CPU'}: {isa}, {dots}"
 
 

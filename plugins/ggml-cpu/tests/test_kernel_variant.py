@@ -40,8 +40,11 @@ def test_variant_follows_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         assert want_isa in text
     vnni = "avx_vnni" in flags or {"avx512_vnni", "avx512vl"} <= flags
     assert ("VNNI int8 dots (vpdpbusd)" in text) == vnni
+    if not vnni:
+        assert ("AVX2 int8 pair sums" in text) == ("avx2" in flags)
     monkeypatch.setenv("GGML_CPU_VNNI", "0")
-    assert "generic int8 dots" in plugin.kernel_variant()
+    want = "AVX2 int8 pair sums" if "avx2" in flags else "generic int8 dots"
+    assert want in plugin.kernel_variant()
 
 
 def test_variant_when_compiled_kernels_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,6 +72,7 @@ def test_named_variant_is_the_built_one() -> None:
     from ggml_cpu.kernels.qdot import _simd
 
     assert ("vpdpbusd" in plugin.kernel_variant()) == _simd.HAS_VNNI
+    assert ("vpmaddubsw" in plugin.kernel_variant()) == _simd.HAS_AVX2_SUMS
 
 
 # ------------------------------------------------------------------------------------------------ BLAS kernels

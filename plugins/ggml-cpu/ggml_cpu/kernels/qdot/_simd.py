@@ -29,6 +29,7 @@ from typing import Any
 from ggml_cpu.kernels.qdot import _jit
 
 __all__ = [
+    "HAS_AVX2_SUMS",
     "HAS_VNNI",
     "HAS_VNNI512",
     "LANE_TILES",
@@ -60,6 +61,8 @@ ROW_DOTS: dict[str, tuple[Any, Any]] = {}
 TILE_DOTS: dict[str, dict[tuple[int, int], Any]] = {}
 #: True when ``vpdpbusd`` runs on 512-bit vectors (the repacked tiles' speed depends on it)
 HAS_VNNI512 = False
+#: True when the integer sums use AVX2's ``vpmaddubsw`` / ``vpmaddwd`` pairs because VNNI is absent
+HAS_AVX2_SUMS = False
 #: activation rows per repacked tile call (the widest first; 1 takes the rest)
 LANE_XROWS = (8, 4, 1)
 #: repacked weights (:mod:`.repack`): (sub-block length, has minima) → {activation rows: ``lane_tile`` intrinsic}
@@ -131,6 +134,25 @@ def _build() -> None:
             return self.builder.load(self.builder.bitcast(ptr, vec(i32, n).as_pointer()), align=4)
 
     avx2 = bool(feats.get("avx2"))
+    f16c = bool(feats.get("f16c"))
+
+    def prefetch(b: ir.IRBuilder, ptr: ir.Value) -> None:
+        """``prefetcht0 ptr``: a hint that never faults, whatever the address."""
+        i8p = ir.IntType(8).as_pointer()
+        fn = declare(b, "llvm.prefetch.p0i8", ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        b.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+
+    def f16_value(b: ir.IRBuilder, base: ir.Value, off: ir.Value, lut: ir.Value) -> ir.Value:
+        """The little-endian f16 at byte ``off`` of ``base`` as float32: one ``vcvtph2ps`` with F16C (exact, as the
+        table), else through the 65536-entry table ``lut`` (a load that misses the cache once the weights stream
+        past it)."""
+        if f16c:
+            ptr = b.bitcast(b.gep(base, [off], inbounds=True), ir.IntType(16).as_pointer())
+            return b.fpext(b.bitcast(b.load(ptr, align=1), ir.HalfType()), ir.FloatType())
+        lo = b.zext(b.load(b.gep(base, [off], inbounds=True)), ir.IntType(64))
+        hi = b.zext(b.load(b.gep(base, [b.add(off, ir.Constant(off.type, 1))], inbounds=True)), ir.IntType(64))
+        idx = b.or_(lo, b.shl(hi, ir.Constant(ir.IntType(64), 8)))
+        return b.load(b.gep(lut, [idx], inbounds=True))
 
     def pair_quads(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, small: bool) -> ir.Value:
         """<n/4 x i32>: lane i = Σ_{j=4i}^{4i+3} q[j]·x[j] for ``n`` unsigned q and signed x bytes, without VNNI.
@@ -173,6 +195,21 @@ def _build() -> None:
             fn = declare(builder, "llvm.x86.avx512.vpdpbusd.256", ir.FunctionType(v8, [v8, v8, v8]))
             return builder.call(fn, [ir.Constant(v8, [0] * 8), builder.bitcast(q, v8), builder.bitcast(x, v8)])
         return pair_quads(builder, q, x, small=True)
+
+    def scaled_quad_sums(builder: ir.IRBuilder, q: ir.Value, x: ir.Value, sc: ir.Value) -> ir.Value:
+        """:func:`quad_sums` times the <8 x i32> scales ``sc`` (|sc| < 2^15). Without VNNI on AVX2 the scales go
+        into the ``vpmaddwd`` in place of its ones, as ggml's AVX2 K-quant dots do: lane i is then
+        ``sc_i·p_2i + sc_i·p_2i+1``, the same integer as ``sc_i·(p_2i + p_2i+1)`` (no overflow: the pair sums are
+        at most 32,512), without a ``vpmulld`` per sub-block."""
+        b = builder
+        if vnni or not avx2:
+            return b.mul(quad_sums(b, q, x), sc)
+        v16 = vec(ir.IntType(16), 16)
+        ub = declare(b, "llvm.x86.avx2.pmadd.ub.sw", ir.FunctionType(v16, [vec(i8, 32), vec(i8, 32)]))
+        wd = declare(b, "llvm.x86.avx2.pmadd.wd", ir.FunctionType(v8, [v16, v16]))
+        narrow = b.trunc(sc, vec(ir.IntType(16), 8))
+        sc16 = b.shuffle_vector(narrow, narrow, ir.Constant(vec(i32, 16), [i // 2 for i in range(16)]))
+        return b.call(wd, [b.call(ub, [q, x]), sc16])
 
     def broadcast(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
         first = builder.insert_element(ir.Constant(v8, None), v, ir.Constant(i32, 0))
@@ -229,7 +266,7 @@ def _build() -> None:
                 sc = b.shuffle_vector(scales, ir.Constant(v8, None), ir.Constant(v8, [j] * 8))
                 for r in range(rows):
                     x = op.row_bytes(2, op.plus(n0, r), op.plus(xo, j * 32), 32)
-                    accs[r] = b.add(accs[r], b.mul(quad_sums(b, q, x), sc))
+                    accs[r] = b.add(accs[r], scaled_quad_sums(b, q, x, sc))
             out = []
             undef16 = ir.Constant(vec(i32, 16), None)
             for r in range(rows):
@@ -268,7 +305,7 @@ def _build() -> None:
                     )
                     for r in range(rows):
                         x = op.row_bytes(2, op.plus(n0, r), op.plus(xo, h * 128 + q * 32), 32)
-                        accs[r] = b.add(accs[r], b.mul(quad_sums(b, qv, x), sc))
+                        accs[r] = b.add(accs[r], scaled_quad_sums(b, qv, x, sc))
             out = []
             for r in range(rows):
                 bs = op.row_i32(5, op.plus(n0, r), bo, 16)
@@ -329,10 +366,7 @@ def _build() -> None:
             rdata = op._array(0).data
 
             def f16(off: ir.Value) -> ir.Value:
-                lo = b.zext(b.load(b.gep(rdata, [off], inbounds=True)), ir.IntType(64))
-                hi = b.zext(b.load(b.gep(rdata, [op.plus(off, 1)], inbounds=True)), ir.IntType(64))
-                idx = b.or_(lo, b.shl(hi, ir.Constant(ir.IntType(64), 8)))
-                return b.load(b.gep(lut, [idx], inbounds=True))
+                return f16_value(b, rdata, off, lut)
 
             with cgutils.for_range(b, nb) as loop:
                 blk = loop.index
@@ -407,6 +441,11 @@ def _build() -> None:
             zero = ir.Constant(m0.type, 0)
             # the rows' first elements, outside the block loop (fewer live values: no spills in the loop)
             wbase = [op.row_ptr(0, op.plus(m0, r), zero) for r in range(wrows)]
+            # the same bytes of the next tile's rows, prefetched while this tile runs: the hardware prefetcher
+            # follows one stream, not ``wrows`` interleaved ones (a prefetch past the matrix's end cannot fault)
+            width = cgutils.unpack_tuple(b, op._array(0).shape, 2)[1]
+            skip = b.mul(width, ir.Constant(width.type, wrows))
+            pbase = [b.gep(wbase[r], [skip]) for r in range(wrows)]
             xbase = [op.row_ptr(2, op.plus(n0, n), zero) for n in range(xrows)]
             dbase = [op.row_ptr(4, op.plus(n0, n), zero) for n in range(xrows)]
             obase = [op.row_ptr(5, op.plus(n0, n), zero) for n in range(xrows)]
@@ -415,10 +454,7 @@ def _build() -> None:
                 return b.load(b.bitcast(b.gep(base, [off], inbounds=True), t.as_pointer()), align=align)
 
             def f16(r: int, off: ir.Value) -> ir.Value:
-                lo = b.zext(b.load(b.gep(wbase[r], [off], inbounds=True)), ir.IntType(64))
-                hi = b.zext(b.load(b.gep(wbase[r], [op.plus(off, 1)], inbounds=True)), ir.IntType(64))
-                idx = b.or_(lo, b.shl(hi, ir.Constant(ir.IntType(64), 8)))
-                return b.load(b.gep(lut, [idx], inbounds=True))
+                return f16_value(b, wbase[r], off, lut)
 
             def quants(r: int, o: ir.Value) -> ir.Value:
                 if kind == "q8_0":
@@ -438,6 +474,8 @@ def _build() -> None:
                 o = b.mul(blk, ir.Constant(blk.type, size))
                 xo = b.mul(blk, ir.Constant(blk.type, 32))
                 ds = [f16(r, o) for r in range(wrows)]
+                for r in range(wrows):
+                    prefetch(b, b.gep(pbase[r], [o]))
                 qs = []
                 for g in groups:
                     q = quants(g[0], o)
@@ -599,8 +637,9 @@ def _build() -> None:
         ROW_DOTS[name] = (legacy_row(name, 1), legacy_row(name, 4))
     for name in ("q4_0", "q5_0", "q8_0"):
         TILE_DOTS[name] = {(wr, xr): offset_tile(name, wr, xr) for wr in (1, 4) for xr in (1, 4)}
-    global HAS_VNNI512
+    global HAS_AVX2_SUMS, HAS_VNNI512
     HAS_VNNI512 = vnni and vnni512
+    HAS_AVX2_SUMS = avx2 and not vnni
     for group, has_min in ((32, False), (32, True), (16, False)):
         LANE_TILES[group, has_min] = {xr: lane_tile(group, has_min, xr) for xr in LANE_XROWS}
     for has_min in (False, True):

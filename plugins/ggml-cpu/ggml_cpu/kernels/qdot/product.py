@@ -108,6 +108,18 @@ _TILED_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8
 #: 0.72 / 2.24 / 2.80 against 1.04 / 3.41 / 3.90); at 256 rows tiles win. Q4_1, Q5_1 and Q5_K lose at 128 rows.
 _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
+#: weight types whose block kernels, on AVX2's ``vpmaddubsw`` sums without VNNI, still beat dequantized tiles +
+#: SGEMM at 32 activation rows (measured on a Zen 4 guest without AVX-512, one thread, ``bench_qroutes.py --rows
+#: 32``: 1.2–1.9× faster than tiles for 512 × 512 / 1536 × 512 / 512 × 1536)
+_AVX2_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K})
+
+
+def _avx2_sums() -> bool:
+    """Whether the block kernels were built on AVX2's integer pair sums (AVX2 present, VNNI absent)."""
+    from ggml_cpu.kernels.qdot import _simd
+
+    return _simd.HAS_AVX2_SUMS
+
 
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, the repacked weights
@@ -117,10 +129,11 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
 
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
     at 32 rows: 4.4 ms against 20 ms on 2 cores), up to 128 rows for :data:`_WIDE_BLOCK_TYPES` and 512 for
-    :data:`_TILED_BLOCK_TYPES`; without VNNI the portable partial sums are slower and tiles win sooner.
+    :data:`_TILED_BLOCK_TYPES`; without VNNI the partial sums are slower and tiles win sooner: from 9 rows with the
+    portable sums, from 33 for :data:`_AVX2_BLOCK_TYPES` on AVX2's pair sums.
     """
     if not _kernels()[2]:
-        return 8
+        return 32 if wtype in _AVX2_BLOCK_TYPES and _avx2_sums() else 8
     if wtype is not None and _packed_supported(wtype):
         return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
