@@ -93,6 +93,31 @@ def check(t: GGMLType, m: int, n: int, k: int) -> None:
     np.testing.assert_array_equal(out.view(np.uint32), _expected(w, t, x).view(np.uint32), err_msg=t.name)
 
 
+def check_stream(t: GGMLType, n: int) -> None:
+    """A matrix of at least ``legacy._STREAM_BYTES`` (its decode rows go one at a time, not 4 side by side) against
+    :func:`_expected`, bit for bit: 37 distinct rows repeated past the size, so the reference stays small."""
+    from ggml_cpu.kernels.qdot import legacy
+
+    if not qdot.block_kernels_ready(t):
+        pytest.skip(f"no compiled block kernels: {qdot.disabled_reason()}")
+    k = 64
+    small = quantize(rng(7).standard_normal((37, k)).astype(np.float32), t)
+    reps = -(-legacy._STREAM_BYTES // small.nbytes)
+    w = np.ascontiguousarray(np.tile(small, (reps, 1)))
+    assert w.nbytes >= legacy._STREAM_BYTES and w.shape[0] % 4
+    x = _activations(n, k)
+    out = np.full((n, w.shape[0]), np.nan, np.float32)
+    qdot.qmatmul(w, t, x, out, route="block")
+    want = np.tile(_expected(small, t, x), (1, reps))
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32), err_msg=t.name)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 2])
+def test_streamed_decode_rows_give_the_same_bits(t: GGMLType, n: int) -> None:
+    check_stream(t, n)
+
+
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize(("m", "n", "k"), SHAPES)
 def test_block_kernels_equal_the_definition_bit_for_bit(t: GGMLType, m: int, n: int, k: int) -> None:
@@ -109,6 +134,7 @@ assert all(block_kernels_ready(t) for t in tt.TYPES) and not _simd.HAS_VNNI
 for t in tt.TYPES:
     for shape in tt.SHAPES:
         tt.check(t, *shape)
+    tt.check_stream(t, 1)
 print("ok")
 """
 

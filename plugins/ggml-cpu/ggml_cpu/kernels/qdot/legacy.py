@@ -65,6 +65,13 @@ _T5_0_44, _T5_0_41, _T5_0_14, _T5_0_11 = _T5_0
 _T8_0_44, _T8_0_41, _T8_0_14, _T8_0_11 = _T8_0
 #: the quant offset of the offset types (their tiles read q + offset as unsigned bytes)
 _OFFSET: Final = {_Q4_0: 8, _Q5_0: 16, _Q8_0: 128}
+#: weight matrices of at least this many bytes stream from memory on every decode step (larger than the caches
+#: hold next to the rest of a model): for fewer than 4 activation rows their rows go one at a time, one
+#: sequential stream the hardware prefetcher follows, instead of 4 rows side by side (4 interleaved streams of a
+#: row's length each). Same bits either way. Measured on a Zen 4 guest (AVX-512 VNNI), one thread, 1 row:
+#: Gemma 3's 262144 × 640 Q8_0 output 20–23 → 9.9–10.3 ms (7.5 → 18 GB/s; numpy's sum of the bytes: 28 GB/s),
+#: 65536 × 640 5.7 → 3.0 ms; but on cache-hot 4096 × 512 Q8_0, 4 rows side by side are faster (0.08 → 0.11 ms).
+_STREAM_BYTES: Final = 8 << 20
 
 
 @inline
@@ -166,13 +173,14 @@ def _kernel(kind: int) -> Callable[..., int]:
             offs = np.empty((n_act, k // 4), np.int32)
             _offsets(xq, offset, offs)
             n_w = w.shape[0]
+            stream = n_w * w.shape[1] >= _STREAM_BYTES
             for mb in prange((n_w + 3) // 4):
                 m0 = 4 * mb
                 # fewer than 4 activation rows (decode) too: 4 weight rows side by side (the 4×1 tile, the same
                 # bits as 1×1) keep four independent float accumulators where one row at a time waits on one
                 # (measured on Sapphire Rapids, one thread, µs: Q8_0 512 × 512 14.5 → 10.4, 1536 × 512 42 → 32,
                 # 262144 × 640 from memory 75 → 29 ms; Q4_0 13.3 → 11.9, 42 → 39, 49 → 39 ms)
-                if m0 + 4 <= n_w:
+                if m0 + 4 <= n_w and not (stream and n4 == 0):
                     for n0 in range(0, n4, 4):
                         t = _tile(kind, 0, w, m0, xq, n0, xd, offs, lut, nb)
                         for i in range(16):
