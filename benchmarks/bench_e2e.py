@@ -106,6 +106,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
         m.process_prompt(prompt)  # warm-up: graph build, kernel binding, allocation
         m.reset()
         m.generate(prompt[:8], 4, Sampler(SamplerParams(temperature=0.0)))
+        splits = _split_counts()
         for _ in range(reps):
             m.reset()
             res = m.generate(prompt, n_gen + 1, Sampler(SamplerParams(temperature=0.0)))
@@ -117,6 +118,7 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
             for tok in prompt[:n_gen]:
                 m.decode([tok])
             tg.append(n_gen / (time.perf_counter() - t0))
+        splits = [b - a for a, b in zip(splits, _split_counts(), strict=True)]
         peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the floor's copies
         breakdown = _decode_breakdown(m, prompt, n_gen)
         floor_pp, floor_tg = _matmul_floor(m, reps)
@@ -131,7 +133,19 @@ def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
         "load_s": t_load,
         "peak_rss_mb": peak_rss_mb,
         "decode_breakdown_ms": breakdown,
+        # one-row products split over the spinning helpers during the timed runs: [run on 2+ threads, of those
+        # stalled (a helper descheduled), run on one thread while backing off after a stall]
+        "row_splits": splits,
     }
+
+
+def _split_counts() -> list[int]:
+    """The CPU plugin's row-split counters (:attr:`ggml_cpu.threads.RowSplit.counts`), zeros without it."""
+    try:
+        from ggml_cpu.threads import RowSplit
+    except ImportError:
+        return [0, 0, 0]
+    return list(RowSplit.counts)
 
 
 def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]:
@@ -285,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["tg_after_prompt_tokens_per_s"] = statistics.median(r["tg_after_prompt_tokens_per_s"] for r in ours)
                 row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours)
                 row["decode_breakdown_ms"] = ours[-1]["decode_breakdown_ms"]
+                row["row_splits"] = [sum(r["row_splits"][i] for r in ours) for i in range(3)]
                 rows.append(row)
                 print(f"# {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
     if args.json:
@@ -310,6 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         parts = [f"{k} {v:.3f}" for k, v in r["decode_breakdown_ms"].items()]
         print(f"  {r['type']:<6} x{r['threads']}: " + ", ".join(parts))
+    split_rows = [r for r in rows if sum(r["row_splits"])]
+    if split_rows:
+        print("\none-row products split over the helper threads (timed runs): on 2+ threads / stalled / on one")
+        print("thread while backing off after a stall")
+        for r in split_rows:
+            done, stalled, alone = r["row_splits"]
+            print(f"  {r['type']:<6} x{r['threads']}: {done} / {stalled} / {alone}")
     return 0
 
 

@@ -317,6 +317,9 @@ class RowSplit:
     SLOW_MARGIN_S: Final = 0.5e-3
     #: [calls left on one thread, the next backoff's length], shared by every split (they share the helpers)
     _backoff: ClassVar[list[int]] = [0, 16]
+    #: [splits run with the helpers, of those that stalled, calls run on one thread while backing off], for every
+    #: split of the process (read by ``benchmarks/bench_e2e.py``: how often two threads were really two)
+    counts: ClassVar[list[int]] = [0, 0, 0]
 
     __slots__ = ("_best", "_desc", "_helpers", "_kind", "_parts", "_run")
 
@@ -342,14 +345,18 @@ class RowSplit:
         h = self._helpers
         if h is not None:
             backoff = RowSplit._backoff
+            counts = RowSplit.counts
             if backoff[0] > 0:
                 backoff[0] -= 1
+                counts[2] += 1
                 return None
             t0 = time.perf_counter()
             res = h.run(self._run, self._desc, self._kind, quant)
             if res is not None:
                 dt = time.perf_counter() - t0
+                counts[0] += 1
                 if dt > self.SLOW_FACTOR * self._best + self.SLOW_MARGIN_S:
+                    counts[1] += 1
                     backoff[0] = backoff[1]
                     backoff[1] = min(2 * backoff[1], self.BACKOFF_CALLS)
                 else:

@@ -172,6 +172,7 @@ def test_split_backs_off_to_one_thread_after_a_stall() -> None:
     one = out.copy()
     parts = product._SplitProduct(bp._serial, _jobs(t, bp._serial), bp._args, 2)
     threads.RowSplit._backoff[0] = 3
+    before = list(threads.RowSplit.counts)
     try:
         for left in (2, 1, 0):
             out[...] = np.nan
@@ -180,6 +181,10 @@ def test_split_backs_off_to_one_thread_after_a_stall() -> None:
             np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
     finally:
         threads.RowSplit._backoff[0] = 0
+    # the counters bench_e2e reports: three calls on one thread while backing off, none on the helpers
+    assert threads.RowSplit.counts[2] - before[2] == 3 and threads.RowSplit.counts[0] == before[0]
+    parts(*bp._args)  # no backoff left: the helpers take part (counted as run, stalled or not)
+    assert threads.RowSplit.counts[0] - before[0] == 1
 
 
 @pytest.mark.parametrize("on", [False, True])
