@@ -173,14 +173,14 @@ def _kernel(kind: int) -> Callable[..., int]:
             offs = np.empty((n_act, k // 4), np.int32)
             _offsets(xq, offset, offs)
             n_w = w.shape[0]
-            stream = n_w * w.shape[1] >= _STREAM_BYTES
+            one_by_one = n4 == 0 and n_w * w.shape[1] >= _STREAM_BYTES  # decode rows of a streamed matrix
             for mb in prange((n_w + 3) // 4):
                 m0 = 4 * mb
                 # fewer than 4 activation rows (decode) too: 4 weight rows side by side (the 4×1 tile, the same
                 # bits as 1×1) keep four independent float accumulators where one row at a time waits on one
                 # (measured on Sapphire Rapids, one thread, µs: Q8_0 512 × 512 14.5 → 10.4, 1536 × 512 42 → 32,
                 # 262144 × 640 from memory 75 → 29 ms; Q4_0 13.3 → 11.9, 42 → 39, 49 → 39 ms)
-                if m0 + 4 <= n_w and not (stream and n4 == 0):
+                if m0 + 4 <= n_w and not one_by_one:
                     for n0 in range(0, n4, 4):
                         t = _tile(kind, 0, w, m0, xq, n0, xd, offs, lut, nb)
                         for i in range(16):

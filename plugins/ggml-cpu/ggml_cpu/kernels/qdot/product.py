@@ -81,18 +81,20 @@ BLOCK_KERNEL_TYPES: Final = frozenset(
     }
 )
 
-_specs: list[tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]] = []
+_specs: list[tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool, bool]] = []
 
 
-def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool]:
-    """(block-kernel specs, tile-dequantizer specs, VNNI?) — importing the kernel modules, and numba, on first use."""
+def _kernels() -> tuple[dict[GGMLType, Any], dict[GGMLType, Any], bool, bool]:
+    """(block-kernel specs, tile-dequantizer specs, VNNI?, AVX2 pair sums without VNNI?) — importing the kernel
+    modules, and numba, on first use."""
     if not _specs:
         if _jit.enabled():
             from ggml_cpu.kernels.qdot import _simd, dequant, fp4, kquants, legacy
 
-            _specs.append(({**legacy.SPECS, **kquants.SPECS}, {**dequant.SPECS, **fp4.SPECS}, _simd.HAS_VNNI))
+            block, tiles = {**legacy.SPECS, **kquants.SPECS}, {**dequant.SPECS, **fp4.SPECS}
+            _specs.append((block, tiles, _simd.HAS_VNNI, _simd.HAS_AVX2_SUMS))
         else:
-            _specs.append(({}, {}, False))
+            _specs.append(({}, {}, False, False))
     return _specs[0]
 
 
@@ -114,13 +116,6 @@ _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 _AVX2_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K})
 
 
-def _avx2_sums() -> bool:
-    """Whether the block kernels were built on AVX2's integer pair sums (AVX2 present, VNNI absent)."""
-    from ggml_cpu.kernels.qdot import _simd
-
-    return _simd.HAS_AVX2_SUMS
-
-
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     """Up to this many activation rows the block kernels run for ``wtype`` weights; above it, the repacked weights
     where they are ready (:data:`_PACKED_ABOVE` rows: they win from about 8 rows, ``benchmarks/bench_qroutes.py``),
@@ -132,8 +127,9 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     :data:`_TILED_BLOCK_TYPES`; without VNNI the partial sums are slower and tiles win sooner: from 9 rows with the
     portable sums, from 33 for :data:`_AVX2_BLOCK_TYPES` on AVX2's pair sums.
     """
-    if not _kernels()[2]:
-        return 32 if wtype in _AVX2_BLOCK_TYPES and _avx2_sums() else 8
+    _, _, vnni, avx2_sums = _kernels()
+    if not vnni:
+        return 32 if avx2_sums and wtype in _AVX2_BLOCK_TYPES else 8
     if wtype is not None and _packed_supported(wtype):
         return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
