@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def _reference(w: np.ndarray, t: GGMLType, x: np.ndarray) -> tuple[np.ndarray, n
 
 def _ready(t: GGMLType) -> None:
     if not repack.packed_ready(t):
-        pytest.skip(f"no repacked kernels here (512-bit VNNI and numba needed): {qdot.disabled_reason()}")
+        pytest.skip(f"no repacked kernels here (numba and 512-bit VNNI or AVX2 needed): {qdot.disabled_reason()}")
 
 
 def _packed(w: np.ndarray, t: GGMLType, x: np.ndarray, threads: int) -> np.ndarray:
@@ -69,6 +70,31 @@ def _packed(w: np.ndarray, t: GGMLType, x: np.ndarray, threads: int) -> np.ndarr
 def test_packed_route_matches_the_float64_definition(t: GGMLType, m: int, n: int, blocks: int) -> None:
     _ready(t)
     w, x = _case(t, m, n, blocks)
+    ref, bound = _reference(w, t, x)
+    out = _packed(w, t, x, 1)
+    err = np.abs(out - ref)
+    assert (err <= bound).all(), f"{t.name}: error {err.max():.3g} above the bound {bound[err > bound].min():.3g}"
+
+
+#: byte ranges of each type's block holding its quants (set to all ones: every quant at its largest value, Q8_0's
+#: at −128 with 0x80), so the integer sums are as large as the type allows
+_QUANT_BYTES: Final = {
+    GGMLType.Q4_0: [(2, 18, 0xFF)], GGMLType.Q5_0: [(2, 22, 0xFF)], GGMLType.Q8_0: [(2, 34, 0x80)],
+    GGMLType.Q4_K: [(16, 144, 0xFF)], GGMLType.Q5_K: [(16, 176, 0xFF)], GGMLType.Q6_K: [(0, 192, 0xFF)],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_the_largest_quants_do_not_overflow(t: GGMLType) -> None:
+    """Every quant at its extreme against activations at ±127: the partial sums that AVX2's lane tiles keep in int16
+    (``vpmaddubsw`` pairs summed over up to 8 steps) are at their largest, and must still be exact."""
+    _ready(t)
+    w, x = _case(t, 32, 4, 2, seed=3)
+    blocks = w.reshape(w.shape[0], -1, t.type_size)
+    for lo, hi, value in _QUANT_BYTES[t]:
+        blocks[:, :, lo:hi] = value
+    x[0], x[1] = 50.0, -50.0  # all quants +127, all −127
+    x[2, 0::2], x[2, 1::2] = 50.0, -50.0
     ref, bound = _reference(w, t, x)
     out = _packed(w, t, x, 1)
     err = np.abs(out - ref)
@@ -154,8 +180,7 @@ for t in tr.TYPES:
             assert qdot.disabled_reason() is not None
             out = np.empty((x.shape[0], w.shape[0]), np.float32)
             qdot.qmatmul(w, t, x, out)
-        else:  # the portable integer sums, called directly (the route itself is off without 512-bit VNNI)
-            assert not repack.packed_ready(t)
+        else:  # AVX2's pair sums (no-vnni) or the portable ones (generic-cpu), the lane tiles called directly
             out = tr._packed(w, t, x, 1)
         assert (np.abs(out - ref) <= bound).all(), (t.name, shape)
         np.save(f"{sys.argv[3]}/{t.name}-{shape[0]}-{shape[1]}-{shape[2]}.npy", out)
@@ -163,13 +188,21 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("mode", ["numpy", "portable"])
+_SETTINGS: Final = {
+    "numpy": {"GGML_CPU_NUMBA": "0"},
+    "no-vnni": {"GGML_CPU_VNNI": "0"},
+    "generic-cpu": {"NUMBA_CPU_NAME": "generic"},
+}
+
+
+@pytest.mark.parametrize("mode", list(_SETTINGS))
 def test_other_paths_agree(mode: str, tmp_path: Path) -> None:
     """``GGML_CPU_NUMBA=0`` (numpy) within the bound of the reference and of the packed route; ``GGML_CPU_VNNI=0``
-    (the portable integer sums, any x86-64) the packed route's exact bits."""
-    if mode == "portable" and qdot.disabled_reason() is not None:
+    (AVX2's ``vpmaddubsw`` lane tiles where the CPU has AVX2) and ``NUMBA_CPU_NAME=generic`` (the integer sums in
+    plain vector IR, any x86-64) the packed route's exact bits."""
+    if mode != "numpy" and qdot.disabled_reason() is not None:
         pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
-    env = {**os.environ, "GGML_CPU_NUMBA" if mode == "numpy" else "GGML_CPU_VNNI": "0"}
+    env = {**os.environ, **_SETTINGS[mode]}
     here = str(Path(__file__).parent)
     cmd = [sys.executable, "-c", _SUBPROCESS, here, mode, str(tmp_path)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -181,7 +214,7 @@ def test_other_paths_agree(mode: str, tmp_path: Path) -> None:
             w, x = _case(t, *shape)
             theirs = np.load(tmp_path / f"{t.name}-{shape[0]}-{shape[1]}-{shape[2]}.npy")
             ours = _packed(w, t, x, 1)
-            if mode == "portable":
+            if mode != "numpy":
                 np.testing.assert_array_equal(theirs.view(np.uint32), ours.view(np.uint32))
             else:
                 _, bound = _reference(w, t, x)
@@ -269,6 +302,6 @@ def test_short_products_load_no_repack_kernel() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     first, after = proc.stdout.strip().splitlines()[-2:]
     if not first.startswith("True"):
-        pytest.skip(f"no repacked route here (512-bit VNNI and numba needed): {first}")
+        pytest.skip(f"no repacked route here (numba and 512-bit VNNI or AVX2 needed): {first}")
     assert first == "True 8 []", first
     assert "repack._lanes_32" in after, after

@@ -32,9 +32,6 @@ __all__ = [
     "HAS_AVX2_SUMS",
     "HAS_VNNI",
     "HAS_VNNI512",
-    "LANE_TILES",
-    "LANE_XROWS",
-    "NIBBLE_TILES",
     "ROW_DOTS",
     "TILE_DOTS",
     "dot_q4_k",
@@ -63,12 +60,6 @@ TILE_DOTS: dict[str, dict[tuple[int, int], Any]] = {}
 HAS_VNNI512 = False
 #: True when the integer sums use AVX2's ``vpmaddubsw`` / ``vpmaddwd`` pairs because VNNI is absent
 HAS_AVX2_SUMS = False
-#: activation rows per repacked tile call (the widest first; 1 takes the rest)
-LANE_XROWS = (8, 4, 1)
-#: repacked weights (:mod:`.repack`): (sub-block length, has minima) → {activation rows: ``lane_tile`` intrinsic}
-LANE_TILES: dict[tuple[int, bool], dict[int, Any]] = {}
-#: the same for 4-bit quants stored two to a byte (``lane_tile(..., nib=True)``): (32, has minima) → {rows: tile}
-NIBBLE_TILES: dict[tuple[int, bool], dict[int, Any]] = {}
 
 
 def _build() -> None:
@@ -541,93 +532,6 @@ def _build() -> None:
         qh = b.load(b.bitcast(ptr, i32.as_pointer()), align=1)
         return fifth_bits(op, q, qh)
 
-    def lane_tile(group: int, has_min: bool, xrows: int, nib: bool = False) -> Callable[..., Any]:
-        """16 repacked weight rows against ``xrows`` activation rows from ``n0``, written to ``out[n0 + n, m0:m0+16]``.
-
-        The repacked layout (:mod:`.repack`) puts one weight row in each of the 16 int32 lanes of a 512-bit vector:
-        per sub-block of ``group`` values, ``group/4`` vectors of 16 rows × 4 unsigned quant bytes, so one
-        ``vpdpbusd`` with 4 activation bytes broadcast to every lane advances 16 dot products at once and a lane
-        ends the sub-block holding its row's exact integer sum (ggml's repacked GEMMs do the same). The sum starts at
-        ``−c·Σx`` (the quant offset ``c``: Q4_0 8, Q5_0 16, Q8_0 128, Q6_K 32) and is scaled once per sub-block:
-        ``acc += dx · (s1 · isum)`` with ``has_min`` also subtracting ``s2 · Σx`` (Q4_K/Q5_K's ``dmin·m``).
-
-        With ``nib`` (4-bit quants: Q4_0, Q4_K) two steps share one vector, step ``t`` in the low nibbles and step
-        ``t + group/8`` in the high ones: half the bytes to read, which is what one activation row (decode) is
-        bound by; two masks and a shift unpack them.
-
-        Arguments: ``q`` uint8 (repacked quants), ``qo`` the group's first byte, ``s1``/``s2`` float32 per (group,
-        sub-block, lane) from ``so``, ``xq`` int8 (N, K), ``n0``, ``dx`` float32 and ``sx`` int32 (N, K/group): each
-        activation sub-block's scale and quant sum, ``nsub``, ``c``, ``out`` float32 (N, ≥ m0 + 16), ``m0``.
-        """
-        steps = group // 4
-        v16f = ir.VectorType(f32, 16)
-        v16i = ir.VectorType(i32, 16)
-        i64 = ir.IntType(64)
-
-        def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
-            op = Operands(context, builder, sig, args)
-            b = builder
-            qo, so, n0, nsub, c, m0 = args[1], args[4], args[6], args[9], args[10], args[12]
-            qp, s1p, s2p = op._array(0).data, op._array(2).data, op._array(3).data
-            zero = ir.Constant(i64, 0)
-            xbase = [op.row_ptr(5, op.plus(n0, n), zero) for n in range(xrows)]
-            dbase = [op.row_ptr(7, op.plus(n0, n), zero) for n in range(xrows)]
-            sbase = [op.row_ptr(8, op.plus(n0, n), zero) for n in range(xrows)]
-            obase = [op.row_ptr(11, op.plus(n0, n), m0) for n in range(xrows)]
-            accf = [cgutils.alloca_once_value(b, ir.Constant(v16f, [0.0] * 16)) for _ in range(xrows)]
-            fma = declare(b, "llvm.fma.v16f32", ir.FunctionType(v16f, [v16f, v16f, v16f]))
-            neg_c = b.trunc(b.neg(c), i32)
-
-            def splat(v: ir.Value, t: ir.VectorType) -> ir.Value:
-                first = b.insert_element(ir.Constant(t, None), v, ir.Constant(i32, 0))
-                return b.shuffle_vector(first, ir.Constant(t, None), ir.Constant(ir.VectorType(i32, 16), [0] * 16))
-
-            def at(base: ir.Value, off: ir.Value, t: ir.Type, align: int) -> ir.Value:
-                return b.load(b.bitcast(b.gep(base, [off], inbounds=True), t.as_pointer()), align=align)
-
-            with cgutils.for_range(b, nsub) as loop:
-                j = loop.index
-                sxs = [b.load(b.gep(sbase[n], [j], inbounds=True)) for n in range(xrows)]
-                if has_min:
-                    acc = [ir.Constant(v16i, [0] * 16) for _ in range(xrows)]
-                else:
-                    acc = [splat(b.mul(sxs[n], neg_c), v16i) for n in range(xrows)]
-                qj = b.add(qo, b.mul(j, ir.Constant(i64, group * (8 if nib else 16))))
-                xj = b.mul(j, ir.Constant(i64, group))
-                vectors = []
-                for t in range(steps // 2 if nib else steps):
-                    wv = at(qp, b.add(qj, ir.Constant(i64, 64 * t)), vec(i8, 64), 1)
-                    if nib:
-                        vectors.append((t, b.and_(wv, const(64, 15))))
-                        vectors.append((t + steps // 2, b.lshr(wv, const(64, 4))))
-                    else:
-                        vectors.append((t, wv))
-                for t, wv in vectors:
-                    for n in range(xrows):
-                        xv = at(xbase[n], b.add(xj, ir.Constant(i64, 4 * t)), i32, 1)
-                        xb = b.bitcast(splat(xv, v16i), vec(i8, 64))
-                        acc[n] = quad_sums_from(b, acc[n], wv, xb, small=False)
-                sj = b.add(so, b.mul(j, ir.Constant(i64, 16)))
-                s1v = at(s1p, sj, v16f, 4)
-                s2v = at(s2p, sj, v16f, 4) if has_min else None
-                for n in range(xrows):
-                    f = b.fmul(b.sitofp(acc[n], v16f), s1v)
-                    if s2v is not None:
-                        f = b.fsub(f, b.fmul(s2v, splat(b.sitofp(sxs[n], f32), v16f)))
-                    dxv = splat(b.load(b.gep(dbase[n], [j], inbounds=True)), v16f)
-                    b.store(b.call(fma, [f, dxv, b.load(accf[n])]), accf[n])
-            for n in range(xrows):
-                b.store(b.load(accf[n]), b.bitcast(obase[n], v16f.as_pointer()), align=4)
-            return ir.Constant(i64, 0)
-
-        def typer(
-            typingctx: Any, q: Any, qo: Any, s1: Any, s2: Any, so: Any, xq: Any, n0: Any, dx: Any, sx: Any,
-            nsub: Any, c: Any, out: Any, m0: Any,
-        ) -> Any:  # fmt: skip
-            return types.int64(q, qo, s1, s2, so, xq, n0, dx, sx, nsub, c, out, m0), codegen
-
-        return intrinsic(typer)
-
     global HAS_VNNI, dot_q4_k, dot_q4_k_4, dot_q5_k, dot_q5_k_4, dot_q6_k, dot_q6_k_4
     HAS_VNNI = vnni
     dot_q4_k, dot_q4_k_4 = k45(False, 1), k45(False, 4)
@@ -640,10 +544,15 @@ def _build() -> None:
     global HAS_AVX2_SUMS, HAS_VNNI512
     HAS_VNNI512 = vnni and vnni512
     HAS_AVX2_SUMS = avx2 and not vnni
-    for group, has_min in ((32, False), (32, True), (16, False)):
-        LANE_TILES[group, has_min] = {xr: lane_tile(group, has_min, xr) for xr in LANE_XROWS}
-    for has_min in (False, True):
-        NIBBLE_TILES[32, has_min] = {xr: lane_tile(32, has_min, xr, nib=True) for xr in LANE_XROWS}
+    from types import SimpleNamespace
+
+    from ggml_cpu.kernels.qdot import _lane_tiles
+
+    kit = SimpleNamespace(
+        Operands=Operands, declare=declare, vec=vec, const=const, quad_sums_from=quad_sums_from,
+        avx2_sums=HAS_AVX2_SUMS,
+    )  # fmt: skip
+    _lane_tiles.build(kit)
 
 
 if _jit.enabled():

@@ -6,8 +6,9 @@ type's dot type first) by one of three routes:
 * **block kernels** (few activation rows, the decode case): integer dot products on the quantized blocks
   themselves (:mod:`.legacy`, :mod:`.kquants`) — the weights are read once, as they are stored;
 * **repacked weights** (many rows, the prompt case, for Q4_0 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K where numba
-  targets 512-bit VNNI): the weights interleaved 16 rows to a vector once (:mod:`.repack`, ggml's CPU_REPACK idea),
-  one ``vpdpbusd`` advancing 16 dot products — about 3–5× the other routes at 128 rows (measured: docs/performance.md);
+  targets 512-bit VNNI or AVX2 without VNNI): the weights interleaved 16 rows to a vector once (:mod:`.repack`,
+  ggml's CPU_REPACK idea), one ``vpdpbusd`` (or two ``vpmaddubsw`` on AVX2) advancing 16 dot products — about 3–5×
+  the other routes at 128 rows with VNNI, about 2× on AVX2 (measured: docs/performance.md);
 * **tiles** (many rows, other types or machines): a tile of weight rows is dequantized into a reused float32 buffer
   (:mod:`.dequant`, a few MB) and multiplied by BLAS, tile after tile; with several threads each worker of
   :func:`ggml_cpu.threads.parallel_for` dequantizes and multiplies its own tiles with single-threaded BLAS.
@@ -110,10 +111,11 @@ _TILED_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8
 #: 0.72 / 2.24 / 2.80 against 1.04 / 3.41 / 3.90); at 256 rows tiles win. Q4_1, Q5_1 and Q5_K lose at 128 rows.
 _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
-#: weight types whose block kernels, on AVX2's ``vpmaddubsw`` sums without VNNI, still beat dequantized tiles +
-#: SGEMM at 32 activation rows (measured on a Zen 4 guest without AVX-512, one thread, ``bench_qroutes.py --rows
-#: 32``: 1.2–1.9× faster than tiles for 512 × 512 / 1536 × 512 / 512 × 1536)
-_AVX2_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K})
+#: weight types without a repacked layout whose block kernels, on AVX2's ``vpmaddubsw`` sums without VNNI, still
+#: beat dequantized tiles + SGEMM at 32 activation rows (Zen 3 guest, one thread, ``bench_qroutes.py --rows 32``:
+#: Q4_1 1.20–1.37× faster than tiles; Q5_1 0.74–0.87×). Q4_0 / Q8_0 / Q4_K were so too (stop 27), but their repacked
+#: weights beat both from 8 rows (:data:`_PACKED_ABOVE`)
+_AVX2_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_1})
 
 
 def vec_rows_limit(wtype: GGMLType | None = None) -> int:
@@ -125,13 +127,14 @@ def vec_rows_limit(wtype: GGMLType | None = None) -> int:
     With VNNI the integer kernels (4 rows per unpacked block) beat dequantize + SGEMM up to a few dozen rows (Q4_K
     at 32 rows: 4.4 ms against 20 ms on 2 cores), up to 128 rows for :data:`_WIDE_BLOCK_TYPES` and 512 for
     :data:`_TILED_BLOCK_TYPES`; without VNNI the partial sums are slower and tiles win sooner: from 9 rows with the
-    portable sums, from 33 for :data:`_AVX2_BLOCK_TYPES` on AVX2's pair sums.
+    portable sums. Types with a repacked layout hand over to it above :data:`_PACKED_ABOVE` rows, on 512-bit VNNI
+    and on AVX2's pair sums alike.
     """
+    if wtype is not None and _packed_supported(wtype):
+        return _PACKED_ABOVE
     _, _, vnni, avx2_sums = _kernels()
     if not vnni:
         return 32 if avx2_sums and wtype in _AVX2_BLOCK_TYPES else 8
-    if wtype is not None and _packed_supported(wtype):
-        return _PACKED_ABOVE
     if wtype in _TILED_BLOCK_TYPES:
         return 512
     return 128 if wtype in _WIDE_BLOCK_TYPES else 32
@@ -485,7 +488,7 @@ def qmatmul(w: np.ndarray, wtype: GGMLType, x: np.ndarray, out: np.ndarray, *, r
     :param x: float32 activations ``(N, K)``
     :param out: float32 ``(N, M)`` C-contiguous, written
     :param route: ``"auto"``, ``"block"`` (block kernels, when compiled), ``"packed"`` (repacked weights,
-        :mod:`.repack`, where compiled with 512-bit VNNI) or ``"tile"`` (dequantized tiles + SGEMM)
+        :mod:`.repack`, where compiled with 512-bit VNNI or AVX2) or ``"tile"`` (dequantized tiles + SGEMM)
     """
     n = x.shape[0]
     if n == 0 or out.size == 0:

@@ -1,4 +1,5 @@
-"""Repacked weights for prompt batches: 16 weight rows interleaved so that one ``vpdpbusd`` advances 16 dot products.
+"""Repacked weights for prompt batches: 16 weight rows interleaved so that one ``vpdpbusd`` advances 16 dot products
+(two ``vpmaddubsw`` on AVX2 without VNNI).
 
 ggml's CPU backend has an extra buffer type, ``CPU_REPACK``, that stores Q4_0 / Q4_K / ... weights interleaved for
 its batch GEMMs. This module is that for the CPU plugin, made on first use of a weight matrix in a batch product
@@ -10,7 +11,7 @@ and kept (bounded, see :data:`CACHE_BYTES`):
 * each (row, sub-block) has float32 scales ``s1`` (the weight's ``d``, or ``d·scale`` of a K-quant sub-block) and,
   for Q4_K / Q5_K, ``s2 = dmin·min``: a weight is ``s1·(q − c) − s2`` exactly as ggml dequantizes it.
 
-The kernel (:func:`._simd.lane_tile`, 8 / 4 / 1 activation rows a call) computes, per output, the exact integer sum
+The kernel (:mod:`._lane_tiles`, 8 / 4 / 1 activation rows a call) computes, per output, the exact integer sum
 of each sub-block and accumulates ``dx · (s1·isum − s2·Σx)`` in float32 — the integer products are ggml's, with the
 activations quantized to the weight type's dot type (Q8_0 / Q8_K) as ggml does; the float steps differ from ggml's
 ``vec_dot`` (which scales partial sums in a different order) by float rounding only: the tests bound it against a
@@ -39,7 +40,7 @@ import numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants._common import read_f16
 from ggml_core.quants._kquants import _unpack_k4_scales
-from ggml_cpu.kernels.qdot import _jit, _simd
+from ggml_cpu.kernels.qdot import _jit, _lane_tiles, _simd
 from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_K, quantize_into
 from ggml_cpu.kernels.qdot._jit import inline, prange
 from ggml_cpu.kernels.qdot.activations import QActs
@@ -179,9 +180,9 @@ def pack(w: np.ndarray, wtype: GGMLType) -> Packed | None:
 # close over integers only: numba's cache key includes a closure's values, and an intrinsic pickles differently in
 # every process, so a driver closing over the tiles themselves was compiled again by every process (~3.6 s).
 _LANE: dict[tuple[int, bool], dict[int, Any]] = {
-    lay: _simd.LANE_TILES.get(lay, {}) for lay in ((32, False), (32, True), (16, False))
+    lay: _lane_tiles.LANE_TILES.get(lay, {}) for lay in ((32, False), (32, True), (16, False))
 }
-_NIB: dict[bool, dict[int, Any]] = {mn: _simd.NIBBLE_TILES.get((32, mn), {}) for mn in (False, True)}
+_NIB: dict[bool, dict[int, Any]] = {mn: _lane_tiles.NIBBLE_TILES.get((32, mn), {}) for mn in (False, True)}
 _L32_8: Any = _LANE[32, False].get(8)
 _L32_4: Any = _LANE[32, False].get(4)
 _L32_1: Any = _LANE[32, False].get(1)
@@ -363,10 +364,11 @@ def decode_kernels(p: Packed) -> tuple[Any, Any] | None:
 
 
 def packed_supported(wtype: GGMLType) -> bool:
-    """True when ``wtype`` has a repacked layout and numba targets 512-bit VNNI here (elsewhere the portable
-    integer sums make the route slower than the others). Loads no kernel: a model's first token, whose prompt is
-    usually too short for this route, does not pay for loading its kernels."""
-    return wtype in PACKED_TYPES and _jit.enabled() and _simd.HAS_VNNI512
+    """True when ``wtype`` has a repacked layout and numba targets 512-bit VNNI or AVX2 without VNNI here (the
+    lane tiles of :mod:`._lane_tiles`; on other targets the portable integer sums make the route slower than the
+    others, and a CPU with 256-bit VNNI only keeps the block kernels and tiles). Loads no kernel: a model's first
+    token, whose prompt is usually too short for this route, does not pay for loading its kernels."""
+    return wtype in PACKED_TYPES and _jit.enabled() and (_simd.HAS_VNNI512 or _simd.HAS_AVX2_SUMS)
 
 
 def packed_ready(wtype: GGMLType) -> bool:
