@@ -175,7 +175,8 @@ def build(kit: Any) -> None:
             absb = declare(b, "llvm.abs.v32i8", ir.FunctionType(v32b, [v32b, ir.IntType(1)]))
             ones = ir.Constant(v16s, [1] * 16)
             neg_c = b.trunc(b.neg(c), i32)
-            c8 = b.trunc(c, i8)
+            c8 = b.insert_element(ir.Constant(v32b, None), b.trunc(c, i8), ir.Constant(i32, 0))
+            c8 = b.shuffle_vector(c8, ir.Constant(v32b, None), ir.Constant(vec(i32, 32), [0] * 32))  # c in every byte
 
             with cgutils.for_range(b, nsub) as loop:
                 j = loop.index
@@ -204,7 +205,7 @@ def build(kit: Any) -> None:
                     part: dict[int, list[ir.Value] | None] = {n: None for n in rows}
                     for count, (t, wv) in enumerate(vectors, start=1):
                         if signed:
-                            ws = [b.sub(v, splat8(b, c8)) for v in wv]
+                            ws = [b.sub(v, c8) for v in wv]  # q − c, signed
                             wa = [b.call(absb, [v, ir.Constant(ir.IntType(1), 0)]) for v in ws]
                         for n in rows:
                             xv = at(xbase[n], b.add(xj, ir.Constant(i64, 4 * t)), i32, 1)
@@ -236,12 +237,7 @@ def build(kit: Any) -> None:
                     b.store(b.load(accf[n][h]), b.bitcast(ptr, vf8.as_pointer()), align=4)
             return ir.Constant(i64, 0)
 
-        def splat8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-            first = b.insert_element(ir.Constant(v32b, None), v, ir.Constant(i32, 0))
-            return b.shuffle_vector(first, ir.Constant(v32b, None), ir.Constant(vec(i32, 32), [0] * 32))
-
         return tile_intrinsic(codegen)
-
 
     tile = lane_tile_avx2 if kit.avx2_sums else lane_tile
     for group, has_min in ((32, False), (32, True), (16, False)):
