@@ -251,7 +251,7 @@ def _weights_graph(backend: gc.Backend, n: int) -> tuple[gc.Tensor, gc.Tensor, g
 
 def test_weights_cache_same_results_and_only_weight_buffers() -> None:
     plain = gc.init_backend("CPU")
-    y1, y2, _, graph = _weights_graph(plain, qdot.vec_rows_limit() + 4)  # the cache serves the large-batch route
+    y1, y2, _, graph = _weights_graph(plain, qdot.vec_rows_limit(GGMLType.Q4_1) + 4)  # the cache serves the tiles
     plain.graph_compute(graph)
     ref1, ref2 = y1.to_numpy().copy(), y2.to_numpy().copy()
     cached = gc.init_backend("CPU", "weights_cache=1")
