@@ -79,8 +79,8 @@ def test_packed_route_matches_the_float64_definition(t: GGMLType, m: int, n: int
 #: byte ranges of each type's block holding its quants (set to all ones: every quant at its largest value, Q8_0's
 #: at −128 with 0x80), so the integer sums are as large as the type allows
 _QUANT_BYTES: Final = {
-    GGMLType.Q4_0: [(2, 18, 0xFF)], GGMLType.Q5_0: [(2, 22, 0xFF)], GGMLType.Q8_0: [(2, 34, 0x80)],
-    GGMLType.Q4_K: [(16, 144, 0xFF)], GGMLType.Q5_K: [(16, 176, 0xFF)], GGMLType.Q6_K: [(0, 192, 0xFF)],
+    GGMLType.Q4_0: (2, 18, 0xFF), GGMLType.Q5_0: (2, 22, 0xFF), GGMLType.Q8_0: (2, 34, 0x80),
+    GGMLType.Q4_K: (16, 144, 0xFF), GGMLType.Q5_K: (16, 176, 0xFF), GGMLType.Q6_K: (0, 192, 0xFF),
 }  # fmt: skip
 
 
@@ -91,8 +91,8 @@ def test_the_largest_quants_do_not_overflow(t: GGMLType) -> None:
     _ready(t)
     w, x = _case(t, 32, 4, 2, seed=3)
     blocks = w.reshape(w.shape[0], -1, t.type_size)
-    for lo, hi, value in _QUANT_BYTES[t]:
-        blocks[:, :, lo:hi] = value
+    lo, hi, value = _QUANT_BYTES[t]
+    blocks[:, :, lo:hi] = value
     x[0], x[1] = 50.0, -50.0  # all quants +127, all −127
     x[2, 0::2], x[2, 1::2] = 50.0, -50.0
     ref, bound = _reference(w, t, x)

@@ -175,8 +175,7 @@ def build(kit: Any) -> None:
             absb = declare(b, "llvm.abs.v32i8", ir.FunctionType(v32b, [v32b, ir.IntType(1)]))
             ones = ir.Constant(v16s, [1] * 16)
             neg_c = b.trunc(b.neg(c), i32)
-            c8 = b.insert_element(ir.Constant(v32b, None), b.trunc(c, i8), ir.Constant(i32, 0))
-            c8 = b.shuffle_vector(c8, ir.Constant(v32b, None), ir.Constant(vec(i32, 32), [0] * 32))  # c in every byte
+            c8 = splat(b.trunc(c, i8), v32b)  # c in every byte
 
             with cgutils.for_range(b, nsub) as loop:
                 j = loop.index
