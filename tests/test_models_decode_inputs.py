@@ -87,3 +87,20 @@ def test_in_place_inputs_on_a_cpu_plus_opencl_split(tmp_path: Path, monkeypatch:
     cfg = TinyConfig(n_layer=4)
     path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 0), "f32")
     _same(path, PlacementRequest(devices=["CPU", "OpenCL0"], tensor_split=[1, 1]), False, monkeypatch)
+
+
+def test_one_token_mask_equals_the_definition() -> None:
+    """A decode step's mask (``mask_into``'s one-token path) equals :meth:`KVCache.mask`, the definition, for
+    empty cells (−1) between used ones, a window narrower than the cells, and positions before and after them."""
+    from ggml_core import GGMLType
+    from ggml_core.models.kvcache import KVCache
+
+    kv = KVCache(None, 16, GGMLType.F16, True)  # type: ignore[arg-type]  # the full group needs no hparams
+    kv.cell_pos = {"full": np.array([0, 1, -1, 5, 3, 9, -1, 2, 7, 4, 6, 8, 10, 11, -1, 12], np.int64)}
+    for p in (0, 3, 6, 12, 40):
+        for width in (16, 8):
+            for dt in (np.float32, np.float16):
+                out = np.full((1, width), 7, dt)
+                kv.mask_into(out, "full", np.array([p], np.int32))
+                want = kv.mask("full", np.array([p]), width).astype(dt)
+                assert np.array_equal(out, want), (p, width, dt)

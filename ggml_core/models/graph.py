@@ -76,6 +76,8 @@ class BuiltGraph:
         """Write one batch's inputs (token ids, positions, per cache group the mask and the cells to write):
         in place where an input lives in host memory, through ``set_data`` elsewhere. Call after
         :meth:`KVCache.record` of ``pos``."""
+        if len(pos) == 1 and self._write_one(kv, ids, pos):
+            return
         self._write("tokens", ids)
         self._write("pos", pos)
         for group in kv.groups:
@@ -96,6 +98,27 @@ class BuiltGraph:
                     kv.v_indices_into(view.reshape(self.n_tokens, -1), cells, group)
                 else:
                     v_idxs.set_data(kv.v_indices(cells, group))
+
+    def _write_one(self, kv: KVCache, ids: np.ndarray, pos: np.ndarray) -> bool:
+        """:meth:`write_inputs` of a decode step's one token, element by element into host memory (no index
+        arrays: ~15 → ~7 µs a step); False, nothing written, when an input is not in host memory."""
+        view: dict[str, np.ndarray] = {}
+        for name, t in self.inputs.items():
+            v = self.host_view(t)
+            if v is None:
+                return False
+            view[name] = v
+        p = int(pos[0])
+        view["tokens"][0] = ids[0]
+        view["pos"][0] = p
+        for group in kv.groups:
+            sfx = "" if group == "full" else "_" + group
+            kv.mask_into(view["mask" + sfx].reshape(1, -1), group, pos)
+            cell = p % kv.group_size(group)
+            view["k_idxs" + sfx][0] = cell
+            if kv.v_trans:
+                kv.v_indices_into(view["v_idxs" + sfx].reshape(1, -1), np.array([cell]), group)
+        return True
 
     def _write(self, name: str, values: np.ndarray) -> None:
         t = self.inputs[name]

@@ -156,6 +156,11 @@ class KVCache:
 
     def record(self, pos: np.ndarray) -> None:
         """Note that positions ``pos`` were written (call before building the masks of the batch)."""
+        if len(pos) == 1:  # a decode step: one cell per group, no index arrays
+            p = int(pos[0])
+            for g in self.groups:
+                self.cell_pos[g][p % self.group_size(g)] = p
+            return
         for g in self.groups:
             self.cell_pos[g][self.cells(g, pos)] = pos
 
@@ -176,6 +181,12 @@ class KVCache:
         """:meth:`mask` written into ``out`` ``[n_tokens, n_kv]`` (float32 or float16; 0 and -inf are exact in
         both), without the intermediate float32 array. Kept apart from :meth:`mask`, the definition, which the
         ``set_data`` path uses: tests/test_models_decode_inputs.py compares the two paths bit for bit."""
+        if len(pos) == 1 and group != "swa" and pos[0] >= 0:  # a decode step: one comparison, one row
+            row = out.reshape(-1)
+            visible = self.cell_pos[group][: row.size].view(np.uint64) <= np.uint64(pos[0])  # empty (−1) is never
+            row.fill(-np.inf)
+            row[visible] = 0.0
+            return
         cp = self.cell_pos[group][: out.shape[1]][None, :]
         p = np.asarray(pos, dtype=np.int64)[:, None]
         ok = (cp >= 0) & (cp <= p)

@@ -65,6 +65,8 @@ __all__ = [
 KV_PAD: Final = 256
 #: graphs kept allocated at once (a decode graph and a few prompt-chunk shapes)
 GRAPH_CACHE: Final = 4
+#: up to this many token ids are checked one by one in Python (numpy's temporaries cost ~10 µs a decode step)
+_FEW_TOKENS: Final = 16
 _exit_light: list[bool] = []
 
 
@@ -343,7 +345,11 @@ class Model:
 
     def check_tokens(self, tokens: Sequence[int]) -> np.ndarray:
         """Token ids as int32, each checked against the vocabulary."""
-        listed = list(tokens)
+        listed = tokens if type(tokens) is list else list(tokens)
+        if len(listed) <= _FEW_TOKENS:  # a decode step's ids: plain ints checked in Python (no numpy temporaries)
+            n_vocab = self.hp.n_vocab
+            if all(type(t) is int and 0 <= t < n_vocab for t in listed):
+                return np.array(listed, dtype=np.int32)
         try:
             ids = np.asarray(listed, dtype=np.int64)
         except (OverflowError, ValueError, TypeError):  # beyond int64, or not integers at all
