@@ -273,6 +273,38 @@ def test_set_rows_into_a_transposed_cache(numpy_path: Callable[[], None]) -> Non
     np.testing.assert_array_equal(got.reshape(d, n_kv), want)
 
 
+@pytest.mark.parametrize("d", [40, 64])
+def test_set_rows_into_a_transposed_cache_by_channel_blocks(numpy_path: Callable[[], None], d: int) -> None:
+    """A batch's V (``d`` channels a token, enough one-value rows for the channel-block order, ``d`` = 40 ending in
+    a partial block) into a transposed cache at scattered cells: the numpy path's bits and the definition's."""
+    n_kv, n_tok = 64, 7
+    cache = rng(12).standard_normal((1, 1, n_kv * d, 1)).astype(np.float16)
+    v = rng(13).standard_normal((1, 1, n_tok, d)).astype(np.float32)
+    cells = np.array([5, 6, 7, 40, 2, 63, 0])
+    idx = (np.arange(d)[None, :] * n_kv + cells[:, None]).reshape(1, 1, -1)
+
+    def build(g: CpuGraph) -> Tensor:
+        vt = ops.reshape_2d(g.tensor(v), 1, n_tok * d)
+        return ops.set_rows(g.tensor(cache, "f16"), vt, g.tensor(idx, "i32"))
+
+    assert compiled._token_width(build(CpuGraph()).src[0]) == d  # the channel-block order is the one tested
+    got, ref = _both(build, numpy_path, compiled.bind_set_rows)
+    np.testing.assert_array_equal(got, ref)
+    want = cache.reshape(d, n_kv).astype(np.float32)
+    want[:, cells] = v[0, 0].T.astype(np.float16)
+    np.testing.assert_array_equal(got.reshape(d, n_kv), want)
+
+
+def test_set_rows_by_channel_blocks_bad_index_is_an_error_naming_the_node() -> None:
+    g = CpuGraph()
+    idx = np.arange(4 * 32)
+    idx[77] = 4 * 32  # one past the cache
+    vt = ops.reshape_2d(g.tensor(np.ones((4, 32), np.float32)), 1, 4 * 32)
+    out = ops.set_rows(g.tensor(np.zeros((4 * 32, 1), np.float32)), vt, g.tensor(idx, "i64"))
+    with pytest.raises(ComputeError, match=r"destination row index 128 is outside 0\.\.127"):
+        g.compute(out)
+
+
 def test_set_rows_bad_index_is_an_error_naming_the_node() -> None:
     g = CpuGraph()
     out = ops.set_rows(g.tensor(np.zeros((4, 8), np.float32)), g.tensor(np.ones((2, 8), np.float32)),
@@ -542,3 +574,4 @@ def test_compiled_exp_is_float64_exp_rounded_once() -> None:
     # value within ~1e-16 of a float32 rounding boundary may land on the other side: allow a rare 1-ulp case
     d = np.abs(got[~nan].view(np.int32).astype(np.int64) - want[~nan].view(np.int32).astype(np.int64))
     assert d.max() <= 1 and np.count_nonzero(d) <= 2
+

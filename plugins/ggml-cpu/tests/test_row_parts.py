@@ -121,6 +121,26 @@ def test_set_rows_split_gives_the_one_thread_bits(split_calls: list[int], dst_ty
     np.testing.assert_array_equal(one, want)
 
 
+def test_set_rows_into_a_transposed_cache_split_by_channel_blocks(split_calls: list[int]) -> None:
+    """A transposed V cache's store, its channel blocks split across threads: the one-thread bits, the definition."""
+    r = rng(34)
+    n_kv, n_tok, d = 300, 128, 200  # 13 blocks of 16 channels, the last one partial
+    cache = r.standard_normal((1, 1, n_kv * d, 1)).astype(np.float16)
+    v = r.standard_normal((1, 1, n_tok, d)).astype(np.float32)
+    cells = r.permutation(n_kv)[:n_tok]
+    idx = (np.arange(d)[None, :] * n_kv + cells[:, None]).reshape(1, 1, -1)
+
+    def build(g: CpuGraph) -> Tensor:
+        vt = ops.reshape_2d(g.tensor(v), 1, n_tok * d)
+        return ops.set_rows(g.tensor(cache, "f16"), vt, g.tensor(idx, "i64"))
+
+    one, two = _one_and_two(build, split_calls)
+    np.testing.assert_array_equal(two, one)
+    want = cache.reshape(d, n_kv).astype(np.float32)
+    want[:, cells] = v[0, 0].T.astype(np.float16)
+    np.testing.assert_array_equal(one.reshape(d, n_kv), want)
+
+
 def test_set_rows_split_bad_index_is_an_error_naming_the_node(split_calls: list[int]) -> None:
     g = CpuGraph()
     idx = np.arange(300)

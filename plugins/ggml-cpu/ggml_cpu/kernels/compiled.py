@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -338,6 +338,26 @@ def bind_rope_positions(
 # ------------------------------------------------------------------------------------------------ SET_ROWS
 
 
+#: channels per block of a transposed V cache's SET_ROWS (:data:`.qdot._row_kernels.SET_ROWS_BLOCK`)
+_SET_ROWS_BLOCK: Final = 16
+
+
+def _token_width(b: Tensor) -> int:
+    """C when ``b``, SET_ROWS' source, is one-value rows ``t·C + c`` of a batch's C values per token (a transposed
+    V cache's store: ``b`` reshapes the batch's V, whose last non-unit dimension counts tokens), else 0. Only the
+    order the rows are written in depends on it."""
+    if b.ne[0] != 1 or b.ne[2] != 1 or b.ne[3] != 1 or b.ne[1] < 2 * _SET_ROWS_BLOCK:
+        return 0
+    base = b.view_src
+    while base is not None and base.view_src is not None:
+        base = base.view_src
+    if base is None or base.nelements != b.nelements:
+        return 0
+    tokens = next((n for n in reversed(base.ne) if n > 1), 1)
+    chans = b.ne[1] // tokens
+    return chans if tokens > 1 and chans * tokens == b.ne[1] and chans >= _SET_ROWS_BLOCK else 0
+
+
 def bind_set_rows(node: Tensor) -> Thunk | None:
     """SET_ROWS of f32 rows into f32 or f16 rows (any destination strides), indices I32 / I64 checked per call."""
     b, c = node.src[0], node.src[1]
@@ -350,13 +370,16 @@ def bind_set_rows(node: Tensor) -> Thunk | None:
     if fn is None or src is None or idx is None or dst is None:
         return None
     ds, cs = dst[1], idx[1]
-    p = _params(*b.ne, *src[1][1:], *ds[1:], node.ne[1], cs[0], cs[1], c.ne[1], cs[2], c.ne[2], ds[0])
+    chans = _token_width(b)
+    p = _params(*b.ne, *src[1][1:], *ds[1:], node.ne[1], cs[0], cs[1], c.ne[1], cs[2], c.ne[2], ds[0], chans)
     sv, iv, dv = src[0], idx[0], dst[0]
     key = (dv.dtype.name, iv.dtype.name)
-    # split only rows of 64 values and more: a transposed V cache's one-value rows of neighbouring tokens share
-    # cache lines, and two cores writing them took longer than one (false sharing: 0.41 against 0.24 ms a layer)
-    elements = b.nelements if b.ne[0] >= 64 else 0
-    split = split_rows("SET_ROWS", (sv, iv, dv), p, (), _rows(p), elements, lambda: fn(sv, iv, dv, p), key)
+    # a transposed V cache's one-value rows go in blocks of channels (no two threads write a cache line); other
+    # rows split only from 64 values: one-value rows of neighbouring tokens share cache lines, and two cores
+    # writing them took longer than one (false sharing: 0.41 against 0.24 ms a layer)
+    rows = -(-chans // _SET_ROWS_BLOCK) if chans else _rows(p)
+    elements = b.nelements if b.ne[0] >= 64 or chans else 0
+    split = split_rows("SET_ROWS", (sv, iv, dv), p, (), rows, elements, lambda: fn(sv, iv, dv, p), key)
 
     def run() -> None:
         if split():

@@ -33,6 +33,7 @@ __all__ = [
     "RMS_NORM_SPEC",
     "ROPE_POS_SPEC",
     "ROPE_SPEC",
+    "SET_ROWS_BLOCK",
     "SET_ROWS_SPECS",
     "SOFT_MAX_SPEC",
 ]
@@ -347,8 +348,14 @@ ROPE_POS_SPEC: Final = _jit.KernelSpec(
 @_jit.inline
 def set_rows_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray, r0: int, r1: int) -> int:
     """Rows ``[r0, r1)`` of src (rows ``(r, i2, i3)``): row ``r`` into row ``idx[r, i2 % c1, i3 % c2]`` of dst,
-    converted to dst's type; returns 1 (writing nothing more) at the first index outside ``0..p[10]-1``."""
+    converted to dst's type; returns 1 (writing nothing more) at the first index outside ``0..p[10]-1``.
+
+    With ``p[17]`` = C > 0 (one-value rows, one index plane: a transposed V cache, whose source rows are C values
+    per token, each going to its channel's row of the cache), ``[r0, r1)`` are blocks of :data:`SET_ROWS_BLOCK`
+    channels instead: rows ``t·C + c`` for every token ``t`` and the block's channels ``c`` (:func:`_set_columns`)."""
     n, n1, n2 = p[0], p[1], p[2]  # pragma: no cover - compiled
+    if p[17] > 0:
+        return _set_columns(src, idx, dst, p, r0, r1)
     limit, d0 = p[10], p[16]
     start, i2, i3 = row_at(r0, n1, n2)
     left = r1 - r0
@@ -375,8 +382,36 @@ def set_rows_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarr
     return 0
 
 
+#: channels of one block of :func:`_set_columns` (16 f32 source values: one cache line per token)
+SET_ROWS_BLOCK: Final = 16
+
+
+@_jit.inline
+def _set_columns(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray, b0: int, b1: int) -> int:
+    """Channel blocks ``[b0, b1)`` of a SET_ROWS of one-value rows ``r = t·C + c`` (``C = p[17]``; one index plane):
+    per token, the block's channels in order. Writing row by row sends consecutive values to C different cache
+    rows, C cache lines in flight per token; block by block the lines of 16 channels stay in L1 across the tokens,
+    and two threads' blocks never share a line, so the store splits across threads (rows of one value could not:
+    neighbouring tokens' values share lines). Measured in docs/performance.md (stop 30)."""
+    chans, limit, s_idx, s_src, s_dst = p[17], p[10], p[11], p[4], p[7]  # pragma: no cover - compiled
+    tokens = p[1] // chans
+    c0 = b0 * SET_ROWS_BLOCK
+    c1 = min(chans, b1 * SET_ROWS_BLOCK)
+    for t in range(tokens):
+        first = t * chans
+        for c in range(c0, c1):
+            r = first + c
+            j = np.int64(idx[r * s_idx])
+            if j < 0 or j >= limit:
+                return 1
+            dst[j * s_dst] = _as_elem(src[r * s_src], dst)
+    return 0
+
+
 def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) -> int:
-    """:func:`set_rows_rows` over every row."""
+    """:func:`set_rows_rows` over every row (every channel block with ``p[17]`` set)."""
+    if p[17] > 0:  # pragma: no cover - compiled
+        return _set_columns(src, idx, dst, p, 0, (p[17] + SET_ROWS_BLOCK - 1) // SET_ROWS_BLOCK)
     return set_rows_rows(src, idx, dst, p, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
 
 
