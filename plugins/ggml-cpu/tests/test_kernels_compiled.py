@@ -575,3 +575,41 @@ def test_compiled_exp_is_float64_exp_rounded_once() -> None:
     d = np.abs(got[~nan].view(np.int32).astype(np.int64) - want[~nan].view(np.int32).astype(np.int64))
     assert d.max() <= 1 and np.count_nonzero(d) <= 2
 
+
+# ------------------------------------------------------------------------------------------------ exp
+
+
+def test_exp_f32_is_the_correctly_rounded_float64_exp() -> None:
+    """The row kernels' ``exp`` (SWIGLU, softmax rows): float64 ``exp`` rounded once to float32 for every 61st
+    float32 in [−110, 90], except where float64 ``exp`` lies within 1e-13 (relative) of a float32 rounding tie;
+    0 below −104 and at −inf, inf past float32's range and at inf, NaN kept. A kernel that built ``2ⁿ`` or the
+    polynomial wrong (a lost bit in the magic-number conversion, one term short) fails it."""
+    import numba
+
+    mod = compiled._module()
+    if mod is None:
+        pytest.skip("compiled kernels are off here (GGML_CPU_NUMBA=0 or no numba)")
+    exp_f32 = mod.exp_f32
+
+    @numba.njit(error_model="numpy")
+    def run(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+        for i in range(x.size):
+            out[i] = exp_f32(x[i])
+
+    pos = np.arange(0, int(np.float32(90).view(np.int32)), 61, dtype=np.int64).astype(np.int32).view(np.float32)
+    neg = -np.arange(0, int(np.float32(110).view(np.int32)), 61, dtype=np.int64).astype(np.int32).view(np.float32)
+    x = np.concatenate([pos, neg, np.float32([-104, -103.97, 88.72, 88.73, -np.inf, np.inf, np.nan])])
+    got = np.empty_like(x)
+    run(x, got)
+    ref = np.exp(x.astype(np.float64))
+    with np.errstate(over="ignore"):
+        want = ref.astype(np.float32)
+    lo, hi = np.nextafter(want, np.float32(-np.inf)), np.nextafter(want, np.float32(np.inf))
+    mid_lo = (want.astype(np.float64) + lo.astype(np.float64)) / 2
+    mid_hi = (want.astype(np.float64) + hi.astype(np.float64)) / 2
+    near_tie = (np.abs(ref - mid_lo) <= 1e-13 * np.abs(ref)) | (np.abs(ref - mid_hi) <= 1e-13 * np.abs(ref))
+    fin = np.isfinite(x) & (x > -104)
+    differ = fin & ~near_tie & (got.view(np.uint32) != want.view(np.uint32))
+    assert not differ.any(), (x[differ][:5], got[differ][:5], want[differ][:5])
+    assert (got[x <= -104] == 0).all() and got[-3] == 0 and got[-2] == np.inf and np.isnan(got[-1])
+    assert np.isinf(got[np.isfinite(x) & ~np.isfinite(want)]).all()
