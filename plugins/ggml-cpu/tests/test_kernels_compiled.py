@@ -478,6 +478,30 @@ def test_kq_soft_max_pair_ignores_garbage_in_masked_cells() -> None:
     np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n_tok", [1, 3])
+def test_kq_soft_max_pair_trailing_masked_columns_give_the_full_walks_bits(n_tok: int) -> None:
+    """The fused pair's softmax does not walk a row's trailing −inf mask columns (a decode step's cache window):
+    its results are the unfused softmax's bit for bit, which walks every column of the full scores; a row with a
+    NaN score stays NaN in every column, trailing ones included, as the full walk gives."""
+    k, q, mask = _attention_inputs(n_tok, used=12)  # 64 cells, the last 52 − n_tok + 1 masked in every row
+    q[0, 2, 0, 5] = np.nan  # one head's first row: NaN scores
+
+    g = CpuGraph()
+    fused = _attention(g, k, q, mask)[1]
+    got = g.compute(fused).copy()
+    plan = gc.init_backend("CPU").engine.plan(gc.build_graph([fused]))  # type: ignore[attr-defined]
+    assert [n.op for n, _ in plan.steps] == [GGMLOp.MUL_MAT], "the product and its softmax are one step"
+    g2 = CpuGraph()
+    kq, out = _attention(g2, k, q, mask)
+    kq.set_output()  # not fused: every score computed, the softmax walks every column
+    g2.compute(out, kq)
+    ref = out.to_numpy()
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
+    assert np.isnan(got[0, 2, 0]).all() and np.isfinite(np.delete(got, 2, axis=1)).all()
+    masked = np.broadcast_to(mask, got.shape) == -np.inf
+    assert (got[masked & np.isfinite(got)] == 0).all()
+
+
 def test_product_read_elsewhere_is_not_fused() -> None:
     k, q, mask = _attention_inputs(2, used=10)
     g = CpuGraph()
@@ -574,42 +598,3 @@ def test_compiled_exp_is_float64_exp_rounded_once() -> None:
     # value within ~1e-16 of a float32 rounding boundary may land on the other side: allow a rare 1-ulp case
     d = np.abs(got[~nan].view(np.int32).astype(np.int64) - want[~nan].view(np.int32).astype(np.int64))
     assert d.max() <= 1 and np.count_nonzero(d) <= 2
-
-
-# ------------------------------------------------------------------------------------------------ exp
-
-
-def test_exp_f32_is_the_correctly_rounded_float64_exp() -> None:
-    """The row kernels' ``exp`` (SWIGLU, softmax rows): float64 ``exp`` rounded once to float32 for every 61st
-    float32 in [−110, 90], except where float64 ``exp`` lies within 1e-13 (relative) of a float32 rounding tie;
-    0 below −104 and at −inf, inf past float32's range and at inf, NaN kept. A kernel that built ``2ⁿ`` or the
-    polynomial wrong (a lost bit in the magic-number conversion, one term short) fails it."""
-    import numba
-
-    mod = compiled._module()
-    if mod is None:
-        pytest.skip("compiled kernels are off here (GGML_CPU_NUMBA=0 or no numba)")
-    exp_f32 = mod.exp_f32
-
-    @numba.njit(error_model="numpy")
-    def run(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-        for i in range(x.size):
-            out[i] = exp_f32(x[i])
-
-    pos = np.arange(0, int(np.float32(90).view(np.int32)), 61, dtype=np.int64).astype(np.int32).view(np.float32)
-    neg = -np.arange(0, int(np.float32(110).view(np.int32)), 61, dtype=np.int64).astype(np.int32).view(np.float32)
-    x = np.concatenate([pos, neg, np.float32([-104, -103.97, 88.72, 88.73, -np.inf, np.inf, np.nan])])
-    got = np.empty_like(x)
-    run(x, got)
-    ref = np.exp(x.astype(np.float64))
-    with np.errstate(over="ignore"):
-        want = ref.astype(np.float32)
-    lo, hi = np.nextafter(want, np.float32(-np.inf)), np.nextafter(want, np.float32(np.inf))
-    mid_lo = (want.astype(np.float64) + lo.astype(np.float64)) / 2
-    mid_hi = (want.astype(np.float64) + hi.astype(np.float64)) / 2
-    near_tie = (np.abs(ref - mid_lo) <= 1e-13 * np.abs(ref)) | (np.abs(ref - mid_hi) <= 1e-13 * np.abs(ref))
-    fin = np.isfinite(x) & (x > -104)
-    differ = fin & ~near_tie & (got.view(np.uint32) != want.view(np.uint32))
-    assert not differ.any(), (x[differ][:5], got[differ][:5], want[differ][:5])
-    assert (got[x <= -104] == 0).all() and got[-3] == 0 and got[-2] == np.inf and np.isnan(got[-1])
-    assert np.isinf(got[np.isfinite(x) & ~np.isfinite(want)]).all()

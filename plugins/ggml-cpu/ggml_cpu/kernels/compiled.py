@@ -29,6 +29,7 @@ definition, and against the numpy path itself):
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -230,8 +231,10 @@ def used_columns_kernel() -> Callable[..., Any] | None:
     return _jit.get(mod.USED_COLUMNS_SPEC) if mod is not None else None
 
 
-def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
-    """SOFT_MAX (ext) of f32 rows with an optional f32 mask, ``slopes`` (ALiBi, per head) and f32 sinks."""
+def bind_soft_max(node: Tensor, slopes: np.ndarray, *, zero_under_mask: bool = False) -> Thunk | None:
+    """SOFT_MAX (ext) of f32 rows with an optional f32 mask, ``slopes`` (ALiBi, per head) and f32 sinks.
+    ``zero_under_mask``: the input is 0 wherever the mask is −inf and the slopes are 1 (the scores of
+    :func:`bind_half_product` with this node): each row's trailing masked columns are then not walked."""
     a, mask, sinks = node.src[0], node.src[1], node.src[2]
     fn = kernel("SOFT_MAX_SPEC")
     if fn is None or a is None or a.type != GGMLType.F32 or node.type != GGMLType.F32:
@@ -251,9 +254,10 @@ def bind_soft_max(node: Tensor, slopes: np.ndarray) -> Thunk | None:
         if fs is None or sinks.type != GGMLType.F32 or sinks.ne[0] < a.ne[2]:
             return None
         sv, has_sinks = fs[0], 1
-    p = _params(*a.ne, *x[1][1:], *out[1][1:], *mp, has_sinks)
     sl = np.ascontiguousarray(slopes.reshape(-1), dtype=np.float32)
     scale = float(node.op_param_f32(0))
+    trim = int(zero_under_mask and mask is not None and bool((sl == 1.0).all()) and math.isfinite(scale))
+    p = _params(*a.ne, *x[1][1:], *out[1][1:], *mp, has_sinks, trim)
     xv, ov = x[0], out[0]
 
     def run() -> None:
@@ -576,7 +580,8 @@ def _bind_pair(node: Tensor, nxt: Tensor, uses: dict[int, int]) -> Thunk | None:
         if batch is not None:
             return batch
         product = bind_half_product(a, b, node, nxt)
-        soft_max = bind_soft_max(nxt, alibi_slopes(node.ne[2], 0.0)) if product is not None else None
+        slopes = alibi_slopes(node.ne[2], 0.0)
+        soft_max = bind_soft_max(nxt, slopes, zero_under_mask=True) if product is not None else None
         if product is None or soft_max is None:
             return None
 

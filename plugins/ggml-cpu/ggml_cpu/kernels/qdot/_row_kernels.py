@@ -236,9 +236,14 @@ def _soft_max(
     x: np.ndarray, out: np.ndarray, mask: np.ndarray, sinks: np.ndarray, slopes: np.ndarray, p: np.ndarray,
     scale: float,
 ) -> None:  # fmt: skip
-    """ggml's soft_max_ext per row: ``w = x·scale + slope·mask``, ``e = exp(w − max)``, ``e / Σe`` (Σ in double)."""
+    """ggml's soft_max_ext per row: ``w = x·scale + slope·mask``, ``e = exp(w − max)``, ``e / Σe`` (Σ in double).
+
+    With ``p[18]`` set (the caller guarantees x = 0 wherever the mask is −inf, and slopes of 1: a fused KV-cache
+    product's scores) a row's trailing run of −inf mask columns is not walked: each of them is ``w = −inf``, adds
+    0 to Σ and never wins the max, so they are written as ``exp(−inf − max) / Σ`` (0, or NaN where the max is) —
+    the values the full walk gives. A decode step's 256-cell window with a few cells in use skips most columns."""
     n, n1, n2, n3 = p[0], p[1], p[2], p[3]
-    has_mask, has_sinks = p[10], p[17]
+    has_mask, has_sinks, trim = p[10], p[17], p[18]
     sc = np.float32(scale)
     for i3 in range(n3):  # pragma: no cover - compiled
         for i2 in range(n2):
@@ -250,8 +255,14 @@ def _soft_max(
                 mo = i1 * p[14] + mo2
                 xr, orow = x[xo : xo + n], out[oo : oo + n]
                 mrow = mask[mo : mo + n] if has_mask else mask
+                end = n
+                if trim and has_mask:
+                    while end > 0 and mrow[end - 1] == -np.inf:
+                        end -= 1
+                    if end == 0:  # every column masked: the full walk (its NaN rows, as ggml's)
+                        end = n
                 mx = np.float32(-np.inf)
-                for i in range(n):
+                for i in range(end):
                     w = xr[i] * sc
                     if has_mask:
                         w = w + slope * mrow[i]
@@ -266,15 +277,18 @@ def _soft_max(
                     if sk > mx or sk != sk:  # np.maximum: a NaN wins
                         mx = sk
                 total = 0.0
-                for i in range(n):
+                for i in range(end):
                     orow[i] = exp_f32(orow[i] - mx)
-                for i in range(n):
+                for i in range(end):
                     total += np.float64(orow[i])
                 if has_sinks:
                     total += np.float64(exp_f32(sk - mx))
                 inv = np.float32(1.0 / total)
-                for i in range(n):
+                for i in range(end):
                     orow[i] = orow[i] * inv
+                tail = exp_f32(np.float32(-np.inf) - mx) * inv  # each trailing masked column's value
+                for i in range(end, n):
+                    orow[i] = tail
 
 
 SOFT_MAX_SPEC: Final = _jit.KernelSpec(
