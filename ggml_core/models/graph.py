@@ -101,13 +101,15 @@ class BuiltGraph:
 
     def _write_one(self, kv: KVCache, ids: np.ndarray, pos: np.ndarray) -> bool:
         """:meth:`write_inputs` of a decode step's one token, element by element into host memory (no index
-        arrays: ~15 → ~7 µs a step); False, nothing written, when an input is not in host memory."""
+        arrays); False, nothing written, when an input is not in host memory or not one token's."""
         view: dict[str, np.ndarray] = {}
         for name, t in self.inputs.items():
             v = self.host_view(t)
             if v is None:
                 return False
             view[name] = v
+        if view["tokens"].size != 1 or view["pos"].size != 1:
+            return False
         p = int(pos[0])
         view["tokens"][0] = ids[0]
         view["pos"][0] = p
