@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
@@ -342,15 +342,13 @@ def bind_rope_positions(
 # ------------------------------------------------------------------------------------------------ SET_ROWS
 
 
-#: channels per block of a transposed V cache's SET_ROWS (:data:`.qdot._row_kernels.SET_ROWS_BLOCK`)
-_SET_ROWS_BLOCK: Final = 16
-
-
 def _token_width(b: Tensor) -> int:
     """C when ``b``, SET_ROWS' source, is one-value rows ``t·C + c`` of a batch's C values per token (a transposed
-    V cache's store: ``b`` reshapes the batch's V, whose last non-unit dimension counts tokens), else 0. Only the
-    order the rows are written in depends on it."""
-    if b.ne[0] != 1 or b.ne[2] != 1 or b.ne[3] != 1 or b.ne[1] < 2 * _SET_ROWS_BLOCK:
+    V cache's store: ``b`` reshapes the batch's V, whose last non-unit dimension counts tokens) and C fills a
+    channel block of the kernel (:data:`.qdot._row_kernels.SET_ROWS_BLOCK`), else 0. Only the order the rows are
+    written in depends on it."""
+    mod = _module()
+    if mod is None or b.ne[0] != 1 or b.ne[2] != 1 or b.ne[3] != 1 or b.ne[1] < 2 * mod.SET_ROWS_BLOCK:
         return 0
     base = b.view_src
     while base is not None and base.view_src is not None:
@@ -359,7 +357,7 @@ def _token_width(b: Tensor) -> int:
         return 0
     tokens = next((n for n in reversed(base.ne) if n > 1), 1)
     chans = b.ne[1] // tokens
-    return chans if tokens > 1 and chans * tokens == b.ne[1] and chans >= _SET_ROWS_BLOCK else 0
+    return chans if tokens > 1 and chans * tokens == b.ne[1] and chans >= mod.SET_ROWS_BLOCK else 0
 
 
 def bind_set_rows(node: Tensor) -> Thunk | None:
@@ -381,7 +379,7 @@ def bind_set_rows(node: Tensor) -> Thunk | None:
     # a transposed V cache's one-value rows go in blocks of channels (no two threads write a cache line); other
     # rows split only from 64 values: one-value rows of neighbouring tokens share cache lines, and two cores
     # writing them took longer than one (false sharing: 0.41 against 0.24 ms a layer)
-    rows = -(-chans // _SET_ROWS_BLOCK) if chans else _rows(p)
+    rows = -(-chans // _module().SET_ROWS_BLOCK) if chans else _rows(p)  # the kernel's module: loaded for fn
     elements = b.nelements if b.ne[0] >= 64 or chans else 0
     split = split_rows("SET_ROWS", (sv, iv, dv), p, (), rows, elements, lambda: fn(sv, iv, dv, p), key)
 
