@@ -461,9 +461,8 @@ def _set_columns(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarra
 
 def _set_rows(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarray) -> int:
     """:func:`set_rows_rows` over every row (every channel block with ``p[17]`` set)."""
-    if p[17] > 0:  # pragma: no cover - compiled
-        return _set_columns(src, idx, dst, p, 0, (p[17] + SET_ROWS_BLOCK - 1) // SET_ROWS_BLOCK)
-    return set_rows_rows(src, idx, dst, p, 0, p[1] * p[2] * p[3])  # pragma: no cover - compiled
+    blocks = (p[17] + SET_ROWS_BLOCK - 1) // SET_ROWS_BLOCK  # pragma: no cover - compiled
+    return set_rows_rows(src, idx, dst, p, 0, blocks if p[17] > 0 else p[1] * p[2] * p[3])
 
 
 SET_ROWS_SPECS: Final = {
