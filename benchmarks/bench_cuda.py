@@ -76,8 +76,9 @@ def cupy_time(fn: Callable[[], object], loops: int, repeat: int) -> float:
     return statistics.median(samples)
 
 
-def _mul_mat_graph(dev: Any, wtype: str, m: int, n: int, k: int, weights: np.ndarray | None,
-                   rng: np.random.Generator) -> tuple[Any, g.Graph, Any]:
+def _mul_mat_graph(
+    dev: Any, wtype: str, m: int, n: int, k: int, weights: np.ndarray | None, rng: np.random.Generator
+) -> tuple[Any, g.Graph, Any]:
     """(backend, graph, buffer) of one MUL_MAT; ``weights``: raw row bytes to tile, or None for random floats."""
     ctx = g.Context("bench")
     a = ctx.new_tensor_2d(wtype, k, m, "w")
@@ -121,11 +122,18 @@ def bench_gemm(dev: Any, size: int, loops: int, repeat: int, rng: np.random.Gene
         del x, w
         cp.get_default_memory_pool().free_all_blocks()
         ratio = ref / ours
-        out[wtype] = {"ours_tflops": flop / ours / 1e12, "cublas_tflops": flop / ref / 1e12, "ratio": ratio,
-                      "ours_ms": ours * 1e3, "cublas_ms": ref * 1e3}
-        print(f"GEMM {size}^3 {wtype}: ours {flop / ours / 1e12:7.1f} TFLOP/s ({ours * 1e3:.3f} ms)   "
-              f"cuBLAS {flop / ref / 1e12:7.1f} TFLOP/s ({ref * 1e3:.3f} ms)   ratio {ratio:.2f}x"
-              + (f"   (target >= {TARGET_F16_VS_CUBLAS}x)" if wtype == "f16" else ""))
+        out[wtype] = {
+            "ours_tflops": flop / ours / 1e12,
+            "cublas_tflops": flop / ref / 1e12,
+            "ratio": ratio,
+            "ours_ms": ours * 1e3,
+            "cublas_ms": ref * 1e3,
+        }
+        print(
+            f"GEMM {size}^3 {wtype}: ours {flop / ours / 1e12:7.1f} TFLOP/s ({ours * 1e3:.3f} ms)   "
+            f"cuBLAS {flop / ref / 1e12:7.1f} TFLOP/s ({ref * 1e3:.3f} ms)   ratio {ratio:.2f}x"
+            + (f"   (target >= {TARGET_F16_VS_CUBLAS}x)" if wtype == "f16" else "")
+        )
     return out
 
 
@@ -134,8 +142,9 @@ def copy_bandwidth(dev: Any, nbytes: int, loops: int, repeat: int) -> float:
     drv, o = dev.driver, dev.ordinal
     src, dst = drv.alloc(o, nbytes), drv.alloc(o, nbytes)
     backend = dev.init_backend()
-    t = gpu_time(dev, backend.stream, lambda: drv.copy_dtod(o, int(dst), int(src), nbytes, backend.stream), loops,
-                 repeat)
+    t = gpu_time(
+        dev, backend.stream, lambda: drv.copy_dtod(o, int(dst), int(src), nbytes, backend.stream), loops, repeat
+    )
     backend.free()
     drv.free(o, src)
     drv.free(o, dst)
@@ -144,8 +153,9 @@ def copy_bandwidth(dev: Any, nbytes: int, loops: int, repeat: int) -> float:
     return bw
 
 
-def bench_matvec(dev: Any, types: list[str], size: int, copy_bw: float, loops: int, repeat: int,
-                 rng: np.random.Generator) -> dict[str, Any]:
+def bench_matvec(
+    dev: Any, types: list[str], size: int, copy_bw: float, loops: int, repeat: int, rng: np.random.Generator
+) -> dict[str, Any]:
     """Quantized weights (size × size) times one activation column: bandwidth against the copy bandwidth."""
     from ggml_core.quants import quantize
 
@@ -160,8 +170,10 @@ def bench_matvec(dev: Any, types: list[str], size: int, copy_bw: float, loops: i
         moved = size * sample.shape[1] + size * 4 + size * 4  # weights, activations, result
         bw = moved / sec
         out[t] = {"us": sec * 1e6, "gbps": bw / 1e9, "fraction_of_copy": bw / copy_bw}
-        print(f"matvec {t:>5} {size}x{size}: {sec * 1e6:8.1f} us  {bw / 1e9:8.1f} GB/s  "
-              f"{100 * bw / copy_bw:5.1f} % of copy (target >= {100 * TARGET_MV_VS_COPY:.0f} %)")
+        print(
+            f"matvec {t:>5} {size}x{size}: {sec * 1e6:8.1f} us  {bw / 1e9:8.1f} GB/s  "
+            f"{100 * bw / copy_bw:5.1f} % of copy (target >= {100 * TARGET_MV_VS_COPY:.0f} %)"
+        )
     return out
 
 
@@ -190,8 +202,10 @@ def bench_model(dev_name: str, wtypes: list[str], n_gen: int) -> dict[str, Any]:
                     print(f"model {wtype:>5} on {label:<12}: FAILED {type(exc).__name__}: {str(exc)[:300]}")
                     continue
                 out[f"{wtype}/{label}"] = {"pp128_tps": pp, "tg_tps": tg, "splits": splits}
-                print(f"model {wtype:>5} on {label:<12}: pp128 {pp:9.1f} tokens/s   tg {tg:8.1f} tokens/s   "
-                      f"({splits} split{'s' if splits != 1 else ''})")
+                print(
+                    f"model {wtype:>5} on {label:<12}: pp128 {pp:9.1f} tokens/s   tg {tg:8.1f} tokens/s   "
+                    f"({splits} split{'s' if splits != 1 else ''})"
+                )
     return out
 
 
@@ -236,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_cuda: cannot run: {type(exc).__name__}: {exc} (CUDA: {cuda_reg().unavailable_reason})")
         return 2
     props = dev.props()
-    print(f"{props.name}: {props.description}, cc {props.extra.get('compute_capability')}, "
-          f"{props.memory_total / 2**30:.0f} GiB")
+    print(
+        f"{props.name}: {props.description}, cc {props.extra.get('compute_capability')}, "
+        f"{props.memory_total / 2**30:.0f} GiB"
+    )
     rng = np.random.default_rng(0)
     skip = set(args.skip.split(","))
     results: dict[str, Any] = {"device": props.name, "description": props.description, "extra": props.extra}

@@ -105,8 +105,10 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     p = Paired(run, lambda: b @ a.T, repeat)
     flop = 2.0 * size**3
     for how, (ours, ref) in (("best-of", p.best), ("median", p.median)):
-        print(f"SGEMM {size}^3 f32 {how:7}: {dev.name} {flop / ours / 1e9:7.1f} GFLOP/s ({ours * 1e3:.1f} ms)   "
-              f"numpy {flop / ref / 1e9:7.1f} GFLOP/s ({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
+        print(
+            f"SGEMM {size}^3 f32 {how:7}: {dev.name} {flop / ours / 1e9:7.1f} GFLOP/s ({ours * 1e3:.1f} ms)   "
+            f"numpy {flop / ref / 1e9:7.1f} GFLOP/s ({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x"
+        )
     return p.best[0]
 
 
@@ -119,8 +121,10 @@ def bench_matvec(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     p = Paired(run, lambda: a @ x, repeat)
     gb = m * k * 4 / 2**30
     for how, (ours, ref) in (("best-of", p.best), ("median", p.median), ("cold", p.cold_best)):
-        print(f"MATVEC 4096x4096 f32 {how:7}: {dev.name} {ours * 1e3:.2f} ms ({gb / ours:.1f} GiB/s)   numpy "
-              f"{ref * 1e3:.2f} ms ({gb / ref:.1f} GiB/s)   time ratio {ours / ref:.2f}x (goal <= 2x)")
+        print(
+            f"MATVEC 4096x4096 f32 {how:7}: {dev.name} {ours * 1e3:.2f} ms ({gb / ours:.1f} GiB/s)   numpy "
+            f"{ref * 1e3:.2f} ms ({gb / ref:.1f} GiB/s)   time ratio {ours / ref:.2f}x (goal <= 2x)"
+        )
 
 
 def bench_quantized(
@@ -131,13 +135,17 @@ def bench_quantized(
         if label not in shapes:
             continue
         f32_run = _mul_mat_runner(dev, "f32", m, n, k, rng)
-        print(f"MUL_MAT {label} M={m} N={n} K={k} (each type timed in interleaved rounds with f32 weights; "
-              f"best-of, then median):")
+        print(
+            f"MUL_MAT {label} M={m} N={n} K={k} (each type timed in interleaved rounds with f32 weights; "
+            f"best-of, then median):"
+        )
         for t in types:
             p = Paired(_mul_mat_runner(dev, t, m, n, k, rng), f32_run, repeat)
             (tq, base), (mq, mbase) = p.best, p.median
-            print(f"    {t:>6} weights {tq * 1e3:8.2f} ms   f32 weights {base * 1e3:8.2f} ms   ratio {tq / base:5.2f}x"
-                  f"   (median {mq * 1e3:.2f} / {mbase * 1e3:.2f} ms, {mq / mbase:.2f}x)")
+            print(
+                f"    {t:>6} weights {tq * 1e3:8.2f} ms   f32 weights {base * 1e3:8.2f} ms   ratio {tq / base:5.2f}x"
+                f"   (median {mq * 1e3:.2f} / {mbase * 1e3:.2f} ms, {mq / mbase:.2f}x)"
+            )
 
 
 def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
@@ -157,8 +165,10 @@ def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     zv = np.empty_like(xv)
     ours, ref = Paired(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat).best
     gb = 3 * 4 * n / 2**30
-    print(f"ADD 16M f32 best-of: {dev.name} {gb / ours:6.1f} GiB/s ({ours * 1e3:.1f} ms)   numpy {gb / ref:6.1f} GiB/s "
-          f"({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x")
+    print(
+        f"ADD 16M f32 best-of: {dev.name} {gb / ours:6.1f} GiB/s ({ours * 1e3:.1f} ms)   numpy {gb / ref:6.1f} GiB/s "
+        f"({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x"
+    )
 
 
 def main() -> int:
@@ -176,8 +186,10 @@ def main() -> int:
         print(f"no OpenCL device to benchmark: {exc}")
         return 1
     info = machine()
-    print(f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "
-          f"numpy {np.__version__}")
+    print(
+        f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "
+        f"numpy {np.__version__}"
+    )
     print(f"{dev.name}: {dev.description}")
     rng = np.random.default_rng(0)
     if args.only in (None, "sgemm"):

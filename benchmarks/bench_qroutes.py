@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     qdot.set_threads(1)
     info = machine()
     print(f"# CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}; one thread")
-    print(f"{'type':6} {'rows':>5} {'shape':>10} {'block ms':>9} {'tile ms':>9} {'packed ms':>9} {'tile/block':>10}"
-          f" {'packed/block':>12}  limit")
+    print(
+        f"{'type':6} {'rows':>5} {'shape':>10} {'block ms':>9} {'tile ms':>9} {'packed ms':>9} {'tile/block':>10}"
+        f" {'packed/block':>12}  limit"
+    )
     r = np.random.default_rng(0)
     for name in args.types.split(","):
         t = GGMLType[name.upper()]
@@ -72,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 shape = f"{m}x{k}"
                 limit = qdot.vec_rows_limit(t)
-                print(f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {packed:9.3f} {tile / block:9.2f}x"
-                      f" {packed / block:11.2f}x  {limit}")
+                print(
+                    f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {packed:9.3f} {tile / block:9.2f}x"
+                    f" {packed / block:11.2f}x  {limit}"
+                )
     return 0
 
 

@@ -72,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 p = {k: statistics.median(v) for k, v in pp.items()}
                 g = {k: statistics.median(v) for k, v in tg.items()}
-                print(f"{wtype:5} x{th}: pp128 before {p['before']:7.0f} after {p['after']:7.0f} llama.cpp"
-                      f" {p['llama.cpp']:7.0f} | ratio {p['before'] / p['llama.cpp']:.2f}x -> "
-                      f"{p['after'] / p['llama.cpp']:.2f}x | tg before {g['before']:.0f} after {g['after']:.0f}"
-                      f" llama.cpp {g['llama.cpp']:.0f} | load {min(loads):.1f}-{max(loads):.1f}", flush=True)
+                print(
+                    f"{wtype:5} x{th}: pp128 before {p['before']:7.0f} after {p['after']:7.0f} llama.cpp"
+                    f" {p['llama.cpp']:7.0f} | ratio {p['before'] / p['llama.cpp']:.2f}x -> "
+                    f"{p['after'] / p['llama.cpp']:.2f}x | tg before {g['before']:.0f} after {g['after']:.0f}"
+                    f" llama.cpp {g['llama.cpp']:.0f} | load {min(loads):.1f}-{max(loads):.1f}",
+                    flush=True,
+                )
     return 0
 
 

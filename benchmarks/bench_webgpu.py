@@ -57,8 +57,10 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     x = rng.uniform(-1, 1, (size, size)).astype(np.float32)
     ours, ref = paired_ms(_mul_mat(dev, "f32", w, x), lambda: x @ w.T, repeat)
     flop = 2.0 * size**3
-    print(f"SGEMM {size}^3 f32: {dev.name} {flop / ours / 1e6:8.2f} GFLOP/s ({ours:.1f} ms)   "
-          f"numpy {flop / ref / 1e6:8.2f} GFLOP/s ({ref:.2f} ms)   ratio {ref / ours:.3f}x")
+    print(
+        f"SGEMM {size}^3 f32: {dev.name} {flop / ours / 1e6:8.2f} GFLOP/s ({ours:.1f} ms)   "
+        f"numpy {flop / ref / 1e6:8.2f} GFLOP/s ({ref:.2f} ms)   ratio {ref / ours:.3f}x"
+    )
 
 
 def bench_matvec(dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator) -> None:
@@ -72,8 +74,9 @@ def bench_matvec(dev: g.Device, types: list[str], size: int, repeat: int, rng: n
     print(f"    {'f32':>6} weights {ours_f32:9.2f} ms   ratio to numpy {ours_f32 / ref:8.1f}x")
     for t in types:
         tq, base = paired_ms(_mul_mat(dev, t, w, x), f32_run, repeat)
-        print(f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   "
-              f"to our f32 weights {tq / base:5.2f}x")
+        print(
+            f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   to our f32 weights {tq / base:5.2f}x"
+        )
 
 
 def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
@@ -92,8 +95,10 @@ def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     zv = np.empty_like(xv)
     ours, ref = paired_ms(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat)
     gib = 3 * 4 * n / 2**30
-    print(f"ADD 4M f32: {dev.name} {gib / ours * 1e3:6.2f} GiB/s ({ours:.1f} ms)   numpy {gib / ref * 1e3:6.1f} GiB/s "
-          f"({ref:.2f} ms)   ratio {ref / ours:.3f}x")
+    print(
+        f"ADD 4M f32: {dev.name} {gib / ours * 1e3:6.2f} GiB/s ({ours:.1f} ms)   numpy {gib / ref * 1e3:6.1f} GiB/s "
+        f"({ref:.2f} ms)   ratio {ref / ours:.3f}x"
+    )
 
 
 def bench_upload(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
@@ -116,9 +121,11 @@ def bench_upload(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     ref, _ = paired_ms(lambda: np.copyto(copy, host), lambda: None, repeat)
     assert buf.read(0, n) == host.tobytes()
     gib = n / 2**30
-    print(f"UPLOAD 64 MiB: staging ring {gib / ours * 1e3:5.2f} GiB/s ({ours:.1f} ms)   queue.write_buffer "
-          f"{gib / plain * 1e3:5.2f} GiB/s ({plain:.1f} ms)   ratio {plain / ours:.2f}x   numpy copy "
-          f"{gib / ref * 1e3:5.1f} GiB/s")
+    print(
+        f"UPLOAD 64 MiB: staging ring {gib / ours * 1e3:5.2f} GiB/s ({ours:.1f} ms)   queue.write_buffer "
+        f"{gib / plain * 1e3:5.2f} GiB/s ({plain:.1f} ms)   ratio {plain / ours:.2f}x   numpy copy "
+        f"{gib / ref * 1e3:5.1f} GiB/s"
+    )
     buf.free()
 
 
@@ -143,8 +150,10 @@ def bench_fusion(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
         (xv / np.sqrt(np.mean(xv * xv, axis=1, keepdims=True) + 1e-6)) * wv
 
     ref, _ = paired_ms(numpy_norm, lambda: None, repeat)
-    print(f"RMS_NORM+MUL {rows}x{n} f32: fused {t_fused:.1f} ms   two dispatches {t_plain:.1f} ms   "
-          f"ratio {t_plain / t_fused:.2f}x   numpy {ref:.2f} ms")
+    print(
+        f"RMS_NORM+MUL {rows}x{n} f32: fused {t_fused:.1f} ms   two dispatches {t_plain:.1f} ms   "
+        f"ratio {t_plain / t_fused:.2f}x   numpy {ref:.2f} ms"
+    )
 
 
 def main() -> int:

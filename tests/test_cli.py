@@ -86,9 +86,7 @@ def test_test_ops_unknown_device_fails_before_any_case_runs(capsys: pytest.Captu
     assert "no device named 'CPUX'; did you mean 'CPU'?" in out.err and out.out == ""
 
 
-def test_rpc_server_cache_dir_and_bind_errors_are_one_line(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_rpc_server_cache_dir_and_bind_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     afile = tmp_path / "file"
     afile.write_text("x")
     with pytest.raises(SystemExit) as exit_info:

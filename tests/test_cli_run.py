@@ -362,9 +362,7 @@ def test_the_loader_refuses_a_fifo_too(tmp_path: Path) -> None:
         open_gguf(fifo)
 
 
-def test_logits_out_is_written_at_exactly_the_path_reported(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_logits_out_is_written_at_exactly_the_path_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path, _ = _tiny(tmp_path)
     err = _fails(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path)])
     assert f"argument --logits-out: '{tmp_path}' is a directory; give a file name" in err

@@ -53,7 +53,11 @@ def _run_case(case: Case, root: Path, cache: Path) -> list[dict[str, Any]]:
     spec.write_text(json.dumps(_commands(case)))
     proc = subprocess.run(
         [sys.executable, str(DRIVER), str(spec), str(out)],
-        capture_output=True, text=True, env=_env(site, cache, case.env), timeout=600, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=_env(site, cache, case.env),
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     if proc.returncode != 0 or not out.exists():
         return [{"argv": ["<driver>"], "rc": proc.returncode, "out": proc.stdout, "err": proc.stderr, "exc": "died"}]
@@ -137,7 +141,11 @@ def _assert_culprit_named(case: Case, res: dict[str, dict[str, Any]], listing: d
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ggml_core.cli", *args], capture_output=True, text=True, env=env, timeout=timeout,
+        [sys.executable, "-m", "ggml_core.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
 
@@ -154,8 +162,10 @@ def test_isolated_probe_names_a_plugin_that_exits_the_interpreter(tmp_path: Path
     """What in-process isolation cannot survive (os._exit, a hang, a non-daemon thread), named by --isolated."""
     exiting = Case("os_exit", "import os\nos._exit(7)")
     hanging = Case("gil_hang", "time.sleep(3600)")
-    lingering = Case("thread", "import threading\n"
-                     "threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n" + REGISTER)
+    lingering = Case(
+        "thread",
+        "import threading\nthreading.Thread(target=time.sleep, args=(3600,), daemon=False).start()\n" + REGISTER,
+    )
     site = tmp_path / "site"
     for case in (exiting, hanging, lingering):
         install(case, site)
@@ -172,7 +182,8 @@ def _pip_package(where: Path, name: str, code: str) -> Path:
     pkg = where / name
     module = name.replace("-", "_")
     (pkg / module).mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent(f"""
+    (pkg / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
         [build-system]
         requires = ["setuptools>=68"]
         build-backend = "setuptools.build_meta"
@@ -186,7 +197,8 @@ def _pip_package(where: Path, name: str, code: str) -> Path:
 
         [tool.setuptools]
         packages = ["{module}"]
-        """))
+        """)
+    )
     (pkg / module / "__init__.py").write_text(code)
     return pkg
 
@@ -207,8 +219,9 @@ def test_pip_installed_impostor_cpu_and_cpu_registry_adder(tmp_path: Path, cache
         """)
     target = tmp_path / "site"
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
-    proc = subprocess.run([*cmd, str(_pip_package(tmp_path, "ggml-evil", code))], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [*cmd, str(_pip_package(tmp_path, "ggml-evil", code))], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env = _env(target, cache)
     listing = _cli(env, "devices", "--json")
@@ -217,14 +230,15 @@ def test_pip_installed_impostor_cpu_and_cpu_registry_adder(tmp_path: Path, cache
     devices = {d["name"]: d for d in out["devices"]}
     assert devices["CPU"]["description"] != "a hostile test device" and devices["CPU"]["backend"] == "CPU"
     assert "CPUExtra0" in devices
-    assert any(p["plugin"] == "aaa_evil" and "reserved for the first-party distribution ggml-cpu" in p["text"]
-               for p in out["problems"])
+    assert any(
+        p["plugin"] == "aaa_evil" and "reserved for the first-party distribution ggml-cpu" in p["text"]
+        for p in out["problems"]
+    )
     text = _cli(env, "plugins")
     assert text.returncode == 0 and "aaa_evil" in text.stdout and "reserved" in text.stdout, text.stdout
     run = _cli(env, *RUN_CPU)
     assert run.returncode == 0, run.stderr
     assert [d["name"] for d in json.loads(run.stdout)["devices"]] == ["CPU"]
-
 
 
 def test_a_real_ctrl_c_still_interrupts_while_a_plugin_loads(tmp_path: Path, cache: Path) -> None:
@@ -234,8 +248,12 @@ def test_a_real_ctrl_c_still_interrupts_while_a_plugin_loads(tmp_path: Path, cac
     install(case, tmp_path / "site")
     env = _env(tmp_path / "site", cache, {"GGML_PLUGIN_TIMEOUT": "0"})  # no deadline: only Ctrl-C ends the wait
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ggml_core.cli", "devices"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "ggml_core.cli", "devices"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     try:
         for _ in range(1200):  # the plugin runs in its worker thread once the file exists

@@ -376,8 +376,12 @@ def test_register_none_and_a_string_priority_are_refused_alone() -> None:
         register(BackendReg("Str", [FakeDevice("Str0")], priority="high"))  # type: ignore[arg-type]
         register(BackendReg("Good", [FakeDevice("Good0")]))
 
-    r = registry([FakeEntryPoint("bad", lambda: _hooks(ggml_register_backends=reg_bad), "bad"),
-                  FakeEntryPoint("cpu", _cpu, "ggml-cpu")])
+    r = registry(
+        [
+            FakeEntryPoint("bad", lambda: _hooks(ggml_register_backends=reg_bad), "bad"),
+            FakeEntryPoint("cpu", _cpu, "ggml-cpu"),
+        ]
+    )
     assert [d.name for d in r.devices()] == ["Good0", "CPU"]
     texts = [str(p) for p in r.problems()]
     assert any("registered None" in t for t in texts) and any("priority is 'high'" in t for t in texts)
@@ -399,8 +403,11 @@ def test_name_clash_rule_does_not_depend_on_entry_point_order(reverse: bool) -> 
 def test_first_party_names_are_not_up_for_grabs() -> None:
     impostor = make_plugin("Evil", [FakeDevice("CPU", DeviceType.CPU), FakeDevice("CUDA0"), FakeDevice("Fine0")])
     cuda_reg = make_plugin("CUDA", [])
-    eps = [FakeEntryPoint("aaa", lambda: impostor, "evil"), FakeEntryPoint("cpu", _cpu, "ggml-cpu"),
-           FakeEntryPoint("aab", lambda: cuda_reg, "evil-two")]
+    eps = [
+        FakeEntryPoint("aaa", lambda: impostor, "evil"),
+        FakeEntryPoint("cpu", _cpu, "ggml-cpu"),
+        FakeEntryPoint("aab", lambda: cuda_reg, "evil-two"),
+    ]
     r = registry(eps)
     assert [d.name for d in r.devices()] == ["Fine0", "CPU"]
     assert r.get_device("CPU").reg is r.get_reg("CPU") and r.get_reg("CPU").plugin == "cpu"
@@ -417,10 +424,12 @@ def test_same_hardware_through_two_plugins_is_listed_once() -> None:
     b.device_id = "0:1:0.0"  # the same PCI address, written differently
     unknown = [FakeDevice("NoId0"), FakeDevice("NoId1")]
     unknown[1].device_id = ""
-    r = registry([
-        FakeEntryPoint("fast", lambda: make_plugin("Fast", [a], priority=5)),
-        FakeEntryPoint("slow", lambda: make_plugin("Slow", [b, *unknown], priority=1)),
-    ])
+    r = registry(
+        [
+            FakeEntryPoint("fast", lambda: make_plugin("Fast", [a], priority=5)),
+            FakeEntryPoint("slow", lambda: make_plugin("Slow", [b, *unknown], priority=1)),
+        ]
+    )
     assert [d.name for d in r.devices()] == ["Fast0", "NoId0", "NoId1"]  # empty or unknown ids never merge
     assert r.same_hardware() == [(b, a)]
     assert r.get_device("slow0") is b  # still selectable by name

@@ -126,8 +126,7 @@ def _fresh(code: str) -> dict[str, object]:
         "drivers = sorted(m for m in ('pyopencl', 'wgpu', 'pycuda') if m in sys.modules)\n"
         "print(json.dumps({'drivers': drivers, 'out': out.getvalue()}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     result: dict[str, object] = json.loads(proc.stdout.splitlines()[-1])
     return result

@@ -209,8 +209,14 @@ def probe_device(dev: object) -> tuple[str, str] | None:
         return "device", f"is {safe_repr(dev)}, not a ggml_core.Device"
     steps: list[tuple[str, Callable[[], str | None]]] = [
         ("name", lambda: check_name(dev.name)),
-        ("extra_buffer_types", lambda: None if isinstance(getattr(dev, "extra_buffer_types", None), list)
-         else "is missing or not a list (did the device's __init__ call Device.__init__?)"),
+        (
+            "extra_buffer_types",
+            lambda: (
+                None
+                if isinstance(getattr(dev, "extra_buffer_types", None), list)
+                else "is missing or not a list (did the device's __init__ call Device.__init__?)"
+            ),
+        ),
         ("description", lambda: None if isinstance(dev.description, str) else f"is {safe_repr(dev.description)}"),
         ("type", lambda: None if isinstance(dev.type, DeviceType) else _not(dev.type, "a ggml_core.DeviceType")),
         ("caps", lambda: None if isinstance(dev.caps, DeviceCaps) else _not(dev.caps, "a ggml_core.DeviceCaps")),

@@ -634,8 +634,16 @@ class Device:
 
 #: Device hooks whose answers are checked after the registry accepted the device
 _GUARDED_HOOKS: Final = (
-    "memory", "props", "buffer_type", "host_buffer_type", "buffer_from_host_ptr", "init_backend", "supports_op",
-    "supports_buft", "offload_op", "event_new",
+    "memory",
+    "props",
+    "buffer_type",
+    "host_buffer_type",
+    "buffer_from_host_ptr",
+    "init_backend",
+    "supports_op",
+    "supports_buft",
+    "offload_op",
+    "event_new",
 )
 
 

@@ -123,8 +123,14 @@ class Registry:
     def _outcome_failed(self, info: PluginInfo, out: _deadline.Outcome, obj: str, what: str, kind: str) -> bool:
         """Record a hung or raising call; True when it failed."""
         if out.hung:
-            self._record(info, obj, what, f"did not finish within {self.timeout:g} s (GGML_PLUGIN_TIMEOUT); "
-                         "skipped, still running in the background", "hung")
+            self._record(
+                info,
+                obj,
+                what,
+                f"did not finish within {self.timeout:g} s (GGML_PLUGIN_TIMEOUT); "
+                "skipped, still running in the background",
+                "hung",
+            )
             if info.value:
                 where = what if obj == "plugin" else f"{obj}: {what}"
                 _HUNG.setdefault((info.name.split(":")[0], info.value), (where, info.problems[-1].message))
@@ -223,8 +229,9 @@ class Registry:
             problem = check_reg(reg) or self._name_taken(reg, info)
             if problem:
                 refused += 1
-                self._record(info, "plugin", "ggml_register_backends", f"{problem}; that registry is ignored",
-                             "refused")
+                self._record(
+                    info, "plugin", "ggml_register_backends", f"{problem}; that registry is ignored", "refused"
+                )
                 continue
             assert isinstance(reg, BackendReg)
             if self.selection is not None and not (self._selected(reg.name, None) or self._selected(info.name, None)):
@@ -334,14 +341,20 @@ class Registry:
             return
         reason = getattr(e.reg, "unavailable_reason", None)
         if reason is not None and not isinstance(reason, str):
-            self._record(e.info, obj, "unavailable_reason", f"is {safe_repr(reason)}; expected None or a string",
-                         "warning")
+            self._record(
+                e.info, obj, "unavailable_reason", f"is {safe_repr(reason)}; expected None or a string", "warning"
+            )
             with contextlib.suppress(Exception):
                 e.reg.unavailable_reason = safe_str(reason)
         found = out.value
         if len(found) > DEVICES_MAX:
-            self._record(e.info, obj, "enumerate_devices()", f"returned more than {DEVICES_MAX} devices; "
-                         f"the first {DEVICES_MAX} are used", "refused")
+            self._record(
+                e.info,
+                obj,
+                "enumerate_devices()",
+                f"returned more than {DEVICES_MAX} devices; the first {DEVICES_MAX} are used",
+                "refused",
+            )
             found = found[:DEVICES_MAX]
         e.own = self._accept_probed(e.info, found, obj, "enumerate_devices()")
 
@@ -396,8 +409,13 @@ class Registry:
             for buft in got:
                 problem = check_buffer_type(buft)
                 if problem:
-                    self._record(info, f"buffer type for device {name!r}", "ggml_register_buffer_types",
-                                 f"registered a buffer type that {problem}; it is left out", "refused")
+                    self._record(
+                        info,
+                        f"buffer type for device {name!r}",
+                        "ggml_register_buffer_types",
+                        f"registered a buffer type that {problem}; it is left out",
+                        "refused",
+                    )
                 elif not any(buft is b for b in dev.extra_buffer_types):
                     assert isinstance(buft, BufferType)
                     dev.extra_buffer_types.append(buft)
@@ -419,8 +437,13 @@ class Registry:
             except PluginError:
                 raise
             except Exception as exc:  # noqa: BLE001 - an answer that changed after the probe (a flaky property)
-                self._record(who, f"device #{len(found)} of registry {e.name!r}", "probe",
-                             f"changed its answers after it was checked: {describe_exc(exc)}; left out", "disabled")
+                self._record(
+                    who,
+                    f"device #{len(found)} of registry {e.name!r}",
+                    "probe",
+                    f"changed its answers after it was checked: {describe_exc(exc)}; left out",
+                    "disabled",
+                )
         ordered = [d for _, d in sorted(found, key=lambda kd: kd[0])]
         return _naming.drop_same_hardware(ordered)
 
@@ -436,14 +459,25 @@ class Registry:
         name = dev.name
         owner = _naming.may_use(name, who.distribution)
         if owner:
-            self._record(who, f"device {name!r}", "name", f"is reserved for the first-party distribution "
-                         f"{owner}; choose another name; the device is left out", "refused")
+            self._record(
+                who,
+                f"device {name!r}",
+                "name",
+                f"is reserved for the first-party distribution {owner}; choose another name; the device is left out",
+                "refused",
+            )
             return
         if name.lower() in taken:
             first, first_info = taken[name.lower()]
-            self._record(who, f"device {name!r}", "name", f"is already used by a device of plugin "
-                         f"{first_info.name!r} (registry {first.reg.name if first.reg else '?'!r}); "
-                         f"this one is ignored (device names are unique, first by load order wins)", "refused")
+            self._record(
+                who,
+                f"device {name!r}",
+                "name",
+                f"is already used by a device of plugin "
+                f"{first_info.name!r} (registry {first.reg.name if first.reg else '?'!r}); "
+                f"this one is ignored (device names are unique, first by load order wins)",
+                "refused",
+            )
             return
         self._call_buft_hooks(dev, name)
         key = self._order_key(dev, e, self._entries.index(e), len(found))

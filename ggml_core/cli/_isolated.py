@@ -58,7 +58,11 @@ def _probe(name: str, timeout: float) -> dict[str, Any]:
     code = "import sys; from ggml_core.cli._isolated import child_main; child_main(sys.argv[1])"
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code, name], capture_output=True, text=True, env=env, timeout=timeout,
+            [sys.executable, "-c", code, name],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
@@ -70,7 +74,7 @@ def _probe(name: str, timeout: float) -> dict[str, Any]:
         return {"name": name, "outcome": "hung", "detail": detail}
     answers = [line for line in proc.stdout.splitlines() if line.startswith(MARK)]
     if proc.returncode == 0 and answers:
-        found = json.loads(answers[-1][len(MARK):])
+        found = json.loads(answers[-1][len(MARK) :])
         ok = found["status"] in ("loaded", "disabled", "skipped") and not found["problems"]
         return {"name": name, "outcome": "ok" if ok else "problems", **found}
     if proc.returncode < 0:

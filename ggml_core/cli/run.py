@@ -228,9 +228,7 @@ def _run(args: argparse.Namespace) -> int:
         prompt = list(args.tokens)
         bad = [t for t in prompt if t >= hp.n_vocab]
         if bad:
-            raise ValueError(
-                f"--tokens: token id {bad[0]} is outside the vocabulary 0..{hp.n_vocab - 1} of {path}"
-            )
+            raise ValueError(f"--tokens: token id {bad[0]} is outside the vocabulary 0..{hp.n_vocab - 1} of {path}")
     else:
         tok = load_tokenizer(f)
         text = args.prompt if args.prompt is not None else ("hello world" if is_default else "")

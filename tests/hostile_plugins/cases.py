@@ -14,7 +14,7 @@ from pathlib import Path
 
 __all__ = ["CASES", "PREAMBLE", "Case", "install"]
 
-PREAMBLE = '''
+PREAMBLE = """
 import itertools, time
 from ggml_core import (API_VERSION, Backend, BackendReg, Buffer, BufferType, Device, DeviceCaps, DeviceProps,
                        DeviceType, hookimpl)
@@ -64,13 +64,13 @@ def make_reg(*devices, name="Hostile", priority=0):
 @hookimpl
 def ggml_api_version():
     return API_VERSION
-'''
+"""
 
-REGISTER = '''
+REGISTER = """
 @hookimpl
 def ggml_register_backends(register):
     register(make_reg())
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -128,124 +128,269 @@ CASES: tuple[Case, ...] = (
     ),
     Case("import_prints_to_stdout", 'print("{ not json")\n' + REGISTER, "", **ACCEPTED),
     # ---- hooks
-    Case("api_version_string", "@hookimpl\ndef ggml_api_version():\n    return '1'\n" + REGISTER,
-         "plugin API version '1'"),
+    Case(
+        "api_version_string",
+        "@hookimpl\ndef ggml_api_version():\n    return '1'\n" + REGISTER,
+        "plugin API version '1'",
+    ),
     Case("no_register_backends_hook", "", "does not implement the required hook ggml_register_backends"),
-    Case("register_backends_raises", '@hookimpl\ndef ggml_register_backends(register):\n    raise RuntimeError("boom")',
-         "RuntimeError: boom"),
-    Case("register_backends_hangs", "@hookimpl\ndef ggml_register_backends(register):\n    time.sleep(3600)",
-         "did not finish within 4 s", env=HANG),
-    Case("register_backends_keyboard_interrupt",
-         "@hookimpl\ndef ggml_register_backends(register):\n    raise KeyboardInterrupt", "KeyboardInterrupt"),
-    Case("register_none", "@hookimpl\ndef ggml_register_backends(register):\n    register(None)",
-         "registered None, which is not a ggml_core.BackendReg"),
-    Case("score_string", "@hookimpl\ndef ggml_score():\n    return 'high'\n" + REGISTER,
-         "ggml_score() returned 'high'"),
-    Case("score_raises", "@hookimpl\ndef ggml_score():\n    raise OSError('no lspci')\n" + REGISTER,
-         "OSError: no lspci"),
+    Case(
+        "register_backends_raises",
+        '@hookimpl\ndef ggml_register_backends(register):\n    raise RuntimeError("boom")',
+        "RuntimeError: boom",
+    ),
+    Case(
+        "register_backends_hangs",
+        "@hookimpl\ndef ggml_register_backends(register):\n    time.sleep(3600)",
+        "did not finish within 4 s",
+        env=HANG,
+    ),
+    Case(
+        "register_backends_keyboard_interrupt",
+        "@hookimpl\ndef ggml_register_backends(register):\n    raise KeyboardInterrupt",
+        "KeyboardInterrupt",
+    ),
+    Case(
+        "register_none",
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(None)",
+        "registered None, which is not a ggml_core.BackendReg",
+    ),
+    Case(
+        "score_string", "@hookimpl\ndef ggml_score():\n    return 'high'\n" + REGISTER, "ggml_score() returned 'high'"
+    ),
+    Case(
+        "score_raises", "@hookimpl\ndef ggml_score():\n    raise OSError('no lspci')\n" + REGISTER, "OSError: no lspci"
+    ),
     # ---- registries
-    Case("priority_string", '@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(priority="high"))',
-         "priority is 'high'"),
-    Case("registry_name_none", "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(name=None))",
-         "registry name is None"),
-    Case("registry_named_cpu", '@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(name="CPU"))',
-         "reserved for the first-party distribution ggml-cpu"),
-    Case("registry_wrong_api", "@hookimpl\ndef ggml_register_backends(register):\n    r = make_reg()\n"
-         "    r.api_version = 99\n    register(r)", "api_version 99"),
-    Case("enumerate_raises", "class R(BackendReg):\n    def enumerate_devices(self):\n"
-         "        raise OSError('bus error')\n" + REG_R, "OSError: bus error"),
-    Case("enumerate_hangs", "class R(BackendReg):\n    def enumerate_devices(self):\n        time.sleep(3600)\n"
-         "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))", "did not finish within 4 s",
-         env=HANG),
-    Case("enumerate_keyboard_interrupt", "class R(BackendReg):\n    def enumerate_devices(self):\n"
-         "        raise KeyboardInterrupt\n" + REG_R,
-         "KeyboardInterrupt"),
-    Case("enumerate_returns_none", "class R(BackendReg):\n    def enumerate_devices(self):\n        return None\n"
-         "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))", "TypeError"),
-    Case("enumerate_endless", "class R(BackendReg):\n    def enumerate_devices(self):\n"
-         "        return (Dev(f'Endless{i}') for i in itertools.count())\n"
-         "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))", "more than 256 devices",
-         absent=("Endless256",), listed=("Endless0",)),
-    Case("unavailable_reason_object", "class R(BackendReg):\n    def enumerate_devices(self):\n"
-         "        self.unavailable_reason = object()\n        return []\n" + REG_R,
-         "unavailable_reason: is <object object"),
-    Case("enumerate_not_devices", "class R(BackendReg):\n    def enumerate_devices(self):\n"
-         "        return ['a string']\n" + REG_R, "not a ggml_core.Device"),
+    Case(
+        "priority_string",
+        '@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(priority="high"))',
+        "priority is 'high'",
+    ),
+    Case(
+        "registry_name_none",
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(name=None))",
+        "registry name is None",
+    ),
+    Case(
+        "registry_named_cpu",
+        '@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(name="CPU"))',
+        "reserved for the first-party distribution ggml-cpu",
+    ),
+    Case(
+        "registry_wrong_api",
+        "@hookimpl\ndef ggml_register_backends(register):\n    r = make_reg()\n    r.api_version = 99\n    register(r)",
+        "api_version 99",
+    ),
+    Case(
+        "enumerate_raises",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n        raise OSError('bus error')\n" + REG_R,
+        "OSError: bus error",
+    ),
+    Case(
+        "enumerate_hangs",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n        time.sleep(3600)\n"
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))",
+        "did not finish within 4 s",
+        env=HANG,
+    ),
+    Case(
+        "enumerate_keyboard_interrupt",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n        raise KeyboardInterrupt\n" + REG_R,
+        "KeyboardInterrupt",
+    ),
+    Case(
+        "enumerate_returns_none",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n        return None\n"
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))",
+        "TypeError",
+    ),
+    Case(
+        "enumerate_endless",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n"
+        "        return (Dev(f'Endless{i}') for i in itertools.count())\n"
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(R('Hostile'))",
+        "more than 256 devices",
+        absent=("Endless256",),
+        listed=("Endless0",),
+    ),
+    Case(
+        "unavailable_reason_object",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n"
+        "        self.unavailable_reason = object()\n        return []\n" + REG_R,
+        "unavailable_reason: is <object object",
+    ),
+    Case(
+        "enumerate_not_devices",
+        "class R(BackendReg):\n    def enumerate_devices(self):\n        return ['a string']\n" + REG_R,
+        "not a ggml_core.Device",
+    ),
     # ---- other plugins' registries
-    Case("adds_to_cpu_registry", REGISTER + "@hookimpl\ndef ggml_register_devices(reg, register):\n"
-         "    if reg.name == 'CPU':\n        register(Dev('CPUExtra0'))", "", listed=("CPUExtra0", "Hostile0"),
-         absent=()),
-    Case("adds_none_to_every_registry", REGISTER + "@hookimpl\ndef ggml_register_devices(reg, register):\n"
-         "    register(None)", "is None, not a ggml_core.Device", listed=("Hostile0",), absent=()),
-    Case("duplicate_cpu_device", "@hookimpl\ndef ggml_register_backends(register):\n"
-         "    d = Dev('CPU')\n    d.type = DeviceType.CPU\n    register(make_reg(d))",
-         "'CPU': name: is reserved for the first-party distribution ggml-cpu"),
-    Case("reserved_cuda_name", "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(Dev('CUDA0')))",
-         "reserved for the first-party distribution ggml-cuda", absent=("CUDA0",)),
-    Case("same_name_two_plugins", "@hookimpl\ndef ggml_register_backends(register):\n"
-         "    register(make_reg(Dev('Twin0'), name='TwinA'))", "'Twin0': name: is already used by a device of plugin "
-         "'zzz_twin'", dist="hostile-z", listed=("Twin0",), absent=(),
-         other=("hostile-a", "zzz_twin", "@hookimpl\ndef ggml_register_backends(register):\n"
-                "    register(make_reg(Dev('Twin0'), name='TwinB'))")),
+    Case(
+        "adds_to_cpu_registry",
+        REGISTER + "@hookimpl\ndef ggml_register_devices(reg, register):\n"
+        "    if reg.name == 'CPU':\n        register(Dev('CPUExtra0'))",
+        "",
+        listed=("CPUExtra0", "Hostile0"),
+        absent=(),
+    ),
+    Case(
+        "adds_none_to_every_registry",
+        REGISTER + "@hookimpl\ndef ggml_register_devices(reg, register):\n    register(None)",
+        "is None, not a ggml_core.Device",
+        listed=("Hostile0",),
+        absent=(),
+    ),
+    Case(
+        "duplicate_cpu_device",
+        "@hookimpl\ndef ggml_register_backends(register):\n"
+        "    d = Dev('CPU')\n    d.type = DeviceType.CPU\n    register(make_reg(d))",
+        "'CPU': name: is reserved for the first-party distribution ggml-cpu",
+    ),
+    Case(
+        "reserved_cuda_name",
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(Dev('CUDA0')))",
+        "reserved for the first-party distribution ggml-cuda",
+        absent=("CUDA0",),
+    ),
+    Case(
+        "same_name_two_plugins",
+        "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(Dev('Twin0'), name='TwinA'))",
+        "'Twin0': name: is already used by a device of plugin 'zzz_twin'",
+        dist="hostile-z",
+        listed=("Twin0",),
+        absent=(),
+        other=(
+            "hostile-a",
+            "zzz_twin",
+            "@hookimpl\ndef ggml_register_backends(register):\n    register(make_reg(Dev('Twin0'), name='TwinB'))",
+        ),
+    ),
     # ---- devices
     _dev_case("name_none", "def __init__(self):\n    super().__init__()\n    self.name = None", "name: is None"),
-    _dev_case("name_with_space", "def __init__(self):\n    super().__init__()\n    self.name = 'Bad Name'",
-              "is not a usable name"),
-    _dev_case("name_property_raises", "@property\ndef name(self):\n    raise RuntimeError('no name')\n"
-              "@name.setter\ndef name(self, v):\n    pass", "RuntimeError: no name"),
+    _dev_case(
+        "name_with_space",
+        "def __init__(self):\n    super().__init__()\n    self.name = 'Bad Name'",
+        "is not a usable name",
+    ),
+    _dev_case(
+        "name_property_raises",
+        "@property\ndef name(self):\n    raise RuntimeError('no name')\n@name.setter\ndef name(self, v):\n    pass",
+        "RuntimeError: no name",
+    ),
     _dev_case("no_super_init", "def __init__(self):\n    pass", "AttributeError"),
     _dev_case("type_string", "type = 'GPU'", "type: is 'GPU'"),
     _dev_case("caps_garbage", "caps = 'all of them'", "caps: is 'all of them'"),
-    _dev_case("device_id_int", "def __init__(self):\n    super().__init__()\n    self.device_id = 42",
-              "device_id: is 42"),
-    _dev_case("memory_raises", "def memory(self):\n    raise RuntimeError('driver gone')",
-              "memory(): raised RuntimeError: driver gone"),
+    _dev_case(
+        "device_id_int", "def __init__(self):\n    super().__init__()\n    self.device_id = 42", "device_id: is 42"
+    ),
+    _dev_case(
+        "memory_raises",
+        "def memory(self):\n    raise RuntimeError('driver gone')",
+        "memory(): raised RuntimeError: driver gone",
+    ),
     _dev_case("memory_negative", "def memory(self):\n    return -1, 10", "memory(): returned (-1, 10)"),
     _dev_case("memory_none", "def memory(self):\n    return None", "memory(): returned None"),
     _dev_case("memory_strings", "def memory(self):\n    return '1', '2'", "memory(): returned ('1', '2')"),
     _dev_case("memory_huge", "def memory(self):\n    return 10**30, 10**30", "memory(): returned"),
     _dev_case("memory_free_over_total", "def memory(self):\n    return 10, 5", "free 10 > total 5"),
-    _dev_case("buffer_type_raises", "def buffer_type(self):\n    raise RuntimeError('no heap')",
-              "buffer_type(): raised RuntimeError: no heap"),
+    _dev_case(
+        "buffer_type_raises",
+        "def buffer_type(self):\n    raise RuntimeError('no heap')",
+        "buffer_type(): raised RuntimeError: no heap",
+    ),
     _dev_case("buffer_type_none", "def buffer_type(self):\n    return None", "buffer_type(): is None"),
-    _dev_case("buffer_type_bad_alignment", "def buffer_type(self):\n    self._buft.alignment = 3\n"
-              "    return self._buft", "alignment is 3; expected a power of two"),
-    _dev_case("host_buffer_type_garbage", "def host_buffer_type(self):\n    return 'pinned'",
-              "host_buffer_type(): is 'pinned'"),
+    _dev_case(
+        "buffer_type_bad_alignment",
+        "def buffer_type(self):\n    self._buft.alignment = 3\n    return self._buft",
+        "alignment is 3; expected a power of two",
+    ),
+    _dev_case(
+        "host_buffer_type_garbage",
+        "def host_buffer_type(self):\n    return 'pinned'",
+        "host_buffer_type(): is 'pinned'",
+    ),
     _dev_case("props_garbage", "def props(self):\n    return 'props'", "props(): returned 'props'"),
-    _dev_case("props_extra_not_json", "def props(self):\n    p = super().props()\n"
-              "    return DeviceProps(p.name, p.description, 1, 1, p.type, None, p.caps, {'x': object()})",
-              "extra is not JSON data"),
+    _dev_case(
+        "props_extra_not_json",
+        "def props(self):\n    p = super().props()\n"
+        "    return DeviceProps(p.name, p.description, 1, 1, p.type, None, p.caps, {'x': object()})",
+        "extra is not JSON data",
+    ),
     # ---- accepted devices that misbehave later
-    _dev_case("supports_op_raises", "def supports_op(self, op):\n    raise ValueError('which op?')",
-              "supports_op(): raised ValueError: which op?", test_ops=True, **ACCEPTED),
-    _dev_case("supports_op_not_bool", "def supports_op(self, op):\n    return 'no'",
-              "supports_op(): returned 'no'", test_ops=True, **ACCEPTED),
-    _dev_case("alloc_none", "def supports_op(self, op):\n    return True\n"
-              "def buffer_type(self):\n    self._buft._alloc = lambda size: None\n    return self._buft",
-              "", test_ops=True, run_error="_alloc returned NoneType", **ACCEPTED),
-    _dev_case("alloc_too_small", "def supports_op(self, op):\n    return True\n"
-              "def buffer_type(self):\n    self._buft._alloc = lambda size: Buf(self._buft, 0)\n    return self._buft",
-              "", test_ops=True, run_error="_alloc returned a 0-byte buffer", **ACCEPTED),
-    _dev_case("alloc_memory_error", "def supports_op(self, op):\n    return True\n"
-              "def buffer_type(self):\n    def alloc(size):\n        raise MemoryError('out of device memory')\n"
-              "    self._buft._alloc = alloc\n    return self._buft",
-              "", test_ops=True, run_error="_alloc raised MemoryError: out of device memory",
-              **ACCEPTED),
-    _dev_case("init_backend_none", "def supports_op(self, op):\n    return True\n"
-              "def init_backend(self, params=None):\n    return None",
-              "", run_error="init_backend(): returned None; expected a ggml_core.Backend", **ACCEPTED),
-    _dev_case("compute_raises_type_error", "def supports_op(self, op):\n    return True\n"
-              "def init_backend(self, params=None):\n    b = Backend(self)\n"
-              "    def compute(graph):\n        raise TypeError('unsupported operand')\n"
-              "    b.graph_compute_async = compute\n    return b",
-              "", run_error="TypeError: unsupported operand", **ACCEPTED),
+    _dev_case(
+        "supports_op_raises",
+        "def supports_op(self, op):\n    raise ValueError('which op?')",
+        "supports_op(): raised ValueError: which op?",
+        test_ops=True,
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "supports_op_not_bool",
+        "def supports_op(self, op):\n    return 'no'",
+        "supports_op(): returned 'no'",
+        test_ops=True,
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "alloc_none",
+        "def supports_op(self, op):\n    return True\n"
+        "def buffer_type(self):\n    self._buft._alloc = lambda size: None\n    return self._buft",
+        "",
+        test_ops=True,
+        run_error="_alloc returned NoneType",
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "alloc_too_small",
+        "def supports_op(self, op):\n    return True\n"
+        "def buffer_type(self):\n    self._buft._alloc = lambda size: Buf(self._buft, 0)\n    return self._buft",
+        "",
+        test_ops=True,
+        run_error="_alloc returned a 0-byte buffer",
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "alloc_memory_error",
+        "def supports_op(self, op):\n    return True\n"
+        "def buffer_type(self):\n    def alloc(size):\n        raise MemoryError('out of device memory')\n"
+        "    self._buft._alloc = alloc\n    return self._buft",
+        "",
+        test_ops=True,
+        run_error="_alloc raised MemoryError: out of device memory",
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "init_backend_none",
+        "def supports_op(self, op):\n    return True\ndef init_backend(self, params=None):\n    return None",
+        "",
+        run_error="init_backend(): returned None; expected a ggml_core.Backend",
+        **ACCEPTED,
+    ),
+    _dev_case(
+        "compute_raises_type_error",
+        "def supports_op(self, op):\n    return True\n"
+        "def init_backend(self, params=None):\n    b = Backend(self)\n"
+        "    def compute(graph):\n        raise TypeError('unsupported operand')\n"
+        "    b.graph_compute_async = compute\n    return b",
+        "",
+        run_error="TypeError: unsupported operand",
+        **ACCEPTED,
+    ),
     # ---- buffer types for other devices
-    Case("buffer_type_hook_none", REGISTER + "@hookimpl\ndef ggml_register_buffer_types(device, register):\n"
-         "    register(None)", "registered a buffer type that is None", **ACCEPTED),
-    Case("buffer_type_hook_raises", REGISTER + "@hookimpl\ndef ggml_register_buffer_types(device, register):\n"
-         "    raise RuntimeError('no pinned memory')", "RuntimeError: no pinned memory",
-         **ACCEPTED),
+    Case(
+        "buffer_type_hook_none",
+        REGISTER + "@hookimpl\ndef ggml_register_buffer_types(device, register):\n    register(None)",
+        "registered a buffer type that is None",
+        **ACCEPTED,
+    ),
+    Case(
+        "buffer_type_hook_raises",
+        REGISTER + "@hookimpl\ndef ggml_register_buffer_types(device, register):\n"
+        "    raise RuntimeError('no pinned memory')",
+        "RuntimeError: no pinned memory",
+        **ACCEPTED,
+    ),
 )
 
 

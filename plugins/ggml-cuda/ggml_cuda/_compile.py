@@ -153,8 +153,17 @@ def compile_module(
 def _run_nvcc(nvcc: str, module: str, arch: str, target: str, flags: Sequence[str], timeout: float) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ggml-cuda-") as tmp:
         out = Path(tmp) / f"{module}.{target}"
-        cmd = [nvcc, f"--{target}", f"-arch={arch}", *flags, "-I", str(KERNEL_DIR), "-o", str(out),
-               str(KERNEL_DIR / f"{module}.cu")]
+        cmd = [
+            nvcc,
+            f"--{target}",
+            f"-arch={arch}",
+            *flags,
+            "-I",
+            str(KERNEL_DIR),
+            "-o",
+            str(out),
+            str(KERNEL_DIR / f"{module}.cu"),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:

@@ -55,11 +55,26 @@ class CUDABuffer(Buffer):
         d = self.device
         if isinstance(src, CUDABuffer):
             if src.device is d:
-                self._driver_call("device-to-device copy", d.driver.copy_dtod, d.ordinal, self.ptr + dst_offset,
-                                  src.ptr + src_offset, size, None)
+                self._driver_call(
+                    "device-to-device copy",
+                    d.driver.copy_dtod,
+                    d.ordinal,
+                    self.ptr + dst_offset,
+                    src.ptr + src_offset,
+                    size,
+                    None,
+                )
             else:
-                self._driver_call("peer copy", d.driver.copy_peer, d.ordinal, self.ptr + dst_offset,
-                                  src.device.ordinal, src.ptr + src_offset, size, None)
+                self._driver_call(
+                    "peer copy",
+                    d.driver.copy_peer,
+                    d.ordinal,
+                    self.ptr + dst_offset,
+                    src.device.ordinal,
+                    src.ptr + src_offset,
+                    size,
+                    None,
+                )
             return True
         host = src.host_array()
         if host is None:

@@ -85,8 +85,15 @@ class CUDABackend(Backend):
         mv = memoryview(data).cast("B")
         start = buf._tensor_span(t, offset, mv.nbytes)
         if mv.nbytes:
-            self._call(t, "queue an upload", self.cuda_device.driver.copy_htod, self.cuda_device.ordinal,
-                       buf.ptr + start, mv, self.stream)
+            self._call(
+                t,
+                "queue an upload",
+                self.cuda_device.driver.copy_htod,
+                self.cuda_device.ordinal,
+                buf.ptr + start,
+                mv,
+                self.stream,
+            )
 
     def get_tensor_async(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
         """Queue a tensor → host copy on this stream; ``out`` is valid after synchronize."""
@@ -97,8 +104,15 @@ class CUDABackend(Backend):
         mv = memoryview(out).cast("B")
         start = buf._tensor_span(t, offset, mv.nbytes)
         if mv.nbytes:
-            self._call(t, "queue a download", self.cuda_device.driver.copy_dtoh, self.cuda_device.ordinal, mv,
-                       buf.ptr + start, self.stream)
+            self._call(
+                t,
+                "queue a download",
+                self.cuda_device.driver.copy_dtoh,
+                self.cuda_device.ordinal,
+                mv,
+                buf.ptr + start,
+                self.stream,
+            )
 
     def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
         """Queue a device → device (or peer) copy on this stream, after ``src_backend``'s queued work."""
@@ -120,11 +134,21 @@ class CUDABackend(Backend):
         if n == 0:
             return True
         if sbuf.device is self.cuda_device:
-            self._call(dst, "queue a device copy", drv.copy_dtod, ordinal, dbuf.ptr + dstart, sbuf.ptr + sstart, n,
-                       self.stream)
+            self._call(
+                dst, "queue a device copy", drv.copy_dtod, ordinal, dbuf.ptr + dstart, sbuf.ptr + sstart, n, self.stream
+            )
         else:
-            self._call(dst, "queue a peer copy", drv.copy_peer, ordinal, dbuf.ptr + dstart, sbuf.device.ordinal,
-                       sbuf.ptr + sstart, n, self.stream)
+            self._call(
+                dst,
+                "queue a peer copy",
+                drv.copy_peer,
+                ordinal,
+                dbuf.ptr + dstart,
+                sbuf.device.ordinal,
+                sbuf.ptr + sstart,
+                n,
+                self.stream,
+            )
         return True
 
     def _call(self, node: object, what: str, fn: Any, *args: Any) -> None:
@@ -151,8 +175,10 @@ class CUDABackend(Backend):
             drv.memset(ordinal, int(self._status), 0, 4, None)
             names = ", ".join(n.describe() for n in nodes[:4])
             raise ComputeError(
-                nodes[0], self.name, f"a row index was outside its tensor (GET_ROWS/SET_ROWS among {names}); "
-                "the rows with bad indices were skipped"
+                nodes[0],
+                self.name,
+                f"a row index was outside its tensor (GET_ROWS/SET_ROWS among {names}); "
+                "the rows with bad indices were skipped",
             )
 
     # ---- plans ----------------------------------------------------------------------------------------------
@@ -164,9 +190,7 @@ class CUDABackend(Backend):
                 return ()
             return (t.id, t.type, t.ne, t.nb, id(t.buffer), t.data_offset)
 
-        return tuple(
-            (tkey(t), t.op, t.op_params.tobytes(), *(tkey(s) for s in t.src[:6])) for t in graph.nodes
-        )
+        return tuple((tkey(t), t.op, t.op_params.tobytes(), *(tkey(s) for s in t.src[:6])) for t in graph.nodes)
 
     def _ensure_scratch(self, size: int) -> int:
         if size <= self._scratch_size:

@@ -55,19 +55,25 @@ def _bench(path: Path) -> list[str]:
     lines = ["benchmarks (benchmarks/bench_cuda.py; CUDA events, medians):"]
     for wtype, g in r.get("gemm", {}).items():
         target = f"  {_verdict(g['ratio'] >= TARGET_F16)} (>= {TARGET_F16}x)" if wtype == "f16" else ""
-        lines.append(f"  GEMM 4096^3 {wtype:<4} ours {g['ours_tflops']:7.1f} TFLOP/s   cuBLAS {g['cublas_tflops']:7.1f}"
-                     f"   ratio {g['ratio']:.2f}x{target}")
+        lines.append(
+            f"  GEMM 4096^3 {wtype:<4} ours {g['ours_tflops']:7.1f} TFLOP/s   cuBLAS {g['cublas_tflops']:7.1f}"
+            f"   ratio {g['ratio']:.2f}x{target}"
+        )
     if "copy_gbps" in r:
         lines.append(f"  device copy bandwidth {r['copy_gbps']:.0f} GB/s (read + write)")
     for t, m in r.get("matvec", {}).items():
-        lines.append(f"  matvec {t:<5} {m['gbps']:7.0f} GB/s = {100 * m['fraction_of_copy']:5.1f} % of copy"
-                     f"   {_verdict(m['fraction_of_copy'] >= TARGET_MV)} (>= {100 * TARGET_MV:.0f} %)")
+        lines.append(
+            f"  matvec {t:<5} {m['gbps']:7.0f} GB/s = {100 * m['fraction_of_copy']:5.1f} % of copy"
+            f"   {_verdict(m['fraction_of_copy'] >= TARGET_MV)} (>= {100 * TARGET_MV:.0f} %)"
+        )
     for key, m in r.get("model", {}).items():
         if "error" in m:
             lines.append(f"  model {key:<22} FAILED: {m['error'][:160]}")
         else:
-            lines.append(f"  model {key:<22} pp128 {m['pp128_tps']:9.1f} tok/s   tg {m['tg_tps']:8.1f} tok/s"
-                         f"   ({m['splits']} splits)")
+            lines.append(
+                f"  model {key:<22} pp128 {m['pp128_tps']:9.1f} tok/s   tg {m['tg_tps']:8.1f} tok/s"
+                f"   ({m['splits']} splits)"
+            )
     return lines
 
 

@@ -184,8 +184,9 @@ def test_cpy_tensor_async_orders_after_the_source_stream(
     b1.free()
 
 
-def test_events_record_wait_and_synchronize(backend: CUDABackend, device: CUDADevice, driver: FakeDriver,
-                                            cpu: g.Device) -> None:
+def test_events_record_wait_and_synchronize(
+    backend: CUDABackend, device: CUDADevice, driver: FakeDriver, cpu: g.Device
+) -> None:
     ev = device.event_new()
     other = device.init_backend()
     assert isinstance(other, CUDABackend)

@@ -130,8 +130,9 @@ def _mul_mat_on(dev: g.Device, wtype: str, m: int, n: int, k: int, w: np.ndarray
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 9, 64, 130])
-@pytest.mark.parametrize("wtype", ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0",
-                                   "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"])
+@pytest.mark.parametrize(
+    "wtype", ["f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"]
+)
 def test_mul_mat_paths_match_the_cpu(gpu: CUDADevice, cpu: g.Device, wtype: str, n: int) -> None:
     m, k = 136, 512
     rng = np.random.default_rng(n)

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.gpu
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 12, 40, 41, 17]
 
 
-def _logits(path: Path, req: PlacementRequest, *, kv_type: str = "f16", flash_attn: bool = False,
-            step: bool = False) -> tuple[np.ndarray, Model]:
+def _logits(
+    path: Path, req: PlacementRequest, *, kv_type: str = "f16", flash_attn: bool = False, step: bool = False
+) -> tuple[np.ndarray, Model]:
     params = ModelParams(placement=req, kv_type=kv_type, n_ctx=64, progress=False, flash_attn=flash_attn)
     with Model.load(path, params) as m:
         if step:

@@ -28,8 +28,18 @@ HERE = Path(__file__).resolve().parent
 def harness(nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The host harness, built once per session with nvcc."""
     exe = tmp_path_factory.mktemp("harness") / "host_harness"
-    cmd = [nvcc, "-O2", "-std=c++17", "-I", str(KERNEL_DIR), "-Xcompiler", "-ffp-contract=off", "-o", str(exe),
-           str(HERE / "host_harness.cu")]
+    cmd = [
+        nvcc,
+        "-O2",
+        "-std=c++17",
+        "-I",
+        str(KERNEL_DIR),
+        "-Xcompiler",
+        "-ffp-contract=off",
+        "-o",
+        str(exe),
+        str(HERE / "host_harness.cu"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if res.returncode != 0:
         pytest.fail(f"building the host harness failed:\n{res.stderr}")

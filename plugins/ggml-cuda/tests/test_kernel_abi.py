@@ -46,27 +46,42 @@ def _graphs() -> dict[str, Build]:
     def copies(c: g.Context) -> list[g.Tensor]:
         f = t2(c, "f32", 64, 4)
         q = t2(c, "q5_1", 64, 4)
-        return [ops.cast(f, "bf16"), ops.cont(ops.transpose(f)), ops.cast(f, "q4_1"), ops.cast(q, "f16"),
-                ops.cpy(q, t2(c, "q5_1", 128, 2))]
+        return [
+            ops.cast(f, "bf16"),
+            ops.cont(ops.transpose(f)),
+            ops.cast(f, "q4_1"),
+            ops.cast(q, "f16"),
+            ops.cpy(q, t2(c, "q5_1", 128, 2)),
+        ]
 
     def rows(c: g.Context) -> list[g.Tensor]:
         idx = c.new_tensor_1d("i32", 3)
         dst_f, dst_q = t2(c, "f16", 64, 8), t2(c, "q8_0", 64, 8)
-        return [ops.get_rows(t2(c, "q3_K", 256, 8), idx), ops.set_rows(dst_f, t2(c, "f32", 64, 3), idx),
-                ops.set_rows(dst_q, t2(c, "f32", 64, 3), c.new_tensor_1d("i64", 3))]
+        return [
+            ops.get_rows(t2(c, "q3_K", 256, 8), idx),
+            ops.set_rows(dst_f, t2(c, "f32", 64, 3), idx),
+            ops.set_rows(dst_q, t2(c, "f32", 64, 3), c.new_tensor_1d("i64", 3)),
+        ]
 
     def elementwise(c: g.Context) -> list[g.Tensor]:
         a = t2(c, "f32", 64, 4)
-        return [ops.add(a, t2(c, "f32", 64, 1)), ops.silu(a), ops.swiglu(a), ops.geglu(a, t2(c, "f32", 64, 4)),
-                ops.diag_mask_inf(t2(c, "f32", 8, 8), 2), ops.leaky_relu(a, 0.1)]
+        return [
+            ops.add(a, t2(c, "f32", 64, 1)),
+            ops.silu(a),
+            ops.swiglu(a),
+            ops.geglu(a, t2(c, "f32", 64, 4)),
+            ops.diag_mask_inf(t2(c, "f32", 8, 8), 2),
+            ops.leaky_relu(a, 0.1),
+        ]
 
     def norms(c: g.Context) -> list[g.Tensor]:
         a = c.new_tensor_3d("f32", 16, 4, 6)
         return [ops.norm(a, 1e-5), ops.l2_norm(a, 1e-6), ops.group_norm(a, 4, 1e-5)]
 
     def mul_mat_id(wt: str) -> Build:
-        return lambda c: [ops.mul_mat_id(c.new_tensor_3d(wt, 256, 16, 4), c.new_tensor_3d("f32", 256, 2, 3),
-                                         t2(c, "i32", 2, 3))]
+        return lambda c: [
+            ops.mul_mat_id(c.new_tensor_3d(wt, 256, 16, 4), c.new_tensor_3d("f32", 256, 2, 3), t2(c, "i32", 2, 3))
+        ]
 
     return {
         "mul_mat_id_f32": mul_mat_id("f32"),

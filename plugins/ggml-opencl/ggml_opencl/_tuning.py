@@ -132,8 +132,13 @@ class MvConfig:
 
     def defines(self) -> list[str]:
         """Compiler defines of this configuration (the weight type is added by the tuner)."""
-        return [f"-DMV_R={self.r}", f"-DMV_NC={self.nc}", f"-DMV_LS={self.ls}", f"-DMV_RB={self.rb}",
-                f"-DMV_VW={self.vw}"]
+        return [
+            f"-DMV_R={self.r}",
+            f"-DMV_NC={self.nc}",
+            f"-DMV_LS={self.ls}",
+            f"-DMV_RB={self.rb}",
+            f"-DMV_VW={self.vw}",
+        ]
 
     def label(self) -> str:
         """Short text for reports."""
@@ -267,9 +272,7 @@ def _tuned_source(kind: str) -> str:
 
 
 #: digest of the tuned kernels' source: part of every cache key, so an edited kernel is tuned anew
-SOURCE_DIGEST: Final = hashlib.sha256(
-    (_tuned_source("gemm") + _tuned_source("mv")).encode()
-).hexdigest()[:16]
+SOURCE_DIGEST: Final = hashlib.sha256((_tuned_source("gemm") + _tuned_source("mv")).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------------ the tuner
@@ -395,8 +398,13 @@ class Tuner:
         data = self._read()
         old = data.get("entries")
         entries: dict[str, Any] = old if isinstance(old, dict) else {}
-        entries[key] = {"config": asdict(cfg), "label": cfg.label(), "medians_ms": medians,
-                        "vs_default": self.ratios.get(key.split("/default ")[0], {}), "time": time.time()}
+        entries[key] = {
+            "config": asdict(cfg),
+            "label": cfg.label(),
+            "medians_ms": medians,
+            "vs_default": self.ratios.get(key.split("/default ")[0], {}),
+            "time": time.time(),
+        }
         data = {"device": self.device_key, "entries": entries}
         tmp = self.cache_file.with_suffix(f".{os.getpid()}.tmp")
         try:
@@ -484,8 +492,28 @@ class _GemmBench:
         m, n, k = self.m, self.n, self.k
         gs = (_roundup(-(-n // cfg.tn), cfg.ls[0]), _roundup(m // cfg.tm, cfg.ls[1]), 1)
         i32, i64 = np.int32, np.int64
-        args = [self.a, i32(k), i32(m), i32(m), i32(1), i32(1), i32(1), self.b, np.uint64(0), i64(k), i64(0),
-                i64(0), i32(n), i32(1), self.d, np.uint64(0), i64(m), i64(0), i64(0), i32(0)]
+        args = [
+            self.a,
+            i32(k),
+            i32(m),
+            i32(m),
+            i32(1),
+            i32(1),
+            i32(1),
+            self.b,
+            np.uint64(0),
+            i64(k),
+            i64(0),
+            i64(0),
+            i32(n),
+            i32(1),
+            self.d,
+            np.uint64(0),
+            i64(m),
+            i64(0),
+            i64(0),
+            i32(0),
+        ]
         queue, ls = self.queue, (cfg.ls[0], cfg.ls[1], 1)
         return lambda: kernel(queue, gs, ls, *args)
 
@@ -525,9 +553,27 @@ class _MvBench:
         import pyopencl as cl
 
         i32, i64 = np.int32, np.int64
-        args = [self.a, np.uint64(0), self.ne, self.nb, i32(1), i32(1), self.b, np.uint64(0), i64(self.k), i64(0),
-                i64(0), i32(self.n), i32(1), self.d, np.uint64(0), i64(self.m), i64(0), i64(0),
-                cl.LocalMemory(4 * cfg.ls)]
+        args = [
+            self.a,
+            np.uint64(0),
+            self.ne,
+            self.nb,
+            i32(1),
+            i32(1),
+            self.b,
+            np.uint64(0),
+            i64(self.k),
+            i64(0),
+            i64(0),
+            i32(self.n),
+            i32(1),
+            self.d,
+            np.uint64(0),
+            i64(self.m),
+            i64(0),
+            i64(0),
+            cl.LocalMemory(4 * cfg.ls),
+        ]
         gs, ls, queue = (-(-self.m // cfg.rows_per_group) * cfg.ls, 1), (cfg.ls, 1), self.queue
         return lambda: kernel(queue, gs, ls, *args)
 

@@ -33,8 +33,14 @@ def _im2col_ok(info: DeviceInfo, node: Tensor) -> bool:
 @kernel(GGMLOp.IM2COL, supports=_im2col_ok)
 def _bind_im2col(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
-    args = [_params(node, 7), *targs(launcher, a), *targs(launcher, b), np.int32(b.type), *targs(launcher, node),
-            np.int32(node.type)]
+    args = [
+        _params(node, 7),
+        *targs(launcher, a),
+        *targs(launcher, b),
+        np.int32(b.type),
+        *targs(launcher, node),
+        np.int32(node.type),
+    ]
     return enqueue(launcher, "k_im2col", node.nelements, args)
 
 
@@ -46,8 +52,14 @@ def _conv_ok(info: DeviceInfo, node: Tensor) -> bool:
 @kernel(GGMLOp.CONV_2D, supports=_conv_ok)
 def _bind_conv_2d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
-    args = [_params(node, 6), *targs(launcher, a), np.int32(a.type), *targs(launcher, b), np.int32(b.type),
-            *targs(launcher, node)]
+    args = [
+        _params(node, 6),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, b),
+        np.int32(b.type),
+        *targs(launcher, node),
+    ]
     return enqueue(launcher, "k_conv_2d", node.nelements, args)
 
 
@@ -66,16 +78,26 @@ def _bind_conv_2d_dw(launcher: Launcher, node: Tensor) -> Thunk:
 @kernel(GGMLOp.CONV_TRANSPOSE_1D, supports=_conv_ok)
 def _bind_conv_transpose_1d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
-    args = [np.int32(node.op_param_i32(0)), *targs(launcher, a), np.int32(a.type), *targs(launcher, b),
-            *targs(launcher, node)]
+    args = [
+        np.int32(node.op_param_i32(0)),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, b),
+        *targs(launcher, node),
+    ]
     return enqueue(launcher, "k_conv_transpose_1d", node.nelements, args)
 
 
 @kernel(GGMLOp.CONV_TRANSPOSE_2D, supports=_conv_ok)
 def _bind_conv_transpose_2d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
-    args = [np.int32(node.op_param_i32(0)), *targs(launcher, a), np.int32(a.type), *targs(launcher, b),
-            *targs(launcher, node)]
+    args = [
+        np.int32(node.op_param_i32(0)),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, b),
+        *targs(launcher, node),
+    ]
     return enqueue(launcher, "k_conv_transpose_2d", node.nelements, args)
 
 
@@ -89,8 +111,13 @@ def _bind_pool(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
     two_d = node.op == GGMLOp.POOL_2D
-    args = [np.int32(two_d), _params(node, 7 if two_d else 4), *targs(launcher, a), np.int32(a.type),
-            *targs(launcher, node)]
+    args = [
+        np.int32(two_d),
+        _params(node, 7 if two_d else 4),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, node),
+    ]
     return enqueue(launcher, "k_pool", node.nelements, args)
 
 
@@ -118,6 +145,5 @@ def _bind_upscale(launcher: Launcher, node: Tensor) -> Thunk:
         for i in (0, 1):
             if node.ne[i] > 1 and a.ne[i] > 1:
                 sf[i] = np.float32(node.ne[i] - 1) / np.float32(a.ne[i] - 1)
-    args = [np.int32(flags & 0xFF), float4([float(s) for s in sf]), offset, *targs(launcher, a),
-            *targs(launcher, node)]
+    args = [np.int32(flags & 0xFF), float4([float(s) for s in sf]), offset, *targs(launcher, a), *targs(launcher, node)]
     return enqueue(launcher, "k_upscale", node.nelements, args)

@@ -199,6 +199,12 @@ def _add_id_ok(info: DeviceInfo, node: Tensor) -> bool:
 @kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
 def _bind_add_id(launcher: Launcher, node: Tensor) -> Thunk:
     a, b, ids = _src(node, 0), _src(node, 1), _src(node, 2)
-    args = [*targs(launcher, a), *targs(launcher, b), *targs(launcher, ids), *targs(launcher, node), launcher.err_buf,
-            np.int32(launcher.error_code(node))]
+    args = [
+        *targs(launcher, a),
+        *targs(launcher, b),
+        *targs(launcher, ids),
+        *targs(launcher, node),
+        launcher.err_buf,
+        np.int32(launcher.error_code(node)),
+    ]
     return enqueue(launcher, "k_add_id", node.nelements, args)

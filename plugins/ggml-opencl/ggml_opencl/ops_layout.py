@@ -120,8 +120,15 @@ def _bind_set(launcher: Launcher, node: Tensor) -> Thunk:
     if not b.is_empty:
         region = targs_view(launcher, node, b.ne, offset, (node.type.type_size, nb1, nb2, nb3))
         if node.op == GGMLOp.ACC:  # region = region + b
-            args = [np.int32(0), *region, np.int32(node.type), *targs(launcher, b), np.int32(b.type), *region,
-                    np.int32(node.type)]
+            args = [
+                np.int32(0),
+                *region,
+                np.int32(node.type),
+                *targs(launcher, b),
+                np.int32(b.type),
+                *region,
+                np.int32(node.type),
+            ]
             steps.append(enqueue(launcher, "k_binary", b.nelements, args))
         else:
             args = [*targs(launcher, b), np.int32(b.type), *region, np.int32(node.type), np.int32(ints)]

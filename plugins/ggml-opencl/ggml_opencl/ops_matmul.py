@@ -50,6 +50,7 @@ def cl_write(queue: Any, mem: Any, host: np.ndarray) -> None:
 
     cl.enqueue_copy(queue, mem, np.ascontiguousarray(host), is_blocking=True)
 
+
 __all__ = ["ACTIVATION_ROUNDING", "GROUPED_MIN_ROWS", "MV_MAX_COLUMNS", "PACK_LIMIT"]
 
 #: token-slot pairs from which MUL_MAT_ID groups the rows by expert and multiplies with the packed GEMM
@@ -124,8 +125,13 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
         args = [*targs(launcher, b), np.int32(b.type), np.int32(mode), np.int32(blk), bmem]
         steps.append(enqueue(launcher, "k_pack_b", (K + blk - 1) // blk * N * batches, args))
     dmem, doff = mem_of(launcher, node)
-    out = [dmem, np.uint64(doff), np.int64(_elems(node.nb[1], "result row", node)),
-           np.int64(_elems(node.nb[2], "result", node)), np.int64(_elems(node.nb[3], "result", node))]
+    out = [
+        dmem,
+        np.uint64(doff),
+        np.int64(_elems(node.nb[1], "result row", node)),
+        np.int64(_elems(node.nb[2], "result", node)),
+        np.int64(_elems(node.nb[3], "result", node)),
+    ]
     bargs = [bmem, np.uint64(boff), np.int64(ldb), np.int64(sb2), np.int64(sb3), np.int32(N), np.int32(b2)]
 
     if N <= MV_MAX_COLUMNS:
@@ -193,8 +199,18 @@ def _packed_gemm(
         pack = [*a_args, np.int32(a_type), np.int32(m_base), np.int32(mc), np.int32(tm), at]
         steps.append(enqueue(launcher, "k_pack_a", (K + 31) // 32 * mc * n_mats, pack))
         gs = (roundup((n + tn - 1) // tn, ls0), roundup(mc // tm, ls1), batches)
-        args = [at, np.int32(K), np.int32(mc), np.int32(min(mc, M - m_base)), np.int32(a_ne[2]), np.int32(r2),
-                np.int32(r3), *bargs, *out, np.int32(m_base)]
+        args = [
+            at,
+            np.int32(K),
+            np.int32(mc),
+            np.int32(min(mc, M - m_base)),
+            np.int32(a_ne[2]),
+            np.int32(r2),
+            np.int32(r3),
+            *bargs,
+            *out,
+            np.int32(m_base),
+        ]
         steps.append(_launch(launcher, k_gemm, gs, (ls0, ls1, 1), args))
     return steps
 
@@ -228,8 +244,17 @@ def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
     pack = [*targs(launcher, b), np.int32(b.type), np.int32(mode), np.int32(blk), bp]
     ls = launcher.local_size("k_mul_mat_id", launcher.info.mv_ls)
     groups = a.ne[1] * ids.ne[0] * ids.ne[1]
-    args = [*targs(launcher, a), np.int32(a.type), *targs(launcher, ids), bp, np.int32(b.ne[1]),
-            *targs(launcher, node), launcher.err_buf, np.int32(launcher.error_code(node)), local_mem(ls * 4)]
+    args = [
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, ids),
+        bp,
+        np.int32(b.ne[1]),
+        *targs(launcher, node),
+        launcher.err_buf,
+        np.int32(launcher.error_code(node)),
+        local_mem(ls * 4),
+    ]
     return chain(
         enqueue(launcher, "k_pack_b", (K + blk - 1) // blk * b.nrows, pack),
         enqueue_nd(launcher, "k_mul_mat_id", (groups * ls,), (ls,), args),

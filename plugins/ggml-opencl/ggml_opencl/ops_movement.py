@@ -46,8 +46,9 @@ def _bind_copy(launcher: Launcher, node: Tensor) -> Thunk:
     dst = targs(launcher, node)
     if a.type == node.type and a.type.is_quantized:
         bs, size = a.type.block_size, a.type.type_size
-        return enqueue(launcher, "k_cpy_blocks", node.nelements // bs, [*targs(launcher, a), *dst, np.int32(bs),
-                                                                       np.int32(size)])
+        return enqueue(
+            launcher, "k_cpy_blocks", node.nelements // bs, [*targs(launcher, a), *dst, np.int32(bs), np.int32(size)]
+        )
     if node.type in QUANTIZE_TYPES:
         return enqueue(launcher, "k_cpy_to_q", node.nelements // 32, [*src, *dst, np.int32(node.type)])
     if a.type.is_quantized:
@@ -78,8 +79,14 @@ def _bind_get_rows(launcher: Launcher, node: Tensor) -> Thunk:
     if a.type.is_quantized:
         args = [*targs(launcher, a), np.int32(a.type), *targs(launcher, b), *targs(launcher, node), *err]
         return enqueue(launcher, "k_get_rows_q", node.nelements // 32, args)
-    args = [*targs(launcher, a), np.int32(a.type), *targs(launcher, b), *targs(launcher, node), np.int32(node.type),
-            *err]
+    args = [
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, b),
+        *targs(launcher, node),
+        np.int32(node.type),
+        *err,
+    ]
     return enqueue(launcher, "k_get_rows", node.nelements, args)
 
 

@@ -42,6 +42,11 @@ def _bind_group_norm(launcher: Launcher, node: Tensor) -> Thunk:
     n_groups = node.op_param_i32(0)
     per_group = (a.ne[2] + n_groups - 1) // n_groups
     ls = launcher.local_size("k_group_norm", launcher.info.row_ls)
-    args = [np.int32(per_group), np.float32(node.op_param_f32(1)), *targs(launcher, a), *targs(launcher, node),
-            local_mem(ls * 4)]
+    args = [
+        np.int32(per_group),
+        np.float32(node.op_param_f32(1)),
+        *targs(launcher, a),
+        *targs(launcher, node),
+        local_mem(ls * 4),
+    ]
     return enqueue_nd(launcher, "k_group_norm", (n_groups * ls, a.ne[3]), (ls, 1), args)

@@ -30,8 +30,14 @@ def _bind_sum(launcher: Launcher, node: Tensor) -> Thunk:
     assert a is not None
     ls = launcher.local_size("k_sum", launcher.info.row_ls)
     groups = 1 if node.op == GGMLOp.SUM else a.nrows
-    args = [np.int32(_SUM_MODES[node.op]), *targs(launcher, a), np.int32(a.type), *targs(launcher, node),
-            np.int32(node.type), local_mem(ls * 4)]
+    args = [
+        np.int32(_SUM_MODES[node.op]),
+        *targs(launcher, a),
+        np.int32(a.type),
+        *targs(launcher, node),
+        np.int32(node.type),
+        local_mem(ls * 4),
+    ]
     return enqueue_nd(launcher, "k_sum", (groups * ls,), (ls,), args)
 
 

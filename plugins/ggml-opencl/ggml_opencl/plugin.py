@@ -85,6 +85,7 @@ def _ops() -> ModuleType:
         _DISPATCH = _dispatch
     return _DISPATCH
 
+
 __all__ = [
     "OpenCLBackend",
     "OpenCLBuffer",
@@ -100,8 +101,16 @@ __all__ = [
 ALIGNMENT: Final = 128
 #: kernel sources, concatenated in this order into one program per device
 KERNEL_FILES: Final = (
-    "common.cl", "quants.cl", "elementwise.cl", "norm.cl", "attention.cl", "movement.cl", "matmul.cl", "layout.cl",
-    "reduce.cl", "conv.cl",
+    "common.cl",
+    "quants.cl",
+    "elementwise.cl",
+    "norm.cl",
+    "attention.cl",
+    "movement.cl",
+    "matmul.cl",
+    "layout.cl",
+    "reduce.cl",
+    "conv.cl",
 )
 
 
@@ -250,7 +259,11 @@ class OpenCLBuffer(Buffer):
                 if src.device.queue != self.device.queue:
                     src.device.queue.finish()
                 cl.enqueue_copy(
-                    self.device.queue, self.cl_mem, src.cl_mem, byte_count=size, src_offset=src_offset,
+                    self.device.queue,
+                    self.cl_mem,
+                    src.cl_mem,
+                    byte_count=size,
+                    src_offset=src_offset,
                     dst_offset=dst_offset,
                 ).wait()
                 return True
@@ -324,8 +337,9 @@ class OpenCLBackend(Backend):
         self._plans: dict[int, tuple[tuple[object, ...], list[tuple[Tensor, Callable[[], None]]]]] = {}
         self._checked_nodes: dict[int, Tensor] = {}
         self._check_errors = False
-        self.err_buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                                 hostbuf=np.zeros(1, np.int32))
+        self.err_buf = cl.Buffer(
+            self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=np.zeros(1, np.int32)
+        )
 
     # ---- what binders use ---------------------------------------------------------------------------------
 
@@ -405,8 +419,9 @@ class OpenCLBackend(Backend):
         wait = None
         if isinstance(src_backend, OpenCLBackend) and src_backend.queue != self.queue:
             wait = [cl.enqueue_marker(src_backend.queue)]
-        cl.enqueue_copy(self.queue, dbuf.cl_mem, sbuf.cl_mem, byte_count=src.nbytes, src_offset=s0, dst_offset=d0,
-                        wait_for=wait)
+        cl.enqueue_copy(
+            self.queue, dbuf.cl_mem, sbuf.cl_mem, byte_count=src.nbytes, src_offset=s0, dst_offset=d0, wait_for=wait
+        )
         return True
 
     def synchronize(self) -> None:

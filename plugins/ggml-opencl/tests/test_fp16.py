@@ -12,8 +12,27 @@ from ggml_opencl.plugin import OpenCLDevice, kernel_source
 def _special_f32() -> np.ndarray:
     rng = np.random.default_rng(3)
     edge = np.array(
-        [0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 1e6, -1e6, np.inf, -np.inf, 6.1e-5, 5.96e-8, 2.98e-8, 1e-9,
-         1.00048828125, 1.000732421875, 2049.0, 2051.0, 0.333333343],
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            65504.0,
+            65520.0,
+            1e6,
+            -1e6,
+            np.inf,
+            -np.inf,
+            6.1e-5,
+            5.96e-8,
+            2.98e-8,
+            1e-9,
+            1.00048828125,
+            1.000732421875,
+            2049.0,
+            2051.0,
+            0.333333343,
+        ],
         dtype=np.float32,
     )  # overflow to inf, subnormals, and ties that round to even
     return np.concatenate([edge, rng.standard_normal(1005).astype(np.float32) * 100]).astype(np.float32)

@@ -20,9 +20,7 @@ def gpu_shaped(ocl: OpenCLDevice) -> OpenCLDevice:
     """A second handle on the device (its own registry and context) with a GPU's kernel shapes."""
     dev = OpenCLReg(environ={"GGML_OPENCL_DEVICES": str(ocl.info.index)}).devices[0]
     assert isinstance(dev, OpenCLDevice)
-    dev.info = dataclasses.replace(
-        dev.info, gemm_tm=4, gemm_tn=4, gemm_ls=(8, 8), ew_ls=128, row_ls=64, mv_ls=32
-    )
+    dev.info = dataclasses.replace(dev.info, gemm_tm=4, gemm_tn=4, gemm_ls=(8, 8), ew_ls=128, row_ls=64, mv_ls=32)
     assert dev.info.build_options() != ocl.info.build_options()  # another program: other tile defines
     return dev
 

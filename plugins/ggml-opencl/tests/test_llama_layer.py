@@ -23,8 +23,15 @@ ATTN = ("wq", "wk", "wv", "wo")
 
 def _shapes() -> dict[str, tuple[int, int]]:
     kv = HEADS_KV * HEAD_DIM
-    return {"wq": (EMBD, EMBD), "wk": (kv, EMBD), "wv": (kv, EMBD), "wo": (EMBD, EMBD),
-            "w_gate": (FF, EMBD), "w_up": (FF, EMBD), "w_down": (EMBD, FF)}
+    return {
+        "wq": (EMBD, EMBD),
+        "wk": (kv, EMBD),
+        "wv": (kv, EMBD),
+        "wo": (EMBD, EMBD),
+        "w_gate": (FF, EMBD),
+        "w_up": (FF, EMBD),
+        "w_down": (EMBD, FF),
+    }
 
 
 def _layer(

@@ -48,8 +48,16 @@ def _case(
             out = ops.rope_set_offset(out, n_offs)
         return Built(out, [a, pos], {pos: _positions(pos.ne[0], far)})
 
-    params = {"type": type, "ne": list(ne), "n_dims": n_dims, "mode": mode, "sections": list(sections),
-              "n_offs": n_offs, "ef": ext, "far": far}
+    params = {
+        "type": type,
+        "ne": list(ne),
+        "n_dims": n_dims,
+        "mode": mode,
+        "sections": list(sections),
+        "n_offs": n_offs,
+        "ef": ext,
+        "far": far,
+    }
     return Case("ROPE", params, build, None, Check.nmse(1e-7))
 
 

@@ -120,8 +120,13 @@ def test_weight_types_under_several_candidates_match_the_cpu(
     tight = 1e-6 if w == T.Q4_1 else 1e-10  # ggml's Q4_1 dot adds the block minimum times a rounded sum
     if n <= tuning.MV_MAX_COLUMNS:
         cands = tuning.mv_candidates(device.info, n)
-        picks = [cands[0], max(cands, key=lambda c: (c.r * c.ls, c.nc)), max(cands, key=lambda c: (c.ls, c.r)),
-                 max(cands, key=lambda c: (c.rows_per_group, -c.vw, c.r)), min(cands, key=lambda c: (c.vw, -c.r))]
+        picks = [
+            cands[0],
+            max(cands, key=lambda c: (c.r * c.ls, c.nc)),
+            max(cands, key=lambda c: (c.ls, c.r)),
+            max(cands, key=lambda c: (c.rows_per_group, -c.vw, c.r)),
+            min(cands, key=lambda c: (c.vw, -c.r)),
+        ]
         forced = [{"mv": c} for c in dict.fromkeys(picks)]
     else:
         cands = tuning.gemm_candidates(device.info)
@@ -151,7 +156,7 @@ def test_tuning_picks_a_candidate_and_caches_it(fresh: tuning.Tuner, ocl: OpenCL
     assert kernel.function_name == "k_mv"
     data = json.loads(fresh.cache_file.read_text())
     assert ocl.info.name in data["device"] and str(ocl.cl_device.driver_version).strip() in data["device"]
-    (key, entry), = data["entries"].items()
+    ((key, entry),) = data["entries"].items()
     assert key.startswith("mv/Q8_0/n=1/") and tuning.SOURCE_DIGEST in key
     assert set(entry["medians_ms"]) <= {c.label() for c in tuning.mv_candidates(ocl.info, 1)}
     assert entry["label"] == cfg.label()
@@ -165,7 +170,7 @@ def test_cached_choice_is_used_and_force_retunes(
 ) -> None:
     fresh.gemm(100)
     data = json.loads(fresh.cache_file.read_text())
-    (key, entry), = data["entries"].items()
+    ((key, entry),) = data["entries"].items()
     assert key.startswith("gemm/n>64/")
     pick = tuning.gemm_candidates(ocl.info)[-1]  # a cache entry written by hand is obeyed
     entry["config"] = dataclasses.asdict(pick)

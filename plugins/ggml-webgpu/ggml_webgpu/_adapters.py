@@ -23,6 +23,7 @@ ADAPTER_TYPES: Final = {
     "Unknown": DeviceType.ACCEL,
 }
 
+
 @dataclass(frozen=True)
 class AdapterInfo:
     """What ggml-core keeps of one wgpu adapter."""
@@ -113,5 +114,3 @@ def discover(wgpu: Any, environ: Mapping[str, str], import_error: str | None = N
         else:
             out.reason = "no usable wgpu adapter"
     return out
-
-

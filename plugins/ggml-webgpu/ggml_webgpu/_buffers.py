@@ -23,8 +23,16 @@ from ggml_core import AllocationError, Buffer, BufferType, HostBuffer
 if TYPE_CHECKING:
     from ggml_webgpu.plugin import WebGPUDevice
 
-__all__ = ["STAGE_CHUNK", "STAGE_MIN", "StagingRing", "WebGPUBuffer", "WebGPUBufferType", "WebGPUHostBuffer",
-           "WebGPUHostBufferType", "usage"]
+__all__ = [
+    "STAGE_CHUNK",
+    "STAGE_MIN",
+    "StagingRing",
+    "WebGPUBuffer",
+    "WebGPUBufferType",
+    "WebGPUHostBuffer",
+    "WebGPUHostBufferType",
+    "usage",
+]
 
 #: bytes of one staging buffer (the ring holds STAGE_SLOTS of them, created on first use)
 STAGE_CHUNK: Final = 8 * 2**20
@@ -83,9 +91,11 @@ class StagingRing:
     def _slot(self, i: int, wgpu: Any) -> Any:
         """Staging buffer ``i``, mapped for writing (created mapped; re-mapped after its last copy finished)."""
         if i == len(self._slots):
-            self._slots.append(self._gpu.create_buffer(
-                size=STAGE_CHUNK, usage=usage("MAP_WRITE", "COPY_SRC"), mapped_at_creation=True, label="staging"
-            ))
+            self._slots.append(
+                self._gpu.create_buffer(
+                    size=STAGE_CHUNK, usage=usage("MAP_WRITE", "COPY_SRC"), mapped_at_creation=True, label="staging"
+                )
+            )
             self._mapped.append(True)
         if not self._mapped[i]:
             self._slots[i].map_sync(wgpu.MapMode.WRITE)

@@ -59,11 +59,13 @@ def probe_native_f16(gpu: Any, common: str) -> tuple[bool, str]:
 
     try:
         module = gpu.create_shader_module(code=_probe_source(common), label="f16 probe")
-        pipe = gpu.create_compute_pipeline(layout=wgpu.AutoLayoutMode.auto,
-                                           compute={"module": module, "entry_point": "main"})
+        pipe = gpu.create_compute_pipeline(
+            layout=wgpu.AutoLayoutMode.auto, compute={"module": module, "entry_point": "main"}
+        )
         out = gpu.create_buffer(size=2 * 65536 * 4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-        group = gpu.create_bind_group(layout=pipe.get_bind_group_layout(0),
-                                      entries=[{"binding": 0, "resource": {"buffer": out}}])
+        group = gpu.create_bind_group(
+            layout=pipe.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": out}}]
+        )
         enc = gpu.create_command_encoder()
         cpass = enc.begin_compute_pass()
         cpass.set_pipeline(pipe)

@@ -145,8 +145,7 @@ class PipelineCache:
             module = self._modules.get(family)
             if module is None:
                 try:
-                    module = self._gpu.create_shader_module(code=family_source(family, self.native_f16),
-                                                            label=family)
+                    module = self._gpu.create_shader_module(code=family_source(family, self.native_f16), label=family)
                 except Exception as exc:
                     raise RuntimeError(f"the WGSL kernels {family}.wgsl do not compile: {exc}") from exc
                 self._modules[family] = module

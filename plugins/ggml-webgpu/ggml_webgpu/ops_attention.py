@@ -23,7 +23,7 @@ from ggml_webgpu._dispatch import (
 
 T = GGMLType
 
-__all__ = ['FA_DMAX', 'alibi_params']
+__all__ = ["FA_DMAX", "alibi_params"]
 
 
 def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
@@ -53,11 +53,22 @@ def _bind_soft_max(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     max_bias = node.op_param_f32(1)
     m0, m1, n_log2 = alibi_params(a.ne[2], max_bias)
     words = [
-        a.nrows, f32(node.op_param_f32(0)), f32(max_bias), f32(m0), f32(m1), n_log2, int(mask is not None),
-        mask.type if mask is not None else 0, int(sinks is not None),
+        a.nrows,
+        f32(node.op_param_f32(0)),
+        f32(max_bias),
+        f32(m0),
+        f32(m1),
+        n_log2,
+        int(mask is not None),
+        mask.type if mask is not None else 0,
+        int(sinks is not None),
     ]
-    slots = (slot(launcher, a), slot(launcher, mask) if mask is not None else None,
-             slot(launcher, sinks) if sinks is not None else None, slot(launcher, node))
+    slots = (
+        slot(launcher, a),
+        slot(launcher, mask) if mask is not None else None,
+        slot(launcher, sinks) if sinks is not None else None,
+        slot(launcher, node),
+    )
     return [Dispatch("rows.soft_max", a.nrows, slots, words)]
 
 
@@ -94,20 +105,33 @@ def _bind_rope(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
     freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    corr = (
-        rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
-    )
+    corr = rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
     theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
     mscale = np.float32(attn_factor)
     if ext_factor != 0.0:
         mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
     n = a.nelements // 2
     words = [
-        n, mode, n_dims, n_offs, *(node.op_param_i32(i) for i in range(11, 15)), f32(theta_scale), f32(freq_scale),
-        f32(ext_factor), f32(mscale), f32(corr[0]), f32(corr[1]), a.type, int(ff is not None),
+        n,
+        mode,
+        n_dims,
+        n_offs,
+        *(node.op_param_i32(i) for i in range(11, 15)),
+        f32(theta_scale),
+        f32(freq_scale),
+        f32(ext_factor),
+        f32(mscale),
+        f32(corr[0]),
+        f32(corr[1]),
+        a.type,
+        int(ff is not None),
     ]
-    slots = (slot(launcher, a), slot(launcher, pos), slot(launcher, ff) if ff is not None else None,
-             slot(launcher, node))
+    slots = (
+        slot(launcher, a),
+        slot(launcher, pos),
+        slot(launcher, ff) if ff is not None else None,
+        slot(launcher, node),
+    )
     return [Dispatch("rope.rope", groups_1d(n), slots, words)]
 
 
@@ -137,8 +161,25 @@ def _bind_flash(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     scale, max_bias, softcap = (node.op_param_f32(i) for i in range(3))
     m0, m1, n_log2 = alibi_params(q.ne[2], max_bias)
     n = q.ne[1] * q.ne[2] * q.ne[3]
-    words = [n, f32(scale), f32(max_bias), f32(m0), f32(m1), n_log2, f32(softcap), k.type, v.type,
-             int(mask is not None), int(sinks is not None)]
-    slots = (slot(launcher, q), slot(launcher, k), slot(launcher, v), slot(launcher, node),
-             slot(launcher, mask) if mask is not None else None, slot(launcher, sinks) if sinks is not None else None)
+    words = [
+        n,
+        f32(scale),
+        f32(max_bias),
+        f32(m0),
+        f32(m1),
+        n_log2,
+        f32(softcap),
+        k.type,
+        v.type,
+        int(mask is not None),
+        int(sinks is not None),
+    ]
+    slots = (
+        slot(launcher, q),
+        slot(launcher, k),
+        slot(launcher, v),
+        slot(launcher, node),
+        slot(launcher, mask) if mask is not None else None,
+        slot(launcher, sinks) if sinks is not None else None,
+    )
     return [Dispatch("attention.flash_attn", n, slots, words)]

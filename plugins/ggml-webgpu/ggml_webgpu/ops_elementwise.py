@@ -21,7 +21,7 @@ from ggml_webgpu._dispatch import (
 
 T = GGMLType
 
-__all__ = ['GLU_SUPPORTED', 'UNARY_SUPPORTED']
+__all__ = ["GLU_SUPPORTED", "UNARY_SUPPORTED"]
 
 
 # ------------------------------------------------------------------------------------------------ binary

@@ -26,7 +26,7 @@ from ggml_webgpu._dispatch import (
 
 T = GGMLType
 
-__all__ = ['ACTIVATION_ROUNDING', 'SGEMM_MIN_COLUMNS']
+__all__ = ["ACTIVATION_ROUNDING", "SGEMM_MIN_COLUMNS"]
 
 
 # ------------------------------------------------------------------------------------------------ MUL_MAT
@@ -95,8 +95,11 @@ def _bind_mul_mat(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     scratch = launcher.scratch("b", packed)
     sp = raw_slot(launcher.limits, scratch, 0, packed, (k, n, b2, b3), (4, 4 * k, 4 * k * n, 4 * k * n * b2))
     n_blocks = -(-k // blk) * b.nrows
-    out = [Dispatch("matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp),
-                    [n_blocks, b.type, mode, blk])]
+    out = [
+        Dispatch(
+            "matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp), [n_blocks, b.type, mode, blk]
+        )
+    ]
     sd = slot(launcher, node)
     if n >= SGEMM_MIN_COLUMNS:
         return out + _tiled(launcher, a, node, sp, sd)
@@ -163,7 +166,8 @@ def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     n_used = ids.ne[0]
     groups = a.ne[1] * n_used * ids.ne[1]
     words = [groups, a.type, k, b1, n_used, launcher.error_code(node)]
-    pack = Dispatch("matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp),
-                    [n_blocks, b.type, mode, blk])
+    pack = Dispatch(
+        "matmul.pack_b", groups_1d(n_blocks), (slot(launcher, b), None, None, sp), [n_blocks, b.type, mode, blk]
+    )
     slots = (slot(launcher, a), sp, slot(launcher, ids), slot(launcher, node))
     return [pack, Dispatch("matmul.mul_mat_id", groups, slots, words)]

@@ -103,8 +103,9 @@ def _bind_get_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     for r0, rn in row_windows(launcher.limits, a):
         sa = slot(launcher, a, ne=(a.ne[0], rn, a.ne[2], a.ne[3]), extra=r0 * a.nb[1])
         words = [n, a.type, node.type, r0, rn, a.ne[1], code, b.type]
-        out.append(Dispatch("movement.get_rows_q" if quant else "movement.get_rows", groups_1d(n), (sa, sb, None, sd),
-                            words))
+        out.append(
+            Dispatch("movement.get_rows_q" if quant else "movement.get_rows", groups_1d(n), (sa, sb, None, sd), words)
+        )
     return out
 
 
@@ -124,8 +125,11 @@ def _bind_set_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     slots = (slot(launcher, b), slot(launcher, c), None, slot(launcher, node))
     if node.type in QUANTIZE_TYPES:
         n = b.nelements // 32
-        return [Dispatch("movement.set_rows_q", groups_1d(n), slots, [n, b.type, node.type, c.type,
-                                                                          launcher.error_code(node)])]
+        return [
+            Dispatch(
+                "movement.set_rows_q", groups_1d(n), slots, [n, b.type, node.type, c.type, launcher.error_code(node)]
+            )
+        ]
     words = [b.nelements, b.type, node.type, c.type, launcher.error_code(node)]
     return [Dispatch("movement.set_rows", groups_1d(b.nelements), slots, words)]
 

@@ -97,6 +97,7 @@ def _import_wgpu() -> Any:
                 _IMPORT_ERROR = f"wgpu is not importable: {type(exc).__name__}: {exc} (pip install wgpu)"
         return wgpu
 
+
 __all__ = [
     "ADAPTER_TYPES",
     "AdapterInfo",
@@ -274,8 +275,15 @@ class WebGPUBackend(Backend):
     @staticmethod
     def _signature(graph: Graph) -> tuple[object, ...]:
         return tuple(
-            (t.id, t.op, t.ne, t.nb, getattr(t.buffer, "serial", id(t.buffer)), t.data_offset,
-             *(s.id if s is not None else 0 for s in t.src[:5]))
+            (
+                t.id,
+                t.op,
+                t.ne,
+                t.nb,
+                getattr(t.buffer, "serial", id(t.buffer)),
+                t.data_offset,
+                *(s.id if s is not None else 0 for s in t.src[:5]),
+            )
             for t in graph.nodes
         )
 
@@ -286,8 +294,11 @@ class WebGPUBackend(Backend):
             return cached
         n_codes = self._next_code
         work: list[tuple[Tensor, Dispatch]] = []
-        nodes = [n for n in graph.nodes
-                 if not (n.is_view_op or n.op == GGMLOp.NONE or n.is_empty or not n.flags & TensorFlag.COMPUTE)]
+        nodes = [
+            n
+            for n in graph.nodes
+            if not (n.is_view_op or n.op == GGMLOp.NONE or n.is_empty or not n.flags & TensorFlag.COMPUTE)
+        ]
         i = 0
         while i < len(nodes):
             node = nodes[i]
@@ -410,11 +421,12 @@ class WebGPUDevice(Device):
         self.requested_limits = {
             "max-buffer-size": int(lim["max-buffer-size"]),
             "max-storage-buffer-binding-size": binding,
-            "min-storage-buffer-offset-alignment": max(_DEFAULT_ALIGNMENT,
-                                                       int(lim.get("min-storage-buffer-offset-alignment", 0))),
-            "max-compute-workgroups-per-dimension": min(_DEFAULT_MAX_GROUPS,
-                                                        int(lim.get("max-compute-workgroups-per-dimension",
-                                                                    _DEFAULT_MAX_GROUPS))),
+            "min-storage-buffer-offset-alignment": max(
+                _DEFAULT_ALIGNMENT, int(lim.get("min-storage-buffer-offset-alignment", 0))
+            ),
+            "max-compute-workgroups-per-dimension": min(
+                _DEFAULT_MAX_GROUPS, int(lim.get("max-compute-workgroups-per-dimension", _DEFAULT_MAX_GROUPS))
+            ),
         }
         self.limits = Limits(
             max_binding=min(binding, max_binding) if max_binding else binding,
@@ -448,8 +460,9 @@ class WebGPUDevice(Device):
             if self._opened is None:
                 feats = [f for f in ("shader-f16",) if f in self.info.features]
                 try:
-                    gpu = self._adapter.request_device_sync(required_features=feats,
-                                                            required_limits=self.requested_limits)
+                    gpu = self._adapter.request_device_sync(
+                        required_features=feats, required_limits=self.requested_limits
+                    )
                     native, self.f16_loads = False, "integer (GGML_WEBGPU_F16=0)"
                     if os.environ.get("GGML_WEBGPU_F16", "1").strip() != "0":
                         native, self.f16_loads = probe_native_f16(gpu, common_source())
@@ -501,14 +514,14 @@ class WebGPUDevice(Device):
         """Props, with the adapter's API, type, driver, features and limits under ``extra``."""
         p = super().props()
         extra: dict[str, Any] = {
-                "api": self.info.backend,
-                "adapter type": self.info.adapter_type,
-                "driver": self.info.driver,
-                "features": ", ".join(self.info.features),
-                **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
-                "binding window": self.limits.max_binding,
-                "opened": self.is_open,
-                "f16 loads": self.f16_loads,
+            "api": self.info.backend,
+            "adapter type": self.info.adapter_type,
+            "driver": self.info.driver,
+            "features": ", ".join(self.info.features),
+            **{k: self.info.limits[k] for k in SHOWN_LIMITS if k in self.info.limits},
+            "binding window": self.limits.max_binding,
+            "opened": self.is_open,
+            "f16 loads": self.f16_loads,
         }
         p.extra.update(extra)
         return p

@@ -19,8 +19,9 @@ NORMS: dict[str, Callable[[g.Tensor], g.Tensor]] = {
 }
 
 
-def _run(wdev: WebGPUDevice, build: Callable[[g.Context], tuple[list[g.Tensor], list[g.Tensor]]], fusion: bool,
-         seed: int = 0) -> tuple[list[np.ndarray], int, int]:
+def _run(
+    wdev: WebGPUDevice, build: Callable[[g.Context], tuple[list[g.Tensor], list[g.Tensor]]], fusion: bool, seed: int = 0
+) -> tuple[list[np.ndarray], int, int]:
     """(outputs, fused pairs, dispatches) of the graph ``build`` makes, on a backend with fusion on or off."""
     ctx = g.Context("f")
     inputs, outs = build(ctx)
@@ -43,8 +44,9 @@ def _run(wdev: WebGPUDevice, build: Callable[[g.Context], tuple[list[g.Tensor], 
 
 @pytest.mark.parametrize("norm", list(NORMS))
 @pytest.mark.parametrize("w_ne", [[301, 1, 1, 1], [301, 5, 1, 1], [301, 1, 2, 1]])  # repeated over rows / planes
-def test_fused_norm_mul_gives_the_bits_of_the_two_dispatches(wdev: WebGPUDevice, cpu: g.Device, norm: str,
-                                                             w_ne: list[int]) -> None:
+def test_fused_norm_mul_gives_the_bits_of_the_two_dispatches(
+    wdev: WebGPUDevice, cpu: g.Device, norm: str, w_ne: list[int]
+) -> None:
     def build(ctx: g.Context) -> tuple[list[g.Tensor], list[g.Tensor]]:
         x = ctx.new_tensor("f32", [301, 5, 2, 1], "x")  # rows of an odd length (not a multiple of 64)
         w = ctx.new_tensor("f32", w_ne, "w")

@@ -71,8 +71,15 @@ def _case(wtype: str, m: int, n: int, k: int, bs: tuple[int, int], nr: tuple[int
     ],
 )
 def test_tiled_sgemm_matches_the_cpu(
-    wdev: WebGPUDevice, cpu: g.Device, wtype: str, m: int, n: int, k: int, bs: tuple[int, int],
-    nr: tuple[int, int], perm_b: bool,
+    wdev: WebGPUDevice,
+    cpu: g.Device,
+    wtype: str,
+    m: int,
+    n: int,
+    k: int,
+    bs: tuple[int, int],
+    nr: tuple[int, int],
+    perm_b: bool,
 ) -> None:
     assert n >= SGEMM_MIN_COLUMNS
     build = _case(wtype, m, n, k, bs, nr, perm_b)

@@ -46,8 +46,13 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.mark.parametrize(
     ("wtype", "kv_type", "step"),
-    [("f32", "f32", False), ("f16", "f16", False), ("q8_0", "f16", True), ("q4_0", "f32", False),
-     ("q4_K", "f16", False)],
+    [
+        ("f32", "f32", False),
+        ("f16", "f16", False),
+        ("q8_0", "f16", True),
+        ("q4_0", "f32", False),
+        ("q4_K", "f16", False),
+    ],
 )
 def test_cpu_plus_webgpu_gives_the_cpu_logits(tmp_path: Path, wtype: str, kv_type: str, step: bool) -> None:
     cfg = CFG.with_(n_embd=256, n_ff=256) if wtype == "q4_K" else CFG  # K-quants need rows of 256

@@ -17,6 +17,7 @@ from ggml_cpu.kernels.matmul import VEC_DOT_TYPE, expert_product
 
 __all__: list[str] = []
 
+
 def _mul_mat_id_ok(node: Tensor) -> bool:
     as_, b, ids = node.src[0], node.src[1], node.src[2]
     assert as_ is not None and b is not None and ids is not None

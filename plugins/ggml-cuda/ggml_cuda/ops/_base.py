@@ -126,9 +126,7 @@ class Launch:
     shared: int = 0
 
     @staticmethod
-    def of(
-        module: str, kernel: str, grid: Sequence[int], block: Sequence[int], args: Args, shared: int = 0
-    ) -> Launch:
+    def of(module: str, kernel: str, grid: Sequence[int], block: Sequence[int], args: Args, shared: int = 0) -> Launch:
         """Build a launch, checking the geometry."""
         g = tuple(int(x) for x in (*grid, 1, 1)[:3])
         b = tuple(int(x) for x in (*block, 1, 1)[:3])

@@ -122,9 +122,7 @@ def mvq_vec_width(a: Tensor, a_ptr: int) -> int:
     return 2
 
 
-def _mv_q(
-    node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, ids: Tensor | None = None
-) -> list[Launch]:
+def _mv_q(node: Tensor, a: Tensor, b: Tensor, ctx: BindContext, ids: Tensor | None = None) -> list[Launch]:
     k = a.ne[0]
     rows = b.nrows
     act_qk = 256 if a.type in K_QUANTS else 32

@@ -189,9 +189,7 @@ def build(kit: Any) -> None:
                     rows = range(first, min(first + 4, xrows))
                     vectors = []  # (step, [two halves]) in load order
                     for t in range(steps // 2 if nib else steps):
-                        halves = [
-                            at(qp, b.add(qj, ir.Constant(i64, 64 * t + 32 * h)), v32b, 1) for h in range(2)
-                        ]
+                        halves = [at(qp, b.add(qj, ir.Constant(i64, 64 * t + 32 * h)), v32b, 1) for h in range(2)]
                         if nib:
                             vectors.append((t, [b.and_(v, const(32, 15)) for v in halves]))
                             vectors.append((t + steps // 2, [b.lshr(v, const(32, 4)) for v in halves]))
