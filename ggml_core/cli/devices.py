@@ -1,4 +1,8 @@
-"""``ggml-core devices``: every registry and device with props, caps, memory and buffer types; ``--check`` runs one."""
+"""``ggml-core devices``: every registry and device with props, caps, memory and buffer types; ``--check`` runs one.
+
+Names, descriptions and messages come from plugins and RPC peers: the text listing prints them through
+:func:`~ggml_core._text.safe_text` (control characters escaped, length bounded); ``--json`` escapes them as JSON.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ggml_core._text import TEXT_LIMIT, safe_text
 from ggml_core.backend._records import Problem
 from ggml_core.backend._validate import describe_exc
 from ggml_core.backend.interfaces import Device
@@ -169,36 +174,39 @@ def run(args: argparse.Namespace) -> int:
     else:
         for r in regs:
             mine = [d for d in devs if d.reg is r]
-            print(f"{r.name} (plugin {r.plugin}): {len(mine)} device{'s' if len(mine) != 1 else ''}")
+            n = len(mine)
+            print(f"{safe_text(r.name)} (plugin {safe_text(str(r.plugin))}): {n} device{'s' if n != 1 else ''}")
             if not mine and r.unavailable_reason:
-                print(f"  no devices: {r.unavailable_reason}")
+                print(f"  no devices: {safe_text(r.unavailable_reason)}")
             for d in mine:
                 _print_device(infos[d.name], checks.get(d.name))
         for s in same:
-            print(f"{s['name']}: the same hardware as {s['same_as']} (device_id {s['device_id']}), listed once; "
-                  f"--device {s['name']} still selects it")
+            name, same_as, dev_id = (safe_text(str(s[k])) for k in ("name", "same_as", "device_id"))
+            print(
+                f"{name}: the same hardware as {same_as} (device_id {dev_id}), listed once; "
+                f"--device {name} still selects it"
+            )
         failed = [p for p in reg.plugins if p.status in ("error", "hung")]
         if failed:
-            names = ", ".join(p.name for p in failed)
+            names = ", ".join(safe_text(p.name) for p in failed)
             print(f"{len(failed)} plugin(s) failed to load: {names} (see 'ggml-core plugins')")
         print_problems(reg.problems())
     return 1 if any(not ok for ok, _, _ in checks.values()) else 0
 
 
 def _print_device(info: dict[str, Any], check: tuple[bool, str, float] | None) -> None:
-    print(f"  {info['name']}: {info['description']}")
+    print(f"  {safe_text(str(info['name']))}: {safe_text(str(info['description']))}")
     if "error" in info:
-        print(f"    cannot be shown: {info['error']}")
+        print(f"    cannot be shown: {safe_text(str(info['error']))}")
         return
     caps = ", ".join(k for k, v in info["caps"].items() if v) or "none"
     print(
-        f"    type {info['type']}, memory {_mib(info['memory_total'])} ({_mib(info['memory_free'])} free), "
-        f"caps: {caps}"
+        f"    type {info['type']}, memory {_mib(info['memory_total'])} ({_mib(info['memory_free'])} free), caps: {caps}"
     )
-    print(f"    buffer types: {', '.join(b['name'] for b in info['buffer_types'])}")
+    print(f"    buffer types: {', '.join(safe_text(str(b['name'])) for b in info['buffer_types'])}")
     if check is not None:
         ok, reason, secs = check
-        print(f"    check: {'PASS' if ok else 'FAIL'} ({reason}; {secs * 1000:.0f} ms)")
+        print(f"    check: {'PASS' if ok else 'FAIL'} ({safe_text(reason)}; {secs * 1000:.0f} ms)")
 
 
 def print_problems(problems: list[Problem]) -> None:
@@ -206,7 +214,7 @@ def print_problems(problems: list[Problem]) -> None:
     if problems:
         print(f"{len(problems)} plugin problem{'s' if len(problems) != 1 else ''}:")
     for p in problems:
-        print(f"  {p.kind}: {p}")
+        print(f"  {p.kind}: {safe_text(str(p), 2 * TEXT_LIMIT)}")
 
 
 def _check_dict(c: tuple[bool, str, float]) -> dict[str, Any]:

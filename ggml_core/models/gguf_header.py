@@ -32,6 +32,7 @@ import numpy as np
 
 from ggml_core._errors import GGUFError
 from ggml_core._tensor import MAX_DIMS, MAX_NAME
+from ggml_core._text import text_repr
 from ggml_core._types import GGMLType
 
 __all__ = [
@@ -162,7 +163,7 @@ class KVTable(Mapping[str, KVInfo]):
     def _scalar(self, key: str, vtype: ValueType, at: int) -> Any:
         if vtype == ValueType.STRING:
             n = _U64.unpack_from(self._buf, at)[0]
-            return _utf8(self._path, f"metadata {key!r}", bytes(self._buf[at + 8 : at + 8 + n]))
+            return _utf8(self._path, f"metadata {text_repr(key)}", bytes(self._buf[at + 8 : at + 8 + n]))
         value = struct.unpack_from(_SCALAR[vtype], self._buf, at)[0]
         return bool(value) if vtype == ValueType.BOOL else value
 
@@ -313,7 +314,7 @@ def _read_kv(cur: _Cursor, index: int, rows: array[int], str_offsets: array[int]
     key = cur.string(f"metadata entry {index} key", MAX_KEY_BYTES)
     if not key:
         raise GGUFError(cur.path, f"metadata entry {index} key", "is empty")
-    what = f"metadata {key!r}"
+    what = f"metadata {text_repr(key)}"
     offset = cur.pos
     vtype = _value_type(cur, f"{what} type")
     if vtype == ValueType.STRING:
@@ -386,7 +387,7 @@ def _read_tensor_info(cur: _Cursor, index: int, rows: array[int]) -> str:
                         rows.extend((n_dims, *ne, *(1,) * (MAX_DIMS - n_dims), ttype, min(offset, MAX_DIM), nbytes))
                         return name
     name = cur.string(f"tensor info {index} name", MAX_NAME - 1)
-    what = f"tensor {name!r}"
+    what = f"tensor {text_repr(name)}"
     n_dims = cur.u32(f"{what} n_dims")
     if not 1 <= n_dims <= MAX_DIMS:
         raise GGUFError(cur.path, f"{what} n_dims", f"{n_dims} dimensions; ggml tensors have 1 to {MAX_DIMS}")
@@ -462,7 +463,7 @@ def _walk(path: str, mm: mmap.mmap, size: int) -> HeaderInfo:
     for i in range(n_kv):
         key = _read_kv(cur, i, kv_rows, str_offsets)
         if key in kv_index:
-            raise GGUFError(path, f"metadata {key!r}", "appears twice")
+            raise GGUFError(path, f"metadata {text_repr(key)}", "appears twice")
         kv_index[key] = i
     kv = KVTable(path, mm, kv_index, _table(kv_rows, 6), np.frombuffer(str_offsets, dtype=np.int64))
     alignment = _alignment(path, kv)
@@ -472,7 +473,7 @@ def _walk(path: str, mm: mmap.mmap, size: int) -> HeaderInfo:
     for i in range(n_tensors):
         name = _read_tensor_info(cur, i, t_rows)
         if name in t_index:
-            raise GGUFError(path, f"tensor {name!r}", "appears twice")
+            raise GGUFError(path, f"tensor {text_repr(name)}", "appears twice")
         t_index[name] = i
         names.append(name)
     data_offset = cur.pos + (-cur.pos) % alignment
@@ -508,7 +509,7 @@ def _check_spans(path: str, names: list[str], table: np.ndarray, alignment: int,
     bad = np.flatnonzero(misaligned | outside)
     if bad.size:
         i = int(bad[0])
-        what = f"tensor {names[i]!r} offset"
+        what = f"tensor {text_repr(names[i])} offset"
         r = int(rel[i])
         if misaligned[i]:
             raise GGUFError(path, what, f"{r} is not a multiple of the alignment {alignment}")
@@ -533,6 +534,6 @@ def _check_spans(path: str, names: list[str], table: np.ndarray, alignment: int,
         a, b = int(order[k]), int(order[j])
         raise GGUFError(
             path,
-            f"tensor {names[b]!r} offset",
-            f"data at {int(rel[b])} overlaps tensor {names[a]!r} [{int(rel[a])}, {int(rel[a] + nbytes[a])})",
+            f"tensor {text_repr(names[b])} offset",
+            f"data at {int(rel[b])} overlaps tensor {text_repr(names[a])} [{int(rel[a])}, {int(rel[a] + nbytes[a])})",
         )
