@@ -11,6 +11,7 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["COMMANDS", "main"]
 
@@ -29,7 +30,13 @@ COMMANDS: dict[str, str] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and exit code 2."""
+    """argparse with one-line errors, exit code 2 and no prefix matching: llama.cpp's flags (``-m``, ``-no-cnv``,
+    ``--model``) must never be read as abbreviations of longer ones. Every subcommand's parser, a plugin's too, is
+    of this class (``add_subparsers(parser_class=_Parser)``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
