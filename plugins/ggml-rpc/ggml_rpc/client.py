@@ -10,6 +10,8 @@ Environment: ``GGML_RPC_TIMEOUT`` (seconds for any whole send and any whole answ
 :data:`MIN_RATE`, 1 MiB/s; default 300),
 ``GGML_RPC_CONNECT_TIMEOUT`` (connecting and the whole HELLO exchange, default 10). These are deadlines for whole
 messages: a server that trickles its answer a byte at a time is reported unavailable when they pass.
+``GGML_RPC_TOKEN_FILE`` (a token sent before HELLO) and ``GGML_RPC_TLS_CA`` (trusted for ``tls://host:port``
+endpoints): see :mod:`ggml_rpc._security`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -24,12 +27,16 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from ggml_rpc._security import TLS_SCHEME, TOKEN_FILE_ENV, client_context, client_token
 from ggml_rpc.protocol import (
     FIXED_RESPONSE_SIZE,
     GGML_CORE_MARK,
+    GGML_CORE_TOKEN_REQUIRED,
     HELLO_CAPS_SIZE,
     PROTO_VERSION,
+    Auth,
     Cmd,
+    RPCAuthError,
     RPCError,
     RPCVersionError,
     recv_exact,
@@ -44,6 +51,7 @@ __all__ = [
     "Connection",
     "connection",
     "disconnect_all",
+    "endpoint_key",
     "parse_endpoint",
 ]
 
@@ -58,14 +66,27 @@ _U64: Final = struct.Struct("<Q")
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """``host:port`` (or ``[v6]:port``) → (host, port); ValueError naming the endpoint otherwise."""
+    """``host:port`` (or ``[v6]:port``, either after ``tls://``) → (host, port); ValueError naming the endpoint
+    otherwise."""
     text = endpoint.strip()
+    if text[: len(TLS_SCHEME)].lower() == TLS_SCHEME:
+        text = text[len(TLS_SCHEME) :]
     host, sep, port_s = text.rpartition(":")
-    if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
-        raise ValueError(f"RPC endpoint {endpoint!r}: expected HOST:PORT with a port in 1..65535, e.g. 127.0.0.1:50052")
+    if not sep or not host or "/" in host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ValueError(
+            f"RPC endpoint {endpoint!r}: expected HOST:PORT or tls://HOST:PORT with a port in 1..65535, "
+            "e.g. 127.0.0.1:50052"
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port_s)
+
+
+def endpoint_key(endpoint: str) -> str:
+    """The endpoint as registries and connections are keyed: ``host:port`` or ``tls://host:port``."""
+    host, port = parse_endpoint(endpoint)
+    scheme = TLS_SCHEME if endpoint.strip()[: len(TLS_SCHEME)].lower() == TLS_SCHEME else ""
+    return f"{scheme}{host}:{port}"
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -84,14 +105,28 @@ def _env_seconds(name: str, default: float) -> float:
 class Connection:
     """A connected, version-checked client socket to one endpoint.
 
-    :param endpoint: ``host:port``
+    :param endpoint: ``host:port``, or ``tls://host:port`` for a server that serves TLS
     :param timeout: seconds for any answer or send (default ``GGML_RPC_TIMEOUT`` or 300)
     :param connect_timeout: seconds for connecting and HELLO (default ``GGML_RPC_CONNECT_TIMEOUT`` or 10)
+    :param token: the server's token, sent before HELLO (default: read from ``GGML_RPC_TOKEN_FILE``, else none)
+    :param tls: the TLS context for a ``tls://`` endpoint (default: verified against the system's CAs and
+        ``GGML_RPC_TLS_CA``)
     """
 
-    def __init__(self, endpoint: str, *, timeout: float | None = None, connect_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
+        token: bytes | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.host, self.port = parse_endpoint(endpoint)
+        self.tls = endpoint_key(endpoint).startswith(TLS_SCHEME)
+        self._tls_context = tls if tls is not None or not self.tls else client_context()
+        self._token = token if token is not None else client_token()
         self.timeout = timeout if timeout is not None else _env_seconds("GGML_RPC_TIMEOUT", DEFAULT_TIMEOUT)
         self.connect_timeout = (
             connect_timeout
@@ -121,18 +156,34 @@ class Connection:
     # ----------------------------------------------------------------------------------------------- setup
 
     def _connect(self) -> None:
-        deadline = time.monotonic() + self.connect_timeout  # connecting and the whole HELLO exchange
+        deadline = time.monotonic() + self.connect_timeout  # connecting, TLS, the token and the whole HELLO
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
             raise RPCError(
-                self.endpoint, f"cannot connect: {exc} (is ggml-rpc-server / ggml-core rpc-server running?)"
+                self.endpoint,
+                f"cannot connect: {exc.strerror or exc} (is ggml-rpc-server / ggml-core rpc-server running there?)",
             ) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         try:
+            if self._tls_context is not None:
+                sock = self._sock = self._tls_handshake(sock)
+            if self._token is not None:
+                self._authenticate(sock, self._token, deadline)
             send_frame(sock, Cmd.HELLO, [bytes(HELLO_CAPS_SIZE)], deadline)
-            size = _U64.unpack(recv_exact(sock, 8, deadline))[0]
+            head = bytearray(8)
+            try:
+                recv_into_exact(sock, memoryview(head), deadline)
+            except EOFError:
+                if head[:2] in (b"\x15\x03", b"\x16\x03"):  # a TLS record: the server talks TLS to a plain client
+                    raise RPCAuthError(
+                        self.endpoint,
+                        f"the server serves TLS only: connect to {TLS_SCHEME}{self.host}:{self.port} (and trust its "
+                        "certificate with GGML_RPC_TLS_CA=FILE if it is self-signed)",
+                    ) from None
+                raise
+            size = _U64.unpack(head)[0]
             if size != FIXED_RESPONSE_SIZE[Cmd.HELLO]:
                 raise RPCVersionError(
                     self.endpoint, f"HELLO answer has {size} bytes, protocol 7 has 28: not an RPC 7.x server"
@@ -156,6 +207,13 @@ class Connection:
                 f"allows) or speaks an RPC protocol older than {PROTO_VERSION[0]}.x (llama.cpp builds before "
                 "protocol 7; update the server)",
             ) from exc
+        if rsp[3] == GGML_CORE_TOKEN_REQUIRED:
+            self.close()
+            raise RPCAuthError(
+                self.endpoint,
+                f"the server requires a token (it was started with --token): set {TOKEN_FILE_ENV}=FILE to a file "
+                "holding it",
+            )
         self.version = (rsp[0], rsp[1], rsp[2])
         if self.version[0] != PROTO_VERSION[0] or self.version[1] > PROTO_VERSION[1]:
             self.close()
@@ -168,6 +226,64 @@ class Connection:
             )
         self.ggml_core = rsp[3] == GGML_CORE_MARK
         sock.settimeout(self.timeout)
+
+    def _tls_handshake(self, sock: socket.socket) -> socket.socket:
+        """The TLS session over ``sock`` (within the connect timeout, which the socket carries)."""
+        assert self._tls_context is not None
+        try:
+            return self._tls_context.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLCertVerificationError as exc:
+            self.close()
+            raise RPCAuthError(
+                self.endpoint,
+                f"TLS: the server's certificate is not trusted ({exc.verify_message}): give its CA (or the server's "
+                "self-signed certificate) with GGML_RPC_TLS_CA=FILE",
+            ) from None
+        except TimeoutError:
+            raise
+        except (ssl.SSLError, OSError) as exc:
+            self.close()
+            why = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc.strerror or type(exc).__name__
+            raise RPCAuthError(
+                self.endpoint,
+                f"the TLS handshake failed ({why}): the server does not serve TLS (start it with --tls-cert and "
+                f"--tls-key, or connect to {self.host}:{self.port} without {TLS_SCHEME})",
+            ) from None
+
+    def _authenticate(self, sock: socket.socket, token: bytes, deadline: float) -> None:
+        """EXT_AUTH before HELLO: the server accepts the token, refuses it, or takes none."""
+        try:
+            send_frame(sock, Cmd.EXT_AUTH, [token], deadline)
+            size = _U64.unpack(recv_exact(sock, 8, deadline))[0]
+            if size != FIXED_RESPONSE_SIZE[Cmd.EXT_AUTH]:
+                raise EOFError(f"a token answer of {size} bytes")
+            status = recv_exact(sock, 1, deadline)[0]
+        except (OSError, EOFError) as exc:
+            if isinstance(exc, TimeoutError):
+                raise
+            raise RPCAuthError(
+                self.endpoint,
+                "the server closed the connection when given the token: it takes no token (llama.cpp's server "
+                f"does not; unset {TOKEN_FILE_ENV} to use it unauthenticated)",
+            ) from None
+        if status == Auth.REFUSED:
+            raise RPCAuthError(self.endpoint, f"the server refused the token ({TOKEN_FILE_ENV}): it is not its token")
+        if status == Auth.NOT_REQUIRED:
+            raise RPCAuthError(
+                self.endpoint,
+                f"the server takes no token (it was started without --token), so the token ({TOKEN_FILE_ENV}) "
+                "would secure nothing: start it with --token FILE, or unset the variable",
+            )
+        if status != Auth.ACCEPTED:
+            raise RPCAuthError(self.endpoint, f"answered the token with {status}: a malformed answer")
+
+    def protocol_error(self, cmd: Cmd, message: str) -> RPCError:
+        """The error for a well-framed answer to ``cmd`` that makes no sense; the connection fails (nothing more is
+        sent to a server that answers nonsense)."""
+        with self.lock:
+            self.failed = f"{message}, during {cmd.name}"
+            self.close()
+        return RPCError(self.endpoint, message)
 
     def close(self) -> None:
         """Close the socket (the server then frees this connection's buffers)."""
@@ -330,12 +446,11 @@ def connection(endpoint: str) -> Connection:
 
     llama.cpp's server serves one client at a time, so a second socket from this process would wait forever.
     """
-    host, port = parse_endpoint(endpoint)
-    key = f"{host}:{port}"
+    key = endpoint_key(endpoint)
     with _connections_lock:
         conn = _connections.get(key)
         if conn is None or conn.failed is not None or conn.closed:
-            conn = Connection(endpoint)
+            conn = Connection(key)
             _connections[key] = conn
         return conn
 

@@ -40,15 +40,18 @@ from ggml_core import (
     TensorError,
     hookimpl,
 )
+from ggml_core._text import safe_text
 from ggml_rpc import _fnv
-from ggml_rpc.client import Connection, connection, parse_endpoint
+from ggml_rpc.client import Connection, connection, endpoint_key
 from ggml_rpc.protocol import (
     EXT_DEVICE_INFO_MAX,
     HASH_THRESHOLD,
     RPC_TENSOR,
     SET_TENSOR_HEADER,
     U32_MAX,
+    U64_MAX,
     Cmd,
+    RPCError,
 )
 from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
 
@@ -73,6 +76,11 @@ _MAY_EXPAND: Final = frozenset(
     {GGMLOp.FLASH_ATTN_EXT, GGMLOp.MUL_MAT, GGMLOp.MUL_MAT_ID, GGMLOp.CUMSUM, GGMLOp.ARGSORT, GGMLOp.TOP_K}
 )
 _NO_LIMIT: Final = 2**63 - 1
+#: characters kept of a device name (and of its type) a server reports; of its description
+_NAME_LIMIT: Final = 64
+_DESCRIPTION_LIMIT: Final = 160
+#: the most devices one server may report
+_MAX_DEVICES: Final = 64
 
 
 # ================================================================================================ checks
@@ -94,8 +102,7 @@ def configured_endpoints() -> list[str]:
     for text in [*os.environ.get("GGML_RPC_SERVERS", "").split(","), *_added]:
         ep = text.strip()
         if ep:
-            host, port = parse_endpoint(ep)
-            key = f"{host}:{port}"
+            key = endpoint_key(ep)
             if key not in out:
                 out.append(key)
     return out
@@ -233,6 +240,12 @@ class RPCBufferType(BufferType):
             me = serialize_tensor(tensor, dev.conn)
             rsp = dev.conn.request(Cmd.GET_ALLOC_SIZE, [_U32.pack(dev.index), me, *srcs])
             got = _U64.unpack(rsp)[0]
+            if got > max(n, self.max_size):
+                raise dev.conn.protocol_error(
+                    Cmd.GET_ALLOC_SIZE,
+                    f"answered GET_ALLOC_SIZE with {got} bytes for a tensor of {n} bytes, more than the largest "
+                    f"buffer it allows ({self.max_size} bytes): a malformed answer",
+                )
             self._alloc_sizes[key] = got
         return max(got, n)
 
@@ -246,6 +259,12 @@ class RPCBufferType(BufferType):
         if remote_size < size:
             raise AllocationError(dev.name, size, None, f"the server answered a buffer of only {remote_size} bytes")
         base = _U64.unpack(dev.conn.request(Cmd.BUFFER_GET_BASE, [_U64.pack(ptr)]))[0]
+        if base > U64_MAX - max(size, remote_size):
+            raise dev.conn.protocol_error(
+                Cmd.BUFFER_GET_BASE,
+                f"answered BUFFER_GET_BASE with the address {base:#x} for a buffer of "
+                f"{remote_size} bytes, which would pass the end of the 64-bit address space: a malformed answer",
+            )
         return RPCBuffer(self, size, ptr, base)
 
 
@@ -284,6 +303,22 @@ class RPCBackend(Backend):
 # ================================================================================================ device
 
 
+def _device_info(raw: bytes) -> dict[str, Any]:
+    """A ggml-core server's device info (JSON), reduced to its text fields made safe to print.
+
+    Names and descriptions are the peer's data: control characters are escaped and lengths bounded here, when they
+    are received, so no listing, log or error message can carry a terminal escape or a megabyte line from a server.
+    """
+    try:
+        loaded = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    limits = {"name": _NAME_LIMIT, "description": _DESCRIPTION_LIMIT, "type": _NAME_LIMIT}
+    return {k: safe_text(v, n) for k, n in limits.items() if isinstance(v := loaded.get(k), str)}
+
+
 class RPCDevice(Device):
     """Device ``index`` of the server at ``conn.endpoint``."""
 
@@ -298,11 +333,7 @@ class RPCDevice(Device):
             raw = conn.request_variable(
                 Cmd.EXT_DEVICE_INFO, [_U32.pack(index)], EXT_DEVICE_INFO_MAX, timeout=conn.connect_timeout
             )
-            try:
-                loaded = json.loads(raw.decode("utf-8"))
-                self.info = loaded if isinstance(loaded, dict) else {}
-            except (UnicodeDecodeError, ValueError):
-                self.info = {}
+            self.info = _device_info(raw)
         if self.info:
             remote = f"{self.info.get('name', '?')}: {self.info.get('description', '')}"
             desc = f"{remote} (ggml-core server {conn.endpoint})"
@@ -312,7 +343,10 @@ class RPCDevice(Device):
         alignment = _U64.unpack(conn.request(Cmd.GET_ALIGNMENT, [_U32.pack(index)]))[0]
         max_size = _U64.unpack(conn.request(Cmd.GET_MAX_SIZE, [_U32.pack(index)]))[0]
         if alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
-            raise TensorError(name, f"the server answered an unusable alignment {alignment}")
+            raise conn.protocol_error(
+                Cmd.GET_ALIGNMENT,
+                f"answered GET_ALIGNMENT with {alignment} for device {index}; expected a power of two up to 1 MiB",
+            )
         self._buft = RPCBufferType(self, alignment, min(max_size, _NO_LIMIT) or _NO_LIMIT)
         self._supports: dict[tuple[Any, ...], bool] = {}
         self._cpu_supports = _local_cpu_supports()
@@ -389,17 +423,30 @@ class RPCReg(BackendReg):
     """``RPC[host:port]``: the devices of one server, found when first asked for (one connection, shared)."""
 
     def __init__(self, endpoint: str) -> None:
-        host, port = parse_endpoint(endpoint)
-        self.endpoint = f"{host}:{port}"
+        self.endpoint = endpoint_key(endpoint)
         super().__init__(f"RPC[{self.endpoint}]", description=f"ggml RPC server at {self.endpoint}", priority=-1)
+        #: why the server's devices could not be found (it also gives :attr:`unavailable_reason`), or None
+        self.error: RPCError | None = None
 
     def enumerate_devices(self) -> list[Device]:
-        """Connect (HELLO), ask DEVICE_COUNT, make one device per remote device."""
-        conn = connection(self.endpoint)
-        (count,) = _U32.unpack(conn.request(Cmd.DEVICE_COUNT, timeout=conn.connect_timeout))  # part of connecting
-        if count > 64:
-            raise ValueError(f"{self.name}: the server reports {count} devices; at most 64 are accepted")
-        return [RPCDevice(conn, i, _device_name(self.endpoint, i)) for i in range(count)]
+        """Connect (HELLO), ask DEVICE_COUNT, make one device per remote device.
+
+        A server that cannot be reached, or answers something malformed, leaves this registry without devices:
+        :attr:`error` holds the :class:`RPCError` (for callers that asked for this server, see :func:`add_server`)
+        and :attr:`unavailable_reason` its message.
+        """
+        try:
+            conn = connection(self.endpoint)
+            (count,) = _U32.unpack(conn.request(Cmd.DEVICE_COUNT, timeout=conn.connect_timeout))  # part of connecting
+            if count > _MAX_DEVICES:
+                raise conn.protocol_error(
+                    Cmd.DEVICE_COUNT, f"answered DEVICE_COUNT with {count} devices; at most {_MAX_DEVICES} are accepted"
+                )
+            return [RPCDevice(conn, i, _device_name(self.endpoint, i)) for i in range(count)]
+        except RPCError as exc:
+            self.error = exc
+            self.unavailable_reason = str(exc)
+            return []
 
     def add_server(self, endpoint: str) -> None:
         """ggml's ``ggml_backend_rpc_add_server`` proc address (see :func:`add_server`)."""
@@ -426,17 +473,24 @@ class _ServerPlugin:
 
 
 def add_server(endpoint: str, registry: Any | None = None) -> str:
-    """Use the server at ``endpoint`` (``host:port``); returns its registry name ``RPC[host:port]``.
+    """Use the server at ``endpoint`` (``host:port`` or ``tls://host:port``); returns its registry name
+    ``RPC[host:port]``.
 
-    Registries loaded later pick it up; ``registry`` (an already loaded :class:`ggml_core.backend.registry.Registry`)
-    gets it now. Connecting happens when its devices are first asked for.
+    Registries loaded later pick it up, and connect when its devices are first asked for. ``registry`` (an already
+    loaded :class:`ggml_core.backend.registry.Registry`) gets it now: the server is asked for its devices at once,
+    and one that cannot be reached (nothing listening, refused, timed out, a failed handshake or token) raises
+    :class:`RPCError` naming the endpoint and what failed.
     """
-    host, port = parse_endpoint(endpoint)
-    key = f"{host}:{port}"
+    key = endpoint_key(endpoint)
     if key not in _added:
         _added.append(key)
-    if registry is not None and not any(r.name == f"RPC[{key}]" for r in registry.regs):
+    if registry is None:
+        return f"RPC[{key}]"
+    if not any(r.name == f"RPC[{key}]" for r in registry.regs):
         registry.register_plugin(_ServerPlugin(key), f"rpc[{key}]", distribution="ggml-rpc")
+    reg = registry.get_reg(f"RPC[{key}]")
+    if not reg.devices and isinstance(getattr(reg, "error", None), RPCError):
+        raise reg.error
     return f"RPC[{key}]"
 
 

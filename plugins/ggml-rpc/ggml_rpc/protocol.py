@@ -30,6 +30,7 @@ __all__ = [
     "FIXED_REQUEST_SIZE",
     "FIXED_RESPONSE_SIZE",
     "GGML_CORE_MARK",
+    "GGML_CORE_TOKEN_REQUIRED",
     "GGML_OP_COUNT",
     "HASH_THRESHOLD",
     "HELLO_CAPS_SIZE",
@@ -37,8 +38,13 @@ __all__ = [
     "RPC_TENSOR",
     "RPC_TENSOR_SIZE",
     "SET_TENSOR_HEADER",
+    "TOKEN_MAX",
     "U32_MAX",
+    "U64_MAX",
+    "Auth",
     "Cmd",
+    "RPCAuthError",
+    "RPCConfigError",
     "RPCError",
     "RPCVersionError",
     "RpcTensor",
@@ -62,12 +68,19 @@ if len(GGMLOp) != GGML_OP_COUNT:  # ggml's static_assert: a changed op enum need
 HELLO_CAPS_SIZE: Final = 24
 #: the HELLO answer's padding byte from a ggml-core server (llama.cpp's servers send 0)
 GGML_CORE_MARK: Final = 0xC7
+#: the HELLO answer's padding byte from a ggml-core server that requires a token and got HELLO without one (it
+#: closes the connection after this answer)
+GGML_CORE_TOKEN_REQUIRED: Final = 0xCA
+#: the most bytes a token may have
+TOKEN_MAX: Final = 4096
 #: the most bytes a device-info answer may have
 EXT_DEVICE_INFO_MAX: Final = 1 << 16
 #: llama.cpp's client tries SET_TENSOR_HASH first for weights larger than this
 HASH_THRESHOLD: Final = 10 * 1024 * 1024
 #: the largest value of the wire's 32-bit ``ne``/``nb`` fields
 U32_MAX: Final = 2**32 - 1
+#: the largest value of a 64-bit field (addresses, sizes)
+U64_MAX: Final = 2**64 - 1
 
 
 class Cmd(enum.IntEnum):
@@ -95,6 +108,15 @@ class Cmd(enum.IntEnum):
     COUNT = 19  #: every id from here on is unknown to llama.cpp's server
     EXT_DEVICE_INFO = 0xC0  #: ggml-core: ``u32 device`` → UTF-8 JSON (name, description, type)
     EXT_SUPPORTS_OP = 0xC1  #: ggml-core: ``u32 device, rpc_tensor op, rpc_tensor srcs[10]`` → ``u8``
+    EXT_AUTH = 0xC2  #: ggml-core, before HELLO and only with a token configured: ``token`` → ``u8`` (:class:`Auth`)
+
+
+class Auth(enum.IntEnum):
+    """EXT_AUTH's answer."""
+
+    REFUSED = 0  #: wrong token (the server closes the connection)
+    ACCEPTED = 1  #: go on with HELLO
+    NOT_REQUIRED = 2  #: this server was started without a token (it closes the connection: nothing was secured)
 
 
 # ================================================================================================ rpc_tensor
@@ -216,6 +238,7 @@ FIXED_RESPONSE_SIZE: Final[dict[Cmd, int]] = {
     Cmd.HELLO: 4 + HELLO_CAPS_SIZE,
     Cmd.DEVICE_COUNT: 4,
     Cmd.EXT_SUPPORTS_OP: 1,
+    Cmd.EXT_AUTH: 1,
 }
 
 #: the frame header of a request: command byte and payload size
@@ -239,6 +262,23 @@ class RPCError(GGMLError, ConnectionError):
 
 class RPCVersionError(RPCError):
     """The server speaks another major protocol version (or a newer minor one) than 7.0."""
+
+
+class RPCAuthError(RPCError):
+    """The server and the client disagree on security: a wrong or missing token, TLS on one side only, an untrusted
+    certificate."""
+
+
+class RPCConfigError(GGMLError, ValueError):
+    """A token file, certificate or key cannot be used (missing, unreadable, empty, too long, not PEM).
+
+    :param path: the file
+    :param message: what is wrong with it and what to do
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
 
 
 # ================================================================================================ framing

@@ -5,22 +5,25 @@ Everything runs on 127.0.0.1 with ephemeral ports, and every socket has a timeou
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ggml_core import Context, Device, GGMLType, alloc_ctx_tensors, build_graph, ops
 from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_rpc.protocol import NULL_TENSOR, RPC_TENSOR, Cmd
+from ggml_rpc.protocol import FIXED_RESPONSE_SIZE, GGML_CORE_MARK, NULL_TENSOR, RPC_TENSOR, Cmd
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4]
 
 __all__ = [
     "TOKENS",
     "RawClient",
+    "ScriptedServer",
     "layer_graph",
     "layer_inputs",
     "raw_tensor",
@@ -132,6 +135,86 @@ class RawClient:
         payload = struct.pack("<II", device, len(nodes)) + struct.pack(f"<{len(nodes)}Q", *nodes)
         payload += struct.pack("<I", len(tensors)) + b"".join(tensors)
         self.frame(Cmd.GRAPH_COMPUTE, payload)
+
+
+#: an answer: fixed bytes, or made from the request's payload (None: no answer)
+Answer = bytes | Callable[[bytes], bytes | None]
+
+
+class ScriptedServer:
+    """A fake RPC server that answers each command from a script (a lying or broken peer for client tests).
+
+    HELLO is answered as a ggml-core server (version 7.0.0, marked) unless ``answers`` has HELLO; every other
+    command with an answer gets ``answers[cmd]`` or a plausible default; commands without one are read and dropped.
+    """
+
+    def __init__(self, answers: dict[Cmd, Answer] | None = None) -> None:
+        self.answers: dict[Cmd, Answer] = {
+            Cmd.HELLO: bytes([7, 0, 0, GGML_CORE_MARK]) + bytes(24),
+            Cmd.DEVICE_COUNT: struct.pack("<I", 1),
+            Cmd.GET_ALIGNMENT: struct.pack("<Q", 32),
+            Cmd.GET_MAX_SIZE: struct.pack("<Q", 1 << 40),
+            Cmd.GET_DEVICE_MEMORY: struct.pack("<QQ", 1 << 30, 1 << 30),
+            Cmd.ALLOC_BUFFER: lambda p: struct.pack("<QQ", 1, struct.unpack("<IQ", p)[1]),
+            Cmd.BUFFER_GET_BASE: struct.pack("<Q", 0x10000),
+            Cmd.GET_ALLOC_SIZE: struct.pack("<Q", 0),
+            Cmd.GET_TENSOR: lambda p: bytes(struct.unpack_from("<Q", p, len(p) - 8)[0]),
+            Cmd.EXT_DEVICE_INFO: b'{"name": "FAKE", "description": "scripted", "type": "GPU"}',
+            Cmd.EXT_SUPPORTS_OP: b"\x01",
+            Cmd.SET_TENSOR_HASH: b"\x00",
+            Cmd.COPY_TENSOR: b"\x01",
+            **(answers or {}),
+        }
+        self._lst = socket.create_server(("127.0.0.1", 0))
+        self._lst.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        self.address = f"127.0.0.1:{self._lst.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._lst.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn: socket.socket) -> None:
+        conn.settimeout(TIMEOUT)
+        with conn, contextlib.suppress(OSError, EOFError):
+            while not self._stop.is_set():
+                head = _recv(conn, 9)
+                cmd, size = struct.unpack("<BQ", head)
+                payload = _recv(conn, size)
+                answer = self.answers.get(Cmd(cmd))
+                if callable(answer):
+                    answer = answer(payload)
+                if answer is None and (Cmd(cmd) in FIXED_RESPONSE_SIZE or cmd == Cmd.EXT_DEVICE_INFO):
+                    return  # a command that needs an answer and has none here: hang up
+                if answer is not None:
+                    conn.sendall(struct.pack("<Q", len(answer)) + answer)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._lst.close()
+        self._thread.join(5)
+
+    def __enter__(self) -> ScriptedServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return out
 
 
 def server_alive(address: str) -> bool:

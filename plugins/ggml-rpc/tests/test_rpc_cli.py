@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,7 +16,7 @@ from ggml_core.cli._rpc_option import use_rpc_servers
 from ggml_rpc import Connection
 from ggml_rpc.cli import loopback_warning
 from ggml_rpc.protocol import Cmd
-from ggml_rpc.server import is_loopback
+from ggml_rpc.server import RPCServer, is_loopback
 
 
 def test_rpc_server_command_serves_until_stopped() -> None:
@@ -90,17 +91,20 @@ def test_missing_plugin_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         use_rpc_servers(["127.0.0.1:1"])
 
 
-def test_use_rpc_servers_extends_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_use_rpc_servers_extends_the_environment(
+    monkeypatch: pytest.MonkeyPatch, make_server: Callable[..., RPCServer]
+) -> None:
     import os
 
     from ggml_core.backend.registry import reset_registry
 
-    monkeypatch.setenv("GGML_RPC_SERVERS", "127.0.0.1:1")
+    s1, s2 = make_server(), make_server()
+    monkeypatch.setenv("GGML_RPC_SERVERS", s1.address)
     try:
-        use_rpc_servers(["127.0.0.1:2", "127.0.0.1:1"])
-        assert os.environ["GGML_RPC_SERVERS"] == "127.0.0.1:1,127.0.0.1:2"
+        use_rpc_servers([s2.address, s1.address])
+        assert os.environ["GGML_RPC_SERVERS"] == f"{s1.address},{s2.address}"
         use_rpc_servers(None)  # nothing asked: nothing changes
-        assert os.environ["GGML_RPC_SERVERS"] == "127.0.0.1:1,127.0.0.1:2"
+        assert os.environ["GGML_RPC_SERVERS"] == f"{s1.address},{s2.address}"
     finally:
         monkeypatch.delenv("GGML_RPC_SERVERS")
         reset_registry()
@@ -126,3 +130,79 @@ def test_an_unreachable_server_is_reported_not_fatal(monkeypatch: pytest.MonkeyP
     finally:
         monkeypatch.delenv("GGML_RPC_SERVERS")
         reset_registry()
+
+
+def _free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    return port
+
+
+def _cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}
+    return subprocess.run(
+        [sys.executable, "-m", "ggml_core.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={**base, "GGML_RPC_CONNECT_TIMEOUT": "3", **(env or {})},
+        timeout=180,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("run", "--tokens", "1,2", "-n", "1"),
+        ("run", "--list-devices"),
+        ("plan",),
+        ("plan", "--list-devices"),
+    ],
+)
+def test_an_unreachable_rpc_endpoint_is_an_error(argv: tuple[str, ...]) -> None:
+    """``--rpc`` names a server the user wants: nothing listening there ends the command (exit 2, one line)."""
+    ep = f"127.0.0.1:{_free_port()}"
+    out = _cli(*argv, "--rpc", ep)
+    err = out.stderr.strip()
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in err and err.count("\n") == 0, err
+    assert f"RPC server {ep}: cannot connect" in err, err
+
+
+def test_a_server_that_never_answers_hello_is_an_error(fake_server_hello: str) -> None:
+    out = _cli("run", "--list-devices", "--rpc", fake_server_hello, env={"GGML_RPC_CONNECT_TIMEOUT": "1"})
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "Traceback" not in err and err.count("\n") == 0, err
+    assert f"RPC server {fake_server_hello}: no complete HELLO answer within 1 s" in err, err
+
+
+def test_a_server_of_another_protocol_is_an_error() -> None:
+    from rpc_helpers import ScriptedServer
+
+    with ScriptedServer({Cmd.HELLO: bytes([6, 0, 0, 0]) + bytes(24)}) as srv:
+        out = _cli("run", "--list-devices", "--rpc", srv.address)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "Traceback" not in err and err.count("\n") == 0, err
+    assert f"RPC server {srv.address}: speaks RPC protocol 6.0.0" in err, err
+
+
+def test_add_server_into_a_loaded_registry_raises_for_an_unreachable_server() -> None:
+    from ggml_core.backend.registry import Registry
+    from ggml_rpc import RPCError, add_server
+
+    ep = f"127.0.0.1:{_free_port()}"
+    with pytest.raises(RPCError, match=rf"RPC server {ep}: cannot connect"):
+        add_server(ep, Registry().load())
+
+
+@pytest.fixture()
+def fake_server_hello() -> Iterator[str]:
+    """A server that accepts connections and never says a word."""
+    import socket
+
+    lst = socket.create_server(("127.0.0.1", 0))
+    yield f"127.0.0.1:{lst.getsockname()[1]}"
+    lst.close()
