@@ -13,6 +13,7 @@ the op and operands. The result lives in the first operand's context. Families:
 - :mod:`.movement`: views, reshape, permute, cont, cpy, get_rows, set_rows
 - :mod:`.conv`: IM2COL, CONV_2D, CONV_TRANSPOSE_1D/2D, POOL_1D/2D, UPSCALE (+ conv_1d/conv_2d composites)
 - :mod:`.layout`: repeat, concat, pad, roll, set, acc, diag, tri, arange, fill, timestep_embedding
+- :mod:`.recurrent`: SSM_CONV, SSM_SCAN, GATED_DELTA_NET, RWKV_WKV7 (state-space and linear-attention layers)
 """
 
 from __future__ import annotations
@@ -41,11 +42,24 @@ if TYPE_CHECKING:  # the builders load on first use (see __getattr__): the enums
     from ggml_core.ops.matmul import *  # noqa: F403
     from ggml_core.ops.movement import *  # noqa: F403
     from ggml_core.ops.norm import *  # noqa: F403
+    from ggml_core.ops.recurrent import *  # noqa: F403
     from ggml_core.ops.reduce import *  # noqa: F403
     from ggml_core.ops.unary import *  # noqa: F403
 
 #: the builder families, imported together on the first access to any builder
-_FAMILIES = ("attention", "conv", "elementwise", "glu", "layout", "matmul", "movement", "norm", "reduce", "unary")
+_FAMILIES = (
+    "attention",
+    "conv",
+    "elementwise",
+    "glu",
+    "layout",
+    "matmul",
+    "movement",
+    "norm",
+    "recurrent",
+    "reduce",
+    "unary",
+)
 _ENUMS = ["VIEW_OPS", "GGMLOp", "GluOp", "PoolOp", "Prec", "ScaleMode", "SortOrder", "TriType", "UnaryOp"]
 _loaded: list[str] | None = None
 

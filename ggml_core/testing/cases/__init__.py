@@ -12,11 +12,11 @@ from functools import cache
 
 from ggml_core.ops import GGMLOp, GluOp, UnaryOp
 from ggml_core.testing._case import Case
-from ggml_core.testing.cases import attention, copy, elementwise, layout, matmul, norm, reduce, vision
+from ggml_core.testing.cases import attention, copy, elementwise, layout, matmul, norm, recurrent, reduce, vision
 
 __all__ = ["all_cases", "all_op_names", "select"]
 
-_FAMILIES = (elementwise, reduce, norm, matmul, copy, layout, attention, vision)
+_FAMILIES = (elementwise, reduce, norm, matmul, copy, layout, attention, vision, recurrent)
 
 
 @cache

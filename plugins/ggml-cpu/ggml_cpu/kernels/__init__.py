@@ -11,6 +11,7 @@ from ggml_cpu.kernels import (  # noqa: F401 - importing registers the kernels
     matmul_id,
     movement,
     norm,
+    recurrent,
     reduce,
     unary,
 )
