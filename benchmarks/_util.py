@@ -1,11 +1,13 @@
 """Shared benchmark helpers: medians of repeated runs, paired with a same-run baseline, and JSON results.
 
 Numbers on a shared machine are noisy: every measurement here is a median, and a measurement that has a baseline
-is timed alternately with it (``paired_ms``) so both see the same load; compare the ratios.
+is timed alternately with it (``paired_ms``) so both see the same load; compare the ratios. Every benchmark writes
+its results as JSON to ``benchmarks/results/<benchmark>.json`` unless told otherwise (``add_json_option``).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -14,11 +16,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["Results", "machine", "median_ms", "paired_ms", "times_ms"]
+__all__ = ["RESULTS_DIR", "Results", "add_json_option", "machine", "median_ms", "paired_ms", "times_ms", "write_json"]
+
+RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
 
 
 def times_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
@@ -101,10 +106,33 @@ class Results:
         return row
 
     def write_json(self, path: str) -> None:
-        """Write everything to ``path`` (``-``: standard output)."""
-        text = json.dumps(self.data, indent=2)
-        if path == "-":
-            print(text)
-        else:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+        """Write everything to ``path`` (see ``write_json``)."""
+        write_json(self.data, path)
+
+
+def add_json_option(ap: argparse.ArgumentParser, benchmark: str) -> None:
+    """``--json PATH``, by default ``benchmarks/results/<benchmark>.json``; a bare ``--json`` or ``--json -`` prints
+    the JSON to standard output instead, ``--json none`` writes nothing."""
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        nargs="?",
+        const="-",
+        default=str(RESULTS_DIR / f"{benchmark}.json"),
+        help=f"write the results as JSON here (default: benchmarks/results/{benchmark}.json; - for standard output, "
+        "none for nowhere)",
+    )
+
+
+def write_json(data: Any, path: str) -> None:
+    """Write ``data`` as JSON to ``path``: ``-`` is standard output, ``none`` nothing; a file's folder is created."""
+    if path == "none":
+        return
+    text = json.dumps(data, indent=2)
+    if path == "-":
+        print(text)
+        return
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+    print(f"# results written to {out}", file=sys.stderr)

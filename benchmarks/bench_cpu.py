@@ -1,7 +1,9 @@
 """CPU plugin speed, each number next to a baseline measured in the same run (medians; ratios; ``--json``).
 
 Usage: ``python benchmarks/bench_cpu.py [--threads N] [--repeat R] [--types q4_0,q8_0,q4_k,q6_k] [--sections ...]
-[--json out.json]``
+[--json PATH]``
+
+The results go to ``benchmarks/results/bench_cpu.json`` (``--json PATH`` elsewhere).
 
 Sections (all by default):
 
@@ -36,7 +38,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import Results, median_ms, paired_ms
+from _util import Results, add_json_option, median_ms, paired_ms
 
 import ggml_core as gc
 from ggml_core import Context, GGMLType, ops
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default="q4_0,q8_0,q4_k,q6_k", help="weight types of the quantized section")
     ap.add_argument("--size", type=int, default=4096, help="K = M of the products (multiple of 256)")
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
-    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON (- for standard output)")
+    add_json_option(ap, "bench_cpu")
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
@@ -353,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_memory(res, args.threads, args.size)
     if "jit" in sections:
         bench_jit(res)
-    if args.json:
-        res.write_json(args.json)
+    res.write_json(args.json)
     return 0
 
 

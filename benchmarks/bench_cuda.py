@@ -1,6 +1,7 @@
 """CUDA plugin speed on a real GPU, each number next to a baseline measured in the same run.
 
-Usage: ``python benchmarks/bench_cuda.py [--device CUDA0] [--quick] [--json results.json]``
+Usage: ``python benchmarks/bench_cuda.py [--device CUDA0] [--quick] [--json PATH]``
+(results as JSON in ``benchmarks/results/bench_cuda.json`` by default)
 
 1. GEMM ``4096³`` in f16 and f32: our MUL_MAT graph (f16 weights × f32 activations, converted to f16 on the device
    and multiplied on tensor cores; f32 on the SIMT kernel) against cuBLAS through CuPy (``a @ b`` in the same
@@ -17,7 +18,6 @@ GPU times come from CUDA events around ``LOOPS`` queued computes (the host only 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +30,9 @@ import numpy as np
 
 import ggml_core as g
 from ggml_core import ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import add_json_option, machine, write_json
 
 TARGET_F16_VS_CUBLAS: Final = 0.7
 TARGET_MV_VS_COPY: Final = 0.6
@@ -179,7 +182,6 @@ def bench_matvec(
 
 def bench_model(dev_name: str, wtypes: list[str], n_gen: int) -> dict[str, Any]:
     """bench_e2e's model over CPU, CUDA0 + CPU (split through the scheduler) and CUDA0 alone: tokens/s."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_e2e import N_PROMPT, write_bench_model
 
     from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-gen", type=int, default=32)
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--skip", default="", help="comma list of parts to skip: gemm,matvec,model")
-    p.add_argument("--json", help="write the results here")
+    add_json_option(p, "bench_cuda")
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.mv_size, args.repeat, args.loops, args.n_gen = 1024, 8192, 3, 3, 8
@@ -256,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     rng = np.random.default_rng(0)
     skip = set(args.skip.split(","))
-    results: dict[str, Any] = {"device": props.name, "description": props.description, "extra": props.extra}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "device": props.name,
+        "description": props.description,
+        "extra": props.extra,
+    }
     if "gemm" not in skip:
         results["gemm"] = bench_gemm(dev, args.size, args.loops, args.repeat, rng)
     if "matvec" not in skip:
@@ -265,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         results["matvec"] = bench_matvec(dev, args.types.split(","), args.mv_size, bw, args.loops, args.repeat, rng)
     if "model" not in skip:
         results["model"] = bench_model(props.name, args.model_types.split(","), args.n_gen)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    write_json(results, args.json)
     return 0
 
 

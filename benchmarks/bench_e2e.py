@@ -12,7 +12,8 @@ measured in ggml-core's process: the model's matrix products alone (``x @ W.T`` 
 for a 128-token batch and for one token (``x floor``: 1.0 = no overhead beyond the products).
 
 Usage: ``python benchmarks/bench_e2e.py [--types f32,q8_0,q4_0,q4_k] [--threads 1,2] [--n-gen 32] [--reps 3]
-[--rounds 2] [--json] [--no-llama-cpp]``
+[--rounds 2] [--json PATH] [--no-llama-cpp]``; the rows go to ``benchmarks/results/bench_e2e.json`` as JSON
+(a bare ``--json`` prints them instead of the table)
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import add_json_option, machine, write_json
 
 TARGET_PP: Final = 1.0
 TARGET_TG: Final = 0.7
@@ -214,7 +218,8 @@ def _ours(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any] | N
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _theirs(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[float]]:
+def llama_cpp_speed(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, list[float]]:
+    """llama.cpp's tokens/s on the model, as llama-bench times them: prompt (``pp``) and generation (``tg``) per rep."""
     from ggml_core.testing.llama_cpp import LlamaCpp
 
     times = LlamaCpp(path, threads=threads, kv_type="f16").bench(N_PROMPT, n_gen, reps)
@@ -230,7 +235,7 @@ def _blas_kernels() -> str:
     return blas_kernels()
 
 
-def _load() -> float:
+def load_average() -> float:
     """The 1-minute load average (0 where the OS has none): the benchmark shares the machine with other work."""
     try:
         return os.getloadavg()[0]
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of ggml-core and llama.cpp")
     ap.add_argument("--no-llama-cpp", action="store_true", help="ggml-core and the numpy floor only")
-    ap.add_argument("--json", action="store_true")
+    add_json_option(ap, "bench_e2e")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -266,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# CPU: {cpu_model()} ({os.cpu_count()} cores); llama.cpp built with {isa}", file=sys.stderr)
     blas = _blas_kernels()
     print(f"# ggml-core's f32 products: {blas or 'numpy BLAS (not OpenBLAS)'}", file=sys.stderr)
-    load_start = _load()
+    load_start = load_average()
     rows = []
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
         for wtype in args.types.split(","):
@@ -282,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
                     if r is not None:
                         ours.append(r)
                     if use_llama:
-                        for k, v in _theirs(path, th, args.n_gen, args.reps).items():
+                        for k, v in llama_cpp_speed(path, th, args.n_gen, args.reps).items():
                             theirs[k] += v
                 if not ours:
                     continue
-                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model(), "load_average": _load()}
+                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model(), "load_average": load_average()}
                 row["blas_kernels"] = blas
                 for k in ("pp", "tg"):
                     row[f"{k}_tokens_per_s"] = statistics.median(v for r in ours for v in r[f"{k}_all"])
@@ -302,11 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                 row["row_splits"] = [sum(r["row_splits"][i] for r in ours) for i in range(3)]
                 rows.append(row)
                 print(f"# {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    settings = {k: getattr(args, k) for k in ("types", "threads", "n_gen", "reps", "rounds", "no_llama_cpp")}
+    write_json({"benchmark": "bench_e2e", "machine": machine(), "settings": settings, "rows": rows}, args.json)
+    if args.json == "-":
         return 0
     print(f"CPU: {cpu_model()}; same-run ratios to llama.cpp (targets: pp >= {TARGET_PP}x, tg >= {TARGET_TG}x)")
-    print(f"load average (1 min) at start {load_start:.2f}, at end {_load():.2f} (other work shares the cores)")
+    print(f"load average (1 min) at start {load_start:.2f}, at end {load_average():.2f} (other work shares the cores)")
     head = f"{'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8}"
     head += f" {'tg tok/s':>9} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8} {'peak RSS MB':>12} {'load':>5}"
     print(head)

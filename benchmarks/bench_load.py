@@ -1,6 +1,6 @@
 """Gemma 3 270M (Q4_K_M, 262k vocab) against llama.cpp, measured in the same run: open + first token, then speed.
 
-**Open + first token** (issue 14's target: ``<= 1.5 x llama.cpp``). Each measurement is a fresh process, what a
+**Open + first token** (target: ``<= 1.5 x llama.cpp``). Each measurement is a fresh process, what a
 user waits for after typing the command, on the CPU. ggml-core's child reports its phases: ``imports`` (Python's
 start-up to ``ggml_core.models`` imported), ``open`` (the bounded header walk), ``load`` (hyperparameters,
 placement, weights mapped in place, KV cache, reserve), ``tokenizer`` (the 262k vocabulary), ``first token`` (the
@@ -23,7 +23,8 @@ so this is CPU-only against CPU-only. Before measuring, the project's packages a
 compile every module from source in every process (0.3-0.5 s here), which no installed copy does.
 
 The model comes from the test's cache (tests/test_models_gemma3_real.py fetches it); prints the CPU model and the
-load average. Usage: ``python benchmarks/bench_load.py [--reps 3] [--speed] [--threads N] [--json]``
+load average. Usage: ``python benchmarks/bench_load.py [--reps 3] [--speed] [--threads N] [--json PATH]``;
+the results go to ``benchmarks/results/bench_load.json`` as JSON (a bare ``--json`` prints them).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import machine
+from _util import add_json_option, machine, write_json
 
 MODEL = Path.home() / ".cache" / "ggml-core" / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf"
 PROMPT = "The capital of France is"
@@ -150,7 +151,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--speed", action="store_true", help="also pp128 / tg32 against llama.cpp")
-    ap.add_argument("--json", action="store_true")
+    add_json_option(ap, "bench_load")
     args = ap.parse_args()
     if not MODEL.is_file():
         print(f"{MODEL} is missing: run tests/test_models_gemma3_real.py once to fetch it", file=sys.stderr)
@@ -194,8 +195,8 @@ def main() -> int:
                 f"  ratios: pp128 {speed['pp128 ours'] / speed['pp128 llama.cpp']:.2f}x, "
                 f"tg32 {speed['tg32 ours'] / speed['tg32 llama.cpp']:.2f}x"
             )
-    if args.json:
-        print(json.dumps(result))
+    result["settings"] = {"reps": args.reps, "threads": args.threads, "speed": args.speed}
+    write_json(result, args.json)
     return 0
 
 

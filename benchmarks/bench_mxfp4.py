@@ -1,6 +1,7 @@
 """MXFP4 expert products (gpt-oss) on the CPU plugin next to a numpy baseline timed alternately in the same run.
 
-Usage: ``python benchmarks/bench_mxfp4.py [--threads N] [--repeat R] [--tokens 1,32] [--json out.json]``
+Usage: ``python benchmarks/bench_mxfp4.py [--threads N] [--repeat R] [--tokens 1,32] [--json PATH]``
+(results as JSON in ``benchmarks/results/bench_mxfp4.json`` by default)
 
 One MUL_MAT_ID of gpt-oss-20b's expert shape: 32 experts of [2880, 2880] MXFP4 weights, 4 chosen per token, for a
 decode step (1 token) and a small batch. The baseline is the plainest numpy: per chosen expert, gguf-py-equivalent
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import Results, paired_ms
+from _util import Results, add_json_option, paired_ms
 
 import ggml_core as gc
 from ggml_core import ops
@@ -39,7 +40,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--tokens", default="1,32")
-    ap.add_argument("--json")
+    add_json_option(ap, "bench_mxfp4")
     args = ap.parse_args()
     res = Results("bench_mxfp4", vars(args))
     print(f"{res.data['machine']['cpu']}, {args.threads} threads, load {res.data['machine']['load_average']}")
@@ -76,8 +77,7 @@ def main() -> int:
         row = res.add("mul_mat_id", f"{n_tok} tokens", ours_ms=t_ours, numpy_ms=t_base, ratio=t_base / t_ours)
         print(f"MUL_MAT_ID MXFP4 {N_EXPERT}x[{K}, {M}], {N_USED} used, {n_tok} token(s): "
               f"{t_ours:.1f} ms, numpy {t_base:.1f} ms, ratio {row['ratio']:.1f}x")  # fmt: skip
-    if args.json:
-        res.write_json(args.json)
+    res.write_json(args.json)
     return 0
 
 

@@ -1,6 +1,7 @@
 """OpenCL plugin speed, each number next to a baseline measured in the same run.
 
-Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]``
+Usage: ``python benchmarks/bench_opencl.py [--device OpenCL0] [--size 1024] [--repeat 7] [--types q4_0,q8_0,...]
+[--json PATH]``; the results also go to ``benchmarks/results/bench_opencl.json`` as JSON.
 
 Prints the CPU model, the load average and the device, then best-of and median of ``--repeat`` interleaved rounds
 (after a warm-up that builds the kernels and, on first use, tunes them for this device: see docs/opencl.md): each
@@ -36,7 +37,7 @@ import ggml_core as g
 from ggml_core import ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import machine
+from _util import Results, add_json_option, machine
 
 
 class Paired:
@@ -97,7 +98,7 @@ def _mul_mat_runner(dev: g.Device, wtype: str, m: int, n: int, k: int, rng: np.r
     return lambda: backend.graph_compute(graph)
 
 
-def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> float:
+def bench_sgemm(res: Results, dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> float:
     """Our SGEMM vs numpy; returns our time (s)."""
     run = _mul_mat_runner(dev, "f32", size, size, size, rng)
     a = rng.uniform(-1, 1, (size, size)).astype(np.float32)
@@ -105,6 +106,7 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     p = Paired(run, lambda: b @ a.T, repeat)
     flop = 2.0 * size**3
     for how, (ours, ref) in (("best-of", p.best), ("median", p.median)):
+        res.add("sgemm", how, size=size, ours_ms=ours * 1e3, numpy_ms=ref * 1e3, gflops=flop / ours / 1e9)
         print(
             f"SGEMM {size}^3 f32 {how:7}: {dev.name} {flop / ours / 1e9:7.1f} GFLOP/s ({ours * 1e3:.1f} ms)   "
             f"numpy {flop / ref / 1e9:7.1f} GFLOP/s ({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x"
@@ -112,7 +114,7 @@ def bench_sgemm(dev: g.Device, size: int, repeat: int, rng: np.random.Generator)
     return p.best[0]
 
 
-def bench_matvec(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+def bench_matvec(res: Results, dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     """4096×4096 f32 weights times one activation row: ours vs numpy."""
     m = k = 4096
     run = _mul_mat_runner(dev, "f32", m, 1, k, rng)
@@ -121,6 +123,7 @@ def bench_matvec(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     p = Paired(run, lambda: a @ x, repeat)
     gb = m * k * 4 / 2**30
     for how, (ours, ref) in (("best-of", p.best), ("median", p.median), ("cold", p.cold_best)):
+        res.add("matvec", how, ours_ms=ours * 1e3, numpy_ms=ref * 1e3)
         print(
             f"MATVEC 4096x4096 f32 {how:7}: {dev.name} {ours * 1e3:.2f} ms ({gb / ours:.1f} GiB/s)   numpy "
             f"{ref * 1e3:.2f} ms ({gb / ref:.1f} GiB/s)   time ratio {ours / ref:.2f}x (goal <= 2x)"
@@ -128,7 +131,13 @@ def bench_matvec(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
 
 
 def bench_quantized(
-    dev: g.Device, types: list[str], size: int, repeat: int, rng: np.random.Generator, shapes: tuple[str, ...]
+    res: Results,
+    dev: g.Device,
+    types: list[str],
+    size: int,
+    repeat: int,
+    rng: np.random.Generator,
+    shapes: tuple[str, ...],
 ) -> None:
     """Quantized weights against f32 weights, as a matrix product and as a matrix-vector product."""
     for label, (m, n, k) in (("matmul", (size, size, size)), ("matvec", (4096, 1, 4096))):
@@ -142,13 +151,21 @@ def bench_quantized(
         for t in types:
             p = Paired(_mul_mat_runner(dev, t, m, n, k, rng), f32_run, repeat)
             (tq, base), (mq, mbase) = p.best, p.median
+            res.add(
+                f"quantized {label}",
+                t,
+                best_ms=tq * 1e3,
+                f32_best_ms=base * 1e3,
+                median_ms=mq * 1e3,
+                f32_median_ms=mbase * 1e3,
+            )
             print(
                 f"    {t:>6} weights {tq * 1e3:8.2f} ms   f32 weights {base * 1e3:8.2f} ms   ratio {tq / base:5.2f}x"
                 f"   (median {mq * 1e3:.2f} / {mbase * 1e3:.2f} ms, {mq / mbase:.2f}x)"
             )
 
 
-def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
+def bench_add(res: Results, dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     """ADD of 16M f32 values: bandwidth of our kernel and of numpy."""
     n = 16 * 2**20
     ctx = g.Context("add")
@@ -165,6 +182,7 @@ def bench_add(dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     zv = np.empty_like(xv)
     ours, ref = Paired(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat).best
     gb = 3 * 4 * n / 2**30
+    res.add("add", "best-of", ours_ms=ours * 1e3, numpy_ms=ref * 1e3)
     print(
         f"ADD 16M f32 best-of: {dev.name} {gb / ours:6.1f} GiB/s ({ours * 1e3:.1f} ms)   numpy {gb / ref:6.1f} GiB/s "
         f"({ref * 1e3:.1f} ms)   ratio {ref / ours:.2f}x"
@@ -179,13 +197,16 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=15, help="interleaved rounds per measurement")
     p.add_argument("--types", default="q4_0,q8_0,q4_K,q6_K")
     p.add_argument("--only", choices=("sgemm", "matvec", "quant", "quant-matvec", "add"), default=None)
+    add_json_option(p, "bench_opencl")
     args = p.parse_args()
     try:
         dev = g.get_device(args.device)
     except g.DeviceNotFoundError as exc:
         print(f"no OpenCL device to benchmark: {exc}")
         return 1
-    info = machine()
+    res = Results("bench_opencl", {k: v for k, v in vars(args).items() if k != "json"})
+    res.data["device"] = f"{dev.name}: {dev.description}"
+    info = res.data["machine"]
     print(
         f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "
         f"numpy {np.__version__}"
@@ -193,17 +214,18 @@ def main() -> int:
     print(f"{dev.name}: {dev.description}")
     rng = np.random.default_rng(0)
     if args.only in (None, "sgemm"):
-        bench_sgemm(dev, args.size, args.repeat, rng)
+        bench_sgemm(res, dev, args.size, args.repeat, rng)
     if args.only in (None, "matvec"):
-        bench_matvec(dev, args.repeat, rng)
+        bench_matvec(res, dev, args.repeat, rng)
     if args.only in (None, "quant", "quant-matvec"):
         shapes = ("matvec",) if args.only == "quant-matvec" else ("matmul", "matvec")
         types = [t.strip() for t in args.types.split(",") if t.strip()]
-        bench_quantized(dev, types, args.size, args.repeat, rng, shapes)
+        bench_quantized(res, dev, types, args.size, args.repeat, rng, shapes)
     if args.only in (None, "add"):
-        bench_add(dev, args.repeat, rng)
+        bench_add(res, dev, args.repeat, rng)
     _print_tuning(dev)
     print(f"load average at the end: {machine()['load_average']}")
+    res.write_json(args.json)
     return 0
 
 

@@ -12,7 +12,8 @@ is the best; the expectation is >= 0.9). Prints the CPU model and load average, 
 
 The model: Gemma 3 270M Q4_K_M from the tests' cache when present (tests/test_models_gemma3_real.py fetches it),
 else the embedded default model. Usage: ``python benchmarks/bench_placement.py [--rounds 3] [--n-predict 32]
-[--model FILE] [--json]``
+[--model FILE] [--json PATH]``; the results go to ``benchmarks/results/bench_placement.json`` as JSON (a bare
+``--json`` prints them).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import machine
+from _util import add_json_option, machine, write_json
 
 GEMMA = Path.home() / ".cache" / "ggml-core" / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf"
 #: 64 prompt tokens of the model's vocabulary (small ids exist in every vocabulary, the default model's 613 too)
@@ -59,7 +60,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--json", action="store_true")
+    add_json_option(ap, "bench_placement")
     args = ap.parse_args()
     model_path = args.model or (GEMMA if GEMMA.exists() else None)
     model = [str(model_path)] if model_path else []
@@ -103,8 +104,7 @@ def main() -> int:
         print(f"{r['placement']:<28} {r['pp_tok_s']:9.1f} {r['tg_tok_s']:9.1f} {r['seconds']:8.3f}  {where}")
     ratio = best["seconds"] / default["seconds"]
     print(f"default / best hand-chosen ({best['placement']}): {ratio:.2f}x the speed (expected >= 0.9)")
-    if args.json:
-        print(json.dumps({"machine": info, "rows": rows, "ratio": ratio, "best": best["placement"]}, indent=1))
+    write_json({"machine": info, "rows": rows, "ratio": ratio, "best": best["placement"]}, args.json)
     return 0
 
 

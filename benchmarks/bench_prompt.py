@@ -7,7 +7,8 @@ for each op kind (MUL_MAT split by weight type and shape) and the host work arou
 and load average.
 
 Usage: ``python benchmarks/bench_prompt.py [--types f32,q8_0,q4_0,q4_k] [--threads 1] [--reps 5] [--model PATH]
-[--wall]`` (``--wall``: wall-clock time, to see what threads gain; CPU time counts every thread's work)
+[--wall] [--json PATH]`` (``--wall``: wall-clock time, to see what threads gain; CPU time counts every thread's
+work); the rows go to ``benchmarks/results/bench_prompt.json`` as JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _util import Results, add_json_option
 from bench_e2e import N_PROMPT, SHAPE, write_bench_model
 
 
@@ -76,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--model", type=Path, help="a GGUF model instead of the bench models")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the process's CPU time")
+    add_json_option(ap, "bench_prompt")
     args = ap.parse_args(argv)
+    results = Results("bench_prompt", {k: str(v) for k, v in vars(args).items() if k != "json"})
     from ggml_core.testing.llama_cpp import cpu_model
 
     print(f"# CPU: {cpu_model()} ({os.cpu_count()} cores), load average {os.getloadavg()[0]:.2f}")
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"({N_PROMPT / total * 1e3:.0f} tok/s), load {os.getloadavg()[0]:.2f}")  # fmt: skip
                 for k, v in ops.items():
                     print(f"  {k:<34} {v:8.3f} ms  {v / total * 100:5.1f} %")
+                results.add(path.name, f"x{th}", threads=th, batch_ms=total, ops_ms=ops)
+    results.write_json(args.json)
     return 0
 
 

@@ -8,7 +8,8 @@ compare fairly on a shared machine) and the ratios tile / block and packed / blo
 faster). This is the measurement behind ``qdot.vec_rows_limit`` (the row count up to which a type takes the block
 kernels). Prints the CPU model and load.
 
-Usage: ``python benchmarks/bench_qroutes.py [--types q4_0,q8_0,q4_k] [--rows 1,13,128,512] [--repeat 9]``
+Usage: ``python benchmarks/bench_qroutes.py [--types q4_0,q8_0,q4_k] [--rows 1,13,128,512] [--repeat 9] [--json PATH]``;
+the rows go to ``benchmarks/results/bench_qroutes.json`` as JSON.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from _util import machine
+from _util import Results, add_json_option
 
 from ggml_core import GGMLType
 from ggml_core.quants import quantize
@@ -48,11 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default="q4_0,q5_0,q8_0,q4_k,q6_k")
     ap.add_argument("--rows", default="1,13,128,512")
     ap.add_argument("--repeat", type=int, default=9)
+    add_json_option(ap, "bench_qroutes")
     args = ap.parse_args(argv)
+    results = Results("bench_qroutes", {k: v for k, v in vars(args).items() if k != "json"})
     from ggml_cpu.kernels import qdot
 
     qdot.set_threads(1)
-    info = machine()
+    info = results.data["machine"]
     print(f"# CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}; one thread")
     print(
         f"{'type':6} {'rows':>5} {'shape':>10} {'block ms':>9} {'tile ms':>9} {'packed ms':>9} {'tile/block':>10}"
@@ -74,10 +77,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 shape = f"{m}x{k}"
                 limit = qdot.vec_rows_limit(t)
+                results.add(name, shape, rows=n, block_ms=block, tile_ms=tile, packed_ms=packed, rows_limit=limit)
                 print(
                     f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {packed:9.3f} {tile / block:9.2f}x"
                     f" {packed / block:11.2f}x  {limit}"
                 )
+    results.write_json(args.json)
     return 0
 
 

@@ -1,21 +1,27 @@
 """Time ``ggml_core.quants`` quantize + dequantize of a 4096×4096 float32 matrix per type, next to ``gguf.quants``.
 
-Usage: ``python benchmarks/bench_quants.py [--size N] [--types Q4_0,Q4_K,...] [--repeat R]``. Prints the best of
-``R`` runs in milliseconds for quantize and dequantize, and the ratio ``ggml_core / gguf`` where gguf supports the
-type (gguf-py quantizes only F16/BF16/Q4_0..Q8_0 plus a few others, and dequantizes most types).
+Usage: ``python benchmarks/bench_quants.py [--size N] [--types Q4_0,Q4_K,...] [--repeat R] [--json PATH]``.
+Prints the best of ``R`` runs in milliseconds for quantize and dequantize, and the ratio ``ggml_core / gguf`` where
+gguf supports the type (gguf-py quantizes only F16/BF16/Q4_0..Q8_0 plus a few others, and dequantizes most types).
+The rows also go to ``benchmarks/results/bench_quants.json`` as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ggml_core._types import GGMLType
+from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantizable_types, quantize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import Results, add_json_option
 
 gguf: Any
 gguf_quants: Any
@@ -75,7 +81,9 @@ def main() -> None:
     ap.add_argument("--types", default="", help="comma-separated type names (default: every quantizable type)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement (best is reported)")
     ap.add_argument("--no-gguf", action="store_true", help="skip the gguf.quants comparison")
+    add_json_option(ap, "bench_quants")
     args = ap.parse_args()
+    results = Results("bench_quants", {k: v for k, v in vars(args).items() if k != "json"})
 
     types = [GGMLType[n.strip().upper()] for n in args.types.split(",") if n.strip()] or list(quantizable_types())
     x = np.random.default_rng(0).standard_normal((args.size, args.size)).astype(np.float32)
@@ -87,6 +95,8 @@ def main() -> None:
         td = _best_ms(lambda: dequantize(q, t), args.repeat)  # noqa: B023
         gq, gd = (None, None) if args.no_gguf else _gguf_times(t, x, args.repeat)
         print(f"{t.name:6} {_fmt(tq)} {_fmt(td)} | {_fmt(gq)} {_fmt(gd)} | {_ratio(tq, gq)} {_ratio(td, gd)}")
+        results.add("quants", t.name, quantize_ms=tq, dequantize_ms=td, gguf_quantize_ms=gq, gguf_dequantize_ms=gd)
+    results.write_json(args.json)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ For each weight type and shape (the bench model's 512 × 512, 1536 × 512, 512 �
 ``calls`` calls; the best round is printed) with the weights' GB/s, next to numpy reading the same bytes
 (``u64.sum()``) for the big shape. Every variant's result is checked equal to one thread's first.
 
-Usage: ``python benchmarks/bench_rowsplit.py [--types q4_0,q8_0,q4_k,q6_k] [--threads 2] [--big]``
+Usage: ``python benchmarks/bench_rowsplit.py [--types q4_0,q8_0,q4_k,q6_k] [--threads 2] [--big] [--json PATH]``;
+the rows go to ``benchmarks/results/bench_rowsplit.json`` as JSON.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _util import machine, times_ms
+from _util import Results, add_json_option, times_ms
 
 import ggml_core as gc
 from ggml_core.quants import quantize
@@ -38,14 +39,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--big", action="store_true", help="also the 262,144 × 640 output projection")
+    add_json_option(ap, "bench_rowsplit")
     args = ap.parse_args()
+    results = Results("bench_rowsplit", {k: v for k, v in vars(args).items() if k != "json"})
     from ggml_cpu.kernels.qdot import _jit, _spin, product
 
     if not _jit.enabled():
         print(f"compiled kernels are off: {_jit.disabled_reason()}", file=sys.stderr)
         return 2
     _jit.set_threads(args.threads)
-    print(f"# {machine().get('cpu')}, {args.threads} threads, load average {os.getloadavg()[0]:.2f}")
+    print(f"# {results.data['machine']['cpu']}, {args.threads} threads, load average {os.getloadavg()[0]:.2f}")
     rng = np.random.default_rng(0)
     for name in args.types.split(","):
         t = gc.as_type(name)
@@ -81,7 +84,9 @@ def main() -> int:
                 best["numpy read"] = min(statistics.median(times_ms(u.sum, 5)) for _ in range(args.rounds))
             cells = "  ".join(f"{label} {v * 1e3:9.1f} µs {w.nbytes / v / 1e6:5.1f} GB/s" for label, v in best.items())
             print(f"{t.name:5} {m:6} x {k:4}  {cells}", flush=True)
+            results.add(t.name, f"{m}x{k}", **{f"{label} ms": v for label, v in best.items()})
     print(f"# load average at the end {os.getloadavg()[0]:.2f}")
+    results.write_json(args.json)
     return 0
 
 

@@ -1,7 +1,8 @@
 """RPC over loopback: SET_TENSOR / GET_TENSOR throughput against a raw socket copy, and the per-token cost of a
 layer split over the local CPU and a loopback RPC device.
 
-Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp] [--before REV]``.
+Usage: ``python benchmarks/bench_rpc.py [--mib 64] [--repeat 5] [--tokens 16] [--llama-cpp] [--before REV]
+[--json PATH]``; the results also go to ``benchmarks/results/bench_rpc.json`` as JSON.
 
 Servers run in their own processes (``ggml-core rpc-server --port 0``; with ``--llama-cpp`` also llama.cpp's
 ``ggml-rpc-server`` from the interop test's cache, if it was built; with ``--before REV`` also the ggml-rpc server
@@ -322,14 +323,16 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16, help="decode steps per model measurement (default 16)")
     ap.add_argument("--llama-cpp", action="store_true", help="also against llama.cpp's ggml-rpc-server (if built)")
     ap.add_argument("--before", metavar="REV", help="also the ggml-rpc server of git revision REV (before/after)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _util import Results, add_json_option
+
+    add_json_option(ap, "bench_rpc")
     args = ap.parse_args()
     nbytes = args.mib << 20
     gb = nbytes / 1e9
+    out = Results("bench_rpc", {k: v for k, v in vars(args).items() if k != "json"})
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _util import machine
-
-    print(f"machine: {machine()}")
+    print(f"machine: {out.data['machine']}")
     print(f"loopback transfers of {args.mib} MiB, medians of {args.repeat} (targets measured in rotation)")
     servers: list[tuple[str, Callable[[], Any]]] = [("ggml-core rpc-server", _ours)]
     if args.before:
@@ -355,6 +358,7 @@ def main() -> int:
     raw_put, raw_get = result["raw socket"]
     print(f"  {'':28}{'SET (GB/s)':>12}{'vs raw':>8}{'GET (GB/s)':>12}{'vs raw':>8}")
     for name, (put, get) in result.items():
+        out.add("transfer", name, set_ms=put, get_ms=get, set_gb_s=gb / put * 1e3, get_gb_s=gb / get * 1e3)
         print(f"  {name:28}{gb / put * 1e3:12.2f}{raw_put / put:8.2f}{gb / get * 1e3:12.2f}{raw_get / get:8.2f}")
 
     with ExitStack() as stack:
@@ -365,6 +369,7 @@ def main() -> int:
         disconnect_all()
     print(f"\nsmall answered command (64-byte GET_TENSOR), median µs of {args.repeat} rounds of 200 (in rotation)")
     for name, us in rtt.items():
+        out.add("small command", name, round_trip_us=us)
         print(f"  {name:36}{us:9.1f} µs")
     if args.before:
         ratio = rtt["ggml-core rpc-server"] / rtt[f"ggml-core @ {args.before[:10]}"]
@@ -389,6 +394,7 @@ def main() -> int:
             disconnect_all()
         cpu_ms = res["CPU alone"][0]
         for name, (ms, counts) in res.items():
+            out.add("per token", name, ms=ms, **counts)
             what = ", ".join(f"{k} {v:.3g}" for k, v in sorted(counts.items()))
             extra = f"  (+{ms - cpu_ms:.2f} ms per token; per token: {what})" if counts else ""
             print(f"  {name:36}{ms:9.2f} ms{extra}")
@@ -404,6 +410,7 @@ def main() -> int:
         put_new, get_new = result["ggml-core rpc-server"]
         print(f"  transfer time now / before: SET {put_new / put_old:.2f}, GET {get_new / get_old:.2f}")
     reset_registry()
+    out.write_json(args.json)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Scheduler overhead: placement + split + allocation of a 32-layer LLaMA-shaped graph, next to its CPU compute time.
 
 Usage: ``python benchmarks/bench_sched.py [--layers 32] [--embd 512] [--heads 8] [--ff 1376] [--tokens 32]
-[--repeat 5] [--no-mixed]``.
+[--repeat 5] [--no-mixed] [--json PATH]``; the results go to ``benchmarks/results/bench_sched.json`` as JSON.
 
 The graph is tests/sched_plugin/llama_graph.py's, with a KV cache (SET_ROWS into host caches, attention over views of
 them): about 32 nodes per layer. Measured, as medians of ``--repeat`` runs, all in this one process:
@@ -28,7 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _util import Results, add_json_option
 from sched_plugin import SubsetDevice
 from sched_plugin import llama_graph as L
 
@@ -114,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-mixed", action="store_true", help="skip the CPU + Sub0 scheduler")
+    add_json_option(p, "bench_sched")
     args = p.parse_args(argv)
+    results = Results("bench_sched", {k: v for k, v in vars(args).items() if k != "json"})
 
     cpu = ggml_core.init_backend("cpu")
     print(
@@ -146,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(("Sub0 + CPU", res_mixed))
 
     print(f"\ncompute on the CPU (baseline): median {compute:9.2f} ms, fastest {fastest:9.2f} ms")
+    results.add("compute", "CPU", median_ms=compute, fastest_ms=fastest)
     print(f"{'scheduler':<12} {'step':<24} {'ms':>9} {'÷ compute':>10}  {'plans':>5} {'placements':>10}")
     for name, res in rows:
         for step in ("first", "reuse (same graph)", "reuse (rebuilt graph)"):
+            results.add(name, step, ms=res[step], of_compute=res[step] / compute, plans=int(res["_plans"]))
             print(
                 f"{name:<12} {step:<24} {res[step]:9.3f} {res[step] / compute:10.2%}  "
                 f"{int(res['_plans']):5d} {int(res['_placements']):10d}"
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nworst reuse overhead {worst / compute:.2%} of the median compute, {worst / fastest:.2%} of the fastest: "
         f"{verdict} the 5 % target"
     )
+    results.write_json(args.json)
     return 0
 
 

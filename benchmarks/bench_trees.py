@@ -7,7 +7,7 @@ per (type, threads), on the bench models of ``bench_e2e.py``. Prints tokens/s me
 1-minute load average per row.
 
 Usage: ``python benchmarks/bench_trees.py BEFORE_DIR AFTER_DIR [--types f32,q8_0,q4_0,q4_k] [--threads 1,2]
-[--rounds 2] [--reps 3] [--n-gen 16]``
+[--rounds 2] [--reps 3] [--n-gen 16] [--json PATH]``; the rows go to ``benchmarks/results/bench_trees.json`` as JSON.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_e2e import _load, _theirs, write_bench_model
+from _util import Results, add_json_option
+from bench_e2e import llama_cpp_speed, load_average, write_bench_model
 
 
 def _ours(tree: str, path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any] | None:
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--n-gen", type=int, default=16)
+    add_json_option(ap, "bench_trees")
     args = ap.parse_args(argv)
+    results = Results("bench_trees", {k: v for k, v in vars(args).items() if k != "json"})
     trees = {"before": args.before, "after": args.after}
     print(f"# load average at start {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
@@ -64,14 +67,17 @@ def main(argv: list[str] | None = None) -> int:
                         if r is not None:
                             pp[name] += r["pp_all"]
                             tg[name] += r["tg_all"]
-                    theirs = _theirs(path, th, args.n_gen, args.reps)
+                    theirs = llama_cpp_speed(path, th, args.n_gen, args.reps)
                     pp["llama.cpp"] += theirs["pp"]
                     tg["llama.cpp"] += theirs["tg"]
-                    loads.append(_load())
+                    loads.append(load_average())
                 if not all(pp.values()):
                     continue
                 p = {k: statistics.median(v) for k, v in pp.items()}
                 g = {k: statistics.median(v) for k, v in tg.items()}
+                results.add(
+                    wtype, f"x{th}", threads=th, pp_tokens_per_s=p, tg_tokens_per_s=g, load=[min(loads), max(loads)]
+                )
                 print(
                     f"{wtype:5} x{th}: pp128 before {p['before']:7.0f} after {p['after']:7.0f} llama.cpp"
                     f" {p['llama.cpp']:7.0f} | ratio {p['before'] / p['llama.cpp']:.2f}x -> "
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                     f" llama.cpp {g['llama.cpp']:.0f} | load {min(loads):.1f}-{max(loads):.1f}",
                     flush=True,
                 )
+    results.write_json(args.json)
     return 0
 
 
