@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import os
 import ssl
+import stat
 from typing import Final
 
 from ggml_rpc.protocol import TOKEN_MAX, RPCConfigError
@@ -38,8 +39,19 @@ TLS_CA_ENV: Final = "GGML_RPC_TLS_CA"
 TLS_SCHEME: Final = "tls://"
 
 
+def _regular(path: str, what: str) -> None:
+    """``path`` must be a regular file (a FIFO would block the open, a directory fail it obscurely)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise RPCConfigError(path, f"cannot open the {what}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise RPCConfigError(path, f"the {what} is not a regular file")
+
+
 def read_token(path: str) -> bytes:
     """The token in ``path``: its bytes without surrounding whitespace (1 to :data:`TOKEN_MAX` bytes)."""
+    _regular(path, "token file")
     try:
         with open(path, "rb") as f:
             raw = f.read(TOKEN_MAX * 2 + 1)
@@ -71,6 +83,7 @@ def client_context(cafile: str | None = None) -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if ca is not None:
+        _regular(ca, f"CA certificate ({TLS_CA_ENV})")
         try:
             ctx.load_verify_locations(cafile=ca)
         except (OSError, ssl.SSLError) as exc:
@@ -80,6 +93,8 @@ def client_context(cafile: str | None = None) -> ssl.SSLContext:
 
 def server_context(certfile: str, keyfile: str) -> ssl.SSLContext:
     """TLS for the server (1.2 or newer) from a PEM certificate chain and its key."""
+    _regular(certfile, "certificate (--tls-cert)")
+    _regular(keyfile, "key (--tls-key)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:

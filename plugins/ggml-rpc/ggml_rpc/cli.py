@@ -1,6 +1,7 @@
 """``ggml-core rpc-server``: serve local devices over ggml's RPC protocol 7.0.0 (llama.cpp's ``--rpc`` can use it).
 
-The protocol has no authentication: the server binds to 127.0.0.1 unless ``--host`` says otherwise, and then warns.
+The protocol has no authentication: the server binds to 127.0.0.1 unless ``--host`` says otherwise, and then warns
+unless it was given both ``--token FILE`` and TLS (``--tls-cert FILE --tls-key FILE``).
 The plugin contributes the command through the ``ggml_register_commands`` hook (:mod:`ggml_rpc.plugin`); this
 module is imported only when ``ggml-core`` builds its parser, and the server modules only when the command runs.
 """
@@ -19,17 +20,24 @@ __all__ = ["add_parser", "loopback_warning", "run"]
 MAX_CLIENTS: Final = 4096
 
 
-def loopback_warning(host: str) -> str | None:
-    """The warning printed when ``host`` is not a loopback address (None for loopback)."""
+def loopback_warning(host: str, *, token: bool = False, tls: bool = False) -> str | None:
+    """The warning printed when ``host`` is not a loopback address and the server lacks a token or TLS (None for
+    loopback, or with both)."""
     from ggml_rpc.server import is_loopback
 
-    if is_loopback(host):
+    if is_loopback(host) or (token and tls):
         return None
     bar = "!" * 72
+    if not token:
+        risk = (
+            f"{'no authentication and no encryption' if not tls else 'no authentication (--token)'}: anyone who "
+            "can reach this port can\nallocate memory and run graphs here. Never expose it to an open network,"
+        )
+    else:
+        risk = "a token but no encryption (--tls-cert/--tls-key): anyone on the path can read the token,"
     return (
-        f"\n{bar}\nWARNING: binding to {host!r}, which is not loopback.\n"
-        "ggml's RPC protocol has no authentication and no encryption: anyone who can reach this port can\n"
-        "allocate memory and run graphs here. Never expose it to an open network.\n"
+        f"\n{bar}\nWARNING: binding to {host!r}, which is not loopback, with {risk}\n"
+        "or give --token FILE and --tls-cert FILE --tls-key FILE.\n"
         f"{bar}\n"
     )
 
@@ -80,6 +88,14 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--min-rate", type=positive, default=1024.0, help="KiB/s every message must at least move (1024)")
     p.add_argument("--hello-timeout", type=positive, default=10.0, help="seconds for the whole HELLO (10)")
     p.add_argument("--cache-max", type=positive, default=8192.0, help="MiB the --cache-dir may hold (8192; LRU)")
+    p.add_argument(
+        "--token",
+        metavar="FILE",
+        help="require the secret in FILE from every client before HELLO (clients: GGML_RPC_TOKEN_FILE; "
+        "llama.cpp's clients cannot send one)",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="serve TLS only, with this PEM certificate")
+    p.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
     p.add_argument("--verbose", "-v", action="store_true", help="log every connection and cache event")
     p.set_defaults(func=run)
 
@@ -89,8 +105,19 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from ggml_core.backend.registry import get_registry
-    from ggml_rpc.protocol import PROTO_VERSION
+    from ggml_rpc._security import read_token, server_context
+    from ggml_rpc.protocol import PROTO_VERSION, RPCConfigError
     from ggml_rpc.server import RPCServer, ServerLimits, default_devices
+
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print(f"ggml-core {args.command}: error: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    try:
+        token = read_token(str(args.token)) if args.token is not None else None
+        tls = server_context(str(args.tls_cert), str(args.tls_key)) if args.tls_cert is not None else None
+    except RPCConfigError as exc:
+        print(f"ggml-core {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -116,11 +143,13 @@ def run(args: argparse.Namespace) -> int:
         hello_timeout=args.hello_timeout,
         cache_max_bytes=int(args.cache_max * 2**20),
     )
-    warning = loopback_warning(args.host)
+    warning = loopback_warning(args.host, token=token is not None, tls=tls is not None)
     if warning:
         print(warning, file=sys.stderr)
     cache_dir = str(args.cache_dir) if args.cache_dir is not None else None
-    server = RPCServer(devices, args.host, args.port, cache_dir=cache_dir, limits=limits, n_threads=args.threads)
+    server = RPCServer(
+        devices, args.host, args.port, cache_dir=cache_dir, limits=limits, n_threads=args.threads, token=token, tls=tls
+    )
     try:
         server.bind()
     except OSError as exc:  # address in use, not an address of this machine, a privileged port
@@ -130,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     print(f"ggml-core RPC server, protocol v{'.'.join(map(str, PROTO_VERSION))}")
-    print(f"  endpoint    : {server.address}")
+    print(f"  endpoint    : {'tls://' if tls is not None else ''}{server.address}")
+    print(f"  token       : {'required' if token is not None else 'none'}")
     print(f"  local cache : {args.cache_dir or 'n/a'}")
     print("  devices     :")
     for i, d in enumerate(devices):

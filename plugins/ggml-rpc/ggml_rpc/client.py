@@ -31,6 +31,7 @@ from ggml_rpc._security import TLS_SCHEME, TOKEN_FILE_ENV, client_context, clien
 from ggml_rpc.protocol import (
     FIXED_RESPONSE_SIZE,
     GGML_CORE_MARK,
+    GGML_CORE_TLS_REQUIRED,
     GGML_CORE_TOKEN_REQUIRED,
     HELLO_CAPS_SIZE,
     PROTO_VERSION,
@@ -177,11 +178,7 @@ class Connection:
                 recv_into_exact(sock, memoryview(head), deadline)
             except EOFError:
                 if head[:2] in (b"\x15\x03", b"\x16\x03"):  # a TLS record: the server talks TLS to a plain client
-                    raise RPCAuthError(
-                        self.endpoint,
-                        f"the server serves TLS only: connect to {TLS_SCHEME}{self.host}:{self.port} (and trust its "
-                        "certificate with GGML_RPC_TLS_CA=FILE if it is self-signed)",
-                    ) from None
+                    raise self._tls_required() from None
                 raise
             size = _U64.unpack(head)[0]
             if size != FIXED_RESPONSE_SIZE[Cmd.HELLO]:
@@ -207,6 +204,9 @@ class Connection:
                 f"allows) or speaks an RPC protocol older than {PROTO_VERSION[0]}.x (llama.cpp builds before "
                 "protocol 7; update the server)",
             ) from exc
+        if rsp[3] == GGML_CORE_TLS_REQUIRED:
+            self.close()
+            raise self._tls_required()
         if rsp[3] == GGML_CORE_TOKEN_REQUIRED:
             self.close()
             raise RPCAuthError(
@@ -250,6 +250,13 @@ class Connection:
                 f"--tls-key, or connect to {self.host}:{self.port} without {TLS_SCHEME})",
             ) from None
 
+    def _tls_required(self) -> RPCAuthError:
+        return RPCAuthError(
+            self.endpoint,
+            f"the server serves TLS only: connect to {TLS_SCHEME}{self.host}:{self.port} (and trust its certificate "
+            "with GGML_RPC_TLS_CA=FILE if it is self-signed)",
+        )
+
     def _authenticate(self, sock: socket.socket, token: bytes, deadline: float) -> None:
         """EXT_AUTH before HELLO: the server accepts the token, refuses it, or takes none."""
         try:
@@ -266,6 +273,8 @@ class Connection:
                 "the server closed the connection when given the token: it takes no token (llama.cpp's server "
                 f"does not; unset {TOKEN_FILE_ENV} to use it unauthenticated)",
             ) from None
+        if status == Auth.TLS_REQUIRED:
+            raise self._tls_required()
         if status == Auth.REFUSED:
             raise RPCAuthError(self.endpoint, f"the server refused the token ({TOKEN_FILE_ENV}): it is not its token")
         if status == Auth.NOT_REQUIRED:

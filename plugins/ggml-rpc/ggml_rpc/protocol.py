@@ -30,6 +30,7 @@ __all__ = [
     "FIXED_REQUEST_SIZE",
     "FIXED_RESPONSE_SIZE",
     "GGML_CORE_MARK",
+    "GGML_CORE_TLS_REQUIRED",
     "GGML_CORE_TOKEN_REQUIRED",
     "GGML_OP_COUNT",
     "HASH_THRESHOLD",
@@ -71,6 +72,9 @@ GGML_CORE_MARK: Final = 0xC7
 #: the HELLO answer's padding byte from a ggml-core server that requires a token and got HELLO without one (it
 #: closes the connection after this answer)
 GGML_CORE_TOKEN_REQUIRED: Final = 0xCA
+#: the HELLO answer's padding byte from a ggml-core server that serves TLS only, to a plain client (it closes the
+#: connection after this answer)
+GGML_CORE_TLS_REQUIRED: Final = 0xCB
 #: the most bytes a token may have
 TOKEN_MAX: Final = 4096
 #: the most bytes a device-info answer may have
@@ -117,6 +121,7 @@ class Auth(enum.IntEnum):
     REFUSED = 0  #: wrong token (the server closes the connection)
     ACCEPTED = 1  #: go on with HELLO
     NOT_REQUIRED = 2  #: this server was started without a token (it closes the connection: nothing was secured)
+    TLS_REQUIRED = 3  #: this server serves TLS only, and the token came in the clear (it closes the connection)
 
 
 # ================================================================================================ rpc_tensor

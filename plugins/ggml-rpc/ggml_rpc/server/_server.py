@@ -1,7 +1,8 @@
 """The listening server: binds (loopback by default), accepts clients, one thread and one :class:`Session` each.
 
 ggml's RPC protocol has no authentication: anyone who can connect can allocate memory and run graphs. The server
-therefore binds to 127.0.0.1 unless told otherwise and warns loudly when it is not loopback. At most
+therefore binds to 127.0.0.1 unless told otherwise and warns loudly when it is not loopback unless it was given
+both a token and TLS (:mod:`ggml_rpc._security`: both optional, off by default, as llama.cpp). At most
 ``max_clients`` connections are served at once; a connection beyond that is closed at once (never queued, so a
 client is told "busy" instead of waiting). Memory granted to clients is counted against one budget per device.
 """
@@ -13,6 +14,7 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -58,6 +60,8 @@ class RPCServer:
     :param cache_dir: where SET_TENSOR_HASH finds tensors by hash (None: no cache)
     :param limits: every bound (:class:`ServerLimits`)
     :param n_threads: threads for each backend (None: the backends' default)
+    :param token: a shared secret every client must send before HELLO (None: none, as llama.cpp)
+    :param tls: serve TLS only, with this server context (None: plain TCP, as llama.cpp)
 
     Shared state: :attr:`memory` (one :class:`Budget` per device: buffers granted and kernel scratch),
     :attr:`graph_memory` (decoded and stored graphs), :attr:`cache` (the tensor cache, or None), :attr:`stats`.
@@ -72,9 +76,15 @@ class RPCServer:
         cache_dir: str | os.PathLike[str] | None = None,
         limits: ServerLimits | None = None,
         n_threads: int | None = None,
+        token: bytes | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not devices:
             raise ValueError("RPCServer needs at least one device")
+        if token is not None and not token:
+            raise ValueError("RPCServer's token must not be empty")
+        self.token = token
+        self.tls = tls
         self.devices = list(devices)
         self.host, self.port = host, port
         self.limits = limits or ServerLimits()
@@ -103,12 +113,14 @@ class RPCServer:
 
     def bind(self) -> tuple[str, int]:
         """Create the listening socket; returns the bound (host, port)."""
-        if not is_loopback(self.host):
+        if not is_loopback(self.host) and (self.token is None or self.tls is None):
+            missing = " and ".join(n for n, v in (("no token", self.token), ("no TLS", self.tls)) if v is None)
             log.warning(
-                "!!! binding to %s, which is not loopback: ggml's RPC protocol has NO authentication; anyone who "
-                "can reach this port can allocate memory and run graphs on this machine. Only do this on a "
-                "trusted, private network. !!!",
+                "!!! binding to %s, which is not loopback, with %s: anyone who can reach this port can %s. Only "
+                "do this on a trusted, private network, or give --token and --tls-cert/--tls-key. !!!",
                 self.host,
+                missing,
+                "allocate memory and run graphs on this machine" if self.token is None else "read the token",
             )
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
