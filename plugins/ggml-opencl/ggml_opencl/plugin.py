@@ -79,6 +79,7 @@ def _ops() -> ModuleType:
             ops_matmul,
             ops_movement,
             ops_norm,
+            ops_recurrent,
             ops_reduce,
         )
 
@@ -111,6 +112,7 @@ KERNEL_FILES: Final = (
     "layout.cl",
     "reduce.cl",
     "conv.cl",
+    "recurrent.cl",
 )
 
 
