@@ -3,7 +3,7 @@
 
 References, all independent of ggml-core's kernels:
 
-- llama.cpp's greedy continuation of "The capital of France is", as measured with llama.cpp built here (issue 14):
+- llama.cpp's greedy continuation of "The capital of France is", as measured with llama.cpp built here:
   " the capital of the country of France. It is the largest city in France.";
 - a float64 numpy forward pass written from llama.cpp's ``llm_build_gemma3_iswa`` over weights dequantized by
   gguf-py (no activation rounding);
