@@ -4,7 +4,7 @@ logits of every position in one batch and token by token.
 
 gpt-oss (MXFP4 experts, sinks, biases, its own GGUF writer and numpy definition) is in ``tests/test_gpt_oss.py``.
 
-Bounds (issue 14): f32 weights with an f32 KV cache ≤ 1e-4 max |Δlogit|, where nothing rounds to a coarse grid on
+Bounds: f32 weights with an f32 KV cache ≤ 1e-4 max |Δlogit|, where nothing rounds to a coarse grid on
 either side. Gemma's GEGLU reads ggml's f16 GELU table on both sides, a coarse grid: see the test for how the Gemma
 models keep their margins wide.
 """
@@ -36,7 +36,7 @@ CONFIGS = {
     "gemma2": TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True),
     "gemma3": TinyConfig(arch="gemma3", n_vocab=64, n_layer=6, n_head_kv=1, n_swa=4, tied_output=True),
 }
-#: quantized weights: (family, weight type) → a config; bound 1e-3 (issue 14's q8_0 bound)
+#: quantized weights: (family, weight type) → a config; bound 1e-3 (activations rounded to Q8 on both sides)
 QUANTIZED = {
     ("gemma3", "q8_0"): TinyConfig(arch="gemma3", n_vocab=64, n_layer=1, n_swa=4, tied_output=True),
     ("llama", "q8_0"): TinyConfig(arch="llama", n_vocab=64),
