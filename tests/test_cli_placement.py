@@ -41,7 +41,7 @@ def test_list_devices_as_llama_cpp(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_ngl_counts_offload_devices_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The issue's case: `-ngl 2 --device OpenCL0,CPU` offloads 2 slots (the last layer and the output) to OpenCL0."""
+    """`-ngl 2 --device OpenCL0,CPU` offloads 2 slots (the last layer and the output) to OpenCL0."""
     _opencl_or_skip()
     cfg = TinyConfig(n_layer=4)
     path = str(write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 0), "f32"))
