@@ -7,12 +7,12 @@ window 4, over 16 tokens) and full layers, YaRN rope (factor 4 over an original 
 with top-k-then-softmax weights, per-expert biases (ADD_ID) and SWIGLU_OAI with values past its limit of 7.
 
 Bounds: MXFP4 weights meet activations rounded to Q8_0 on both sides (ggml's ``vec_dot_type``), so the bound is
-the one for q8_0 weights in tests/test_families_vs_llama_cpp.py, 1e-3 max |Δlogit|; with an f16 KV cache and FLASH_ATTN_EXT, 2e-3 from the float64
-definition and 1e-2 from llama.cpp (whose f16 flash attention's error depends on its build). The router's top-k choice
-and the Q8_0 rounding are the discontinuities: the test measures in the float64 reference the smallest gap between the
-k-th and (k+1)-th router logit, and how close any Q8_0-rounded activation comes to a rounding step (relative to its
-size), and asserts both are far above the float32 differences between implementations (MIN_ROUTER_GAP,
-MIN_Q8_MARGIN), for seeds chosen so (SEED).
+tests/test_families_vs_llama_cpp.py's for q8_0 weights, 1e-3 max |Δlogit|; with an f16 KV cache and FLASH_ATTN_EXT,
+2e-3 from the float64 definition and 1e-2 from llama.cpp (whose f16 flash attention's error depends on its build).
+The router's top-k choice and the Q8_0 rounding are the discontinuities: the test measures in the float64 reference
+the smallest gap between the k-th and (k+1)-th router logit, and how close any Q8_0-rounded activation comes to a
+rounding step (relative to its size), and asserts both are far above the float32 differences between implementations
+(MIN_ROUTER_GAP, MIN_Q8_MARGIN), for seeds chosen so (SEED).
 """
 
 from __future__ import annotations
