@@ -113,7 +113,7 @@ _WIDE_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_K, GGMLType.Q6_K})
 
 #: weight types without a repacked layout whose block kernels, on AVX2's ``vpmaddubsw`` sums without VNNI, still
 #: beat dequantized tiles + SGEMM at 32 activation rows (Zen 3 guest, one thread, ``bench_qroutes.py --rows 32``:
-#: Q4_1 1.20–1.37× faster than tiles; Q5_1 0.74–0.87×). Q4_0 / Q8_0 / Q4_K were so too (stop 27), but their repacked
+#: Q4_1 1.20–1.37× faster than tiles; Q5_1 0.74–0.87×). Q4_0 / Q8_0 / Q4_K are so too, but their repacked
 #: weights beat both from 8 rows (:data:`_PACKED_ABOVE`)
 _AVX2_BLOCK_TYPES: Final = frozenset({GGMLType.Q4_1})
 
