@@ -443,7 +443,7 @@ def _set_columns(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, p: np.ndarra
     per token, the block's channels in order. Writing row by row sends consecutive values to C different cache
     rows, C cache lines in flight per token; block by block the lines of 16 channels stay in L1 across the tokens,
     and two threads' blocks never share a line, so the store splits across threads (rows of one value could not:
-    neighbouring tokens' values share lines). Measured in docs/performance.md (stop 30)."""
+    neighbouring tokens' values share lines). Measured in docs/performance.md (SET_ROWS)."""
     chans, limit, s_idx, s_src, s_dst = p[17], p[10], p[11], p[4], p[7]  # pragma: no cover - compiled
     tokens = p[1] // chans
     c0 = b0 * SET_ROWS_BLOCK
