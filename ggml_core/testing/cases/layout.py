@@ -187,7 +187,7 @@ def _timestep_embedding(n: int, dim: int, max_period: int) -> Case:
 
 
 def _extra_cases() -> list[Case]:
-    """Layout ops beyond the issue's list that ggml-core builds: REPEAT_BACK, PAD (both sides), PAD_REFLECT_1D,
+    """Further layout ops that ggml-core builds: REPEAT_BACK, PAD (both sides), PAD_REFLECT_1D,
     ROLL, DIAG, TRI, TIMESTEP_EMBEDDING."""
     out = [_repeat_back([8, 6, 4, 2], nr) for nr in ([1, 1, 1, 1], [2, 1, 1, 1], [1, 2, 1, 1], [2, 2, 2, 2])]
     for p in ((1, 2, 0, 0, 0, 0, 0, 0), (0, 1, 2, 0, 1, 1, 0, 2)):
