@@ -1,4 +1,4 @@
-"""Cases for copies and row gathers/scatters: CPY (every type pair the issue names, permuted source and
+"""Cases for copies and row gathers/scatters: CPY (every type pair ggml's CPU backend copies, permuted source and
 destination, strided destination), DUP, CONT, GET_ROWS (every type), SET_ROWS (i32/i64 indices, quantized rows)."""
 
 from __future__ import annotations
