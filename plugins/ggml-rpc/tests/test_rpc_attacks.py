@@ -605,7 +605,7 @@ def test_the_overlap_rule_accepts_every_layout_ggml_makes() -> None:
     from ggml_rpc.server._validate import overlaps
 
     f32, q8 = GGMLType.F32, GGMLType.Q8_0
-    assert overlaps(f32, (2, 2, 2, 1), (4, 4, 100, 200))  # a view whose rows overlap the next plane's
+    assert overlaps(f32, (2, 2, 2, 1), (4, 4, 100, 200))  # rows closer than a row's bytes
     assert overlaps(f32, (4, 4, 1, 1), (4, 8, 64, 64))  # rows shorter than their elements
     assert overlaps(f32, (4, 1, 1, 1), (2, 16, 16, 16))  # elements closer than their size
     assert not overlaps(f32, (4, 3, 1, 1), (4, 16, 48, 48))  # contiguous
