@@ -1,5 +1,6 @@
-"""Cases for copies and row gathers/scatters: CPY (every type pair ggml's CPU backend copies, permuted source and
-destination, strided destination), DUP, CONT, GET_ROWS (every type), SET_ROWS (i32/i64 indices, quantized rows)."""
+"""Cases for copies and row gathers/scatters: CPY (same type, float to float and to each quantized type, quantized
+to f32, f32 ↔ i32; permuted source and destination, strided destination), DUP, CONT, GET_ROWS (every type), SET_ROWS
+(i32/i64 indices, quantized rows)."""
 
 from __future__ import annotations
 
