@@ -79,7 +79,10 @@ class BuiltGraph:
         if len(pos) == 1 and self._write_one(kv, ids, pos):
             return
         self._write("tokens", ids)
-        self._write("pos", pos)
+        if "pos" in self.inputs:
+            self._write("pos", pos)
+        if "s_ids" in self.inputs:
+            self._write("s_ids", _STATE_ROW)
         for group in kv.groups:
             sfx = "" if group == "full" else "_" + group
             mask = self.inputs["mask" + sfx]
@@ -108,11 +111,14 @@ class BuiltGraph:
             if v is None:
                 return False
             view[name] = v
-        if view["tokens"].size != 1 or view["pos"].size != 1:
+        if view["tokens"].size != 1 or view.get("pos", _STATE_ROW).size != 1:
             return False
         p = int(pos[0])
         view["tokens"][0] = ids[0]
-        view["pos"][0] = p
+        if "pos" in view:
+            view["pos"][0] = p
+        if "s_ids" in view:
+            view["s_ids"][0] = 0
         for group in kv.groups:
             sfx = "" if group == "full" else "_" + group
             kv.mask_into(view["mask" + sfx].reshape(1, -1), group, pos)
@@ -144,6 +150,10 @@ def graph_size_for(hp: HParams) -> int:
     return max(2048, hp.n_layer * per_layer + 128)
 
 
+#: the state row a recurrent layer's one sequence reads (SSM_SCAN's ``ids``)
+_STATE_ROW = np.zeros(1, dtype=np.int32)
+
+
 def _input(ctx: Context, name: str, type: str, *ne: int) -> Tensor:
     return ctx.new_tensor(type, ne, name).set_input()
 
@@ -151,7 +161,8 @@ def _input(ctx: Context, name: str, type: str, *ne: int) -> Tensor:
 class GraphBuilder:
     """One batch's graph under construction: the weights, the cache, the inputs, and the graph the cache writes go
     into. Inputs: ``tokens``, ``pos``, and per cache group ``g`` (``full``; ``swa`` when the model has
-    sliding-window layers) ``mask`` / ``k_idxs`` / ``v_idxs`` (suffixed ``_swa``)."""
+    sliding-window layers) ``mask`` / ``k_idxs`` / ``v_idxs`` (suffixed ``_swa``); ``s_ids`` (the state row of the
+    sequence) when the model has recurrent layers. Inputs no node reads are dropped when the graph is done."""
 
     def __init__(
         self,
@@ -182,6 +193,8 @@ class GraphBuilder:
             self.inputs["v_idxs" + sfx] = (
                 _input(ctx, "v_idxs" + sfx, "i64", n_tokens * hp.n_embd_v_gqa) if kv.v_trans else k_idxs
             )
+        if hp.has_recurrent:
+            self.inputs["s_ids"] = _input(ctx, "inp_s_ids", "i32", 1)
 
     def layer(self, il: int, name: str) -> Tensor:
         """Weight ``blk.{il}.{name}``."""
@@ -235,4 +248,6 @@ def build_graph(
             logits = ops.scale(ops.tanh(ops.scale(logits, 1.0 / hp.final_softcap)), hp.final_softcap)
         logits.set_name("result_output").set_output()
         g.graph.build_forward_expand(logits)
-        return BuiltGraph(g.graph, ctx, logits, n_tokens, n_kv, all_logits, g.inputs)
+        used = {t.id for t in g.graph.leafs}
+        inputs = {name: t for name, t in g.inputs.items() if t.id in used}  # e.g. no positions without rope
+        return BuiltGraph(g.graph, ctx, logits, n_tokens, n_kv, all_logits, inputs)

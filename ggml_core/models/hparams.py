@@ -22,6 +22,7 @@ __all__ = [
     "get_f32",
     "read_hparams",
     "read_moe_routing",
+    "read_ssm",
     "supported_archs",
     "swa_pattern",
     "yarn_attn_factor",
@@ -130,6 +131,16 @@ class HParams:
     n_layer_dense_lead: int = 0
     #: the dense FFN's width in a model whose ``n_ff`` is the experts' (0: ``n_ff``)
     n_ff_dense: int = 0
+    #: per layer, True where the layer is recurrent (a state-space or linear-attention mixer with a state per
+    #: sequence instead of K/V cells: llama.cpp's ``recurrent_layer_arr``); empty: none is
+    recurrent_layers: tuple[bool, ...] = ()
+    #: Mamba's sizes (``{arch}.ssm.*``): convolution kernel, inner width, state size, heads (``time_step_rank``) and
+    #: groups of B/C
+    ssm_d_conv: int = 0
+    ssm_d_inner: int = 0
+    ssm_d_state: int = 0
+    ssm_dt_rank: int = 0
+    ssm_n_group: int = 0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -149,6 +160,25 @@ class HParams:
     def layer_is_moe(self, il: int) -> bool:
         """True when layer ``il`` has experts (not one of the leading dense layers)."""
         return self.is_moe and il >= self.n_layer_dense_lead
+
+    def is_recurrent(self, il: int) -> bool:
+        """True when layer ``il`` keeps a recurrent state instead of K/V cells."""
+        return bool(self.recurrent_layers) and self.recurrent_layers[il]
+
+    @property
+    def has_recurrent(self) -> bool:
+        """True when some layer is recurrent."""
+        return any(self.recurrent_layers)
+
+    @property
+    def n_embd_r(self) -> int:
+        """Floats of one recurrent layer's rolling state per sequence (Mamba: the convolution's last inputs)."""
+        return max(0, self.ssm_d_conv - 1) * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state)
+
+    @property
+    def n_embd_s(self) -> int:
+        """Floats of one recurrent layer's scan state per sequence (Mamba: ``d_state`` per inner channel)."""
+        return self.ssm_d_state * self.ssm_d_inner
 
     @property
     def has_swa(self) -> bool:
@@ -209,6 +239,24 @@ def read_moe_routing(f: GGUFFile, hp: HParams) -> HParams:
     )
 
 
+def read_ssm(f: GGUFFile, hp: HParams, *, group_count: bool) -> HParams:
+    """Mamba's ``{arch}.ssm.*`` sizes (``group_count``: Mamba-2's groups of B and C, else one group); GGUFError
+    naming the key when one is missing or inconsistent."""
+    k = hp.arch + ".ssm."
+    d_conv = f.get_int(k + "conv_kernel", minimum=1)
+    d_inner = f.get_int(k + "inner_size", minimum=1)
+    d_state = f.get_int(k + "state_size", minimum=1)
+    dt_rank = f.get_int(k + "time_step_rank", minimum=1)
+    n_group = f.get_int(k + "group_count", minimum=1) if group_count else 1
+    if d_inner % dt_rank:
+        raise GGUFError(f.path, f"metadata '{k}time_step_rank'", f"{dt_rank} heads do not divide inner_size {d_inner}")
+    if d_inner % n_group or dt_rank % n_group:
+        raise GGUFError(f.path, f"metadata '{k}group_count'", f"{n_group} does not divide inner_size and heads")
+    return replace(
+        hp, ssm_d_conv=d_conv, ssm_d_inner=d_inner, ssm_d_state=d_state, ssm_dt_rank=dt_rank, ssm_n_group=n_group
+    )
+
+
 def supported_archs() -> dict[str, int]:
     """Architecture name → rope mode, for every registered family."""
     from ggml_core.models.arch import ARCHITECTURES
@@ -233,19 +281,23 @@ def read_hparams(f: GGUFFile) -> HParams:
     n_layer = f.get_int(k + "block_count", minimum=1)
     if n_layer > MAX_LAYERS:
         raise GGUFError(f.path, f"metadata '{k}block_count'", f"{n_layer} layers is over the limit of {MAX_LAYERS}")
-    n_ff = f.get_int(k + "feed_forward_length", minimum=1)
-    n_head = f.get_int(k + "attention.head_count", minimum=1)
-    n_head_kv = f.get_int(k + "attention.head_count_kv", n_head, minimum=1)
-    if n_head % n_head_kv:
+    # a recurrent family may have no attention and no FFN (mamba2: head_count and feed_forward_length are 0)
+    least = 0 if arch.recurrent else 1
+    n_ff = f.get_int(k + "feed_forward_length", 0 if arch.recurrent else None, minimum=least)
+    n_head = f.get_int(k + "attention.head_count", 0 if arch.recurrent else None, minimum=least)
+    n_head_kv = f.get_int(k + "attention.head_count_kv", n_head, minimum=least)
+    if n_head == 0:  # no attention anywhere: no heads to check
+        n_head_kv = 0
+    if n_head and n_head % n_head_kv:
         raise GGUFError(
             f.path, f"metadata '{k}attention.head_count_kv'", f"{n_head_kv} does not divide head_count {n_head}"
         )
-    if n_embd % n_head and not f.has(k + "attention.key_length"):
+    if n_head and n_embd % n_head and not f.has(k + "attention.key_length"):
         raise GGUFError(f.path, f"metadata '{k}attention.head_count'", f"{n_head} does not divide n_embd {n_embd}")
-    head_dim_k = f.get_int(k + "attention.key_length", n_embd // n_head, minimum=1)
+    head_dim_k = f.get_int(k + "attention.key_length", n_embd // max(n_head, 1), minimum=1)
     head_dim_v = f.get_int(k + "attention.value_length", head_dim_k, minimum=1)
     n_rot = f.get_int(k + "rope.dimension_count", head_dim_k, minimum=2)
-    if n_rot > head_dim_k or n_rot % 2:
+    if n_head and (n_rot > head_dim_k or n_rot % 2):
         raise GGUFError(
             f.path, f"metadata '{k}rope.dimension_count'", f"{n_rot} must be even and <= head dim {head_dim_k}"
         )

@@ -10,6 +10,12 @@ Layers come in two groups, as llama.cpp's iSWA cache: ``"full"`` layers attend o
 ``swa_size`` cells (position p in cell ``p % swa_size``), so their memory stays bounded however long the context.
 The ring holds ``n_swa + batch - 1`` cells at least: a batch's own writes never evict a key one of its tokens still
 sees. Each group has its own cell → position table, from which its mask is made (:meth:`KVCache.mask`).
+
+Recurrent layers (Mamba-2 and the other state-space or linear-attention mixers, llama.cpp's recurrent memory) keep
+no cells: their K and V are empty, and each holds two f32 states of the sequence instead, ``r`` (``n_embd_r``
+floats: Mamba's convolution window) and ``s`` (``n_embd_s`` floats: the scan state), on the layer's device beside
+the other layers' K and V. A hybrid model has both kinds. The states are cleared with the cache, so a new sequence
+starts from zero; they cannot be rewound to an earlier position (a prefix is recomputed instead).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import Placement
 from ggml_core.ops import reshape_2d, set_rows, view_3d
 
-__all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "swa_cache_size"]
+__all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "state_bytes_per_layer", "swa_cache_size"]
 
 KV_TYPES: Final = ("f16", "f32")
 #: the layer groups of a cache
@@ -36,9 +42,18 @@ GROUPS: Final = ("full", "swa")
 
 
 def kv_bytes_per_layer(hp: HParams, kv_size: int, kv_type: str) -> int:
-    """Bytes of one layer's K and V."""
+    """Bytes of one layer's K and V, or of its recurrent states: the larger kind where a hybrid has both."""
     t = as_type(kv_type)
-    return row_size(t, hp.n_embd_k_gqa) * kv_size + row_size(t, hp.n_embd_v_gqa) * kv_size
+    attn = row_size(t, hp.n_embd_k_gqa) * kv_size + row_size(t, hp.n_embd_v_gqa) * kv_size
+    if not hp.has_recurrent:
+        return attn
+    states = state_bytes_per_layer(hp)
+    return max(states, attn) if not all(hp.recurrent_layers) else states
+
+
+def state_bytes_per_layer(hp: HParams) -> int:
+    """Bytes of one recurrent layer's states (``r`` and ``s``, f32, one sequence)."""
+    return 4 * (hp.n_embd_r + hp.n_embd_s)
 
 
 def swa_cache_size(hp: HParams, kv_size: int, n_batch: int, pad: int = 256) -> int:
@@ -61,6 +76,9 @@ class KVCache:
     swa_size: int = 0
     k: list[Tensor] = field(default_factory=list)
     v: list[Tensor] = field(default_factory=list)
+    #: per layer, the recurrent states (None for an attention layer): ``r`` ``[n_embd_r, 1]``, ``s`` ``[n_embd_s, 1]``
+    r: list[Tensor | None] = field(default_factory=list)
+    s: list[Tensor | None] = field(default_factory=list)
     buffers: list[Buffer] = field(default_factory=list)
     #: number of positions processed (= the next position)
     n_past: int = 0
@@ -100,9 +118,12 @@ class KVCache:
             dev = placement.kv_device_of(il)
             ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
-            n = cache.size(il)
+            recurrent = hp.is_recurrent(il)
+            n = 0 if recurrent else cache.size(il)
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
             cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
+            cache.r.append(ctx.new_tensor_2d("f32", hp.n_embd_r, 1, f"cache_r_l{il}") if recurrent else None)
+            cache.s.append(ctx.new_tensor_2d("f32", hp.n_embd_s, 1, f"cache_s_l{il}") if recurrent else None)
         if not alloc:
             from ggml_core.models.bufts import bind_probe
 
@@ -142,8 +163,10 @@ class KVCache:
         """The groups this model's layers fall in (a group without layers has no inputs in the graph)."""
         got = self._groups
         if got is None:
-            swa = [self.hp.is_swa(il) for il in range(self.hp.n_layer)]
-            got = self._groups = tuple(g for g, on in zip(GROUPS, (not all(swa), any(swa)), strict=True) if on)
+            hp = self.hp
+            attn = [il for il in range(hp.n_layer) if not hp.is_recurrent(il)]
+            present = (any(not hp.is_swa(il) for il in attn), any(hp.is_swa(il) for il in attn))
+            got = self._groups = tuple(g for g, on in zip(GROUPS, present, strict=True) if on)
         return got
 
     def n_kv(self, group: str, n_kv_full: int) -> int:
@@ -201,8 +224,9 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Total bytes of K and V."""
-        return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v)
+        """Total bytes of K and V and of the recurrent states."""
+        states = sum(t.nbytes for t in (*self.r, *self.s) if t is not None)
+        return sum(t.nbytes for t in self.k) + sum(t.nbytes for t in self.v) + states
 
     def clear(self) -> None:
         """Forget every entry (the memory is zeroed again)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from ggml_core._tensor import Tensor
 from ggml_core.models.blocks import LayerWeight
@@ -11,7 +12,10 @@ from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import GraphBuilder
 from ggml_core.models.hparams import HParams
 
-__all__ = ["Architecture"]
+__all__ = ["ROPE_TYPE_NONE", "Architecture"]
+
+#: ``rope_type`` of a family without rope (llama.cpp's ``LLAMA_ROPE_TYPE_NONE``)
+ROPE_TYPE_NONE: Final = -1
 
 
 def _keep(f: GGUFFile, hp: HParams) -> HParams:
@@ -24,11 +28,14 @@ class Architecture:
 
     :param name: the GGUF ``general.architecture``
     :param description: one line for ``ggml-core models``
-    :param rope_type: ``ROPE_TYPE_NORMAL`` or ``ROPE_TYPE_NEOX`` (llama.cpp's ``llama_model_rope_type``)
+    :param rope_type: ``ROPE_TYPE_NORMAL``, ``ROPE_TYPE_NEOX`` or :data:`ROPE_TYPE_NONE` (llama.cpp's
+        ``llama_model_rope_type``)
     :param layer_weights: the tensors of layer ``il`` (names inside ``blk.{il}.``, ggml shapes)
     :param build_layer: the graph of layer ``il``: residual stream in, residual stream out
     :param read: the family's own hyperparameters, as a replaced :class:`HParams`
     :param moe: the family has a mixture-of-experts variant (``{arch}.expert_count`` > 0)
+    :param recurrent: some layers are recurrent (:attr:`HParams.recurrent_layers`); the file may then have no
+        attention heads and no FFN width
     """
 
     name: str
@@ -38,3 +45,4 @@ class Architecture:
     build_layer: Callable[[GraphBuilder, int, Tensor], Tensor]
     read: Callable[[GGUFFile, HParams], HParams] = _keep
     moe: bool = False
+    recurrent: bool = False

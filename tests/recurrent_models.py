@@ -1,0 +1,97 @@
+"""Tiny random-weight GGUFs of the recurrent families (llama.cpp's key and tensor names), for the tests that compare
+them with llama.cpp built here and with the numpy definition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFWriter
+from tiny_models import add_placeholder_vocab
+
+from ggml_core.quants import quantize
+
+__all__ = ["MambaConfig", "mamba2_weights", "write_mamba2"]
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """A Mamba-2 model's sizes."""
+
+    n_vocab: int = 64
+    n_embd: int = 64
+    n_layer: int = 2
+    d_inner: int = 128
+    d_state: int = 16
+    n_head: int = 8
+    n_group: int = 2
+    d_conv: int = 4
+    rms_eps: float = 1e-5
+    n_ctx: int = 256
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+
+def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights in numpy order (the reverse of ggml's ne), scaled so activations stay O(1)."""
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    w = {
+        "token_embd.weight": rng.standard_normal((cfg.n_vocab, cfg.n_embd)).astype(np.float32),
+        "output_norm.weight": (1.0 + 0.1 * rng.standard_normal(cfg.n_embd)).astype(np.float32),
+        "output.weight": mat(cfg.n_vocab, cfg.n_embd),
+    }
+    d_in_proj = cfg.d_inner + cfg.conv_dim + cfg.n_head
+    for il in range(cfg.n_layer):
+        b = f"blk.{il}."
+        w[b + "attn_norm.weight"] = (1.0 + 0.1 * rng.standard_normal(cfg.n_embd)).astype(np.float32)
+        w[b + "ssm_in.weight"] = mat(d_in_proj, cfg.n_embd)
+        w[b + "ssm_conv1d.weight"] = (rng.standard_normal((cfg.conv_dim, cfg.d_conv)) * 0.5).astype(np.float32)
+        w[b + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(cfg.conv_dim)).astype(np.float32)
+        w[b + "ssm_dt.bias"] = rng.uniform(-2.0, 0.5, cfg.n_head).astype(np.float32)
+        w[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (cfg.n_head, 1)))).astype(np.float32)
+        w[b + "ssm_d"] = rng.uniform(0.5, 1.5, (cfg.n_head, 1)).astype(np.float32)
+        w[b + "ssm_norm.weight"] = (1.0 + 0.1 * rng.standard_normal((cfg.n_group, cfg.d_inner // cfg.n_group))).astype(
+            np.float32
+        )
+        w[b + "ssm_out.weight"] = mat(cfg.n_embd, cfg.d_inner)
+    return w
+
+
+def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> None:
+    f32_only = arr.ndim == 1 or "ssm_conv1d" in name or name.endswith(("ssm_a", "ssm_d", "ssm_norm.weight"))
+    if f32_only or wtype == "f32" or arr.shape[-1] % 32:
+        writer.add_tensor(name, arr.astype(np.float32))
+    else:
+        writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
+
+
+def write_mamba2(path: Path, cfg: MambaConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
+    """A ``mamba2`` GGUF with a placeholder vocabulary; matrices stored as ``wtype`` (f32 or q8_0)."""
+    writer = GGUFWriter(str(path), "mamba2")
+    a = "mamba2"
+    add_placeholder_vocab(writer, cfg.n_vocab)
+    writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
+    writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
+    writer.add_uint32(f"{a}.block_count", cfg.n_layer)
+    writer.add_uint32(f"{a}.feed_forward_length", 0)
+    writer.add_uint32(f"{a}.attention.head_count", 0)
+    writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
+    writer.add_uint32(f"{a}.ssm.conv_kernel", cfg.d_conv)
+    writer.add_uint32(f"{a}.ssm.inner_size", cfg.d_inner)
+    writer.add_uint32(f"{a}.ssm.state_size", cfg.d_state)
+    writer.add_uint32(f"{a}.ssm.time_step_rank", cfg.n_head)
+    writer.add_uint32(f"{a}.ssm.group_count", cfg.n_group)
+    for name, arr in w.items():
+        _add_tensor(writer, name, arr, wtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

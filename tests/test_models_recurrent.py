@@ -1,0 +1,70 @@
+"""Recurrent families against llama.cpp built here (``ggml_core.testing.llama_cpp``; skipped with the reason where it
+cannot be built), on tiny random GGUFs: logits of a whole prompt, token by token, across calls and across ubatches;
+and the recurrent state's life cycle (cleared on reset, sized in the cache).
+
+Bounds: f32 weights and state ≤ 1e-4 max |Δlogit|, q8_0 weights ≤ 1e-3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from recurrent_models import MambaConfig, mamba2_weights, write_mamba2
+from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+
+from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.testing import llama_cpp
+
+
+def _params(**kw: object) -> ModelParams:
+    base: dict[str, object] = {"placement": PlacementRequest(devices=["CPU"]), "n_ctx": 64, "kv_type": "f32"}
+    return ModelParams(**{**base, "progress": False, **kw})  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def mamba2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cfg = MambaConfig()
+    return write_mamba2(tmp_path_factory.mktemp("mamba2") / "mamba2.gguf", cfg, mamba2_weights(cfg))
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q8_0"])
+def test_mamba2_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> None:  # noqa: F811
+    cfg = MambaConfig()
+    path = write_mamba2(tmp_path / f"mamba2-{wtype}.gguf", cfg, mamba2_weights(cfg, 1), wtype)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    bound = 1e-4 if wtype == "f32" else 1e-3
+    with Model.load(path, _params()) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
+    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+
+
+def test_mamba2_state_carries_across_calls_and_ubatches(mamba2: Path) -> None:
+    """The same logits whether the prompt goes in one batch, in ubatches of 5, or as three calls of decode."""
+    with Model.load(mamba2, _params()) as m:
+        whole = m.process_prompt(TOKENS, all_logits=True)
+    with Model.load(mamba2, _params(batch_size=5)) as m:
+        batched = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        parts = np.concatenate([m.decode(TOKENS[a:b], all_logits=True) for a, b in ((0, 7), (7, 8), (8, 16))])
+    assert np.abs(batched - whole).max() <= 1e-5
+    assert np.abs(parts - whole).max() <= 1e-5
+
+
+def test_mamba2_reset_clears_the_state(mamba2: Path) -> None:
+    """After reset, a sequence starts from zero state: the same first logits as a fresh model's."""
+    with Model.load(mamba2, _params()) as m:
+        first = m.decode(TOKENS[:4], all_logits=True)
+        m.decode(TOKENS[4:])
+        m.reset()
+        again = m.decode(TOKENS[:4], all_logits=True)
+        states = [t for t in (*m.kv.r, *m.kv.s) if t is not None]
+        hp = m.hp
+    np.testing.assert_array_equal(first, again)
+    assert len(states) == 2 * hp.n_layer  # every mamba2 layer is recurrent
+    assert m.kv.nbytes == 4 * hp.n_layer * (hp.n_embd_r + hp.n_embd_s)  # no K/V cells, only the states
