@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggm
     from ggml_core._errors import (
         AllocationError,
         BufferFreedError,
+        ChatTemplateError,
         ComputeError,
         DeviceNotFoundError,
         GGMLError,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggm
         TensorError,
         UnknownTypeError,
         UnsupportedOpError,
+        VocabularyError,
     )
     from ggml_core._graph import Graph, build_graph
     from ggml_core._tensor import Tensor, TensorFlag
@@ -63,6 +65,7 @@ __all__ = [
     "BufferFreedError",
     "BufferType",
     "BufferUsage",
+    "ChatTemplateError",
     "ComputeError",
     "Context",
     "Device",
@@ -92,6 +95,7 @@ __all__ = [
     "UnaryOp",
     "UnknownTypeError",
     "UnsupportedOpError",
+    "VocabularyError",
     "alloc_ctx_tensors",
     "as_type",
     "build_graph",
@@ -116,6 +120,7 @@ _WHERE: dict[str, str] = {
         [
             "AllocationError",
             "BufferFreedError",
+            "ChatTemplateError",
             "ComputeError",
             "DeviceNotFoundError",
             "GGMLError",
@@ -129,6 +134,7 @@ _WHERE: dict[str, str] = {
             "TensorError",
             "UnknownTypeError",
             "UnsupportedOpError",
+            "VocabularyError",
         ],
         "ggml_core._errors",
     ),

@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "AllocationError",
     "BufferFreedError",
+    "ChatTemplateError",
     "ComputeError",
     "DeviceNotFoundError",
     "GGMLError",
@@ -25,6 +26,7 @@ __all__ = [
     "TensorError",
     "UnknownTypeError",
     "UnsupportedOpError",
+    "VocabularyError",
 ]
 
 
@@ -170,6 +172,20 @@ class GGUFError(GGMLError, ValueError):
     def __init__(self, path: str, field: str, message: str) -> None:
         super().__init__(f"{path}: {field}: {message}")
         self.path, self.field = path, field
+
+
+class ChatTemplateError(GGUFError):
+    """A chat template does not parse, fails while rendering, or runs past a rendering limit (time, size of its
+    output or of a value it builds, nesting of calls); names the template (file and metadata key)."""
+
+
+class VocabularyError(GGMLError, ValueError):
+    """Text has a character or byte the vocabulary cannot encode (no token for it, no byte tokens, no unknown
+    token); names the vocabulary and the character."""
+
+    def __init__(self, vocab: str, text: str, message: str) -> None:
+        super().__init__(f"{vocab}: {message}")
+        self.vocab, self.text = vocab, text
 
 
 def _mib(n: int) -> str:
