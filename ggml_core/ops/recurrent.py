@@ -65,9 +65,7 @@ def ssm_scan(s: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, 
     _all_f32(op, s, x, dt, A, B, C)
     check(ids.type == GGMLType.I32, op, f"ids must be i32, got {ids.type.traits.name}", ids)
     check(1 <= K <= _INT32_MAX, op, f"K (snapshot slots) must be at least 1, got {K}")
-    check(
-        s.is_contiguous and dt.is_contiguous and A.is_contiguous, op, "s, dt and A must be contiguous", s, dt, A
-    )
+    check(s.is_contiguous and dt.is_contiguous and A.is_contiguous, op, "s, dt and A must be contiguous", s, dt, A)
     check(all(_rows_packed(t) for t in (x, B, C)), op, "x, B and C must have packed rows (nb[0], nb[1])", x, B, C)
     check(B.same_shape(C), op, f"B and C differ in shape: {list(B.ne)} vs {list(C.ne)}", B, C)
     d_state, head_dim, n_head, n_t, n_s = s.ne[0], x.ne[0], x.ne[1], x.ne[2], x.ne[3]
