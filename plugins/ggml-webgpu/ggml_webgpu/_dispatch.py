@@ -145,7 +145,7 @@ def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
 
 #: the modules whose binders register themselves with :func:`kernel`; imported on the first support question or
 #: bind (they import the core's op builders, which listing devices does not need)
-_FAMILIES: Final = ("ops_attention", "ops_elementwise", "ops_matmul", "ops_movement", "ops_rows")
+_FAMILIES: Final = ("ops_attention", "ops_elementwise", "ops_matmul", "ops_movement", "ops_recurrent", "ops_rows")
 _loaded = False
 
 

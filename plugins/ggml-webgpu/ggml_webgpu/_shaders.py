@@ -39,6 +39,7 @@ FAMILIES: Final = {
     "rope": ("rope",),
     "movement": ("cpy", "cpy_raw", "get_rows", "get_rows_q", "set_rows", "gather", "set_rows_q", "cpy_q", "cpy_dq"),
     "matmul": ("pack_b", "mul_mat", "pack_a", "sgemm", "mul_mat_id"),
+    "recurrent": ("ssm_conv", "load", "ssm_scan", "gated_delta_net", "rwkv_wkv7"),
 }
 
 _HEADER: Final = f"""
