@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -31,6 +34,7 @@ __all__ = [
     "run_layer",
     "server_alive",
     "split_logits",
+    "start_server_process",
 ]
 
 TIMEOUT = 10.0
@@ -215,6 +219,26 @@ def _recv(sock: socket.socket, n: int) -> bytes:
             raise EOFError
         out += chunk
     return out
+
+
+def start_server_process(args: Sequence[str] = ()) -> tuple[subprocess.Popen[str], str]:
+    """``ggml-core rpc-server --port 0 --device CPU ARGS`` in its own process; (process, endpoint it printed)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.strip().startswith("endpoint"):
+            return proc, line.split(":", 1)[1].strip()
+    proc.kill()
+    raise AssertionError(f"the server did not start: {proc.communicate(timeout=10)}")
 
 
 def server_alive(address: str) -> bool:

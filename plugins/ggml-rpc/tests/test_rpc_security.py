@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rpc_helpers import start_server_process
 
 from ggml_core import Context, alloc_ctx_tensors
 from ggml_rpc import Connection, RPCReg
@@ -241,29 +242,12 @@ def test_the_off_loopback_warning_names_what_is_missing() -> None:
     assert loopback_warning("127.0.0.1") is None
 
 
-def _start(args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--port", "0", "--device", "CPU", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.strip().startswith("endpoint"):
-            return proc, line.split(":", 1)[1].strip()
-    proc.kill()
-    raise AssertionError(f"the server did not start: {proc.communicate(timeout=10)}")
-
-
 def test_the_commands_end_to_end(pem: tuple[Path, Path], tmp_path: Path) -> None:
     """``rpc-server --token --tls-cert --tls-key``, and ``ggml-core run --rpc tls://...`` with the token's file."""
     token, wrong = tmp_path / "token", tmp_path / "wrong"
     token.write_bytes(TOKEN)
     wrong.write_bytes(b"not it")
-    proc, endpoint = _start(["--token", str(token), "--tls-cert", str(pem[0]), "--tls-key", str(pem[1])])
+    proc, endpoint = start_server_process(["--token", str(token), "--tls-cert", str(pem[0]), "--tls-key", str(pem[1])])
     try:
         assert endpoint.startswith("tls://127.0.0.1:")
         base = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}

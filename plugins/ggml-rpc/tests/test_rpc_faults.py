@@ -1,0 +1,100 @@
+"""A server host that dies or stops answering in the middle of a generation ends ``ggml-core run`` within the
+client's deadline (``GGML_RPC_TIMEOUT``), with one line naming the server — never a hang, never a traceback.
+
+The server is a ``ggml-core rpc-server`` process holding half the layers of the embedded model; once tokens are
+streaming it is killed (SIGKILL: the connection closes) or stopped (SIGSTOP: it neither reads nor answers, as a
+partitioned host).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rpc_helpers import start_server_process
+
+from ggml_core.models import scheduler_available
+from ggml_core.models.default_model import write_default_model
+
+pytestmark = [
+    pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed"),
+    pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP and SIGKILL are POSIX signals"),
+]
+
+#: the client's deadline for any answer in these tests (seconds)
+DEADLINE = 3
+#: generated characters seen before the server is made to fail (the run is then well past loading)
+STREAMED = 200
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_default_model(tmp_path_factory.mktemp("model") / "default.gguf")
+
+
+def _generate(model: Path, endpoint: str) -> tuple[subprocess.Popen[bytes], bytearray]:
+    """``ggml-core run`` with layers split 1:1 between the CPU and the server's device, generating far longer than
+    the test lasts; (process, its stdout as it streams)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}
+    env.update(GGML_RPC_TIMEOUT=str(DEADLINE), GGML_RPC_CONNECT_TIMEOUT="10")
+    argv = [sys.executable, "-m", "ggml_core.cli", "run", str(model), "--rpc", endpoint, "--device", "CPU,RPC0",
+            "-ts", "1,1", "--tokens", "1,2,3", "-n", "16000", "-c", "16384", "--ignore-eos",
+            "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out = bytearray()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]
+            out.extend(chunk)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, out
+
+
+def _wait_streaming(proc: subprocess.Popen[bytes], out: bytearray) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        tokens = bytes(out).partition(b"\ncontext ")[2]
+        if len(tokens) > STREAMED:
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the run did not start generating: {bytes(out)[-500:]!r} {proc.communicate()[1]!r}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_server_failing_mid_generation_ends_the_run_with_one_line(model_path: Path, sig: signal.Signals) -> None:
+    server, endpoint = start_server_process()
+    try:
+        proc, out = _generate(model_path, endpoint)
+        try:
+            _wait_streaming(proc, out)
+            os.kill(server.pid, sig)
+            failed_at = time.monotonic()
+            proc.wait(timeout=DEADLINE + 60)  # the deadline, plus room for a loaded machine: not a hang
+            took = time.monotonic() - failed_at
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+    finally:
+        if sig == signal.SIGSTOP:
+            os.kill(server.pid, signal.SIGCONT)
+        server.kill()
+        server.communicate(timeout=30)
+    lines = [line for line in err.splitlines() if line.startswith("ggml-core run:")]
+    assert proc.returncode == 2 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith(f"ggml-core run: error: RPC server {endpoint}: "), err
+    if sig == signal.SIGKILL:
+        assert "the server closed the connection" in lines[0], err
+    else:
+        assert f"no complete answer within {DEADLINE} s (GGML_RPC_TIMEOUT)" in lines[0], err
+        assert took >= DEADLINE * 0.9  # it waited for the deadline (a stopped host is not a closed connection)
