@@ -141,6 +141,16 @@ class HParams:
     ssm_d_state: int = 0
     ssm_dt_rank: int = 0
     ssm_n_group: int = 0
+    #: LFM2's short convolution: the window it caches is ``shortconv_l_cache - 1`` inputs (``shortconv.l_cache``)
+    shortconv_l_cache: int = 0
+    #: RWKV: the WKV head size (``wkv.head_size``; 0: not RWKV), the token shifts a layer keeps, the LoRA ranks of
+    #: decay, in-context learning rate, value residual mix and gate (``attention.*_lora_rank``)
+    wkv_head_size: int = 0
+    token_shift_count: int = 2
+    n_lora_decay: int = 0
+    n_lora_iclr: int = 0
+    n_lora_value_res_mix: int = 0
+    n_lora_gate: int = 0
 
     @property
     def n_embd_k_gqa(self) -> int:
@@ -172,12 +182,20 @@ class HParams:
 
     @property
     def n_embd_r(self) -> int:
-        """Floats of one recurrent layer's rolling state per sequence (Mamba: the convolution's last inputs)."""
+        """Floats of one recurrent layer's rolling state per sequence (llama.cpp's ``n_embd_r``): RWKV's token
+        shifts, LFM2's convolution window, else Mamba's (and the delta nets') convolution window."""
+        if self.wkv_head_size:
+            return self.token_shift_count * self.n_embd
+        if self.shortconv_l_cache:
+            return self.n_embd * (self.shortconv_l_cache - 1)
         return max(0, self.ssm_d_conv - 1) * (self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state)
 
     @property
     def n_embd_s(self) -> int:
-        """Floats of one recurrent layer's scan state per sequence (Mamba: ``d_state`` per inner channel)."""
+        """Floats of one recurrent layer's state per sequence (llama.cpp's ``n_embd_s``): RWKV's WKV state, else
+        Mamba's ``d_state`` per inner channel (0 for LFM2, which keeps only its window)."""
+        if self.wkv_head_size:
+            return self.n_embd * self.wkv_head_size
         return self.ssm_d_state * self.ssm_d_inner
 
     @property

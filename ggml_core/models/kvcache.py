@@ -123,7 +123,8 @@ class KVCache:
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
             cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
             cache.r.append(ctx.new_tensor_2d("f32", hp.n_embd_r, 1, f"cache_r_l{il}") if recurrent else None)
-            cache.s.append(ctx.new_tensor_2d("f32", hp.n_embd_s, 1, f"cache_s_l{il}") if recurrent else None)
+            has_s = recurrent and hp.n_embd_s > 0  # LFM2 keeps only its window
+            cache.s.append(ctx.new_tensor_2d("f32", hp.n_embd_s, 1, f"cache_s_l{il}") if has_s else None)
         if not alloc:
             from ggml_core.models.bufts import bind_probe
 

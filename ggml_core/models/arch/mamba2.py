@@ -15,7 +15,7 @@ from ggml_core.models.arch._base import ROPE_TYPE_NONE, Architecture
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import GraphBuilder
 from ggml_core.models.hparams import HParams, read_ssm
-from ggml_core.models.recurrent_blocks import mamba2_mixer, mamba2_weights
+from ggml_core.models.recurrent.mamba import mamba2_mixer, mamba2_weights
 
 __all__ = ["ARCH"]
 

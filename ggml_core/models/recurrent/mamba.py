@@ -1,9 +1,8 @@
-"""Shared blocks of the recurrent layers (llama.cpp's ``build_mamba2_layer`` and its kin), over the recurrent
-state the cache keeps beside K and V (:class:`~ggml_core.models.kvcache.KVCache`, ``r`` and ``s`` per layer).
+"""The Mamba-2 mixer (llama.cpp's ``build_mamba2_layer``): its weights and its graph.
 
-One sequence: a layer reads its states, computes, and writes the new states back in the same graph. The rolling
-convolution window (``r``: the last ``d_conv - 1`` inputs of every channel) is written as the tail of the window the
-batch convolved; the scan's state (``s``) is copied out of the scan's result, which holds it after the outputs.
+The rolling convolution window (``r``: the last ``d_conv - 1`` inputs of every channel) is written back as the tail
+of the window the batch convolved; the scan's state (``s``) is copied out of the scan's result, which holds it after
+the outputs.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from ggml_core._tensor import Tensor
 from ggml_core.models.blocks import LayerWeight, rms_norm
 from ggml_core.models.graph import GraphBuilder
 from ggml_core.models.hparams import HParams
+from ggml_core.models.recurrent import store_state
 
 __all__ = ["mamba2_mixer", "mamba2_weights"]
 
@@ -31,11 +31,6 @@ def mamba2_weights(hp: HParams) -> list[LayerWeight]:
         ("ssm_norm.weight", (d_inner // n_group, n_group), True),
         ("ssm_out.weight", (d_inner, hp.n_embd), False),
     ]
-
-
-def _store(g: GraphBuilder, src: Tensor, state: Tensor) -> None:
-    """Copy ``src`` over the whole of ``state`` (same element count), as a node of the batch's graph."""
-    g.graph.build_forward_expand(ops.cpy(src, state))
 
 
 def mamba2_mixer(g: GraphBuilder, il: int, cur: Tensor) -> Tensor:
@@ -63,7 +58,7 @@ def mamba2_mixer(g: GraphBuilder, il: int, cur: Tensor) -> Tensor:
     # convolution over [cached window | this batch], then keep the window's new tail
     window = ops.concat(ops.reshape_3d(r_state, d_conv - 1, conv_dim, 1), ops.transpose(xbc), 0)
     tail = ops.view_3d(window, d_conv - 1, conv_dim, 1, window.nb[1], window.nb[2], n_t * window.nb[0])
-    _store(g, tail, r_state)
+    store_state(g, tail, r_state)
     xbc = ops.silu(ops.add(ops.ssm_conv(window, g.layer(il, "ssm_conv1d.weight")), g.layer(il, "ssm_conv1d.bias")))
 
     # the selective scan: x, B, C are views of the convolved xBC
@@ -74,7 +69,7 @@ def mamba2_mixer(g: GraphBuilder, il: int, cur: Tensor) -> Tensor:
     dt = ops.add(ops.cont(dt), g.layer(il, "ssm_dt.bias"))
     s = ops.reshape_4d(s_state, d_state, head_dim, n_head, 1)
     scan = ops.ssm_scan(s, x, dt, g.layer(il, "ssm_a"), b, c, g.inputs["s_ids"])
-    _store(g, ops.view_1d(scan, d_state * d_inner, x.nelements * es), s_state)
+    store_state(g, ops.view_1d(scan, d_state * d_inner, x.nelements * es), s_state)
     row = head_dim * es
     y = ops.view_4d(scan, head_dim, n_head, n_t, 1, row, row * n_head, row * n_head * n_t, 0)
 
