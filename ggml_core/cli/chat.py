@@ -14,46 +14,78 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
+    from ggml_core.cli._args import INT32_MAX, int_in
+    from ggml_core.cli._llama_args import add_chat_args, add_sampling_args, text_file
     from ggml_core.cli.run import add_model_args
 
     p = sub.add_parser(name, help="chat with a GGUF model through its chat template (stdin lines, streamed replies)")
     add_model_args(p)
-    p.add_argument("--system", help="a system message first")
-    p.add_argument("--n-predict", "-n", type=int, default=256, help="most tokens per reply (default 256)")
-    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help="top-k, 0 = off (default 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="top-p (default 0.95)")
-    p.add_argument("--seed", type=int, default=-1, help="sampling seed (default -1: random)")
-    p.set_defaults(func=run)
+    first = p.add_mutually_exclusive_group()
+    first.add_argument("--prompt", "-p", help="the first user message (then stdin's lines)")
+    first.add_argument("--file", "-f", dest="prompt", type=text_file, help="the first user message, from a file")
+    p.add_argument(
+        "--n-predict", "-n", type=int_in(1, INT32_MAX), default=256, help="most tokens per reply "
+        "(default 256)"
+    )  # fmt: skip
+    p.add_argument("--single-turn", "-st", action="store_true", help="end after the first reply")
+    add_chat_args(p)
+    add_sampling_args(p)
+    p.set_defaults(func=run, tokens=None, logits_out=None)
 
 
 def run(args: argparse.Namespace) -> int:
-    """The chat loop."""
-    from ggml_core.cli.run import model_params
-    from ggml_core.models import Model, Sampler, SamplerParams
-    from ggml_core.models.chat import ChatTemplate, end_of_turn_ids
+    """The chat loop (the embedded default model when no file is given, as for ``run``)."""
+    from ggml_core.cli._llama_args import check_combination
+    from ggml_core.cli.run import resolve_model_path
 
-    if not args.model:
-        print("ggml-core chat: error: a GGUF model file is required", file=sys.stderr)
+    problem = check_combination(args)
+    if problem is not None:
+        print(f"ggml-core chat: error: {problem}", file=sys.stderr)
         return 2
     if args.n_predict <= 0:
         print(f"ggml-core chat: error: --n-predict must be positive, got {args.n_predict}", file=sys.stderr)
         return 2
-    params = model_params(args, args.ctx_size, default_model=False)
-    sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, None if args.seed < 0 else args.seed))
-    with Model.load(args.model, params) as m:
+    path, is_default = resolve_model_path(args)
+    try:
+        return _chat(args, path, is_default)
+    except (ValueError, OSError) as exc:  # the project's errors (GGMLError) are ValueErrors: main prints them
+        from ggml_core._errors import GGMLError
+
+        if isinstance(exc, GGMLError):
+            raise
+        print(f"ggml-core chat: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _chat(args: argparse.Namespace, path: Any, is_default: bool) -> int:
+    from ggml_core.cli._llama_args import chat_template, decoder, print_verbose, sampler_from_args
+    from ggml_core.cli.run import model_params
+    from ggml_core.models import Model, open_gguf
+    from ggml_core.models.chat import end_of_turn_ids
+
+    params = model_params(args, args.ctx_size, default_model=is_default)
+    sampler = sampler_from_args(args)
+    f = open_gguf(path)
+    with Model.load(f, params) as m:
         tok = m.tokenizer
-        template = ChatTemplate.from_gguf(m.file, tok)
+        template, note = chat_template(args, f, tok)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        decode = decoder(tok, args.special)
         stop = set(end_of_turn_ids(tok))
         messages = [{"role": "system", "content": args.system}] if args.system else []
         interactive = sys.stdin.isatty()
+        first = args.prompt
         while True:
-            if interactive:
-                print("> ", end="", file=sys.stderr, flush=True)
-            line = sys.stdin.readline()
-            if not line:
-                return 0
-            messages.append({"role": "user", "content": line.rstrip("\n")})
+            if first is not None:
+                line, first = first, None
+            else:
+                if interactive:
+                    print("> ", end="", file=sys.stderr, flush=True)
+                line = _read_line()
+                if line is None:
+                    return 0
+            messages.append({"role": "user", "content": line})
             text = template.render(messages)
             bos_in_text = bool(template.bos_token) and text.startswith(template.bos_token)
             ids = tok.encode(text, add_bos=False if bos_in_text else None, parse_special=True)
@@ -61,21 +93,37 @@ def run(args: argparse.Namespace) -> int:
                 print(f"ggml-core chat: error: the conversation ({len(ids)} tokens) + a reply of {args.n_predict} "
                       f"do not fit the {m.n_ctx}-cell context (use a larger --ctx-size)", file=sys.stderr)  # fmt: skip
                 return 2
+            print_verbose(args, sampler, tok, ids)
             m.reset()
-            out = _Stream(tok, stop)
+            sampler.reset()
+            sampler.accept(ids)  # the conversation so far is the penalties' history, as in llama-cli
+            out = _Stream(decode, stop)
             m.generate(ids, args.n_predict, sampler, eos_ids=sorted(stop), on_token=out)
             print(flush=True)
-            messages.append({"role": "assistant", "content": out.text()})
+            messages.append({"role": "assistant", "content": decode(out.ids, strip_prefix_space=False)})
+            if getattr(args, "single_turn", False):
+                return 0
+
+
+def _read_line() -> str | None:
+    """One line of stdin without its newline; None at the end. Bytes that are not UTF-8 become U+FFFD (a chat
+    message is text; the replacement shows where the input was damaged)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream (tests, embedding)
+        text = sys.stdin.readline()
+        return text.rstrip("\n") if text else None
+    raw = buffer.readline()
+    return raw.decode("utf-8", errors="replace").rstrip("\r\n") if raw else None
 
 
 class _Stream:
     """Prints a reply as it comes, never half a UTF-8 character; the end-of-turn token is not printed."""
 
-    def __init__(self, tok: Any, stop: set[int]) -> None:
-        self.tok, self.stop, self.ids, self.printed = tok, stop, list[int](), 0
+    def __init__(self, decode: Any, stop: set[int]) -> None:
+        self.decode, self.stop, self.ids, self.printed = decode, stop, list[int](), 0
 
     def text(self) -> str:
-        return str(self.tok.decode(self.ids, strip_prefix_space=False))
+        return str(self.decode(self.ids, strip_prefix_space=False))
 
     def __call__(self, t: int) -> None:
         if t in self.stop:

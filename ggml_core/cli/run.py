@@ -19,7 +19,6 @@ from ggml_core.cli._args import (
     INT32_MAX,
     MAX_THREADS,
     endpoints,
-    float_in,
     input_file,
     int_in,
     int_list,
@@ -27,14 +26,35 @@ from ggml_core.cli._args import (
     output_file,
     shares,
 )
+from ggml_core.cli._llama_args import (
+    KV_TYPES,
+    add_chat_args,
+    add_sampling_args,
+    check_combination,
+    decoder,
+    kv_type,
+    print_verbose,
+    sampler_from_args,
+    text_file,
+)
 from ggml_core.cli._placement_args import add_placement_args, list_devices, n_gpu_layers, placement_extras
 
 __all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
 
 
+def _model_file(text: str) -> Any:
+    """The positional model file (argparse hands an absent one's SUPPRESS default through ``type`` too)."""
+    return text if text == argparse.SUPPRESS else input_file(text)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model, placement and context flags shared by ``run`` and ``plan``."""
-    p.add_argument("model", nargs="?", type=input_file, help="GGUF file (default: the embedded default model)")
+    # the positional and -m share one destination; SUPPRESS keeps an absent positional from erasing -m's value
+    p.add_argument(
+        "model", nargs="?", type=_model_file, default=argparse.SUPPRESS, help="GGUF file (default: the embedded "
+        "default model)"
+    )  # fmt: skip
+    p.add_argument("--model", "-m", dest="model", type=input_file, default=None, help="the GGUF file (as llama.cpp)")
     g = p.add_argument_group("placement (as llama.cpp)")
     g.add_argument("--device", "-dev", type=names, help="devices to place layers on, e.g. CPU,OpenCL0")
     g.add_argument(
@@ -68,7 +88,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="KV cache cells (default: what prompt and generation need)",
     )
     c.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
-    c.add_argument("--kv-type", choices=["f16", "f32"], default="f16", help="KV cache type (default f16)")
+    c.add_argument("--kv-type", choices=KV_TYPES, default="f16", help="KV cache type (default f16)")
+    c.add_argument("--cache-type-k", "-ctk", choices=KV_TYPES, help="llama.cpp's K cache type (one type for K and V)")
+    c.add_argument("--cache-type-v", "-ctv", choices=KV_TYPES, help="llama.cpp's V cache type (one type for K and V)")
     c.add_argument(
         "--flash-attn",
         "-fa",
@@ -93,7 +115,8 @@ def add_parser(sub: Any, name: str) -> None:
     )
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer)")
+    src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer; special tokens are parsed)")
+    src.add_argument("--file", "-f", dest="prompt", type=text_file, help="the prompt, from a UTF-8 file")
     src.add_argument("--tokens", type=int_list(0, INT32_MAX, "token id"), help="prompt as token ids, e.g. 1,2,3")
     p.add_argument(
         "--n-predict",
@@ -101,20 +124,19 @@ def add_parser(sub: Any, name: str) -> None:
         type=int_in(0, INT32_MAX),
         help="tokens to generate (default 32; with --chat the most per reply, default 256)",
     )
-    p.add_argument(
+    cnv = p.add_mutually_exclusive_group()
+    cnv.add_argument(
         "--chat",
+        "--conversation",
+        "-cnv",
         action="store_true",
         help="interactive chat through the file's chat template, one user message per stdin line ('ggml-core chat')",
     )
-    p.add_argument("--system", help="with --chat: a system message first")
-    s = p.add_argument_group("sampling")
-    s.add_argument("--temp", type=float_in(0.0, None), default=0.8, help="temperature; 0 = greedy (default 0.8)")
-    s.add_argument("--top-k", type=int_in(0, INT32_MAX), default=40, help="top-k, 0 = off (default 40)")
-    s.add_argument("--top-p", type=float_in(0.0, 1.0, lo_open=True), default=0.95, help="top-p (default 0.95)")
-    s.add_argument(
-        "--seed", type=int_in(-1, 2**32 - 1, " (-1 = random)"), default=-1, help="sampling seed (default -1: random)"
+    cnv.add_argument(
+        "--no-conversation", "-no-cnv", dest="chat", action="store_false", help="no chat: complete the prompt (default)"
     )
-    s.add_argument("--ignore-eos", action="store_true", help="keep generating after an end-of-sequence token")
+    add_chat_args(p)
+    add_sampling_args(p)
     p.add_argument(
         "--logits-out", type=output_file, help="save the logits of every prompt position to FILE (float32 .npy)"
     )
@@ -155,7 +177,7 @@ def model_params(
     return ModelParams(
         placement=req,
         n_ctx=n_ctx,
-        kv_type=args.kv_type,
+        kv_type=kv_type(args),
         flash_attn={"on": True, "off": False}.get(args.flash_attn),
         batch_size=args.batch_size,
         n_threads=args.threads,
@@ -185,21 +207,24 @@ def _round_up(n: int, m: int) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load, run, report (``--chat``: the chat loop of ``ggml-core chat``)."""
-    if args.chat:
-        given = {"--prompt": args.prompt, "--tokens": args.tokens, "--json": args.json or None}
-        given["--logits-out"] = args.logits_out
+    problem = check_combination(args)
+    if problem is None and args.chat:
+        given = {"--tokens": args.tokens, "--json": args.json or None, "--logits-out": args.logits_out}
         clash = [flag for flag, value in given.items() if value is not None]
-        if clash:
-            print(f"ggml-core run: error: --chat reads the conversation from stdin; {clash[0]} does not apply",
-                  file=sys.stderr)  # fmt: skip
-            return 2
+        problem = f"--chat reads the conversation from stdin; {clash[0]} does not apply" if clash else None
+    if problem is None and not args.chat:
+        chat_only = {"--system-prompt": args.system, "--chat-template": args.chat_template}
+        chat_only["--chat-template-file"] = args.chat_template_file
+        given_chat = [flag for flag, value in chat_only.items() if value is not None]
+        problem = f"{given_chat[0]} needs --chat (-cnv)" if given_chat else None
+    if problem is not None:
+        print(f"ggml-core run: error: {problem}", file=sys.stderr)
+        return 2
+    if args.chat:
         from ggml_core.cli.chat import run as chat
 
         args.n_predict = 256 if args.n_predict is None else args.n_predict
         return chat(args)
-    if args.system is not None:
-        print("ggml-core run: error: --system needs --chat", file=sys.stderr)
-        return 2
     args.n_predict = 32 if args.n_predict is None else args.n_predict
     try:
         return _run(args)
@@ -210,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._rpc_option import use_rpc_servers
-    from ggml_core.models import Model, Sampler, SamplerParams, open_gguf
+    from ggml_core.models import Model, open_gguf
     from ggml_core.models.hparams import read_hparams
     from ggml_core.models.runner import check_context
     from ggml_core.models.tokenizer import load_tokenizer
@@ -232,20 +257,23 @@ def _run(args: argparse.Namespace) -> int:
     else:
         tok = load_tokenizer(f)
         text = args.prompt if args.prompt is not None else ("hello world" if is_default else "")
-        prompt = tok.encode(text)
+        prompt = tok.encode(text, parse_special=True)  # as llama-cli: <bos>, <start_of_turn>, ... are tokens
     if not prompt:
         raise ValueError("the prompt is empty: give --prompt TEXT or --tokens IDS")
     n_ctx = args.ctx_size or _round_up(len(prompt) + args.n_predict, 256)
     check_context(len(prompt), args.n_predict, n_ctx)
-    sampler = Sampler(SamplerParams(args.temp, args.top_k, args.top_p, args.seed))
+    sampler = sampler_from_args(args)
+    sampler.accept(prompt)  # llama-cli counts the prompt in the penalties' window
     params = model_params(args, n_ctx, default_model=is_default, n_prompt=len(prompt))
     out = sys.stdout
     with Model.load(f, params) as model:
-        if tok is None and args.prompt is None and not args.json:
+        if tok is None:  # --tokens: the text is still shown (and given in --json) when the file has a vocabulary
             try:
                 tok = model.tokenizer
             except ValueError:
                 tok = None
+        decode = decoder(tok, args.special) if tok is not None else None
+        print_verbose(args, sampler, tok, prompt)
         info = _header_info(model, path, is_default)
         if not args.json:
             _print_header(info, out)
@@ -257,10 +285,10 @@ def _run(args: argparse.Namespace) -> int:
             if args.json:
                 return
             streamed.append(t)
-            if tok is None:
+            if decode is None:
                 out.write(f"{t} ")
             else:
-                text = tok.decode(streamed)
+                text = decode(streamed)
                 if not text.endswith("\ufffd"):
                     out.write(text[len(shown[0]) :])
                     shown[0] = text
@@ -268,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
 
         warmup_s = 0.0 if args.no_warmup else model.warmup()
         if not args.json:
-            shown_prompt = tok.decode(prompt) if tok is not None else " ".join(map(str, prompt))
+            shown_prompt = decode(prompt) if decode is not None else " ".join(map(str, prompt))
             out.write(f"\n{shown_prompt}")
             out.flush()
         res = model.generate(
@@ -288,7 +316,7 @@ def _run(args: argparse.Namespace) -> int:
                 "n_splits": model.executor.n_splits,
                 "prompt_tokens": res.prompt_tokens,
                 "tokens": res.tokens,
-                "text": tok.decode(res.tokens, strip_prefix_space=False) if tok is not None else None,
+                "text": decode(res.tokens, strip_prefix_space=False) if decode is not None else None,
                 "n_prompt": len(res.prompt_tokens),
                 "n_gen": len(res.tokens),
                 "prompt_seconds": round(res.prompt_seconds, 6),
@@ -305,8 +333,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
     else:
-        if tok is not None and info["text"] is not None:
-            rest = tok.decode(streamed)[len(shown[0]) :]
+        if decode is not None:
+            rest = decode(streamed)[len(shown[0]) :]
             out.write(rest)
         out.write("\n\n")
         pp, tg = speed_text(res)
