@@ -49,26 +49,27 @@ def _regular(path: str, what: str) -> None:
         raise RPCConfigError(path, f"the {what} is not a regular file")
 
 
-def read_token(path: str) -> bytes:
-    """The token in ``path``: its bytes without surrounding whitespace (1 to :data:`TOKEN_MAX` bytes)."""
-    _regular(path, "token file")
+def read_token(path: str, what: str = "token file") -> bytes:
+    """The token in ``path``: its bytes without surrounding whitespace (1 to :data:`TOKEN_MAX` bytes). ``what``
+    names the file in errors (``token file (--token)``)."""
+    _regular(path, what)
     try:
         with open(path, "rb") as f:
             raw = f.read(TOKEN_MAX * 2 + 1)
     except OSError as exc:
-        raise RPCConfigError(path, f"cannot read the token file: {exc.strerror or exc}") from None
+        raise RPCConfigError(path, f"cannot read the {what}: {exc.strerror or exc}") from None
     token = raw.strip()
     if not token:
-        raise RPCConfigError(path, "the token file is empty: write a secret into it (e.g. openssl rand -hex 32)")
+        raise RPCConfigError(path, f"the {what} is empty: write a secret into it (e.g. openssl rand -hex 32)")
     if len(token) > TOKEN_MAX:
-        raise RPCConfigError(path, f"the token has more than {TOKEN_MAX} bytes")
+        raise RPCConfigError(path, f"the {what} holds more than {TOKEN_MAX} bytes")
     return token
 
 
 def client_token() -> bytes | None:
     """The token from ``GGML_RPC_TOKEN_FILE`` (None when it is unset or empty)."""
     path = os.environ.get(TOKEN_FILE_ENV, "").strip()
-    return read_token(path) if path else None
+    return read_token(path, f"token file ({TOKEN_FILE_ENV})") if path else None
 
 
 def tokens_equal(given: bytes, expected: bytes) -> bool:

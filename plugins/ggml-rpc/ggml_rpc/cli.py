@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ggml-core {args.command}: error: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
     try:
-        token = read_token(str(args.token)) if args.token is not None else None
+        token = read_token(str(args.token), "token file (--token)") if args.token is not None else None
         tls = server_context(str(args.tls_cert), str(args.tls_key)) if args.tls_cert is not None else None
     except RPCConfigError as exc:
         print(f"ggml-core {args.command}: error: {exc}", file=sys.stderr)

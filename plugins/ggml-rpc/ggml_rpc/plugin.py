@@ -51,6 +51,7 @@ from ggml_rpc.protocol import (
     U32_MAX,
     U64_MAX,
     Cmd,
+    RPCConfigError,
     RPCError,
 )
 from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
@@ -425,8 +426,9 @@ class RPCReg(BackendReg):
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint_key(endpoint)
         super().__init__(f"RPC[{self.endpoint}]", description=f"ggml RPC server at {self.endpoint}", priority=-1)
-        #: why the server's devices could not be found (it also gives :attr:`unavailable_reason`), or None
-        self.error: RPCError | None = None
+        #: why the server's devices could not be found (it also gives :attr:`unavailable_reason`), or None: an
+        #: :class:`RPCError`, or an :class:`RPCConfigError` for an unusable token or CA file
+        self.error: RPCError | RPCConfigError | None = None
 
     def enumerate_devices(self) -> list[Device]:
         """Connect (HELLO), ask DEVICE_COUNT, make one device per remote device.
@@ -443,7 +445,7 @@ class RPCReg(BackendReg):
                     Cmd.DEVICE_COUNT, f"answered DEVICE_COUNT with {count} devices; at most {_MAX_DEVICES} are accepted"
                 )
             return [RPCDevice(conn, i, _device_name(self.endpoint, i)) for i in range(count)]
-        except RPCError as exc:
+        except (RPCError, RPCConfigError) as exc:
             self.error = exc
             self.unavailable_reason = str(exc)
             return []
@@ -489,8 +491,10 @@ def add_server(endpoint: str, registry: Any | None = None) -> str:
     if not any(r.name == f"RPC[{key}]" for r in registry.regs):
         registry.register_plugin(_ServerPlugin(key), f"rpc[{key}]", distribution="ggml-rpc")
     reg = registry.get_reg(f"RPC[{key}]")
-    if not reg.devices and isinstance(getattr(reg, "error", None), RPCError):
-        raise reg.error
+    found = reg.devices  # (connects: sets the registry's error when the server cannot be used)
+    error = getattr(reg, "error", None)
+    if not found and isinstance(error, RPCError | RPCConfigError):
+        raise error
     return f"RPC[{key}]"
 
 

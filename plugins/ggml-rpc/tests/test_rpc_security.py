@@ -284,3 +284,23 @@ def test_rpc_server_refuses_unusable_security_files(tmp_path: Path, pem: tuple[P
         )  # fmt: skip
         err = out.stderr.strip()
         assert out.returncode == 2 and want in err and "Traceback" not in err and err.count("\n") == 0, err
+
+
+def test_an_unusable_client_token_file_is_an_error_naming_it(
+    server: RPCServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ggml_core.backend.registry import Registry
+    from ggml_rpc import add_server
+
+    missing = tmp_path / "missing"
+    monkeypatch.setenv("GGML_RPC_TOKEN_FILE", str(missing))
+    with pytest.raises(RPCConfigError, match=r"cannot open the token file \(GGML_RPC_TOKEN_FILE\)"):
+        add_server(server.address, Registry().load())
+    base = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}
+    out = subprocess.run(
+        [sys.executable, "-m", "ggml_core.cli", "run", "--list-devices", "--rpc", server.address],
+        capture_output=True, text=True, env=base, timeout=120,
+    )  # fmt: skip
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "Traceback" not in err and err.count("\n") == 0, err
+    assert f"{missing}: cannot open the token file (GGML_RPC_TOKEN_FILE)" in err
