@@ -64,6 +64,8 @@ DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 MIN_RATE: Final = float(1 << 20)
 
 _U64: Final = struct.Struct("<Q")
+#: bytes of a request's frame header (command, payload size)
+_FRAME_HEAD: Final = 9
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
@@ -145,6 +147,10 @@ class Connection:
         self.last_graph: dict[int, bytes] = {}
         #: commands sent so far, by name (for benchmarks and tests)
         self.counts: Counter[str] = Counter()
+        #: commands that waited for an answer (each costs one network round trip), and bytes each way, so far
+        self.round_trips = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
         #: commands sent since the last answer (to name them if the server fails)
         self._unanswered: list[str] = []
         self._sock: socket.socket | None = None
@@ -342,6 +348,7 @@ class Connection:
                 raise self._fail(cmd, exc) from exc
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
+            self.bytes_sent += _FRAME_HEAD + _size(parts)
 
     def request(
         self,
@@ -415,10 +422,14 @@ class Connection:
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
             try:
-                send_frame(sock, cmd, parts, time.monotonic() + limit + _size(parts) / MIN_RATE)
+                size = _size(parts)
+                send_frame(sock, cmd, parts, time.monotonic() + limit + size / MIN_RATE)
+                self.round_trips += 1
+                self.bytes_sent += _FRAME_HEAD + size
                 deadline = time.monotonic() + limit
                 got = _U64.unpack(recv_exact(sock, 8, deadline))[0]
                 read(sock, got, deadline + min(got, 2**50) / MIN_RATE)  # (read checks the size first)
+                self.bytes_received += 8 + got
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()

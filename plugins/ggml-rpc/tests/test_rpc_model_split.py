@@ -113,3 +113,38 @@ def test_rpc_flag_alone_adds_the_servers_devices_to_the_default_list(
     assert held and held[0].startswith("RPC"), info["devices"]
     assert server.stats["GRAPH_COMPUTE"] > 0 and server.stats["SET_TENSOR"] > 0
     assert rel(np.load(tmp_path / "rpc.npy"), np.load(tmp_path / "cpu.npy")) < 1e-5
+
+
+def test_round_trips_per_decoded_token_are_counted(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """The client counts the commands that wait for an answer (network round trips) and the bytes each way. A
+    decode step of a layer split costs each server two: the sync after its graph and the read of its output."""
+    from ggml_core import get_registry
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+    from ggml_rpc import RPCDevice
+
+    s1, s2 = make_server(), make_server()
+    names = rpc_registry(s1, s2)
+    conns = []
+    for n in names:
+        dev = get_registry().get_device(n)
+        assert isinstance(dev, RPCDevice)
+        conns.append(dev.conn)
+    params = ModelParams(
+        placement=PlacementRequest(devices=["CPU", *names], tensor_split=[1, 1, 1]), kv_type="f32", n_ctx=64,
+        progress=False,
+    )  # fmt: skip
+    steps = 8
+    with Model.load(model_path, params) as m:
+        m.process_prompt([1, 5, 9, 3])
+        m.decode([7])  # the first step stores each server's graph (GRAPH_COMPUTE); later ones re-run it
+        before = [(c.round_trips, c.bytes_sent, c.bytes_received, c.counts.copy()) for c in conns]
+        for t in range(steps):
+            m.decode([10 + t])
+    for c, (trips, sent, received, counts) in zip(conns, before, strict=True):
+        step = c.counts - counts
+        answered = step["DEVICE_COUNT"] + step["GET_TENSOR"] + step["GET_ALLOC_SIZE"] + step["ALLOC_BUFFER"]
+        assert c.round_trips - trips == answered == 2 * steps, (c.endpoint, step)
+        assert step["GRAPH_RECOMPUTE"] == steps and step["GRAPH_COMPUTE"] == 0, step
+        assert c.bytes_sent > sent and c.bytes_received - received >= steps * 4 * 128  # an activation row at least
