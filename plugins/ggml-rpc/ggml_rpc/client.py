@@ -253,7 +253,8 @@ class Connection:
             raise RPCAuthError(
                 self.endpoint,
                 f"the TLS handshake failed ({why}): the server does not serve TLS (start it with --tls-cert and "
-                f"--tls-key, or connect to {self.host}:{self.port} without {TLS_SCHEME})",
+                f"--tls-key, or connect to {self.host}:{self.port} without {TLS_SCHEME}) or is busy (serving as "
+                "many clients as it allows)",
             ) from None
 
     def _tls_required(self) -> RPCAuthError:
