@@ -91,3 +91,21 @@ def kernel_sources() -> dict[str, str]:
     from ggml_cuda._compile import KERNEL_DIR
 
     return {p.stem: p.read_text() for p in sorted(Path(KERNEL_DIR).glob("*.cu"))}
+
+
+def build_host_program(nvcc: str, name: str, tmp: Path) -> Path:
+    """Compile tests/<name>.cu, a host program that includes kernel sources (``-I kernels/``, no floating-point
+    contraction, as the kernels' ``*_rn`` helpers on the device), into ``tmp``; fails the test with nvcc's output
+    when it does not build."""
+    import pytest
+
+    from ggml_cuda._compile import KERNEL_DIR
+
+    exe = tmp / name
+    cmd = [nvcc, "-O2", "-std=c++17", "-I", str(KERNEL_DIR), "-Xcompiler", "-ffp-contract=off", "-o", str(exe)]
+    res = subprocess.run(
+        [*cmd, str(Path(__file__).with_name(f"{name}.cu"))], capture_output=True, text=True, timeout=600, check=False
+    )
+    if res.returncode != 0:
+        pytest.fail(f"building {name}.cu failed:\n{res.stderr}")
+    return exe

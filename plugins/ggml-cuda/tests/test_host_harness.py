@@ -14,36 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cuda_helpers import build_host_program
 
 from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
-from ggml_cuda._compile import KERNEL_DIR
 from ggml_cuda.ops.matmul import K_QUANTS, MMVQ_TYPES
 from ggml_cuda.ops.movement import DEQUANT_TYPES, QUANTIZE_TYPES
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
 def harness(nvcc: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The host harness, built once per session with nvcc."""
-    exe = tmp_path_factory.mktemp("harness") / "host_harness"
-    cmd = [
-        nvcc,
-        "-O2",
-        "-std=c++17",
-        "-I",
-        str(KERNEL_DIR),
-        "-Xcompiler",
-        "-ffp-contract=off",
-        "-o",
-        str(exe),
-        str(HERE / "host_harness.cu"),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    if res.returncode != 0:
-        pytest.fail(f"building the host harness failed:\n{res.stderr}")
-    return exe
+    return build_host_program(nvcc, "host_harness", tmp_path_factory.mktemp("host_harness"))
 
 
 def _run(harness: Path, *args: object, data: bytes) -> bytes:

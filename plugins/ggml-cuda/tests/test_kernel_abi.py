@@ -78,6 +78,30 @@ def _graphs() -> dict[str, Build]:
         a = c.new_tensor_3d("f32", 16, 4, 6)
         return [ops.norm(a, 1e-5), ops.l2_norm(a, 1e-6), ops.group_norm(a, 4, 1e-5)]
 
+    def recurrent(c: g.Context) -> list[g.Tensor]:
+        f = "f32"
+        seqs = c.new_tensor_1d("i32", 2)
+        scan = ops.ssm_scan(
+            c.new_tensor_4d(f, 16, 8, 4, 2),
+            c.new_tensor_4d(f, 8, 4, 3, 2),
+            c.new_tensor_3d(f, 4, 3, 2),
+            t2(c, f, 1, 4),
+            c.new_tensor_4d(f, 16, 2, 3, 2),
+            c.new_tensor_4d(f, 16, 2, 3, 2),
+            seqs,
+            2,
+        )
+        qk = [c.new_tensor_4d(f, 16, 2, 3, 1) for _ in range(2)]
+        gdn = ops.gated_delta_net(
+            *qk,
+            c.new_tensor_4d(f, 16, 2, 3, 2),
+            c.new_tensor_4d(f, 1, 2, 3, 2),
+            c.new_tensor_4d(f, 1, 2, 3, 2),
+            c.new_tensor_4d(f, 16, 16, 2, 2),
+        )
+        wkv = ops.rwkv_wkv7(*(c.new_tensor_3d(f, 16, 2, 4) for _ in range(6)), t2(c, f, 16 * 16 * 2, 2))
+        return [ops.ssm_conv(c.new_tensor_3d(f, 6, 8, 2), t2(c, f, 4, 8)), scan, gdn, wkv]
+
     def mul_mat_id(wt: str) -> Build:
         return lambda c: [
             ops.mul_mat_id(c.new_tensor_3d(wt, 256, 16, 4), c.new_tensor_3d("f32", 256, 2, 3), t2(c, "i32", 2, 3))
@@ -88,6 +112,7 @@ def _graphs() -> dict[str, Build]:
         "mul_mat_id_q8_0": mul_mat_id("q8_0"),
         "elementwise": elementwise,
         "norms": norms,
+        "recurrent": recurrent,
         "attention": attention,
         "copies": copies,
         "rows": rows,

@@ -3,7 +3,7 @@
 Importing this package fills the binder table; :func:`bind` and :func:`supports` consult it.
 """
 
-from ggml_cuda.ops import attention, elementwise, matmul, movement, norm  # noqa: F401 - registers binders
+from ggml_cuda.ops import attention, elementwise, matmul, movement, norm, recurrent  # noqa: F401 - registers binders
 from ggml_cuda.ops._base import (
     ARG_LAYOUT,
     STATUS,
