@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import io
 import json
+import re
+import tarfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -274,3 +277,44 @@ def test_chat_prompt_is_the_first_message_and_single_turn_ends(
     want = "<s><start_of_turn>user\nab<end_of_turn>\n<start_of_turn>model"  # jinja drops a template's last newline
     assert _prompt_ids(err) == tok.encode(want, add_bos=False, parse_special=True)
     assert len(out.splitlines()) == 1
+
+
+def _option_rows() -> list[tuple[list[str], str]]:
+    """(the code spans of the first cell, the second cell) of docs/models.md's llama-cli table."""
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    section = text.split("### llama-cli's options", 1)[1].split("\n\n", 2)[2]
+    rows = []
+    for line in section.split("\n\n", 1)[0].splitlines()[2:]:
+        cells = line.strip("|").split(" | ")
+        rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[1]))
+    return rows
+
+
+def test_every_option_the_table_says_is_taken_is_taken() -> None:
+    parser = build_parser(plugin_commands=False)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    known = {o for cmd in ("run", "chat") for a in sub.choices[cmd]._actions for o in a.option_strings}
+    taken = [o for spans, here in _option_rows() if here.startswith("taken") for o in spans]
+    assert len(taken) > 60 and [o for o in taken if o not in known] == []
+
+
+def test_the_table_lists_every_llama_cli_option() -> None:
+    """Each option in llama-cli's own list (llama.cpp 0c1e570's tools/cli/README.md, from the sdist the llama.cpp
+    harness downloads) appears in the table, by name or by a ``--spec-*`` pattern."""
+    from ggml_core.testing.llama_cpp import SDIST_FILE, cache_dir
+
+    sdist = cache_dir() / SDIST_FILE
+    if not sdist.is_file():
+        pytest.skip(f"llama.cpp's sources are not cached here ({sdist}); the llama.cpp harness downloads them")
+    with tarfile.open(sdist) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("vendor/llama.cpp/tools/cli/README.md"))
+        readme = tar.extractfile(member).read().decode()  # type: ignore[union-attr]
+    theirs = set()
+    for line in readme.splitlines():
+        if line.startswith("| `"):
+            first = line.split("`")[1]
+            theirs |= {w.split(" ")[0] for w in first.split(", ") if w.startswith("-")}
+    assert len(theirs) > 250
+    ours = [o for spans, _ in _option_rows() for span in spans for o in span.split(", ")]
+    missing = sorted(o for o in theirs if not any(fnmatch.fnmatchcase(o, pat) for pat in ours))
+    assert missing == []

@@ -159,6 +159,7 @@ def add_chat_args(p: argparse.ArgumentParser) -> None:
         "--special", "-sp", action="store_true", help="print special (control) tokens such as <end_of_turn> as text"
     )
     c.add_argument("--verbose", "-v", action="store_true", help="print the sampler chain and the prompt's tokens")
+    c.add_argument("--log-verbose", dest="verbose", action="store_true", help=argparse.SUPPRESS)
 
 
 def kv_type(args: argparse.Namespace) -> str:

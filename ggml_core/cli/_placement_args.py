@@ -68,6 +68,10 @@ def add_placement_args(g: Any) -> None:
         help="keep every layer's KV cache, and the attention reading it, in host memory",
     )
     g.add_argument(
+        "--kv-offload", "-kvo", dest="no_kv_offload", action="store_false", help="the KV cache with its layer (default)"
+    )
+    g.add_argument("--op-offload", dest="no_op_offload", action="store_false", help="llama.cpp's default: see above")
+    g.add_argument(
         "--fit",
         "-fit",
         choices=["on", "off"],

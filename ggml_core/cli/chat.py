@@ -27,6 +27,7 @@ def add_parser(sub: Any, name: str) -> None:
         "--n-predict", "-n", type=int_in(1, INT32_MAX), default=256, help="most tokens per reply "
         "(default 256)"
     )  # fmt: skip
+    p.add_argument("--predict", dest="n_predict", type=int_in(1, INT32_MAX), help=argparse.SUPPRESS)  # llama.cpp's
     p.add_argument("--single-turn", "-st", action="store_true", help="end after the first reply")
     add_chat_args(p)
     add_sampling_args(p)

@@ -61,8 +61,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "--n-gpu-layers",
         "-ngl",
         type=n_gpu_layers,
-        help="layers (counting the output layer) to offload to the devices, 'all', 'auto' or -1; default all",
+        help="layers (counting the output layer) to offload to the devices, 'all' (or -1) or 'auto'; default auto: "
+        "every layer unless --fit or --split-mode auto choose fewer",
     )
+    g.add_argument("--gpu-layers", dest="n_gpu_layers", type=n_gpu_layers, help=argparse.SUPPRESS)  # llama.cpp's
     g.add_argument(
         "--split-mode",
         "-sm",
@@ -124,6 +126,7 @@ def add_parser(sub: Any, name: str) -> None:
         type=int_in(0, INT32_MAX),
         help="tokens to generate (default 32; with --chat the most per reply, default 256)",
     )
+    p.add_argument("--predict", dest="n_predict", type=int_in(0, INT32_MAX), help=argparse.SUPPRESS)  # llama.cpp's
     cnv = p.add_mutually_exclusive_group()
     cnv.add_argument(
         "--chat",
