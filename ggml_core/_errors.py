@@ -20,6 +20,7 @@ __all__ = [
     "GraphError",
     "GraphInUseError",
     "OpError",
+    "OpFilterError",
     "OutOfBoundsError",
     "PluginError",
     "TensorDataError",
@@ -186,6 +187,15 @@ class VocabularyError(GGMLError, ValueError):
     def __init__(self, vocab: str, text: str, message: str) -> None:
         super().__init__(f"{vocab}: {message}")
         self.vocab, self.text = vocab, text
+
+
+class OpFilterError(GGMLError, LookupError):
+    """An op filter (``test-ops -o``, ``conformance_suite(ops=...)``) names something that is not an op or a group
+    of ops, or selects no conformance case; carries the filter and the names it could have used."""
+
+    def __init__(self, given: str, message: str, valid: Sequence[str] = ()) -> None:
+        super().__init__(f"op filter {given!r}: {message}")
+        self.given, self.valid = given, tuple(valid)
 
 
 def _mib(n: int) -> str:
