@@ -3,6 +3,7 @@ them with llama.cpp built here and with the numpy definition."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from tiny_models import add_placeholder_vocab
 
 from ggml_core.quants import quantize
 
-__all__ = ["MambaConfig", "mamba2_weights", "write_mamba2"]
+__all__ = ["GraniteConfig", "MambaConfig", "granite_weights", "mamba2_weights", "write_granitehybrid", "write_mamba2"]
 
 
 @dataclass(frozen=True)
@@ -35,32 +36,83 @@ class MambaConfig:
         return self.d_inner + 2 * self.n_group * self.d_state
 
 
-def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights in numpy order (the reverse of ggml's ne), scaled so activations stay O(1)."""
-    rng = np.random.default_rng(seed)
+@dataclass(frozen=True)
+class GraniteConfig(MambaConfig):
+    """A Granite 4 hybrid: Mamba-2 layers where ``kv_heads`` is 0, attention layers elsewhere, each with an FFN."""
 
+    n_layer: int = 3
+    kv_heads: tuple[int, ...] = (0, 2, 0)
+    n_attn_head: int = 4
+    n_ff: int = 96
+    embedding_scale: float = 2.0
+    residual_scale: float = 0.5
+    logit_scale: float = 4.0
+    attention_scale: float = 0.125
+
+
+def _rng_mat(rng: np.random.Generator) -> Callable[[int, int], np.ndarray]:
     def mat(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
-    w = {
-        "token_embd.weight": rng.standard_normal((cfg.n_vocab, cfg.n_embd)).astype(np.float32),
-        "output_norm.weight": (1.0 + 0.1 * rng.standard_normal(cfg.n_embd)).astype(np.float32),
-        "output.weight": mat(cfg.n_vocab, cfg.n_embd),
-    }
+    return mat
+
+
+def _norm(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+
+
+def _mamba_layer(w: dict[str, np.ndarray], cfg: MambaConfig, il: int, rng: np.random.Generator) -> None:
+    mat = _rng_mat(rng)
+    b = f"blk.{il}."
     d_in_proj = cfg.d_inner + cfg.conv_dim + cfg.n_head
-    for il in range(cfg.n_layer):
+    w[b + "ssm_in.weight"] = mat(d_in_proj, cfg.n_embd)
+    w[b + "ssm_conv1d.weight"] = (rng.standard_normal((cfg.conv_dim, cfg.d_conv)) * 0.5).astype(np.float32)
+    w[b + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(cfg.conv_dim)).astype(np.float32)
+    w[b + "ssm_dt.bias"] = rng.uniform(-2.0, 0.5, cfg.n_head).astype(np.float32)
+    w[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (cfg.n_head, 1)))).astype(np.float32)
+    w[b + "ssm_d"] = rng.uniform(0.5, 1.5, (cfg.n_head, 1)).astype(np.float32)
+    w[b + "ssm_norm.weight"] = _norm(rng, cfg.n_group, cfg.d_inner // cfg.n_group)
+    w[b + "ssm_out.weight"] = mat(cfg.n_embd, cfg.d_inner)
+
+
+def _frame(cfg: MambaConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "token_embd.weight": rng.standard_normal((cfg.n_vocab, cfg.n_embd)).astype(np.float32),
+        "output_norm.weight": _norm(rng, cfg.n_embd),
+        "output.weight": _rng_mat(rng)(cfg.n_vocab, cfg.n_embd),
+    }
+
+
+def granite_weights(cfg: GraniteConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights of a Granite 4 hybrid (numpy order)."""
+    rng = np.random.default_rng(seed)
+    mat = _rng_mat(rng)
+    w = _frame(cfg, rng)
+    head_dim = cfg.n_embd // cfg.n_attn_head
+    for il, kv in enumerate(cfg.kv_heads):
         b = f"blk.{il}."
-        w[b + "attn_norm.weight"] = (1.0 + 0.1 * rng.standard_normal(cfg.n_embd)).astype(np.float32)
-        w[b + "ssm_in.weight"] = mat(d_in_proj, cfg.n_embd)
-        w[b + "ssm_conv1d.weight"] = (rng.standard_normal((cfg.conv_dim, cfg.d_conv)) * 0.5).astype(np.float32)
-        w[b + "ssm_conv1d.bias"] = (0.1 * rng.standard_normal(cfg.conv_dim)).astype(np.float32)
-        w[b + "ssm_dt.bias"] = rng.uniform(-2.0, 0.5, cfg.n_head).astype(np.float32)
-        w[b + "ssm_a"] = (-np.exp(rng.uniform(-1.0, 1.0, (cfg.n_head, 1)))).astype(np.float32)
-        w[b + "ssm_d"] = rng.uniform(0.5, 1.5, (cfg.n_head, 1)).astype(np.float32)
-        w[b + "ssm_norm.weight"] = (1.0 + 0.1 * rng.standard_normal((cfg.n_group, cfg.d_inner // cfg.n_group))).astype(
-            np.float32
-        )
-        w[b + "ssm_out.weight"] = mat(cfg.n_embd, cfg.d_inner)
+        w[b + "attn_norm.weight"] = _norm(rng, cfg.n_embd)
+        if kv == 0:
+            _mamba_layer(w, cfg, il, rng)
+        else:
+            w[b + "attn_q.weight"] = mat(cfg.n_embd, cfg.n_embd)
+            w[b + "attn_k.weight"] = mat(kv * head_dim, cfg.n_embd)
+            w[b + "attn_v.weight"] = mat(kv * head_dim, cfg.n_embd)
+            w[b + "attn_output.weight"] = mat(cfg.n_embd, cfg.n_embd)
+        w[b + "ffn_norm.weight"] = _norm(rng, cfg.n_embd)
+        w[b + "ffn_gate.weight"] = mat(cfg.n_ff, cfg.n_embd)
+        w[b + "ffn_up.weight"] = mat(cfg.n_ff, cfg.n_embd)
+        w[b + "ffn_down.weight"] = mat(cfg.n_embd, cfg.n_ff)
+    return w
+
+
+def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights in numpy order (the reverse of ggml's ne), scaled so activations stay O(1)."""
+    rng = np.random.default_rng(seed)
+    w = _frame(cfg, rng)
+    for il in range(cfg.n_layer):
+        w[f"blk.{il}.attn_norm.weight"] = _norm(rng, cfg.n_embd)
+        _mamba_layer(w, cfg, il, rng)
     return w
 
 
@@ -72,22 +124,20 @@ def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> N
         writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
 
 
-def write_mamba2(path: Path, cfg: MambaConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
-    """A ``mamba2`` GGUF with a placeholder vocabulary; matrices stored as ``wtype`` (f32 or q8_0)."""
-    writer = GGUFWriter(str(path), "mamba2")
-    a = "mamba2"
+def _ssm_keys(writer: GGUFWriter, a: str, cfg: MambaConfig) -> None:
     add_placeholder_vocab(writer, cfg.n_vocab)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
     writer.add_uint32(f"{a}.block_count", cfg.n_layer)
-    writer.add_uint32(f"{a}.feed_forward_length", 0)
-    writer.add_uint32(f"{a}.attention.head_count", 0)
     writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
     writer.add_uint32(f"{a}.ssm.conv_kernel", cfg.d_conv)
     writer.add_uint32(f"{a}.ssm.inner_size", cfg.d_inner)
     writer.add_uint32(f"{a}.ssm.state_size", cfg.d_state)
     writer.add_uint32(f"{a}.ssm.time_step_rank", cfg.n_head)
     writer.add_uint32(f"{a}.ssm.group_count", cfg.n_group)
+
+
+def _finish(writer: GGUFWriter, w: dict[str, np.ndarray], wtype: str, path: Path) -> Path:
     for name, arr in w.items():
         _add_tensor(writer, name, arr, wtype)
     writer.write_header_to_file()
@@ -95,3 +145,29 @@ def write_mamba2(path: Path, cfg: MambaConfig, w: dict[str, np.ndarray], wtype: 
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_mamba2(path: Path, cfg: MambaConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
+    """A ``mamba2`` GGUF with a placeholder vocabulary; matrices stored as ``wtype`` (f32 or q8_0)."""
+    writer = GGUFWriter(str(path), "mamba2")
+    _ssm_keys(writer, "mamba2", cfg)
+    writer.add_uint32("mamba2.feed_forward_length", 0)
+    writer.add_uint32("mamba2.attention.head_count", 0)
+    return _finish(writer, w, wtype, path)
+
+
+def write_granitehybrid(path: Path, cfg: GraniteConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
+    """A ``granitehybrid`` GGUF: per-layer KV heads (0: Mamba-2), Granite's four scales."""
+    a = "granitehybrid"
+    writer = GGUFWriter(str(path), a)
+    _ssm_keys(writer, a, cfg)
+    writer.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
+    writer.add_uint32(f"{a}.attention.head_count", cfg.n_attn_head)
+    writer.add_array(f"{a}.attention.head_count_kv", list(cfg.kv_heads))
+    writer.add_uint32(f"{a}.rope.dimension_count", cfg.n_embd // cfg.n_attn_head)
+    writer.add_float32(f"{a}.rope.freq_base", 10000.0)
+    writer.add_float32(f"{a}.embedding_scale", cfg.embedding_scale)
+    writer.add_float32(f"{a}.residual_scale", cfg.residual_scale)
+    writer.add_float32(f"{a}.logit_scale", cfg.logit_scale)
+    writer.add_float32(f"{a}.attention.scale", cfg.attention_scale)
+    return _finish(writer, w, wtype, path)

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recurrent_models import MambaConfig, mamba2_weights, write_mamba2
+from recurrent_models import (
+    GraniteConfig,
+    MambaConfig,
+    granite_weights,
+    mamba2_weights,
+    write_granitehybrid,
+    write_mamba2,
+)
 from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
@@ -37,6 +44,24 @@ def test_mamba2_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> No
     want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
     bound = 1e-4 if wtype == "f32" else 1e-3
     with Model.load(path, _params()) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
+    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+
+
+@pytest.mark.parametrize("wtype", ["f32"])
+def test_granitehybrid_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> None:  # noqa: F811
+    """Mamba-2 layers around an attention layer (per-layer KV heads), each with an FFN; Granite's embedding,
+    residual, attention and logit scales; a prompt longer than one ubatch."""
+    cfg = GraniteConfig()
+    path = write_granitehybrid(tmp_path / f"granite-{wtype}.gguf", cfg, granite_weights(cfg, 2), wtype)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    bound = 1e-4 if wtype == "f32" else 1e-3
+    with Model.load(path, _params(batch_size=6)) as m:
+        assert [m.hp.is_recurrent(il) for il in range(3)] == [True, False, True]
         got = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])

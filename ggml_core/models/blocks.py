@@ -96,14 +96,15 @@ ATTENTION_NODE: Final = re.compile(r"(kq|kq_softcap_in|kq_softcap_tanh|kq_softca
 
 def attention(g: GraphBuilder, il: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Write k, v into layer ``il``'s cache, attend q over it; ``[n_head·d_v, n_tokens]`` (before the output
-    projection). The softmax scale is ``1/sqrt(head_dim)``, or 1 where the family scales q itself."""
+    projection). The softmax scale is ``1/sqrt(head_dim)``, 1 where the family scales q itself, or the family's
+    ``attn_scale``."""
     hp, kv, n = g.hp, g.kv, g.n_tokens
     # the writes must come before the reads of the cache: expand them into the graph first
     g.graph.build_forward_expand(kv.write_k(il, ops.reshape_2d(k, hp.n_embd_k_gqa, n), g.group_input(il, "k_idxs")))
     g.graph.build_forward_expand(kv.write_v(il, v, g.group_input(il, "v_idxs")))
     n_kv = kv.n_kv(kv.group(il), g.n_kv)
     mask = g.group_input(il, "mask")
-    scale = 1.0 if hp.q_scale else 1.0 / math.sqrt(hp.head_dim_k)
+    scale = hp.attn_scale or (1.0 if hp.q_scale else 1.0 / math.sqrt(hp.head_dim_k))  # Granite sets its own
     qp = ops.permute(q, 0, 2, 1, 3)  # [d, n_tokens, n_head]
     kc = kv.k_view(il, n_kv)  # [d, n_kv, n_head_kv]
     vc = kv.v_view(il, n_kv)

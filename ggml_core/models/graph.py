@@ -246,6 +246,8 @@ def build_graph(
         logits = ops.mul_mat(w["output.weight"], h)
         if hp.final_softcap:
             logits = ops.scale(ops.tanh(ops.scale(logits, 1.0 / hp.final_softcap)), hp.final_softcap)
+        if hp.logit_scale:  # Granite divides its logits
+            logits = ops.scale(logits, 1.0 / hp.logit_scale)
         logits.set_name("result_output").set_output()
         g.graph.build_forward_expand(logits)
         used = {t.id for t in g.graph.leafs}

@@ -141,6 +141,12 @@ class HParams:
     ssm_d_state: int = 0
     ssm_dt_rank: int = 0
     ssm_n_group: int = 0
+    #: Granite's scales (``residual_scale``: each block's output before it joins the residual stream;
+    #: ``logit_scale``: logits divided by it; ``attention.scale``: the softmax scale instead of 1/sqrt(head_dim);
+    #: 0: absent)
+    residual_scale: float = 0.0
+    logit_scale: float = 0.0
+    attn_scale: float = 0.0
     #: LFM2's short convolution: the window it caches is ``shortconv_l_cache - 1`` inputs (``shortconv.l_cache``)
     shortconv_l_cache: int = 0
     #: RWKV: the WKV head size (``wkv.head_size``; 0: not RWKV), the token shifts a layer keeps, the LoRA ranks of
@@ -257,6 +263,24 @@ def read_moe_routing(f: GGUFFile, hp: HParams) -> HParams:
     )
 
 
+def _kv_heads(f: GGUFFile, key: str, n_head: int, n_layer: int, recurrent: bool) -> tuple[int, tuple[bool, ...]]:
+    """KV heads from ``attention.head_count_kv``: one count, or (hybrid families) one per layer, where 0 marks a
+    recurrent layer as llama.cpp reads it (granitehybrid, lfm2). Returns the attention layers' count and, for a
+    per-layer array, which layers are recurrent."""
+    value = f.get(key, None)
+    if value is None or isinstance(value, int):
+        return f.get_int(key, n_head, minimum=0 if recurrent else 1), ()
+    counts = [int(v) for v in np.asarray(value).reshape(-1)] if not isinstance(value, list) else []
+    if len(counts) != n_layer:
+        raise GGUFError(f.path, f"metadata '{key}'", f"must be one integer or {n_layer} (one per layer)")
+    heads = sorted({c for c in counts if c})
+    if len(heads) > 1 or any(c < 0 for c in counts):
+        raise GGUFError(f.path, f"metadata '{key}'", f"per-layer counts {counts} vary; one count is supported")
+    if not recurrent and 0 in counts:
+        raise GGUFError(f.path, f"metadata '{key}'", "0 KV heads marks a recurrent layer, which this family has not")
+    return (heads[0] if heads else 0), tuple(c == 0 for c in counts)
+
+
 def read_ssm(f: GGUFFile, hp: HParams, *, group_count: bool) -> HParams:
     """Mamba's ``{arch}.ssm.*`` sizes (``group_count``: Mamba-2's groups of B and C, else one group); GGUFError
     naming the key when one is missing or inconsistent."""
@@ -303,7 +327,7 @@ def read_hparams(f: GGUFFile) -> HParams:
     least = 0 if arch.recurrent else 1
     n_ff = f.get_int(k + "feed_forward_length", 0 if arch.recurrent else None, minimum=least)
     n_head = f.get_int(k + "attention.head_count", 0 if arch.recurrent else None, minimum=least)
-    n_head_kv = f.get_int(k + "attention.head_count_kv", n_head, minimum=least)
+    n_head_kv, recurrent = _kv_heads(f, k + "attention.head_count_kv", n_head, n_layer, arch.recurrent)
     if n_head == 0:  # no attention anywhere: no heads to check
         n_head_kv = 0
     if n_head and n_head % n_head_kv:
@@ -385,5 +409,6 @@ def read_hparams(f: GGUFFile) -> HParams:
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
+        recurrent_layers=recurrent,
     )
     return arch.read(f, hp)
