@@ -13,7 +13,17 @@ from tiny_models import add_placeholder_vocab
 
 from ggml_core.quants import quantize
 
-__all__ = ["GraniteConfig", "MambaConfig", "granite_weights", "mamba2_weights", "write_granitehybrid", "write_mamba2"]
+__all__ = [
+    "GraniteConfig",
+    "LFM2Config",
+    "MambaConfig",
+    "granite_weights",
+    "lfm2_weights",
+    "mamba2_weights",
+    "write_granitehybrid",
+    "write_lfm2",
+    "write_mamba2",
+]
 
 
 @dataclass(frozen=True)
@@ -106,6 +116,56 @@ def granite_weights(cfg: GraniteConfig, seed: int = 0) -> dict[str, np.ndarray]:
     return w
 
 
+@dataclass(frozen=True)
+class LFM2Config:
+    """An LFM2: short convolutions where ``kv_heads`` is 0, attention layers (QK-norm) elsewhere, each with an FFN."""
+
+    n_vocab: int = 64
+    n_embd: int = 64
+    kv_heads: tuple[int, ...] = (0, 0, 2, 0)
+    n_head: int = 4
+    n_ff: int = 96
+    l_cache: int = 3
+    n_swa: int = 0
+    rms_eps: float = 1e-5
+    n_ctx: int = 256
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.kv_heads)
+
+
+def lfm2_weights(cfg: LFM2Config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights of an LFM2 (numpy order); the final norm is ``token_embd_norm``."""
+    rng = np.random.default_rng(seed)
+    mat = _rng_mat(rng)
+    e, head_dim = cfg.n_embd, cfg.n_embd // cfg.n_head
+    w = {
+        "token_embd.weight": rng.standard_normal((cfg.n_vocab, e)).astype(np.float32),
+        "token_embd_norm.weight": _norm(rng, e),
+        "output.weight": mat(cfg.n_vocab, e),
+    }
+    for il, kv in enumerate(cfg.kv_heads):
+        b = f"blk.{il}."
+        w[b + "attn_norm.weight"] = _norm(rng, e)
+        if kv == 0:
+            w[b + "shortconv.conv.weight"] = (rng.standard_normal((e, cfg.l_cache)) * 0.5).astype(np.float32)
+            w[b + "shortconv.in_proj.weight"] = mat(3 * e, e)
+            w[b + "shortconv.out_proj.weight"] = mat(e, e)
+        else:
+            w[b + "attn_q.weight"] = mat(e, e)
+            w[b + "attn_k.weight"] = mat(kv * head_dim, e)
+            w[b + "attn_v.weight"] = mat(kv * head_dim, e)
+            w[b + "attn_output.weight"] = mat(e, e)
+            w[b + "attn_q_norm.weight"] = _norm(rng, head_dim)
+            w[b + "attn_k_norm.weight"] = _norm(rng, head_dim)
+        w[b + "ffn_norm.weight"] = _norm(rng, e)
+        w[b + "ffn_gate.weight"] = mat(cfg.n_ff, e)
+        w[b + "ffn_up.weight"] = mat(cfg.n_ff, e)
+        w[b + "ffn_down.weight"] = mat(e, cfg.n_ff)
+    return w
+
+
 def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights in numpy order (the reverse of ggml's ne), scaled so activations stay O(1)."""
     rng = np.random.default_rng(seed)
@@ -117,7 +177,7 @@ def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> None:
-    f32_only = arr.ndim == 1 or "ssm_conv1d" in name or name.endswith(("ssm_a", "ssm_d", "ssm_norm.weight"))
+    f32_only = arr.ndim == 1 or "conv" in name.split(".")[1] or name.endswith(("ssm_a", "ssm_d", "ssm_norm.weight"))
     if f32_only or wtype == "f32" or arr.shape[-1] % 32:
         writer.add_tensor(name, arr.astype(np.float32))
     else:
@@ -170,4 +230,23 @@ def write_granitehybrid(path: Path, cfg: GraniteConfig, w: dict[str, np.ndarray]
     writer.add_float32(f"{a}.residual_scale", cfg.residual_scale)
     writer.add_float32(f"{a}.logit_scale", cfg.logit_scale)
     writer.add_float32(f"{a}.attention.scale", cfg.attention_scale)
+    return _finish(writer, w, wtype, path)
+
+
+def write_lfm2(path: Path, cfg: LFM2Config, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
+    """An ``lfm2`` GGUF: per-layer KV heads (0: short convolution), the convolution's cache length."""
+    a = "lfm2"
+    writer = GGUFWriter(str(path), a)
+    add_placeholder_vocab(writer, cfg.n_vocab)
+    writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
+    writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
+    writer.add_uint32(f"{a}.block_count", cfg.n_layer)
+    writer.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
+    writer.add_uint32(f"{a}.attention.head_count", cfg.n_head)
+    writer.add_array(f"{a}.attention.head_count_kv", list(cfg.kv_heads))
+    writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
+    writer.add_float32(f"{a}.rope.freq_base", 10000.0)
+    writer.add_uint32(f"{a}.shortconv.l_cache", cfg.l_cache)
+    if cfg.n_swa:
+        writer.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
     return _finish(writer, w, wtype, path)

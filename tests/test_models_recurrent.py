@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 from recurrent_models import (
     GraniteConfig,
+    LFM2Config,
     MambaConfig,
     granite_weights,
+    lfm2_weights,
     mamba2_weights,
     write_granitehybrid,
+    write_lfm2,
     write_mamba2,
 )
 from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
@@ -62,6 +65,25 @@ def test_granitehybrid_matches_llama_cpp(tmp_path: Path, built: None, wtype: str
     bound = 1e-4 if wtype == "f32" else 1e-3
     with Model.load(path, _params(batch_size=6)) as m:
         assert [m.hp.is_recurrent(il) for il in range(3)] == [True, False, True]
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
+    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+
+
+@pytest.mark.parametrize("variant", ["f32", "q8_0", "swa"])
+def test_lfm2_matches_llama_cpp(tmp_path: Path, built: None, variant: str) -> None:  # noqa: F811
+    """Short convolutions around an attention layer (QK-norm, NEOX rope), each with an FFN; with a sliding window
+    of 4 on the attention layer in the ``swa`` variant; a prompt longer than one ubatch."""
+    cfg = LFM2Config(n_swa=4 if variant == "swa" else 0)
+    wtype = "q8_0" if variant == "q8_0" else "f32"
+    path = write_lfm2(tmp_path / f"lfm2-{variant}.gguf", cfg, lfm2_weights(cfg, 3), wtype)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    bound = 1e-3 if wtype == "q8_0" else 1e-4
+    with Model.load(path, _params(batch_size=5)) as m:
+        assert [m.hp.is_recurrent(il) for il in range(cfg.n_layer)] == [k == 0 for k in cfg.kv_heads]
         got = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])

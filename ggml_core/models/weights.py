@@ -66,7 +66,7 @@ def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     for il in range(nl):
         b = f"blk.{il}."
         specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in arch.layer_weights(hp, il)]
-    specs.append(WeightSpec("output_norm.weight", "output_norm.weight", nl, (e,), True))
+    specs.append(WeightSpec("output_norm.weight", arch.output_norm, nl, (e,), True))  # the file's name for it
     # no output matrix: the embeddings are tied (used again as lm_head)
     out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"
     specs.append(WeightSpec("output.weight", out_src, nl, (e, hp.n_vocab)))

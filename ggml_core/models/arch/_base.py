@@ -36,6 +36,7 @@ class Architecture:
     :param moe: the family has a mixture-of-experts variant (``{arch}.expert_count`` > 0)
     :param recurrent: some layers are recurrent (:attr:`HParams.recurrent_layers`); the file may then have no
         attention heads and no FFN width
+    :param output_norm: the file's name of the final norm's weight (LFM2: ``token_embd_norm.weight``)
     """
 
     name: str
@@ -46,3 +47,4 @@ class Architecture:
     read: Callable[[GGUFFile, HParams], HParams] = _keep
     moe: bool = False
     recurrent: bool = False
+    output_norm: str = "output_norm.weight"
