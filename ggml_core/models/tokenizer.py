@@ -22,10 +22,12 @@ from typing import Final, Protocol, cast
 
 import numpy as np
 
-from ggml_core._errors import GGUFError
+from ggml_core._errors import GGUFError, VocabularyError
+from ggml_core._text import text_repr
 from ggml_core.models.gguf_file import GGUFFile, StringArray
 from ggml_core.models.gguf_header import ValueType
 from ggml_core.models.pretokenize import IGNORE_MERGES, pre_type, split
+from ggml_core.models.specials import SpecialMatcher
 
 __all__ = ["TOKEN_TYPE", "Tokenizer", "bytes_to_unicode", "load_tokenizer"]
 
@@ -75,6 +77,8 @@ class Tokenizer:
     add_bos: bool = False
     add_space_prefix: bool = True
     pre: str = "default"
+    #: what errors name the vocabulary by (the file, for one loaded from a GGUF)
+    origin: str = "vocabulary"
 
     def __post_init__(self) -> None:
         # as llama.cpp's token_to_id: a text that appears twice maps to its last id
@@ -93,6 +97,7 @@ class Tokenizer:
         special.sort(key=lambda p: -len(p[0]))  # longest first; stable: equal lengths keep id order
         self._specials_all = special
         self._specials_user = [(t, i) for t, i in special if self.types[i] == TOKEN_TYPE["user_defined"]]
+        self._matchers: dict[bool, SpecialMatcher] = {}
         self._byte_ids: dict[int, int] = {}
         if self.kind == "llama":
             for b in range(256):
@@ -139,24 +144,20 @@ class Tokenizer:
 
     def _partition(self, text: str, parse_special: bool) -> list[str | int]:
         """``text`` cut into plain fragments (str) and special token ids (int), llama.cpp's
-        ``tokenizer_st_partition``."""
-        frags: list[str | int] = [text] if text else []
-        specials = self._specials_all if parse_special else self._specials_user
-        for piece, tid in specials:
-            if not any(isinstance(f, str) and piece in f for f in frags):
-                continue
-            out: list[str | int] = []
-            for f in frags:
-                if isinstance(f, int) or piece not in f:
-                    out.append(f)
-                    continue
-                parts = f.split(piece)
-                for i, part in enumerate(parts):
-                    if i:
-                        out.append(tid)
-                    if part:
-                        out.append(part)
-            frags = out
+        ``tokenizer_st_partition`` (see :class:`~ggml_core.models.specials.SpecialMatcher`)."""
+        matcher = self._matchers.get(parse_special)
+        if matcher is None:
+            matcher = SpecialMatcher(self._specials_all if parse_special else self._specials_user)
+            self._matchers[parse_special] = matcher
+        frags: list[str | int] = []
+        pos = 0
+        for start, end, tid in matcher.find(text):
+            if start > pos:
+                frags.append(text[pos:start])
+            frags.append(tid)
+            pos = end
+        if pos < len(text):
+            frags.append(text[pos:])
         return frags
 
     def _encode_spm(self, text: str, *, prefix: bool) -> list[int]:
@@ -207,7 +208,13 @@ class Tokenizer:
                 elif self.unk_id is not None:
                     out.append(self.unk_id)
                 else:
-                    raise ValueError(f"cannot encode byte 0x{b:02X}: the vocabulary has neither <0x{b:02X}> nor <unk>")
+                    shown = text_repr(s.replace(_SPACE, " "), 40)
+                    raise VocabularyError(
+                        self.origin,
+                        s,
+                        f"cannot encode {shown}: its byte 0x{b:02X} has no <0x{b:02X}> token and "
+                        "the vocabulary has no unknown token",
+                    )
         return out
 
     def _encode_bpe(self, text: str) -> list[int]:
@@ -228,23 +235,56 @@ class Tokenizer:
                     cid = self._ids.get(ch)
                     if cid is None:
                         if self.unk_id is None:
-                            raise ValueError(f"cannot encode {ch!r}: not in the vocabulary and no unknown token")
+                            raise self._unencodable(frag)
                         cid = self.unk_id
                     out.append(cid)
         return out
 
+    def _unencodable(self, frag: str) -> VocabularyError:
+        """The error for a pre-token with a byte the vocabulary has no token for (naming its first such character)."""
+        culprit = next((c for c in frag if any(self._ids.get(self._b2u[b]) is None for b in c.encode("utf-8"))), frag)
+        return VocabularyError(
+            self.origin,
+            culprit,
+            f"cannot encode {text_repr(culprit, 40)} (in {text_repr(frag, 40)}): the vocabulary has no token for "
+            "its bytes and no unknown token",
+        )
+
     def _bpe(self, word: str) -> list[str]:
-        parts = list(word)
-        while len(parts) > 1:
-            best, best_rank = -1, None
-            for i in range(len(parts) - 1):
-                r = self.merges.get((parts[i], parts[i + 1]))
-                if r is not None and (best_rank is None or r < best_rank):
-                    best, best_rank = i, r
-            if best < 0:
-                break
-            parts[best : best + 2] = [parts[best] + parts[best + 1]]
-        return parts
+        """``word`` merged by rank, lowest first (ties: leftmost), as llama.cpp's ``llm_tokenizer_bpe``: a linked
+        list of symbols and a heap of adjacent pairs, so a word of n characters takes O(n log n), not O(n²)."""
+        syms = list(word)
+        n = len(syms)
+        if n < 2:
+            return syms
+        merges = self.merges
+        nxt = list(range(1, n + 1))
+        prev = list(range(-1, n - 1))
+        heap: list[tuple[int, int, str, str]] = []  # (rank, left position, left text, right text)
+
+        def push(i: int) -> None:
+            j = nxt[i]
+            if j < n:
+                rank = merges.get((syms[i], syms[j]))
+                if rank is not None:
+                    heapq.heappush(heap, (rank, i, syms[i], syms[j]))
+
+        for i in range(n - 1):
+            push(i)
+        while heap:
+            _, i, left, right = heapq.heappop(heap)
+            j = nxt[i]
+            if j >= n or syms[i] != left or syms[j] != right:
+                continue  # stale: a side merged since (a merged-away left symbol's text is cleared)
+            syms[i] = left + right
+            syms[j] = ""
+            nxt[i] = nxt[j]
+            if nxt[j] < n:
+                prev[nxt[j]] = i
+            if prev[i] >= 0:
+                push(prev[i])
+            push(i)
+        return [s for s in syms if s]
 
     # ------------------------------------------------------------------------------------------------ decode
 
@@ -336,4 +376,5 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
         add_bos=f.get_bool("tokenizer.ggml.add_bos_token", model == "llama"),
         add_space_prefix=f.get_bool("tokenizer.ggml.add_space_prefix", model == "llama"),
         pre=f.get_str("tokenizer.ggml.pre", "default"),
+        origin=f"{f.path}: vocabulary",
     )

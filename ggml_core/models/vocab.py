@@ -1,13 +1,17 @@
-"""Text → id lookup over a GGUF string array without decoding it: a sorted table of keys, built with numpy.
+"""Text → id lookup over a GGUF string array without decoding it: a sorted table of hashes, built with numpy.
 
 A 262,144-token vocabulary (Gemma 3) took 0.25-0.35 s to become a ``dict``: decoding every string and inserting
 each into the dict, all Python work, for a prompt that looks up a few hundred pieces. :class:`VocabIndex` instead
-computes a 64-bit key per string from its length and its first and last eight bytes, read in place from the memory
-map (a handful of numpy passes over the 262k strings, none over their bytes), and sorts the keys; a lookup computes
-the query's key, finds it by binary search and compares the bytes. Answers are those of the dict
-``{text: id for id, text in enumerate(tokens)}`` exactly: the key only narrows the search, the bytes decide, and a
-text that appears twice maps to its last id (as llama.cpp's ``token_to_id``). Answers are memoised; a caller that
-asks very many distinct texts gets the plain dict (built then, once).
+hashes every string's bytes in place in the memory map (a handful of numpy passes over the array's bytes) and sorts
+the hashes; a lookup hashes the query, finds it by binary search and compares the bytes. Answers are those of the
+dict ``{text: id for id, text in enumerate(tokens)}`` exactly: the hash only narrows the search, the bytes decide,
+and a text that appears twice maps to its last id (as llama.cpp's ``token_to_id``). Answers are memoised; a caller
+that asks very many distinct texts gets the plain dict (built then, once).
+
+The hash is simple tabulation hashing over the *whole* string: the XOR of a random 64-bit word per (position, byte)
+and one per length, drawn from the operating system's randomness when the module loads. It is 3-independent and
+its table is unknown to whoever wrote the file, so a crafted vocabulary cannot make many strings share a hash (a
+key from the length and the first and last eight bytes let one: thousands of entries to compare per lookup).
 
 UTF-8 is checked for the whole array in one decode of its bytes: with every string under 128 bytes, the 8-byte
 lengths between them are ASCII, so a string that is not valid UTF-8 on its own (or starts inside a character) makes
@@ -17,6 +21,7 @@ the decode fail. Longer strings, or a failure, take the dict path, whose decodin
 from __future__ import annotations
 
 import codecs
+import secrets
 from typing import Final
 
 import numpy as np
@@ -29,27 +34,38 @@ __all__ = ["VocabIndex"]
 _MEMO_MAX: Final = 50_000
 #: strings must be shorter than this for the index (their length bytes are then ASCII); else the dict
 _MAX_LEN: Final = 128
-_MASK64: Final = (1 << 64) - 1
-#: odd multipliers mixing the last eight bytes and the length into the key
-_K_LAST: Final = 0x9E3779B97F4A7C15
-_K_LEN: Final = 0xC2B2AE3D27D4EB4F
-#: the low ``8 * n`` bits, n = 0..8
-_LOW: Final = np.array([(1 << (8 * n)) - 1 for n in range(9)], dtype=np.uint64)
+#: the tabulation hash's random words: one per (position, byte value), and one per length
+_TABLE: Final = np.frombuffer(secrets.token_bytes(8 * _MAX_LEN * 256), dtype=np.uint64).reshape(_MAX_LEN, 256)
+_BY_LENGTH: Final = np.frombuffer(secrets.token_bytes(8 * (_MAX_LEN + 1)), dtype=np.uint64)
+_TABLE_ROWS: Final[list[list[int]]] = _TABLE.tolist()
+_BY_LENGTH_LIST: Final[list[int]] = _BY_LENGTH.tolist()
 
 
-def _key(raw: bytes) -> int:
-    """The key of one string's bytes (what :meth:`VocabIndex.__init__` computes for the whole array)."""
-    n = len(raw)
-    last = int.from_bytes(raw[-8:], "little") if n > 8 else 0
-    return (int.from_bytes(raw[:8], "little") ^ (last * _K_LAST) ^ (n * _K_LEN)) & _MASK64
+def _hash(raw: bytes) -> int:
+    """The hash of one string's bytes (shorter than ``_MAX_LEN``), as :func:`_hash_all` computes them."""
+    h = _BY_LENGTH_LIST[len(raw)]
+    for row, b in zip(_TABLE_ROWS, raw, strict=False):
+        h ^= row[b]
+    return h
 
 
-def _words_at(region: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The little-endian 64-bit words starting at the byte positions ``pos`` of ``region`` (zeros past its end)."""
-    padded = np.zeros(len(region) + 16, dtype=np.uint8)
-    padded[: len(region)] = region
-    windows = np.lib.stride_tricks.as_strided(padded, shape=(len(region) + 9, 8), strides=(1, 1), writeable=False)
-    return np.ascontiguousarray(windows[pos]).view("<u8").ravel()
+def _hash_all(region: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The hash of every string: ``lens[i]`` bytes at ``starts[i]`` of ``region`` (each under ``_MAX_LEN``).
+
+    Position by position over the strings sorted longest first, so that the strings still that long are a prefix.
+    """
+    order = np.argsort(-lens, kind="stable")
+    at, n = starts[order], lens[order]
+    hashes = _BY_LENGTH[n]
+    longer = np.searchsorted(-n, -np.arange(int(n.max(initial=0))), side="left")  # strings over p bytes
+    at = at.astype(np.intp)
+    for p, count in enumerate(longer.tolist()):
+        cut = at[:count]
+        cut += 1 if p else 0  # the strings' p-th bytes (their starts, moved on in place)
+        hashes[:count] ^= _TABLE[p].take(region.take(cut))
+    out = np.empty_like(hashes)
+    out[order] = hashes
+    return out
 
 
 class VocabIndex:
@@ -67,16 +83,10 @@ class VocabIndex:
         if len(lens) == 0 or int(lens.max()) >= _MAX_LEN or not self._utf8(strings):
             self._use_dict()
             return
-        base = int(offs[0])
         region = np.asarray(strings.region(), dtype=np.uint8)
-        at = offs[:-1] - base + 8
-        n = lens.astype(np.uint64)
-        words = _words_at(region, np.concatenate([at, at + np.maximum(lens - 8, 0)]))
-        first = words[: len(at)] & _LOW[np.minimum(lens, 8)]
-        last = np.where(lens > 8, words[len(at) :], np.uint64(0))
-        keys = first ^ (last * np.uint64(_K_LAST)) ^ (n * np.uint64(_K_LEN))  # uint64 arithmetic wraps, as _key's
-        self._order = np.argsort(keys)
-        self._keys = keys[self._order]
+        hashes = _hash_all(region, offs[:-1] - int(offs[0]) + 8, lens)
+        self._order = np.argsort(hashes, kind="stable")
+        self._keys = hashes[self._order]
 
     @staticmethod
     def _utf8(strings: StringArray) -> bool:
@@ -103,14 +113,17 @@ class VocabIndex:
             self._use_dict()
             return self.get(text)
         raw = text.encode("utf-8")
-        key = _key(raw)
+        if len(raw) >= _MAX_LEN:  # every string in the index is shorter
+            memo[text] = None
+            return None
+        key = np.uint64(_hash(raw))  # a Python int against uint64 would compare as float64
         keys = self._keys
-        i = int(np.searchsorted(keys, np.uint64(key)))  # a Python int against uint64 would compare as float64
+        lo, hi = int(np.searchsorted(keys, key)), int(np.searchsorted(keys, key, side="right"))
         found: int | None = None
-        while i < len(keys) and int(keys[i]) == key:
+        for i in range(hi - 1, lo - 1, -1):  # ids ascend within a run (a stable sort): the last one first
             tid = int(self._order[i])
-            if (found is None or tid > found) and self._strings.raw(tid) == raw:
-                found = tid  # a text that appears twice: the last id
-            i += 1
+            if self._strings.raw(tid) == raw:
+                found = tid  # a text that appears twice (any number of times): its last id, found first
+                break
         memo[text] = found
         return found
