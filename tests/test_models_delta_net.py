@@ -1,0 +1,87 @@
+"""The gated delta-net families (qwen35, qwen35moe, qwen3next) against llama.cpp built here
+(``ggml_core.testing.llama_cpp``; skipped with the reason where it cannot be built), on tiny random GGUFs with
+attention and delta-net layers: logits of a whole prompt, token by token, across calls and across ubatches.
+
+Bounds: f32 weights, state and KV ≤ 1e-4 max |Δlogit|, q8_0 weights ≤ 1e-3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
+from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+
+from ggml_core import GGUFError
+from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.testing import llama_cpp
+
+#: per family: a file with the layer pattern as an array, and one with full_attention_interval (4 layers, every
+#: second one attention)
+CONFIGS = {
+    "qwen35": DeltaNetConfig(),
+    "qwen35moe": DeltaNetConfig(arch="qwen35moe", n_layer=4, recurrent=None),
+    "qwen3next": DeltaNetConfig(arch="qwen3next"),
+}
+
+
+def _params(**kw: object) -> ModelParams:
+    base: dict[str, object] = {"placement": PlacementRequest(devices=["CPU"]), "n_ctx": 64, "kv_type": "f32"}
+    return ModelParams(**{**base, "progress": False, **kw})  # type: ignore[arg-type]
+
+
+def _write(tmp: Path, arch: str, wtype: str = "f32", seed: int = 0) -> Path:
+    cfg = CONFIGS[arch]
+    return write_delta_net_model(tmp / f"{arch}-{wtype}.gguf", cfg, delta_net_model_weights(cfg, seed), wtype)
+
+
+@pytest.mark.parametrize("wtype", ["f32", "q8_0"])
+@pytest.mark.parametrize("arch", list(CONFIGS))
+def test_matches_llama_cpp(tmp_path: Path, built: None, arch: str, wtype: str) -> None:  # noqa: F811
+    path = _write(tmp_path, arch, wtype, seed=1)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    bound = 1e-4 if wtype == "f32" else 1e-3
+    with Model.load(path, _params()) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    d_prompt, d_steps = np.abs(got - want).max(), np.abs(got_steps - want_steps).max()
+    print(f"{arch} {wtype}: prompt {d_prompt:.3g}, steps {d_steps:.3g}")
+    assert d_prompt <= bound, f"prompt: max |Δlogit| {d_prompt:.3g}"
+    assert d_steps <= bound, f"steps: max |Δlogit| {d_steps:.3g}"
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
+def test_state_carries_across_ubatches_and_calls(tmp_path: Path, built: None, arch: str) -> None:  # noqa: F811
+    """A prompt in ubatches of 5 (the states and the KV cache carried from one to the next), and the same prompt in
+    three calls, give llama.cpp's logits of the whole prompt."""
+    path = _write(tmp_path, arch, seed=2)
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
+    with Model.load(path, _params(batch_size=5)) as m:
+        batched = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        parts = np.concatenate([m.decode(TOKENS[a:b], all_logits=True) for a, b in ((0, 7), (7, 8), (8, 16))])
+        kv, hp = m.kv, m.hp
+    assert np.abs(batched - want).max() <= 1e-4, f"ubatches: max |Δlogit| {np.abs(batched - want).max():.3g}"
+    assert np.abs(parts - want).max() <= 1e-4, f"calls: max |Δlogit| {np.abs(parts - want).max():.3g}"
+    # a state per delta-net layer, K/V only for the attention layers
+    recurrent = [hp.is_recurrent(il) for il in range(hp.n_layer)]
+    assert [t is not None for t in kv.s] == recurrent
+    assert recurrent == [CONFIGS[arch].is_recurrent(il) for il in range(hp.n_layer)]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "culprit"),
+    [
+        (DeltaNetConfig(sections=None), "rope.dimension_sections"),  # llama.cpp requires them
+        (DeltaNetConfig(sections=(4, 0, 0, 0)), "rope.dimension_sections"),  # pairs on the 4th position
+        (DeltaNetConfig(n_layer=2, recurrent=(True, False), n_head=0), "attention.head_count"),  # attention needs heads
+    ],
+)
+def test_bad_files_are_refused_naming_the_key(tmp_path: Path, cfg: DeltaNetConfig, culprit: str) -> None:
+    path = write_delta_net_model(tmp_path / "bad.gguf", cfg, delta_net_model_weights(cfg))
+    with pytest.raises(GGUFError, match=culprit):
+        Model.load(path, _params())
