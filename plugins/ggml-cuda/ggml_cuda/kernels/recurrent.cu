@@ -3,8 +3,9 @@
 // Every kernel walks its items grid-stride. A bad state row in SSM_SCAN sets STATUS_BAD_ROW_INDEX and is skipped.
 #include "recurrent.cuh"
 
-#define FOR_ITEMS(e, n) \
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < (n); e += (long long)gridDim.x * blockDim.x)
+#define FOR_ITEMS(e, n)                                                                  \
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < (n);        \
+         e += (long long)gridDim.x * blockDim.x)
 
 extern "C" __global__ void k_ssm_conv(const char* sx, const char* c, char* d, TDesc dsx, TDesc dc, TDesc dd,
                                       long long n) {
