@@ -88,6 +88,17 @@ def result_rows(results: Sequence[Any]) -> list[dict[str, Any]]:
     return [r.as_row() for r in results]
 
 
+def _expanded(ops: str) -> set[str]:
+    """The op names of ``-o``'s items, group names (UNARY, GLU) standing for their sub-ops."""
+    from ggml_core.testing.cases import GROUPS
+
+    out: set[str] = set()
+    for o in ops.split(","):
+        name = o.strip().upper()
+        out |= set(GROUPS.get(name, (name,)))
+    return out
+
+
 def uncovered_rows(device: str, tested_ops: set[str], mode: str, ops_filter: set[str] | None) -> list[dict[str, Any]]:
     """One row per ggml op without a selected case (support mode lists every op)."""
     from ggml_core.testing import all_op_names
@@ -207,14 +218,7 @@ def run(args: argparse.Namespace) -> int:
     show_bar = args.progress == "on" or (
         args.progress == "auto" and sys.stderr.isatty() and (not console or args.quiet or not sys.stdout.isatty())
     )
-    ops_filter = {o.strip().upper() for o in args.op.split(",")} if args.op and "(" not in args.op else None
-    if args.op and not cases:
-        print(
-            f"ggml-core test-ops: no case matches -o {args.op!r}"
-            + (f" -p {args.pattern!r}" if args.pattern else "")
-            + " (see --show-coverage)",
-            file=sys.stderr,
-        )
+    ops_filter = _expanded(args.op) if args.op and "(" not in args.op else None
     rows: list[dict[str, Any]] = []
     failing: list[str] = []
     backends_ok = 0

@@ -14,7 +14,7 @@ from ggml_core.ops import GGMLOp, GluOp, UnaryOp
 from ggml_core.testing._case import Case
 from ggml_core.testing.cases import attention, copy, elementwise, layout, matmul, norm, recurrent, reduce, vision
 
-__all__ = ["all_cases", "all_op_names", "select"]
+__all__ = ["GROUPS", "all_cases", "all_op_names", "select"]
 
 _FAMILIES = (elementwise, reduce, norm, matmul, copy, layout, attention, vision, recurrent)
 
@@ -60,6 +60,34 @@ def _split_ops(ops: str | Iterable[str] | None) -> list[str] | None:
     return [o.strip() for o in items if o.strip()]
 
 
+#: group names a filter may use: ggml's generic ops, whose cases are named after their sub-ops
+GROUPS: dict[str, tuple[str, ...]] = {
+    "UNARY": tuple(u.name for u in UnaryOp),
+    "GLU": tuple(g.name for g in GluOp),
+}
+
+
+def _op_names(wanted: list[str]) -> set[str]:
+    """The op names a filter's plain (bracket-free) items stand for: group names expanded; an item that is neither
+    an op nor a group is an OpFilterError naming the closest op."""
+    import difflib
+
+    from ggml_core._errors import OpFilterError
+
+    known = set(all_op_names()) | set(GROUPS)
+    out: set[str] = set()
+    for w in wanted:
+        name = w.upper()
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            hint = (
+                f"did you mean {', '.join(close)}? " if close else ""
+            ) + "('ggml-core test-ops --list-ops' lists them)"
+            raise OpFilterError(w, f"is not a ggml op or group (UNARY, GLU); {hint}", sorted(known))
+        out |= set(GROUPS.get(name, (name,)))
+    return out
+
+
 def select(
     cases: Sequence[Case] | None = None,
     ops: str | Iterable[str] | None = None,
@@ -67,15 +95,25 @@ def select(
     *,
     perf: bool = False,
 ) -> list[Case]:
-    """Cases whose op is in ``ops`` (names, or full ``OP(params)`` strings as test-backend-ops' ``-o``) and whose
-    full name matches the regular expression ``pattern`` (searched, not anchored)."""
+    """Cases whose op is in ``ops`` (names, group names ``UNARY`` and ``GLU`` for all their sub-ops, or full
+    ``OP(params)`` strings as test-backend-ops' ``-o``) and whose full name matches the regular expression
+    ``pattern`` (searched, not anchored).
+
+    :raises OpFilterError: ``ops`` names something that is not an op or group, or ``ops``/``pattern`` select no case
+    """
     pool = list(cases) if cases is not None else all_cases(perf=perf)
     wanted = _split_ops(ops)
     if wanted is not None:
-        names = {w.upper() for w in wanted if "(" not in w}
+        names = _op_names([w for w in wanted if "(" not in w])
         full = {w for w in wanted if "(" in w}
         pool = [c for c in pool if c.op in names or c.name in full]
     if pattern:
         rx = re.compile(pattern)
         pool = [c for c in pool if rx.search(c.name)]
+    if not pool and (wanted or pattern):
+        from ggml_core._errors import OpFilterError
+
+        given = ",".join(wanted or []) + (f" with pattern {pattern!r}" if pattern else "")
+        with_cases = sorted({c.op for c in all_cases(perf=perf)})
+        raise OpFilterError(given, f"selects no case; the ops with cases are {', '.join(with_cases)}", with_cases)
     return pool
