@@ -1,11 +1,12 @@
 """The forward graph of one batch: the frame every family shares, and the builder a family's layers are made with.
 
 The frame, as llama.cpp's ``llm_build_*`` share it: GET_ROWS of the token embeddings (times the family's embedding
-scale), the family's layers one after the other, then ``logits = (rms_norm(x) * output_norm)·Wout`` (with the
-final softcapping where the family has it). The inputs of one batch (token ids, positions, per cache group the mask
-and the cells to write) are graph inputs, so the graph depends only on (n_tokens, n_kv, which outputs) and is
-reused from token to token; :meth:`BuiltGraph.write_inputs` writes them straight into the graph's host memory
-(views made once per allocation), and :meth:`BuiltGraph.read_logits` copies the logits out once.
+scale; normed by ``token_embd_norm`` where the family has its own frame norm), the family's layers one after the
+other, then ``logits = (rms_norm(x) * output_norm)·Wout`` (the family's frame norm in place of the RMS norm where it
+has one; the final softcapping where the family has it). The inputs of one batch (token ids, positions, per cache
+group the mask and the cells to write) are graph inputs, so the graph depends only on (n_tokens, n_kv, which
+outputs) and is reused from token to token; :meth:`BuiltGraph.write_inputs` writes them straight into the graph's
+host memory (views made once per allocation), and :meth:`BuiltGraph.read_logits` copies the logits out once.
 A family's layer (``build_layer`` in :mod:`ggml_core.models.arch`) is written with the
 blocks of :mod:`ggml_core.models.blocks` over a :class:`GraphBuilder`.
 """
@@ -195,6 +196,8 @@ class GraphBuilder:
             )
         if hp.has_recurrent:
             self.inputs["s_ids"] = _input(ctx, "inp_s_ids", "i32", 1)
+        #: tensors a family hands from one layer to the next (RWKV-7: the first layer's values)
+        self.carry: dict[str, Tensor] = {}
 
     def layer(self, il: int, name: str) -> Tensor:
         """Weight ``blk.{il}.{name}``."""
@@ -240,9 +243,12 @@ def build_graph(
         x = ops.get_rows(w["token_embd.weight"], g.inputs["tokens"]).set_name("inp_embd")
         if hp.embd_scale != 1.0:
             x = ops.scale(x, hp.embd_scale)
+        if arch.frame_norm is not None:
+            x = arch.frame_norm(g, x, "token_embd_norm")
         for il in range(hp.n_layer):
             x = arch.build_layer(g, il, x)
-        h = rms_norm(g, x, w["output_norm.weight"]).set_name("result_norm")
+        h = arch.frame_norm(g, x, "output_norm") if arch.frame_norm else rms_norm(g, x, w["output_norm.weight"])
+        h.set_name("result_norm")
         logits = ops.mul_mat(w["output.weight"], h)
         if hp.final_softcap:
             logits = ops.scale(ops.tanh(ops.scale(logits, 1.0 / hp.final_softcap)), hp.final_softcap)

@@ -49,6 +49,10 @@ class WeightSpec:
     vector: bool = False
 
 
+#: a LayerNorm's tensors
+_WB: Final = ("weight", "bias")
+
+
 def _strip(ne: tuple[int, ...]) -> tuple[int, ...]:
     out = list(ne)
     while len(out) > 1 and out[-1] == 1:
@@ -63,6 +67,8 @@ def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     arch = get_architecture(hp.arch)
     e, nl = hp.n_embd, hp.n_layer
     specs = [WeightSpec("token_embd.weight", "token_embd.weight", INPUT_SLOT, (e, hp.n_vocab))]
+    if arch.frame_norm is not None:  # the embeddings' norm (weight, bias)
+        specs += [WeightSpec(f"token_embd_norm.{n}", f"token_embd_norm.{n}", INPUT_SLOT, (e,), True) for n in _WB]
     for il in range(nl):
         b = f"blk.{il}."
         specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in arch.layer_weights(hp, il)]

@@ -36,6 +36,9 @@ class Architecture:
     :param moe: the family has a mixture-of-experts variant (``{arch}.expert_count`` > 0)
     :param recurrent: some layers are recurrent (:attr:`HParams.recurrent_layers`); the file may then have no
         attention heads and no FFN width
+    :param frame_norm: the frame's norm where it is not ``rms_norm(x)·output_norm``: ``(g, x, name)`` gives ``x``
+        normed with the weights ``{name}.weight`` and ``{name}.bias`` (RWKV's LayerNorm); the frame then also norms
+        the embeddings with ``token_embd_norm`` before the first layer, as llama.cpp's ``tok_norm``
     :param output_norm: the file's name of the final norm's weight (LFM2: ``token_embd_norm.weight``)
     """
 
@@ -47,4 +50,5 @@ class Architecture:
     read: Callable[[GGUFFile, HParams], HParams] = _keep
     moe: bool = False
     recurrent: bool = False
+    frame_norm: Callable[[GraphBuilder, Tensor, str], Tensor] | None = None
     output_norm: str = "output_norm.weight"
