@@ -43,6 +43,8 @@ class DeltaNetConfig:
     n_expert_used: int = 2
     n_ff_exp: int = 32
     n_ff_shexp: int = 64
+    #: multi-token-prediction blocks after the trunk (``nextn_predict_layers``; attention blocks with ``nextn.*``)
+    n_nextn: int = 0
     rms_eps: float = 1e-6
     n_ctx: int = 256
 
@@ -59,6 +61,8 @@ class DeltaNetConfig:
         return self.arch != "qwen35"
 
     def is_recurrent(self, il: int) -> bool:
+        if il >= self.n_layer:  # a prediction block
+            return False
         if self.recurrent is not None:
             return self.recurrent[il]
         return (il + 1) % self.full_attention_interval != 0
@@ -80,8 +84,12 @@ def delta_net_model_weights(cfg: DeltaNetConfig, seed: int = 0) -> dict[str, np.
         "output_norm.weight": norm(e),
         "output.weight": mat(cfg.n_vocab, e),
     }
-    for il in range(cfg.n_layer):
+    for il in range(cfg.n_layer + cfg.n_nextn):
         b = f"blk.{il}."
+        if il >= cfg.n_layer:
+            w[b + "nextn.eh_proj.weight"] = mat(e, 2 * e)
+            w[b + "nextn.enorm.weight"] = norm(e)
+            w[b + "nextn.hnorm.weight"] = norm(e)
         w[b + "attn_norm.weight"] = norm(e)
         w[b + "post_attention_norm.weight"] = norm(e)
         if cfg.is_recurrent(il):
@@ -136,7 +144,9 @@ def write_delta_net_model(path: Path, cfg: DeltaNetConfig, w: dict[str, np.ndarr
     add_placeholder_vocab(writer, cfg.n_vocab)
     writer.add_uint32(f"{a}.context_length", cfg.n_ctx)
     writer.add_uint32(f"{a}.embedding_length", cfg.n_embd)
-    writer.add_uint32(f"{a}.block_count", cfg.n_layer)
+    writer.add_uint32(f"{a}.block_count", cfg.n_layer + cfg.n_nextn)
+    if cfg.n_nextn:
+        writer.add_uint32(f"{a}.nextn_predict_layers", cfg.n_nextn)
     writer.add_uint32(f"{a}.feed_forward_length", cfg.n_ff)
     writer.add_uint32(f"{a}.attention.head_count", cfg.n_head)
     writer.add_uint32(f"{a}.attention.head_count_kv", cfg.n_head_kv)
@@ -153,7 +163,7 @@ def write_delta_net_model(path: Path, cfg: DeltaNetConfig, w: dict[str, np.ndarr
     writer.add_uint32(f"{a}.ssm.time_step_rank", cfg.n_v_heads)
     writer.add_uint32(f"{a}.ssm.group_count", cfg.n_k_heads)
     if cfg.recurrent is not None:
-        writer.add_array(f"{a}.attention.recurrent_layers", list(cfg.recurrent))
+        writer.add_array(f"{a}.attention.recurrent_layers", list(cfg.recurrent) + [False] * cfg.n_nextn)
     else:
         writer.add_uint32(f"{a}.full_attention_interval", cfg.full_attention_interval)
     if cfg.moe:

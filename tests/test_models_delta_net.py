@@ -73,6 +73,18 @@ def test_state_carries_across_ubatches_and_calls(tmp_path: Path, built: None, ar
     assert recurrent == [CONFIGS[arch].is_recurrent(il) for il in range(hp.n_layer)]
 
 
+def test_prediction_blocks_are_not_run(tmp_path: Path, built: None) -> None:  # noqa: F811
+    """A file with a multi-token-prediction block after the trunk (``nextn_predict_layers``): the trunk's logits,
+    as llama.cpp's."""
+    cfg = DeltaNetConfig(n_nextn=1)
+    path = write_delta_net_model(tmp_path / "mtp.gguf", cfg, delta_net_model_weights(cfg, 3))
+    want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
+    with Model.load(path, _params()) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        assert m.hp.n_layer == cfg.n_layer
+    assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| {np.abs(got - want).max():.3g}"
+
+
 @pytest.mark.parametrize(
     ("cfg", "culprit"),
     [
