@@ -11,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recurrent_models import (
+from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+
+from ggml_core import DeviceNotFoundError
+from ggml_core.backend.registry import get_registry
+from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.testing import llama_cpp
+from ggml_core.testing.recurrent_models import (
     GraniteConfig,
     LFM2Config,
     MambaConfig,
@@ -22,10 +28,6 @@ from recurrent_models import (
     write_lfm2,
     write_mamba2,
 )
-from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
-
-from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.testing import llama_cpp
 
 
 def _params(**kw: object) -> ModelParams:
@@ -115,3 +117,38 @@ def test_mamba2_reset_clears_the_state(mamba2: Path) -> None:
     np.testing.assert_array_equal(first, again)
     assert len(states) == 2 * hp.n_layer  # every mamba2 layer is recurrent
     assert m.kv.nbytes == 4 * hp.n_layer * (hp.n_embd_r + hp.n_embd_s)  # no K/V cells, only the states
+
+
+_FAMILIES = {
+    "mamba2": lambda p: write_mamba2(p, MambaConfig(), mamba2_weights(MambaConfig(), 4)),
+    "granitehybrid": lambda p: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 4)),
+    "lfm2": lambda p: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 4)),
+}
+
+
+@pytest.fixture(scope="module")
+def opencl0() -> str:
+    try:
+        get_registry().get_device("OpenCL0")
+    except DeviceNotFoundError:
+        pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
+    return "OpenCL0"
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILIES))
+def test_recurrent_families_on_opencl_and_split(tmp_path: Path, opencl0: str, family: str) -> None:
+    """Each family on OpenCL0 alone and split by layers over OpenCL0 + CPU (states on both devices) gives the CPU's
+    logits, as a prompt in ubatches and token by token."""
+    path = _FAMILIES[family](tmp_path / f"{family}.gguf")
+
+    def run(req: PlacementRequest) -> tuple[np.ndarray, np.ndarray]:
+        with Model.load(path, _params(placement=req, batch_size=6)) as m:
+            prompt = m.process_prompt(TOKENS, all_logits=True)
+            m.reset()
+            return prompt, np.stack([m.decode([t])[-1] for t in TOKENS])
+
+    cpu = run(PlacementRequest(devices=["CPU"]))
+    for req in (PlacementRequest(devices=[opencl0]), PlacementRequest(devices=[opencl0, "CPU"], n_gpu_layers=1)):
+        got = run(req)
+        for a, b in zip(got, cpu, strict=True):
+            assert np.abs(a - b).max() <= 1e-4, f"{family} on {req.devices}: max |Δ| {np.abs(a - b).max():.3g}"

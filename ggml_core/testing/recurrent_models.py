@@ -1,5 +1,5 @@
-"""Tiny random-weight GGUFs of the recurrent families (llama.cpp's key and tensor names), for the tests that compare
-them with llama.cpp built here and with the numpy definition."""
+"""Tiny random-weight GGUFs of the recurrent families (llama.cpp's key and tensor names) with a placeholder
+vocabulary, for tests on every device that compare them with llama.cpp built here and with the CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
-from tiny_models import add_placeholder_vocab
 
 from ggml_core.quants import quantize
 
@@ -17,6 +16,7 @@ __all__ = [
     "GraniteConfig",
     "LFM2Config",
     "MambaConfig",
+    "add_placeholder_vocab",
     "granite_weights",
     "lfm2_weights",
     "mamba2_weights",
@@ -174,6 +174,19 @@ def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
         w[f"blk.{il}.attn_norm.weight"] = _norm(rng, cfg.n_embd)
         _mamba_layer(w, cfg, il, rng)
     return w
+
+
+def add_placeholder_vocab(writer: GGUFWriter, n_vocab: int) -> None:
+    """A SentencePiece vocabulary of ``n_vocab`` placeholder tokens (``<unk>``, ``<s>``, ``</s>``, ``t3``...):
+    llama.cpp refuses a model without one; the tests feed token ids."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, n_vocab)]
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_array("tokenizer.ggml.scores", [0.0] * n_vocab)
+    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (n_vocab - 3))
+    writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
 
 
 def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> None:
