@@ -97,3 +97,16 @@ def test_bad_files_are_refused_naming_the_key(tmp_path: Path, cfg: DeltaNetConfi
     path = write_delta_net_model(tmp_path / "bad.gguf", cfg, delta_net_model_weights(cfg))
     with pytest.raises(GGUFError, match=culprit):
         Model.load(path, _params())
+
+
+def test_the_older_qwen3next_layout_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    """The first Qwen3-Next files hold q, k, v and z in one ``ssm_in``: one line saying so, not a missing tensor."""
+    cfg = CONFIGS["qwen3next"]
+    w = delta_net_model_weights(cfg)
+    for il in range(cfg.n_layer):
+        if cfg.is_recurrent(il):
+            b = f"blk.{il}."
+            w[b + "ssm_in.weight"] = np.concatenate([w.pop(b + "attn_qkv.weight"), w.pop(b + "attn_gate.weight")])
+    path = write_delta_net_model(tmp_path / "legacy.gguf", cfg, w)
+    with pytest.raises(GGUFError, match=r"'blk\.0\.ssm_in\.weight'.*older Qwen3-Next layout"):
+        Model.load(path, _params())

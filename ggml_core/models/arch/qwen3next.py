@@ -8,6 +8,7 @@ serves the value heads next to it (head ``h`` reads key head ``h // (time_step_r
 
 from __future__ import annotations
 
+from ggml_core._errors import GGUFError
 from ggml_core._tensor import Tensor
 from ggml_core.models import blocks
 from ggml_core.models.arch._base import Architecture
@@ -22,7 +23,17 @@ __all__ = ["ARCH"]
 
 
 def _read(f: GGUFFile, hp: HParams) -> HParams:
-    return read_moe(f, read_delta_net(f, hp))
+    hp = read_moe(f, read_delta_net(f, hp))
+    for il in range(hp.n_layer):  # the first files' one ssm_in (q, k, v and z per key head) is not read
+        name = f"blk.{il}.ssm_in.weight"
+        if hp.is_recurrent(il) and f.has_tensor(name) and not f.has_tensor(f"blk.{il}.attn_qkv.weight"):
+            raise GGUFError(
+                f.path,
+                f"tensor '{name}'",
+                "is the older Qwen3-Next layout (attn_qkv and attn_gate in one): not supported; convert the model "
+                "again with a current convert_hf_to_gguf.py",
+            )
+    return hp
 
 
 def _layer_weights(hp: HParams, il: int) -> list[blocks.LayerWeight]:
