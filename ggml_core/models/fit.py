@@ -173,7 +173,8 @@ def measure(
     for il in range(hp.n_layer):
         dev = placement.kv_device_of(il)
         buft = dev.buffer_type()
-        nbytes = sum(pad(buft.alloc_size(t), buft.alignment) for t in (kv.k[il], kv.v[il]))
+        cache = (kv.k[il], kv.v[il], kv.r[il], kv.s[il])  # K and V, or a recurrent layer's states
+        nbytes = sum(pad(buft.alloc_size(t), buft.alignment) for t in cache if t is not None)
         kv_dev[dev.name] = kv_dev.get(dev.name, 0) + nbytes
         if dev is not cpu:
             slot_cost[il] = slot_cost.get(il, 0) + nbytes
