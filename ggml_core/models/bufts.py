@@ -151,12 +151,26 @@ class ProbeShapes:
     n_expert_used: int
 
 
+#: RWKV's vectors scaling activations (llama.cpp's table: MUL), and those added to them (ADD)
+_RWKV_MUL: Final = (
+    "norm_2.weight",
+    "time_mix_ln.weight",
+    "_k_k.weight",
+    "_k_a.weight",
+    "_r_k.weight",
+    "_lerp_k.weight",
+)
+_RWKV_ADD: Final = ("time_mix_lerp_fused.weight", "time_mix_w0.weight", "time_mix_a0.weight", "time_mix_v0.weight")
+
+
 def consumer_kind(name: str) -> GGMLOp:
     """The op that reads the weight ``name`` in the LLaMA graph (models/llama.py), as llama.cpp's tensor table."""
     if name == "token_embd.weight":
         return GGMLOp.GET_ROWS
-    if name.endswith("norm.weight"):
+    if name.endswith(("norm.weight", *_RWKV_MUL)):
         return GGMLOp.MUL
+    if name.endswith(_RWKV_ADD):
+        return GGMLOp.ADD
     if name.endswith("_exps.bias"):
         return GGMLOp.ADD_ID  # gpt-oss's per-expert biases
     if name.endswith("attn_sinks.weight"):
@@ -179,7 +193,7 @@ def consumer_op(name: str, w: Tensor, shapes: ProbeShapes, n_tokens: int = PROBE
         if kind == GGMLOp.GET_ROWS:
             return ops.get_rows(w, ctx.new_tensor(i32, (n_tokens,), "probe_ids"))
         if kind in (GGMLOp.MUL, GGMLOp.ADD):
-            a = ctx.new_tensor(f32, (w.ne[0], n_tokens), "probe_x")
+            a = ctx.new_tensor(f32, (w.ne[0], n_tokens, *w.ne[2:]), "probe_x")  # RWKV's stacked [n, 1, 1, 6]
             return ops.mul(a, w) if kind == GGMLOp.MUL else ops.add(a, w)
         if kind == GGMLOp.ADD_ID:  # w [n, n_expert]: rows picked per (slot, token) by the chosen experts
             k = max(1, shapes.n_expert_used)

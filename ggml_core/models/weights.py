@@ -67,12 +67,14 @@ def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
     arch = get_architecture(hp.arch)
     e, nl = hp.n_embd, hp.n_layer
     specs = [WeightSpec("token_embd.weight", "token_embd.weight", INPUT_SLOT, (e, hp.n_vocab))]
-    if arch.frame_norm is not None:  # the embeddings' norm (weight, bias)
-        specs += [WeightSpec(f"token_embd_norm.{n}", f"token_embd_norm.{n}", INPUT_SLOT, (e,), True) for n in _WB]
+    if arch.frame_norm is not None:  # the embeddings' norm (weight, bias): on the first layer's device, as llama.cpp
+        specs += [WeightSpec(f"token_embd_norm.{n}", f"token_embd_norm.{n}", 0, (e,), True) for n in _WB]
     for il in range(nl):
         b = f"blk.{il}."
         specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in arch.layer_weights(hp, il)]
     specs.append(WeightSpec("output_norm.weight", arch.output_norm, nl, (e,), True))  # the file's name for it
+    if arch.frame_norm is not None:
+        specs.append(WeightSpec("output_norm.bias", "output_norm.bias", nl, (e,), True))
     # no output matrix: the embeddings are tied (used again as lm_head)
     out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"
     specs.append(WeightSpec("output.weight", out_src, nl, (e, hp.n_vocab)))
