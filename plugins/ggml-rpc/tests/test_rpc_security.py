@@ -6,11 +6,14 @@ The certificate is self-signed and made for the test (``cryptography`` if instal
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +23,7 @@ import pytest
 from rpc_helpers import start_server_process
 
 from ggml_core import Context, alloc_ctx_tensors
-from ggml_rpc import Connection, RPCReg
+from ggml_rpc import Connection, RPCError, RPCReg
 from ggml_rpc import _security as security
 from ggml_rpc.cli import loopback_warning
 from ggml_rpc.protocol import Cmd, RPCAuthError, RPCConfigError
@@ -304,3 +307,70 @@ def test_an_unusable_client_token_file_is_an_error_naming_it(
     err = out.stderr.strip()
     assert out.returncode == 2 and "Traceback" not in err and err.count("\n") == 0, err
     assert f"{missing}: cannot open the token file (GGML_RPC_TOKEN_FILE)" in err
+
+
+def _trickle(sock: socket.socket, data: bytes, every: float, limit: float) -> float:
+    """Send ``data`` a byte at a time until the peer closes; seconds until it did (``limit`` if it never did)."""
+    start = time.monotonic()
+    sock.settimeout(every)
+    for b in data:
+        if time.monotonic() - start > limit:
+            break
+        try:
+            sock.sendall(bytes([b]))
+            if sock.recv(1) == b"":
+                return time.monotonic() - start
+        except TimeoutError:
+            continue
+        except OSError:
+            return time.monotonic() - start
+    return limit
+
+
+#: the start of a TLS ClientHello record, then filler (a handshake that never completes)
+_CLIENT_HELLO = bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03]) + bytes(500)
+
+
+def test_a_trickled_tls_handshake_is_cut_off_at_the_hello_deadline(
+    make_server: Callable[..., RPCServer], pem: tuple[Path, Path]
+) -> None:
+    """The whole handshake must arrive within ``hello_timeout`` (1 s here), not each of its bytes."""
+    import dataclasses
+
+    from conftest import TEST_LIMITS
+
+    limits = dataclasses.replace(TEST_LIMITS, hello_timeout=1.0)
+    srv = make_server(tls=security.server_context(str(pem[0]), str(pem[1])), limits=limits)
+    host, port = srv.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        took = _trickle(sock, _CLIENT_HELLO, 0.2, 15.0)
+    assert took < 8.0, f"a handshake trickled a byte every 0.2 s held the connection {took:.1f} s"
+    assert srv.stats["timed out"] == 1
+
+
+def test_a_server_trickling_its_tls_handshake_is_reported_within_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lst = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = lst.accept()
+        with conn:
+            for b in bytes([0x16, 0x03, 0x03, 0x10, 0x00]) + bytes(4000):
+                if stop.wait(0.2):
+                    return
+                with contextlib.suppress(OSError):
+                    conn.sendall(bytes([b]))
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(RPCError, match=r"within 1 s \(GGML_RPC_CONNECT_TIMEOUT\)"):
+            Connection(f"tls://127.0.0.1:{lst.getsockname()[1]}", connect_timeout=1)
+        assert time.monotonic() - start < 8.0
+    finally:
+        stop.set()
+        lst.close()
+        th.join(5)
