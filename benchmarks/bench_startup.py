@@ -1,6 +1,7 @@
 """Start-up time of the CLI and of ``import ggml_core``, against ``python -c "import numpy"`` in the same run.
 
-Usage: ``python benchmarks/bench_startup.py [--repeat 15] [--json out.json] [--importtime]``.
+Usage: ``python benchmarks/bench_startup.py [--repeat 15] [--json out.json] [--importtime]``, or
+``python benchmarks/bench_startup.py --cold [--model GGUF ...] [--json out.json]`` for the first run after an install.
 
 Each command runs in a fresh interpreter (``sys.executable``), all of them round-robin ``--repeat`` times so
 that they see the same machine load; the medians are printed with their ratio to ``import numpy`` (which every
@@ -19,6 +20,14 @@ Bytecode caches are on (``PYTHONDONTWRITEBYTECODE`` is dropped; the warm-up run 
 install. ``--importtime`` also prints the slowest imports of ``devices --json`` (``python -X importtime``). The plugins
 installed (``ggml-core plugins``) and whether ggml-core is an editable install (its import hook costs some
 milliseconds per process) are printed with the results.
+
+``--cold`` measures instead the first ``ggml-core run`` after an install: ``run -n 4 --temp 0`` (the embedded
+model; ``run GGUF --tokens 2 -n 1`` for each ``--model``) with an empty numba cache (``NUMBA_CACHE_DIR`` a new
+folder), then the same command again on the cache it filled. It prints every compiled CPU kernel (the CPU plugin's
+:func:`ggml_cpu.kernels.qdot.compile_log`): when it was built (the phase: import, enumeration, model load, graph
+planning or the first graph compute, from its callers; and seconds after the process started), how long it took,
+and whether it came from the cache; then wall time, numba's import, the sum of compile times and peak RSS of each
+run. Results go to ``benchmarks/results/startup_cold.json`` unless ``--json`` says otherwise.
 """
 
 from __future__ import annotations
@@ -30,12 +39,14 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import Results, machine
+from _util import RESULTS_DIR, Results, machine
 
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
@@ -102,12 +113,121 @@ def _importtime(top: int = 15) -> None:
         print(f"  {us:>9,}  {name}")
 
 
+#: runs ``ggml_core.cli.main(argv)`` and writes, even when it fails, the CPU plugin's compile log, numba's import
+#: time, the process's wall time and peak RSS as JSON to the file named by the first argument
+_COLD_DRIVER = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+rc = 1
+try:
+    from ggml_core.cli import main
+    rc = main(sys.argv[2:])
+finally:
+    q = sys.modules.get("ggml_cpu.kernels.qdot")
+    log = q.compile_log() if q is not None else []
+    for e in log:
+        e["start"] -= t0
+    info = {"rc": rc, "wall_s": time.perf_counter() - t0, "log": log,
+            "numba_import_s": q.import_seconds() if q is not None else 0.0,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "cpu_s": time.process_time()}
+    with open(sys.argv[1], "w") as f:
+        json.dump(info, f)
+sys.exit(rc)
+"""
+
+#: (phase, a caller that puts a kernel's build in it), tried from the outermost caller inwards
+_PHASES = (
+    ("enumeration", (".enumerate_devices", ".features", ".describe", ".init_backend")),
+    ("model load", ("ggml_core.models.", ".load_weights", ".set_tensor", "ggml_core.gguf")),
+    ("graph planning", (".supports_op", ".reserve", ".plan", "._bind", ".bind_")),
+    ("graph compute", (".compute", ".graph_compute")),
+)
+
+
+def _phase(stack: list[str]) -> str:
+    """The phase of a kernel build from its callers (innermost first): the innermost recognised one, or import
+    when a module's top level comes first."""
+    for frame in stack:
+        if frame.endswith(".<module>") and frame.startswith("ggml_cpu."):
+            return "import"
+        for phase, marks in reversed(_PHASES):
+            if any(m in frame for m in marks):
+                return phase
+    return "other"
+
+
+def _cold_run(argv: list[str], cache: str) -> dict[str, Any]:
+    env = {k: v for k, v in _env().items() if k not in ("GGML_CPU_NUMBA", "GGML_CPU_NO_JIT")}
+    env["NUMBA_CACHE_DIR"] = cache
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-c", _COLD_DRIVER, out.name, *argv], capture_output=True, text=True, env=env
+        )
+        wall = time.perf_counter() - t0
+        text = Path(out.name).read_text()
+    if proc.returncode != 0 or not text:
+        raise SystemExit(f"ggml-core {' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-800:]}")
+    info: dict[str, Any] = json.loads(text)
+    info["process_wall_s"] = wall
+    info["stderr"] = [ln for ln in proc.stderr.splitlines() if "compil" in ln.lower()]
+    return info
+
+
+def _print_cold(label: str, cold: dict[str, Any], warm: dict[str, Any]) -> None:
+    print(f"\n== {label}")
+    print(f"{'kernel':<44}{'phase':<16}{'at s':>8}{'cold s':>9}{'cpu s':>8}{'warm s':>9}")
+    warm_s = {e["name"]: e["seconds"] for e in warm["log"]}
+    for e in cold["log"]:
+        cached = " (cache)" if e["cached"] else ""
+        print(
+            f"{e['name'] + cached:<44}{_phase(e['stack']):<16}{e['start']:>8.2f}{e['seconds']:>9.3f}"
+            f"{e['cpu_seconds']:>8.3f}{warm_s.get(e['name'], float('nan')):>9.3f}"
+        )
+    for name, run in (("cold", cold), ("warm", warm)):
+        total = sum(e["seconds"] for e in run["log"])
+        print(
+            f"{name}: wall {run['process_wall_s']:.2f} s (CPU {run['cpu_s']:.2f} s), kernels {len(run['log'])} in "
+            f"{total:.2f} s, numba import {run['numba_import_s']:.2f} s, peak RSS {run['peak_rss_mb']:.0f} MB"
+        )
+    for line in cold["stderr"]:
+        print(f"  stderr: {line}")
+
+
+def cold_main(args: argparse.Namespace) -> int:
+    info = machine()
+    print(f"CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}, python {info['python']}")
+    runs = [("embedded model", ["run", "-n", "4", "--temp", "0"])]
+    runs += [(Path(m).name, ["run", m, "--tokens", "2", "-n", "1"]) for m in args.model]
+    results = Results("startup_cold", {"commands": {label: argv for label, argv in runs}})
+    for label, argv in runs:
+        with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache:
+            cold = _cold_run(argv, cache)
+            warm = _cold_run(argv, cache)
+        _print_cold(label, cold, warm)
+        for e in cold["log"]:
+            results.add(label, e["name"], phase=_phase(e["stack"]), at_s=e["start"], cold_s=e["seconds"],
+                        cpu_s=e["cpu_seconds"], cached=e["cached"])  # fmt: skip
+        for name, run in (("cold", cold), ("warm", warm)):
+            results.add(
+                label, f"{name} run", wall_s=run["process_wall_s"], cpu_s=run["cpu_s"], kernels=len(run["log"]),
+                compile_s=sum(e["seconds"] for e in run["log"]), numba_import_s=run["numba_import_s"],
+                peak_rss_mb=run["peak_rss_mb"], stderr=run["stderr"],
+            )  # fmt: skip
+    results.write_json(args.json or str(RESULTS_DIR / "startup_cold.json"))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15, help="runs of each command (round-robin; default 15)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON (- for stdout)")
     ap.add_argument("--importtime", action="store_true", help="print the slowest imports of devices --json")
+    ap.add_argument("--cold", action="store_true", help="the first ggml-core run after an install (see above)")
+    ap.add_argument("--model", action="append", default=[], help="with --cold: also this GGUF (repeatable)")
     args = ap.parse_args()
+    if args.cold:
+        return cold_main(args)
 
     info = machine()
     print(f"CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}, python {info['python']}")

@@ -79,7 +79,6 @@ CUDA_WHEEL=""
 for w in "$DIST"/*.whl; do
     case "$(basename "$w")" in
         ggml_cuda-*) CUDA_WHEEL=$w ;;
-        ggml_cpu-*) WHEELS+=("$w"); REQS+=("$w[jit]") ;;  # with numba's compiled kernels (the 'jit' extra)
         *) WHEELS+=("$w"); REQS+=("$w") ;;
     esac
 done

@@ -87,7 +87,11 @@ def kernel_variant() -> str:
     elif os.environ.get("GGML_CPU_NUMBA", "1").strip().lower() in ("0", "false", "no", "off"):
         reason = "disabled by GGML_CPU_NUMBA=0"
     else:
-        reason = None if importlib.util.find_spec("numba") is not None else "numba is not installed"
+        try:
+            found = importlib.util.find_spec("numba") is not None
+        except (ImportError, ValueError):  # a broken or blocked install
+            found = False
+        reason = None if found else "numba is not installed: pip install numba"
     if reason is not None:
         return f"numpy only ({reason})"
     flags = set(_cpuinfo("flags").split())

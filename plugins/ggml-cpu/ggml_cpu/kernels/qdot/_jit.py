@@ -11,10 +11,13 @@ disk in milliseconds instead of compiling for a second or more).
   and every kernel is checked against the numpy reference in ``tests/test_speed_paths.py``.
 * **Cache directory.** numba keys its cache on each function's own bytecode and source file, not on the helpers
   it inlines (``_simd``'s intrinsics), so the cache lives in a directory named after a hash of every source file
-  of this package and the numba / llvmlite versions: ``qdot/__pycache__/numba-<hash>`` when the package is
-  writable, else ``$XDG_CACHE_HOME/ggml-cpu/numba-<hash>`` (``~/.cache/...``), else ``$NUMBA_CACHE_DIR/...`` when
-  set (it is then tried first). When no location is writable the kernels compile without a cache (about a second
-  per kernel at first use, same results).
+  of this package and the numba / llvmlite versions: ``$NUMBA_CACHE_DIR/ggml-cpu/numba-<hash>`` when that is
+  set, else ``$XDG_CACHE_HOME/ggml-cpu/numba-<hash>`` (``~/.cache/...``: shared by every environment and
+  reinstall of the same kernel sources, and writable where site-packages is not), else ``qdot/__pycache__/...``.
+  Directories of other sources unused for 30 days are removed. When no location is writable the kernels compile
+  without a cache (about a second per kernel at first use, same results).
+* **Announced.** The first kernel a process compiles (not one loaded from the cache) prints one line on stderr,
+  and the process's exit another with the kernels and seconds: first runs are not silent for seconds.
 * **Fallback.** ``GGML_CPU_NUMBA=0`` disables the compiled kernels. Without numba, or when a kernel fails to
   compile, :func:`get` returns ``None`` and the caller uses the numpy path; the reason is logged once.
 * **Lazy import.** numba itself (0.14 s and 65 MB of resident memory) is imported by the first quantized product,
@@ -24,12 +27,14 @@ disk in milliseconds instead of compiling for a second or more).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 import types
@@ -38,8 +43,12 @@ from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
+    "NOT_INSTALLED",
+    "NUMPY_PATH",
     "KernelSpec",
     "cache_dir",
+    "callee",
+    "compile_log",
     "compile_seconds",
     "current_threads",
     "disabled_reason",
@@ -56,6 +65,11 @@ __all__ = [
 ]
 
 _LOG: Final = logging.getLogger("ggml_cpu")
+
+#: why compiled kernels are off when numba is missing, with the fix (as ``ggml-core devices`` shows it)
+NOT_INSTALLED: Final = "numba is not installed: pip install numba"
+#: what running without the compiled kernels means
+NUMPY_PATH: Final = "running the numpy kernels (the same results, 10-100x slower on quantized models)"
 
 _numba: Any = None
 _reason: str | None = None
@@ -87,7 +101,8 @@ def _load() -> None:
             try:
                 import numba
             except Exception as exc:  # noqa: BLE001 - any import failure means: no compiled kernels
-                _reason = f"numba is not importable ({type(exc).__name__}: {exc})"
+                missing = isinstance(exc, ModuleNotFoundError) and exc.name == "numba"
+                _reason = NOT_INSTALLED if missing else f"numba is not importable ({type(exc).__name__}: {exc})"
             else:
                 _numba, prange = numba, numba.prange
                 try:  # inline assembly (the futex calls of ``_spin``) needs LLVM's assembly parser
@@ -108,6 +123,7 @@ _wanted = threading.local()  # the thread count asked for by the calling thread,
 _logged: set[str] = set()
 _compiled: dict[str, Callable[..., Any] | None] = {}
 _compile_seconds: dict[str, float] = {}
+_compile_log: list[dict[str, Any]] = []
 _import_time: list[float] = []
 
 
@@ -127,7 +143,9 @@ def enabled() -> bool:
     if not _loaded:
         _load()
     if _numba is None:
-        _log_once("numba", logging.INFO, f"ggml-cpu: compiled quantized kernels off: {_reason}; using numpy")
+        # switched off on purpose: a note for those who ask; missing or broken: said where it is seen
+        level = logging.INFO if _env_disabled() else logging.WARNING
+        _log_once("numba", level, f"ggml-cpu: compiled kernels off: {_reason}; {NUMPY_PATH}")
         return False
     return True
 
@@ -143,7 +161,11 @@ def disabled_reason() -> str | None:
         return _reason
     if _env_disabled():
         return "disabled by GGML_CPU_NUMBA=0"
-    return None if importlib.util.find_spec("numba") is not None else "numba is not installed"
+    try:
+        found = importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        found = False
+    return None if found else NOT_INSTALLED
 
 
 def import_seconds() -> float:
@@ -154,6 +176,24 @@ def import_seconds() -> float:
 def compile_seconds() -> dict[str, float]:
     """Seconds spent compiling or loading each kernel from the cache in this process (first-call cost)."""
     return dict(_compile_seconds)
+
+
+def compile_log() -> list[dict[str, Any]]:
+    """Each kernel built in this process, in order: ``name``, ``start`` (``time.perf_counter()`` when it began),
+    ``seconds`` (compiling, or loading from the cache), ``cpu_seconds`` (the process's CPU time meanwhile),
+    ``cached`` (loaded from numba's cache: nothing compiled) and ``stack`` (the calling functions, innermost
+    first, as ``module.function``)."""
+    return [dict(entry) for entry in _compile_log]
+
+
+def _callers(limit: int = 40) -> list[str]:
+    frame = sys._getframe(2)
+    out: list[str] = []
+    while frame is not None and len(out) < limit:
+        module = str(frame.f_globals.get("__name__", "?"))
+        out.append(f"{module}.{frame.f_code.co_name}")
+        frame = frame.f_back  # type: ignore[assignment]
+    return out
 
 
 _max_threads: list[int] = []
@@ -228,10 +268,22 @@ def _writable(path: Path) -> bool:
         return False
 
 
-def _prune_siblings(current: Path, sources: str) -> None:
-    """Remove the caches of other source versions next to ``current`` (best effort: they can never load again)."""
+#: caches of other kernel sources unused this long are removed (other installs sharing the folder keep theirs)
+_STALE_SECONDS: Final = 30 * 86400
+
+
+def _prune_siblings(current: Path) -> None:
+    """Mark ``current`` used, and remove the caches next to it that no process used for :data:`_STALE_SECONDS`
+    (best effort: other versions of the package, in other environments, may share the folder)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        os.utime(current)
     for old in current.parent.glob("numba-*"):
-        if not old.name.startswith(f"numba-{sources}-") and old.is_dir():
+        try:
+            stale = old != current and old.is_dir() and now - old.stat().st_mtime > _STALE_SECONDS
+        except OSError:
+            continue
+        if stale:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -242,15 +294,14 @@ def cache_dir() -> str | None:
     """The directory holding the compiled kernels of this version of the package (None: no writable location)."""
     if _cache_root:
         return _cache_root[0]
-    sources = _sources_hash()
-    tag = f"numba-{sources}-{_settings_hash()}"
+    tag = f"numba-{_sources_hash()}-{_settings_hash()}"
     user = os.environ.get("NUMBA_CACHE_DIR")
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     candidates = [Path(user) / "ggml-cpu" / tag] if user else []
-    candidates += [Path(__file__).parent / "__pycache__" / tag, Path(xdg) / "ggml-cpu" / tag]
+    candidates += [Path(xdg) / "ggml-cpu" / tag, Path(__file__).parent / "__pycache__" / tag]
     found = next((str(c) for c in candidates if _writable(c)), None)
     if found is not None:
-        _prune_siblings(Path(found), sources)
+        _prune_siblings(Path(found))
     if found is None:
         _log_once("cache", logging.WARNING, "ggml-cpu: no writable directory for numba's cache; compiling each run")
     _cache_root.append(found)
@@ -262,6 +313,19 @@ def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
     if _numba is None:
         return fn
     return _numba.njit(inline="always", nogil=True, error_model="numpy", cache=False)(fn)
+
+
+def callee(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A function the kernels call without inlining it into their numba IR (LLVM may still inline its machine
+    code); returned unchanged when numba is off.
+
+    numba inlines an ``inline="always"`` helper by deep-copying its IR, scope included, once per block: a kernel
+    that inlines a tree of large helpers spends most of its compile time copying (8 CPU seconds for a row-split
+    part that inlined every row kernel before its constant mode pruned all but one). A called function is typed
+    and compiled only where a live branch calls it."""
+    if _numba is None:
+        return fn
+    return _numba.njit(nogil=True, error_model="numpy", boundscheck=False, cache=False)(fn)
 
 
 @contextlib.contextmanager
@@ -287,6 +351,8 @@ class KernelSpec:
     :param readonly: positions of array arguments that may be read-only (weights mapped from a file)
     :param fastmath: LLVM fast-math flags for this kernel (e.g. ``{"reassoc"}`` to vectorise a float sum; the
         sum order then depends on the SIMD width, and the kernel's tests state the bound)
+    :param cfunc: compile a C-callable function (``numba.cfunc``, its ``address`` called by other compiled code)
+        instead of a dispatcher
     """
 
     def __init__(
@@ -298,6 +364,7 @@ class KernelSpec:
         name: str | None = None,
         readonly: tuple[int, ...] = (),
         fastmath: frozenset[str] = frozenset(),
+        cfunc: bool = False,
     ) -> None:
         if name is not None and name != fn.__name__:
             # numba's cache index keys on the function's name and bytecode, not on ``parallel``: a variant of the
@@ -309,6 +376,7 @@ class KernelSpec:
         self.readonly = readonly
         self.parallel = parallel
         self.fastmath = fastmath
+        self.cfunc = cfunc
         self.name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
 
 
@@ -337,16 +405,49 @@ def _build(spec: KernelSpec) -> Callable[..., Any]:
     if spec.fastmath:
         opts["fastmath"] = set(spec.fastmath)
     sig = _signature(spec)
+    if spec.cfunc:
+        del opts["parallel"]
+    compiler = _numba.cfunc if spec.cfunc else _numba.njit
     with _compile_settings():
         cache = cache_dir() is not None
         try:
-            return _numba.njit(sig, cache=cache, **opts)(spec.fn)
+            return compiler(sig, cache=cache, **opts)(spec.fn)
         except RuntimeError as exc:  # "cannot cache function ...: no locator available"
             if not cache or "cache" not in str(exc):
                 raise
             msg = f"ggml-cpu: numba cannot cache kernels here ({exc}); compiling each run"
             _log_once("cache", logging.WARNING, msg)
-            return _numba.njit(sig, **opts)(spec.fn)
+            return compiler(sig, **opts)(spec.fn)
+
+
+_compiled_here: list[tuple[str, float]] = []
+
+
+def _announce(name: str, seconds: float) -> None:
+    """Say on stderr that kernels are being compiled (at the first one a process compiles), and at exit which and
+    how long: compiling takes seconds that a run would otherwise spend silently (nothing is said when every kernel
+    loads from the cache)."""
+    if not _compiled_here:
+        where = cache_dir()
+        later = f"later runs load them from {where}" if where else "no writable cache: every run compiles them"
+        print(f"ggml-cpu: compiling CPU kernels for this model's types and ops (once; {later})", file=sys.stderr)
+        atexit.register(_summary)
+    _compiled_here.append((name.rsplit(".", 1)[-1].strip("_"), seconds))
+
+
+def _summary() -> None:
+    names = ", ".join(name for name, _ in _compiled_here)
+    total = sum(seconds for _, seconds in _compiled_here)
+    with contextlib.suppress(OSError, ValueError):  # stderr closed at exit
+        print(f"ggml-cpu: compiled {len(_compiled_here)} CPU kernels in {total:.1f} s: {names}", file=sys.stderr)
+
+
+def _from_cache(fn: Any) -> bool:
+    """True when numba loaded every signature of ``fn`` from its cache (no compile in this process)."""
+    stats = getattr(fn, "stats", None)
+    if stats is None:  # a cfunc: its hits only
+        return bool(getattr(fn, "cache_hits", None))
+    return bool(stats.cache_hits and not stats.cache_misses)
 
 
 def get(spec: KernelSpec) -> Callable[..., Any] | None:
@@ -359,7 +460,7 @@ def get(spec: KernelSpec) -> Callable[..., Any] | None:
     with _lock:
         if spec.name in _compiled:
             return _compiled[spec.name]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             built: Callable[..., Any] | None = _build(spec)
         except Exception as exc:  # noqa: BLE001 - a compile failure must never take the backend down
@@ -369,6 +470,15 @@ def get(spec: KernelSpec) -> Callable[..., Any] | None:
                 logging.WARNING,
                 f"ggml-cpu: compiling {spec.name} failed ({type(exc).__name__}: {exc}); using the numpy path",
             )
-        _compile_seconds[spec.name] = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        _compile_seconds[spec.name] = seconds
+        cpu = time.process_time() - c0
+        cached = _from_cache(built)
+        _compile_log.append(
+            {"name": spec.name, "start": t0, "seconds": seconds, "cpu_seconds": cpu, "cached": cached,
+             "stack": _callers()}
+        )  # fmt: skip
+        if built is not None and not cached:
+            _announce(spec.name, seconds)
         _compiled[spec.name] = built
         return built

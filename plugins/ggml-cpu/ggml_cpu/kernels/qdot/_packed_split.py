@@ -7,8 +7,11 @@ sleeping between kernels so as not to starve BLAS, takes ~75 µs to wake (measur
 product, 5 µs on one thread, took 78 µs on numba's two threads). Each group is the same lane tile on the same
 operands as on one thread, so the bits do not depend on the split.
 
-One job kind serves every repacked layout and any number of activation rows (a decode step's one row, a prompt's
-batch), so the helpers stay in one compiled loop for a whole model.
+The helpers stay in one compiled loop (:func:`_serve`) for a whole model: each job names, in its descriptor, the
+compiled function that runs one of its parts (:func:`part_address`: a repacked layout's groups of rows, an
+activation quantizer's rows, a row kernel's rows), called through its address. Each such function is compiled the
+first time a job needs it, so a model compiles the parts of its own types and ops only (one loop inlining every
+layout, quantizer and row kernel took minutes to compile, for an f32 model too).
 
 Descriptor (int64, the helpers' ``desc``): the addresses and sizes below, then per part its first and last group.
 Imported only once numba is loaded (see :mod:`._jit`).
@@ -24,11 +27,14 @@ from typing import Any, Final
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
 
 from ggml_core import GGMLType
 from ggml_cpu.kernels.qdot import _jit, _spin
 from ggml_cpu.kernels.qdot._act_kernels import DOT_Q8_0, DOT_Q8_1, DOT_Q8_K, quantize_into
-from ggml_cpu.kernels.qdot._row_parts import FIRST_MODE, row_part
+from ggml_cpu.kernels.qdot._row_parts import row_part
 from ggml_cpu.kernels.qdot._spin import (
     _add,
     _aload,
@@ -39,6 +45,7 @@ from ggml_cpu.kernels.qdot._spin import (
     _futex_wake,
     _i8_at,
     _i32_at,
+    _i64_at,
     _pause,
     _u8_at,
 )  # fmt: skip
@@ -46,10 +53,13 @@ from ggml_cpu.kernels.qdot.activations import QActs, act_buffers
 from ggml_cpu.kernels.qdot.product import _F16
 from ggml_cpu.kernels.qdot.repack import _LAYOUTS, Packed, act_sub_blocks, lane_group
 
-__all__ = ["PackedSplit", "jobs", "nudge", "pool", "quantize_rows", "running"]
+__all__ = ["PackedSplit", "jobs", "nudge", "part_address", "pool", "quantize_rows", "running"]
 
 X, XQ, XD, XD_COLS, XSUM, XSUM_COLS, XS, LUT, DX, SX, N, K, NSUB, C, LAYOUT, GBYTES = range(16)
 Q, Q_LEN, S1, S_LEN, S2, OUT, M, DOT, N_PARTS, MODE = range(16, 26)
+#: addresses of compiled functions (:func:`part_address`): the job's part, a product's quantizer of activation rows
+#: (:data:`QUANTIZE_ROWS`) and the part of its quantizing phase (a :data:`QUANTIZE` job)
+PART_FN, QUANT_FN, QUANT_PART_FN = 26, 27, 28
 #: ``desc[MODE]``: the parts are groups of 16 weight rows of a product, or rows of activations to quantize
 PRODUCT, QUANTIZE = 0, 1
 PART0, PART_FIELDS = 32, 2
@@ -65,53 +75,134 @@ assert DESC_SIZE <= _spin.DESC_SIZE  # the helpers' shared descriptor holds eith
 _claim = _jit.inline(_spin._claim)
 
 
+def _call_typer(typingctx: Any, fn: Any, a: Any, b: Any, c: Any) -> Any:
+    """``fn(a, b, c)`` for the address ``fn`` of a compiled ``int64(int64, int64, int64)`` function."""
+
+    def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+        i64 = ir.IntType(64)
+        ptr = builder.inttoptr(args[0], ir.FunctionType(i64, [i64, i64, i64]).as_pointer())
+        return builder.call(ptr, list(args[1:]))
+
+    return types.int64(types.int64, types.int64, types.int64, types.int64), codegen
+
+
+def _data_typer(typingctx: Any, a: Any) -> Any:
+    """The address of an array's first element."""
+
+    def codegen(context: Any, builder: ir.IRBuilder, sig: Any, args: Any) -> ir.Value:
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.ptrtoint(data, ir.IntType(64))
+
+    return types.int64(a), codegen
+
+
+_call: Any = intrinsic(_call_typer)
+_data: Any = intrinsic(_data_typer)
+
+
 @_jit.inline
 def _part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Part ``p``: its groups of 16 weight rows against every activation row (8 / 4 / 1 rows a tile), in
-    :data:`QUANTIZE` mode its activation rows quantized, in a row kernel's mode (:mod:`._row_parts`) its rows."""
-    mode = desc[MODE]
-    if mode == QUANTIZE:
-        _quantize_part(ctl, desc, p)
-        return
-    if mode >= FIRST_MODE:  # a row kernel (:mod:`._row_parts`)
+    """Part ``p`` of the job in ``desc``: its compiled part function (``desc[PART_FN]``)."""
+    _call(desc[PART_FN], _data(ctl), _data(desc), p)
+
+
+def _product_part(layout: int) -> Any:
+    """The part function of repacked products of ``layout``: groups of 16 weight rows against every activation row
+    (8 / 4 / 1 rows a tile)."""
+
+    def part(ctl_at: int, desc_at: int, p: int) -> int:  # pragma: no cover - compiled
+        desc = numba.carray(_i64_at(desc_at), DESC_SIZE)
+        n, k, nsub = desc[N], desc[K], desc[NSUB]
+        q = numba.carray(_u8_at(desc[Q]), desc[Q_LEN])
+        s1 = numba.carray(_f32_at(desc[S1]), desc[S_LEN])
+        s2 = numba.carray(_f32_at(desc[S2]), desc[S_LEN])
+        xq = numba.carray(_i8_at(desc[XQ]), (n, k))
+        dx = numba.carray(_f32_at(desc[DX]), (n, nsub))
+        sx = numba.carray(_i32_at(desc[SX]), (n, nsub))
+        out = numba.carray(_f32_at(desc[OUT]), (n, desc[M]))
+        c, gbytes = desc[C], desc[GBYTES]
         at = PART0 + PART_FIELDS * p
-        row_part(ctl, desc, mode, desc[at], desc[at + 1])
-        return
-    n, k, nsub = desc[N], desc[K], desc[NSUB]
-    q = numba.carray(_u8_at(desc[Q]), desc[Q_LEN])
-    s1 = numba.carray(_f32_at(desc[S1]), desc[S_LEN])
-    s2 = numba.carray(_f32_at(desc[S2]), desc[S_LEN])
-    xq = numba.carray(_i8_at(desc[XQ]), (n, k))
-    dx = numba.carray(_f32_at(desc[DX]), (n, nsub))
-    sx = numba.carray(_i32_at(desc[SX]), (n, nsub))
-    out = numba.carray(_f32_at(desc[OUT]), (n, desc[M]))
-    layout, c, gbytes = desc[LAYOUT], desc[C], desc[GBYTES]
-    at = PART0 + PART_FIELDS * p
-    for g in range(desc[at], desc[at + 1]):
-        lane_group(layout, g, q, s1, s2, xq, dx, sx, nsub, c, gbytes, out)
+        for g in range(desc[at], desc[at + 1]):
+            lane_group(layout, g, q, s1, s2, xq, dx, sx, nsub, c, gbytes, out)
+        return 0
+
+    return part
 
 
-@_jit.inline
-def _quantize_part(ctl: np.ndarray, desc: np.ndarray, p: int) -> None:  # pragma: no cover - compiled
-    """Part ``p`` of a :data:`QUANTIZE` job (:func:`_quantize_rows`); non-finite inputs are counted in
-    ``ctl[BAD]``."""
-    at = PART0 + PART_FIELDS * p
-    bad = _quantize_rows(desc, desc[at], desc[at + 1])
-    if bad:
-        _add(ctl, _spin.BAD, bad)
+def _quantize_part(dot: int) -> Any:
+    """The part function of a :data:`QUANTIZE` job to the activation type ``dot``: its rows quantized
+    (:func:`_quantize_rows`); non-finite inputs are counted in ``ctl[BAD]``."""
+
+    def part(ctl_at: int, desc_at: int, p: int) -> int:  # pragma: no cover - compiled
+        desc = numba.carray(_i64_at(desc_at), DESC_SIZE)
+        at = PART0 + PART_FIELDS * p
+        bad = _quantize_rows(desc, desc[at], desc[at + 1], dot)
+        if bad:
+            _add(numba.carray(_i64_at(ctl_at), _spin.CTL_SIZE), _spin.BAD, bad)
+        return 0
+
+    return part
+
+
+def _quantizer(dot: int) -> Any:
+    """Rows ``r0 .. r1`` of a product's activations (descriptor at ``desc_at``) quantized to ``dot`` on this
+    thread: the count of non-finite inputs."""
+
+    def quantize(desc_at: int, r0: int, r1: int) -> int:  # pragma: no cover - compiled
+        return _quantize_rows(numba.carray(_i64_at(desc_at), DESC_SIZE), r0, r1, dot)
+
+    return quantize
+
+
+def _row_kernel_part(mode: int) -> Any:
+    """The part function of the row kernel ``mode`` (:mod:`._row_parts`): its rows."""
+
+    def part(ctl_at: int, desc_at: int, p: int) -> int:  # pragma: no cover - compiled
+        desc = numba.carray(_i64_at(desc_at), DESC_SIZE)
+        at = PART0 + PART_FIELDS * p
+        row_part(numba.carray(_i64_at(ctl_at), _spin.CTL_SIZE), desc, mode, desc[at], desc[at + 1])
+        return 0
+
+    return part
+
+
+#: the kinds of :func:`part_address`: the function making the kernel of one value, and the kernel's name
+_PART_KINDS: Final = {
+    "product": (_product_part, "spin_part_lanes"),
+    "quantize": (_quantize_part, "spin_part_quantize"),
+    "rows": (_row_kernel_part, "spin_part_rows"),
+    "quantizer": (_quantizer, "spin_quantize_rows"),
+}
+_part_specs: dict[tuple[str, int], _jit.KernelSpec] = {}
+
+
+def part_address(kind: str, value: int) -> int | None:
+    """The address of the compiled part function of ``kind`` for ``value`` (compiled on first use): ``product`` of
+    the repacked layout ``value`` (:data:`.repack._LAYOUTS`), ``quantize`` to the activation code ``value``
+    (:data:`._act_kernels.DOT_Q8_0` ...), ``rows`` of the row kernel mode ``value`` (:mod:`._row_parts`), or
+    ``quantizer`` (a product's activations on one thread, ``int64(desc, r0, r1)``); None where it fails to
+    build (logged once by :mod:`._jit`)."""
+    spec = _part_specs.get((kind, value))
+    if spec is None:
+        make, name = _PART_KINDS[kind]
+        sig = "int64(int64, int64, int64)"
+        spec = _part_specs[kind, value] = _jit.KernelSpec(make(value), sig, name=f"{name}_{value}", cfunc=True)
+    fn: Any = _jit.get(spec)
+    return None if fn is None else int(fn.address)
 
 
 @_jit.inline
 def _prep(desc: np.ndarray) -> int:  # pragma: no cover - compiled
     """Quantize every activation row on this thread, with the sub-block scales and sums; the count of non-finite
     inputs."""
-    return _quantize_rows(desc, 0, desc[N])
+    return _call(desc[QUANT_FN], _data(desc), 0, desc[N])
 
 
 @_jit.inline
-def _quantize_rows(desc: np.ndarray, r0: int, r1: int) -> int:  # pragma: no cover - compiled
-    """Rows ``r0 .. r1`` of ``x`` quantized (:func:`._act_kernels.quantize_into`), with their sub-block scales and
-    sums when ``desc[NSUB]`` is set (a product's); the count of non-finite inputs (then no sums are formed)."""
+def _quantize_rows(desc: np.ndarray, r0: int, r1: int, dot: int) -> int:  # pragma: no cover - compiled
+    """Rows ``r0 .. r1`` of ``x`` quantized to ``dot`` (:func:`._act_kernels.quantize_into`), with their sub-block
+    scales and sums when ``desc[NSUB]`` is set (a product's); the count of non-finite inputs (then no sums are
+    formed)."""
     k, rows, cd, cs = desc[K], r1 - r0, desc[XD_COLS], desc[XSUM_COLS]
     x = numba.carray(_f32_at(desc[X] + 4 * r0 * k), (rows, k))
     xq = numba.carray(_i8_at(desc[XQ] + r0 * k), (rows, k))
@@ -119,7 +210,7 @@ def _quantize_rows(desc: np.ndarray, r0: int, r1: int) -> int:  # pragma: no cov
     xsum = numba.carray(_i32_at(desc[XSUM] + 4 * r0 * cs), (rows, cs))
     xs = numba.carray(_f32_at(desc[XS] + 4 * r0 * cd), (rows, cd))
     lut = numba.carray(_f32_at(desc[LUT]), 65536)
-    bad = quantize_into(desc[DOT], x, xq, xd, xsum, xs, lut)
+    bad = quantize_into(dot, x, xq, xd, xsum, xs, lut)
     if bad:
         return bad
     nsub = desc[NSUB]
@@ -186,7 +277,7 @@ def _quantize_phase(ctl: np.ndarray, desc: np.ndarray, mine: np.ndarray, job: in
         desc[i] = mine[i]
     n = mine[N]
     n_parts = min(n, QUANTIZE_PARTS)
-    desc[MODE], desc[N_PARTS] = QUANTIZE, n_parts
+    desc[MODE], desc[N_PARTS], desc[PART_FN] = QUANTIZE, n_parts, mine[QUANT_PART_FN]
     for i in range(n_parts):
         desc[PART0 + PART_FIELDS * i] = n * i // n_parts
         desc[PART0 + PART_FIELDS * i + 1] = n * (i + 1) // n_parts
@@ -365,12 +456,15 @@ class PackedSplit:
 
         fns = jobs()
         helpers = pool(threads - 1, batch=True)
-        if fns is None or helpers is None:
+        layout = _LAYOUTS[p.group, p.has_min, p.nib]
+        addresses = [part_address("product", layout), part_address("quantizer", dot), part_address("quantize", dot)]
+        if fns is None or helpers is None or None in addresses:
             raise RuntimeError("ggml-cpu: the repacked row split's kernels did not compile here")
         k = p.k
         desc = np.zeros(DESC_SIZE, np.int64)
         desc[LUT], desc[K], desc[NSUB], desc[C] = lut.ctypes.data, k, k // p.group, p.offset
-        desc[LAYOUT], desc[GBYTES] = _LAYOUTS[p.group, p.has_min, p.nib], p.group * (8 if p.nib else 16)
+        desc[LAYOUT], desc[GBYTES] = layout, p.group * (8 if p.nib else 16)
+        desc[PART_FN : QUANT_PART_FN + 1] = [a or 0 for a in addresses]
         desc[Q], desc[Q_LEN], desc[S1], desc[S_LEN], desc[S2] = (
             p.q.ctypes.data, p.q.size, p.s1.ctypes.data, p.s1.size, p.s2.ctypes.data,
         )  # fmt: skip
@@ -427,18 +521,19 @@ def quantize_rows(x: np.ndarray, dot: GGMLType, threads: int) -> QActs | None:
     from ggml_cpu.threads import RowSplit
 
     fns, helpers = jobs(), pool(threads - 1, batch=True)
-    if fns is None or helpers is None:
+    code = {GGMLType.Q8_0: DOT_Q8_0, GGMLType.Q8_1: DOT_Q8_1, GGMLType.Q8_K: DOT_Q8_K}[dot]
+    part = part_address("quantize", code)
+    if fns is None or helpers is None or part is None:
         return None
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, k = x.shape
     q, d, sums, s = act_buffers(n, k, dot)
-    code = {GGMLType.Q8_0: DOT_Q8_0, GGMLType.Q8_1: DOT_Q8_1, GGMLType.Q8_K: DOT_Q8_K}[dot]
     n_parts = min(n, 4 * threads, MAX_PARTS)
     cuts = [n * i // n_parts for i in range(n_parts + 1)]
     desc = np.zeros(DESC_SIZE, np.int64)
     desc[X], desc[XQ], desc[XD], desc[XD_COLS] = _addr(x), _addr(q), _addr(d), d.shape[1]
     desc[XSUM], desc[XSUM_COLS], desc[XS], desc[LUT] = _addr(sums), sums.shape[1], _addr(s), _addr(_F16)
-    desc[K], desc[DOT], desc[N_PARTS], desc[MODE] = k, code, n_parts, QUANTIZE
+    desc[K], desc[DOT], desc[N_PARTS], desc[MODE], desc[PART_FN] = k, code, n_parts, QUANTIZE, part
     for i in range(n_parts):
         desc[PART0 + PART_FIELDS * i : PART0 + PART_FIELDS * (i + 1)] = (cuts[i], cuts[i + 1])
     alone: list[bool] = []  # RowSplit's fallback (the helpers busy) marks it: nothing was quantized

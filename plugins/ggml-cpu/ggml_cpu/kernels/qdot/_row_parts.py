@@ -54,44 +54,88 @@ def _f32(desc: np.ndarray, i: int) -> np.ndarray:  # pragma: no cover - compiled
 @_jit.inline
 def row_part(ctl: np.ndarray, desc: np.ndarray, mode: int, r0: int, r1: int) -> None:  # pragma: no cover
     """Rows ``[r0, r1)`` of the row job in ``desc``; a SET_ROWS index out of range is counted in
-    ``ctl[BAD]``."""
-    p = numba.carray(_i64_at(desc[P_AT]), desc[P_LEN])
-    f = numba.carray(_f64_at(desc[F_AT]), 1)
+    ``ctl[BAD]``. Each mode is a function of its own, called (not inlined): a caller whose ``mode`` is a constant
+    compiles that mode's kernel only (numba prunes the other branches before typing them)."""
     if mode == GLU:
-        swiglu_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
+        _glu_rows(desc, r0, r1)
     elif mode == RMS_NORM:
-        rms_norm_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), _f32(desc, 3), p, f[0], r0, r1)
+        _rms_norm_rows(desc, r0, r1)
     elif mode == ROPE:
-        n_pairs = desc[EXTRA]
-        cos = numba.carray(_f32_at(desc[A0 + 2]), (desc[L0 + 2] // n_pairs, n_pairs))
-        sin = numba.carray(_f32_at(desc[A0 + 3]), (desc[L0 + 3] // n_pairs, n_pairs))
-        rope_rows(_f32(desc, 0), _f32(desc, 1), cos, sin, p, r0, r1)
+        _rope_rows(desc, r0, r1)
     elif mode == F32_DOT:
-        f32_dot_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
+        _f32_dot_rows(desc, r0, r1)
     elif mode == F32_GEMM:
-        f32_gemm_tiles(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), p, r0, r1)
+        _f32_gemm_rows(desc, r0, r1)
     elif mode == SOFT_MAX:
-        heads, tokens, width, n_kv = p[0], p[1], p[2], p[3]
-        s = numba.carray(_f32_at(desc[A0]), (heads, tokens, width))
-        mask = numba.carray(_f32_at(desc[A0 + 1]), (p[4], n_kv))
-        out = numba.carray(_f32_at(desc[A0 + 2]), (heads, tokens, n_kv))
-        batch_soft_max_rows(s, mask, out, p[5], f[0], r0, r1)
-    else:
-        bad = 0
-        if mode == 6:
-            idx32 = numba.carray(_i32_at(desc[A0 + 1]), desc[L0 + 1])
-            bad = set_rows_rows(_f32(desc, 0), idx32, _f32(desc, 2), p, r0, r1)
-        elif mode == 7:
-            idx64 = numba.carray(_i64_at(desc[A0 + 1]), desc[L0 + 1])
-            bad = set_rows_rows(_f32(desc, 0), idx64, _f32(desc, 2), p, r0, r1)
-        elif mode == 8:
-            idx32h = numba.carray(_i32_at(desc[A0 + 1]), desc[L0 + 1])
-            bad = set_rows_rows(_f32(desc, 0), idx32h, numba.carray(_u16_at(desc[A0 + 2]), desc[L0 + 2]), p, r0, r1)
-        else:
-            idx64h = numba.carray(_i64_at(desc[A0 + 1]), desc[L0 + 1])
-            bad = set_rows_rows(_f32(desc, 0), idx64h, numba.carray(_u16_at(desc[A0 + 2]), desc[L0 + 2]), p, r0, r1)
-        if bad:
-            _add(ctl, _spin.BAD, 1)
+        _soft_max_rows(desc, r0, r1)
+    elif _set_rows_rows(desc, mode, r0, r1):
+        _add(ctl, _spin.BAD, 1)
+
+
+@_jit.inline
+def _params(desc: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    return numba.carray(_i64_at(desc[P_AT]), desc[P_LEN])
+
+
+@_jit.inline
+def _setting(desc: np.ndarray) -> float:  # pragma: no cover - compiled
+    return float(numba.carray(_f64_at(desc[F_AT]), 1)[0])
+
+
+@_jit.callee
+def _glu_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    swiglu_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), _params(desc), r0, r1)
+
+
+@_jit.callee
+def _rms_norm_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    p, eps = _params(desc), _setting(desc)
+    rms_norm_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), _f32(desc, 3), p, eps, r0, r1)
+
+
+@_jit.callee
+def _rope_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    n_pairs = desc[EXTRA]
+    cos = numba.carray(_f32_at(desc[A0 + 2]), (desc[L0 + 2] // n_pairs, n_pairs))
+    sin = numba.carray(_f32_at(desc[A0 + 3]), (desc[L0 + 3] // n_pairs, n_pairs))
+    rope_rows(_f32(desc, 0), _f32(desc, 1), cos, sin, _params(desc), r0, r1)
+
+
+@_jit.callee
+def _f32_dot_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    f32_dot_rows(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), _params(desc), r0, r1)
+
+
+@_jit.callee
+def _f32_gemm_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    f32_gemm_tiles(_f32(desc, 0), _f32(desc, 1), _f32(desc, 2), _params(desc), r0, r1)
+
+
+@_jit.callee
+def _soft_max_rows(desc: np.ndarray, r0: int, r1: int) -> None:  # pragma: no cover - compiled
+    p = _params(desc)
+    heads, tokens, width, n_kv = p[0], p[1], p[2], p[3]
+    s = numba.carray(_f32_at(desc[A0]), (heads, tokens, width))
+    mask = numba.carray(_f32_at(desc[A0 + 1]), (p[4], n_kv))
+    out = numba.carray(_f32_at(desc[A0 + 2]), (heads, tokens, n_kv))
+    batch_soft_max_rows(s, mask, out, p[5], _setting(desc), r0, r1)
+
+
+@_jit.callee
+def _set_rows_rows(desc: np.ndarray, mode: int, r0: int, r1: int) -> int:  # pragma: no cover - compiled
+    """SET_ROWS of the :data:`SET_ROWS` ``mode``: non-zero when an index was out of range."""
+    p = _params(desc)
+    if mode == 6:
+        idx32 = numba.carray(_i32_at(desc[A0 + 1]), desc[L0 + 1])
+        return set_rows_rows(_f32(desc, 0), idx32, _f32(desc, 2), p, r0, r1)
+    if mode == 7:
+        idx64 = numba.carray(_i64_at(desc[A0 + 1]), desc[L0 + 1])
+        return set_rows_rows(_f32(desc, 0), idx64, _f32(desc, 2), p, r0, r1)
+    if mode == 8:
+        idx32h = numba.carray(_i32_at(desc[A0 + 1]), desc[L0 + 1])
+        return set_rows_rows(_f32(desc, 0), idx32h, numba.carray(_u16_at(desc[A0 + 2]), desc[L0 + 2]), p, r0, r1)
+    idx64h = numba.carray(_i64_at(desc[A0 + 1]), desc[L0 + 1])
+    return set_rows_rows(_f32(desc, 0), idx64h, numba.carray(_u16_at(desc[A0 + 2]), desc[L0 + 2]), p, r0, r1)
 
 
 class RowJob:
@@ -118,12 +162,13 @@ class RowJob:
         from ggml_cpu.threads import RowSplit
 
         fns, helpers = _packed_split.jobs(), _packed_split.pool(threads - 1, batch=batch)
-        if fns is None or helpers is None:
+        part = _packed_split.part_address("rows", mode)
+        if fns is None or helpers is None or part is None:
             raise RuntimeError("ggml-cpu: the row split's kernels did not compile here")
         params, settings = np.ascontiguousarray(p, np.int64), np.array(list(f) or [0.0], np.float64)
         desc = np.zeros(_packed_split.DESC_SIZE, np.int64)
         desc[P_AT], desc[P_LEN], desc[F_AT], desc[EXTRA] = params.ctypes.data, params.size, settings.ctypes.data, extra
-        desc[_packed_split.MODE] = mode
+        desc[_packed_split.MODE], desc[_packed_split.PART_FN] = mode, part
         n_parts = max(1, min(rows, 4 * threads, _packed_split.MAX_PARTS))  # ~4 a thread: a late helper costs one
         cuts = [rows * i // n_parts for i in range(n_parts + 1)]
         desc[_packed_split.N_PARTS] = n_parts
