@@ -19,6 +19,7 @@ __all__ = [
     "GGUFError",
     "GraphError",
     "GraphInUseError",
+    "ModelInUseError",
     "OpError",
     "OpFilterError",
     "OutOfBoundsError",
@@ -157,6 +158,22 @@ class GraphInUseError(GGMLError, RuntimeError):
             "around all three)"
         )
         self.graph, self.backend = graph, backend
+
+
+class ModelInUseError(GGMLError, RuntimeError):
+    """A thread went on with a model's sequence (its KV cache) after another thread changed it.
+
+    One :class:`~ggml_core.models.Model` holds one sequence; its calls are serialised (one thread at a time), but a
+    thread's ``generate()`` after another thread's would continue the other thread's text, a wrong answer.
+    """
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"{model}: another thread changed this model's sequence (its KV cache) since this thread's last call, so "
+            "going on would mix the two; call reset() first, hold model.lock across the calls that make one "
+            "sequence, or give each thread its own Model"
+        )
+        self.model = model
 
 
 class ComputeError(GGMLError, RuntimeError):

@@ -10,18 +10,21 @@ scheduler's allocation of it) and only rewrites the inputs.
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, TextIO
+from typing import Any, Concatenate, Final, ParamSpec, TextIO, TypeVar
 
 import numpy as np
 
 from ggml_core import ops
 from ggml_core._context import Context
+from ggml_core._errors import ModelInUseError
 from ggml_core._types import as_type
 from ggml_core.backend.registry import get_registry
 from ggml_core.models.arch import Architecture, get_architecture
@@ -168,8 +171,46 @@ class GenerationResult:
         return n / self.gen_seconds if self.gen_seconds > 0 and n else 0.0
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _one_thread(
+    *, continues: bool
+) -> Callable[[Callable[Concatenate[Model, _P], _R]], Callable[Concatenate[Model, _P], _R]]:
+    """Run a :class:`Model` method holding the model's lock (one thread at a time; re-entrant).
+
+    ``continues``: the method goes on from the cached sequence, so it fails with :class:`ModelInUseError` when another
+    thread changed the sequence since this thread's last call (a non-empty cache it did not leave). Every such
+    method, and ``reset``, counts as a change.
+    """
+
+    def wrap(method: Callable[Concatenate[Model, _P], _R]) -> Callable[Concatenate[Model, _P], _R]:
+        @functools.wraps(method)
+        def locked(self: Model, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with self.lock:
+                seen = getattr(self._seen, "changes", None)
+                if continues and seen is not None and seen != self._changes and self.kv.n_past > 0:
+                    raise ModelInUseError(f"model {self.file.path}")
+                try:
+                    return method(self, *args, **kwargs)
+                finally:
+                    self._changes += 1
+                    self._seen.changes = self._changes
+
+        return locked
+
+    return wrap
+
+
 class Model:
-    """A model of a registered family loaded onto its devices, with one KV cache (one sequence)."""
+    """A model of a registered family loaded onto its devices, with one KV cache (one sequence).
+
+    Threads may share a model: ``reset``, ``decode``, ``process_prompt``, ``generate`` and ``warmup`` run one at a
+    time under :attr:`lock`, and a thread that would go on from a sequence another thread changed since its own last
+    call gets :class:`~ggml_core.ModelInUseError` rather than a mixed answer. A thread that makes one sequence with
+    several calls (``reset`` then ``generate``) holds ``lock`` around them.
+    """
 
     def __init__(
         self,
@@ -193,6 +234,10 @@ class Model:
         self.arch: Architecture = get_architecture(hp.arch)
         self._graphs: OrderedDict[tuple[int, int, bool], BuiltGraph] = OrderedDict()
         self._tokenizer: Any = None
+        #: held by the thread running the model (re-entrant: hold it across the calls that make one sequence)
+        self.lock = threading.RLock()
+        self._changes = 0  # sequence changes so far; each thread remembers the count its own last call left
+        self._seen = threading.local()
 
     # --------------------------------------------------------------------------------------------- loading
 
@@ -312,6 +357,7 @@ class Model:
 
     # --------------------------------------------------------------------------------------------- running
 
+    @_one_thread(continues=False)
     def reset(self) -> None:
         """Forget the sequence (empty KV cache)."""
         self.kv.clear()
@@ -360,6 +406,7 @@ class Model:
             raise ValueError(f"token id {int(bad[0])} is outside the vocabulary 0..{self.n_vocab - 1}")
         return ids.astype(np.int32)
 
+    @_one_thread(continues=True)
     def decode(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         """Run one batch after the cached sequence; logits ``[n_tokens or 1, n_vocab]`` (float32)."""
         ids = self.check_tokens(tokens)
@@ -385,6 +432,7 @@ class Model:
         self.kv.n_past = n_past + n
         return bg.read_logits(self.n_vocab)
 
+    @_one_thread(continues=False)
     def warmup(self) -> float:
         """Run a 2-token batch and a 1-token batch, then forget them, as llama.cpp's warm-up does.
 
@@ -398,6 +446,7 @@ class Model:
         self.reset()
         return time.perf_counter() - t0
 
+    @_one_thread(continues=True)
     def process_prompt(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         """Decode the prompt in batches of ``batch_size``; logits of every token or of the last one."""
         ids = self.check_tokens(tokens)
@@ -414,6 +463,7 @@ class Model:
                 self.decode(chunk.tolist())
         return np.concatenate(outs, axis=0) if all_logits else outs[-1]
 
+    @_one_thread(continues=True)
     def generate(
         self,
         prompt: Sequence[int],
