@@ -4,6 +4,8 @@ beside K and V (:class:`~ggml_core.models.kvcache.KVCache`: ``r`` and ``s`` per 
 - :mod:`.mamba`: the Mamba-2 mixer (SSM_CONV, SSM_SCAN), llama.cpp's ``build_mamba2_layer``
 - :mod:`.delta_net`: the gated delta net of Qwen3-Next and Qwen3.5 (SSM_CONV, GATED_DELTA_NET), llama.cpp's
   ``build_layer_attn_linear`` over ``llm_build_delta_net_base``
+- :mod:`.rwkv`: RWKV-7's time mix (RWKV_WKV7) and channel mix over the token shift, llama.cpp's
+  ``llm_build_rwkv7_base``
 
 Every layer serves one sequence: it reads its states, computes, and writes the new states back in the same graph
 (:func:`store_state`).
