@@ -1,15 +1,20 @@
 """Recurrent layers: SSM_CONV, SSM_SCAN, GATED_DELTA_NET, RWKV_WKV7 (f32).
 
 Each result is one flat f32 tensor: the outputs, then the new states, laid out as ggml's CPU kernels write them.
-The arithmetic is float32 in ggml's order (a running float sum per output, states updated token by token); the
-loops run over tokens and vectorise over heads and channels.
+The arithmetic is float32 in ggml's order (a running float sum per output, states updated token by token). The
+compiled kernels (:mod:`.qdot._recurrent_kernels`) run a whole batch in one call with threads over channels or
+(sequence, head) pairs; the numpy path here (loops over tokens, vectorised over heads and channels) serves where
+they are off.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, arr, check_index_range, f32, kernel
 
 __all__: list[str] = []
@@ -27,6 +32,11 @@ def _flat(node: Tensor) -> np.ndarray:
     return arr(node).reshape(-1)
 
 
+def _compiled(name: str) -> Any:
+    """The compiled kernel ``name`` of :mod:`.qdot._recurrent_kernels`, or None (numpy path)."""
+    return compiled.kernel(name, module="_recurrent_kernels")
+
+
 def _softplus(x: np.ndarray) -> np.ndarray:
     """ggml's ``x > 20 ? x : logf(1 + expf(x))`` in float32."""
     with np.errstate(over="ignore"):
@@ -38,11 +48,15 @@ def _bind_ssm_conv(node: Tensor) -> Thunk:
     sx, c = node.src[0], node.src[1]
     assert sx is not None and c is not None
     d_conv, n_t = c.ne[0], node.ne[1]
+    fast = _compiled("SSM_CONV_SPEC")
 
     def run() -> None:
         x = f32(sx)[0]  # (n_s, d_inner, d_conv-1+n_t)
         w = f32(c)[0, 0]  # (d_inner, d_conv)
         out = arr(node)[0]  # (n_s, n_t, d_inner)
+        if fast is not None and out.flags.c_contiguous:
+            fast(x, w, out)
+            return
         acc = np.zeros((x.shape[0], x.shape[1], n_t), _F32)
         for k in range(d_conv):  # sumf += s[k + t] * c[k], k ascending
             acc += x[:, :, k : k + n_t] * w[:, k : k + 1]
@@ -61,16 +75,21 @@ def _bind_ssm_scan(node: Tensor) -> Thunk:
     n_t, n_s = x.ne[2], x.ne[3]
     group = np.arange(n_head) // (n_head // b.ne[1])
     n_y = x.nelements
+    fast = _compiled("SSM_SCAN_SPEC")
 
     def run() -> None:
         rows = arr(ids).reshape(-1)
         check_index_range(node, rows, n_rs, "ids (state row)")
-        s0, xx, delta = f32(s), f32(x), _softplus(f32(dt)[0])  # delta: (n_s, n_t, n_head)
-        aa = f32(a)[0, 0]  # (n_head, 1 or d_state)
-        bb, cc = f32(b), f32(c)  # (n_s, n_t, n_group, d_state)
         out = _flat(node)
         y = out[:n_y].reshape(n_s, n_t, n_head, head_dim)
         states = out[n_y:].reshape(k_slots, n_s, n_head, head_dim, d_state)
+        if fast is not None:
+            ids32 = np.ascontiguousarray(rows, dtype=np.int32)
+            fast(f32(s), f32(x), f32(dt)[0], f32(a)[0, 0], f32(b), f32(c), ids32, y, states)
+            return
+        s0, xx, delta = f32(s), f32(x), _softplus(f32(dt)[0])  # delta: (n_s, n_t, n_head)
+        aa = f32(a)[0, 0]  # (n_head, 1 or d_state)
+        bb, cc = f32(b), f32(c)  # (n_s, n_t, n_group, d_state)
         with np.errstate(over="ignore", under="ignore"):
             for seq in range(n_s):
                 st = s0[int(rows[seq])].copy()  # (n_head, head_dim, d_state)
@@ -98,6 +117,7 @@ def _bind_gated_delta_net(node: Tensor) -> Thunk:
     head_of = np.arange(heads) % heads_qk  # value head h reads query/key head h % H_k
     scale = _F32(1.0) / np.sqrt(_F32(size))
     kda = g.ne[0] == size
+    fast = _compiled("GATED_DELTA_NET_SPEC")
 
     def run() -> None:
         qq, kk, vv = f32(q), f32(k), f32(v)  # (n_s[_k], n_t, H[_k], S)
@@ -105,6 +125,9 @@ def _bind_gated_delta_net(node: Tensor) -> Thunk:
         out = _flat(node)
         att = out[: size * heads * n_t * n_s].reshape(n_s, n_t, heads, size)
         snaps = out[size * heads * n_t * n_s :].reshape(k_slots, n_s, heads, size, size)
+        if fast is not None:
+            fast(qq, kk, vv, gg, bt, s0, att, snaps, float(scale))
+            return
         for seq in range(n_s):
             sq = seq // (n_s // seqs_qk)
             m = s0[seq].copy()  # m[h, j, i] = M[i][j]
@@ -130,6 +153,7 @@ def _bind_rwkv_wkv7(node: Tensor) -> Thunk:
     size, heads, n_tokens = operands[2].ne[:3]
     n_s = state.ne[1]
     per_seq = n_tokens // n_s
+    fast = _compiled("RWKV_WKV7_SPEC")
 
     def run() -> None:
         r, w, k, v, a, b = (f32(t)[0].reshape(n_tokens, heads, size) for t in operands)
@@ -137,6 +161,9 @@ def _bind_rwkv_wkv7(node: Tensor) -> Thunk:
         out = _flat(node)
         y = out[: n_tokens * heads * size].reshape(n_tokens, heads, size)
         new = out[n_tokens * heads * size :].reshape(n_s, heads, size, size)
+        if fast is not None:
+            fast(r, w, k, v, a, b, s0, y, new)
+            return
         for seq in range(n_s):
             m = s0[seq].copy()
             for t in range(seq * per_seq, (seq + 1) * per_seq):
