@@ -20,6 +20,15 @@ from sched_plugin._device import (
     SubsetBufferType,
     SubsetDevice,
     SubsetEvent,
+    SubsetPlugin,
 )
 
-__all__ = ["DEFAULT_OPS", "SubsetBackend", "SubsetBuffer", "SubsetBufferType", "SubsetDevice", "SubsetEvent"]
+__all__ = [
+    "DEFAULT_OPS",
+    "SubsetBackend",
+    "SubsetBuffer",
+    "SubsetBufferType",
+    "SubsetDevice",
+    "SubsetEvent",
+    "SubsetPlugin",
+]

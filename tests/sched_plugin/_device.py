@@ -9,8 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ggml_core import (
+    API_VERSION,
     AllocationError,
     Backend,
+    BackendReg,
     Buffer,
     BufferType,
     ComputeError,
@@ -23,10 +25,19 @@ from ggml_core import (
     Graph,
     Tensor,
     TensorFlag,
+    hookimpl,
 )
 from ggml_core.ops import VIEW_OPS
 
-__all__ = ["DEFAULT_OPS", "SubsetBackend", "SubsetBuffer", "SubsetBufferType", "SubsetDevice", "SubsetEvent"]
+__all__ = [
+    "DEFAULT_OPS",
+    "SubsetBackend",
+    "SubsetBuffer",
+    "SubsetBufferType",
+    "SubsetDevice",
+    "SubsetEvent",
+    "SubsetPlugin",
+]
 
 #: the ops the device computes unless told otherwise
 DEFAULT_OPS = frozenset({GGMLOp.MUL_MAT, GGMLOp.ADD, GGMLOp.MUL, GGMLOp.RMS_NORM})
@@ -396,3 +407,18 @@ class SubsetDevice(Device):
             return None
         self.stats["events"] += 1
         return SubsetEvent(self)
+
+
+class SubsetPlugin:
+    """A plugin registering ``devices`` as one backend: ``get_registry().register_plugin(SubsetPlugin(devs), name)``."""
+
+    def __init__(self, devices: list[SubsetDevice], description: str = "subset test devices") -> None:
+        self.devices, self.description = devices, description
+
+    @hookimpl
+    def ggml_api_version(self) -> int:
+        return API_VERSION
+
+    @hookimpl
+    def ggml_register_backends(self, register: Callable[[BackendReg], None]) -> None:
+        register(BackendReg(f"Sub[{self.devices[0].name}]", self.devices, description=self.description))
