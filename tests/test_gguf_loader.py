@@ -161,7 +161,7 @@ def test_other_devices_get_streamed_uploads(tmp_path: Path) -> None:
         np.testing.assert_array_equal(q.to_numpy().reshape(w["blk.1.attn_q.weight"].shape), w["blk.1.attn_q.weight"])
         assert weights["token_embd.weight"].buffer.buffer_type.name == "CPU_Mapped"  # type: ignore[union-attr]
         assert [u.device for u in weights.uploads] == ["FakeGPU"]
-        assert "uploaded" in out.getvalue() and "MB/s" in out.getvalue() and "FakeGPU" in out.getvalue()
+        assert "uploaded" in out.getvalue() and "MiB/s" in out.getvalue() and "FakeGPU" in out.getvalue()
     finally:
         weights.free()
     assert UPLOAD_CHUNK >= 2**20
@@ -179,7 +179,7 @@ def test_upload_to_opencl_with_progress(tmp_path: Path, capsys: pytest.CaptureFi
         assert t.buffer is not None and t.buffer.buffer_type.device.name == "OpenCL0"  # type: ignore[union-attr]
         assert t.get_bytes() == m.file.tensor_bytes("blk.0.ffn_up.weight").tobytes()
         assert m.weights.uploads[0].device == "OpenCL0" and m.weights.uploads[0].nbytes > 0
-    assert "MB/s" in capsys.readouterr().err
+    assert "MiB/s" in capsys.readouterr().err
 
 
 def test_string_and_number_arrays_match_gguf_py(tmp_path: Path) -> None:
