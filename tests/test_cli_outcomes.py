@@ -3,13 +3,24 @@ notes and advice ``run`` prints."""
 
 from __future__ import annotations
 
-import pytest
+import re
+from collections.abc import Iterator
+from pathlib import Path
 
-from ggml_core import OpFilterError
+import pytest
+from sched_plugin import SubsetDevice, SubsetPlugin
+from tiny_models import TinyConfig, random_weights, write_model
+
+from ggml_core import GGMLOp, OpFilterError
+from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.cli import main
+from ggml_core.models import scheduler_available
 from ggml_core.ops import GluOp, UnaryOp
 from ggml_core.testing import conformance_suite
 from ggml_core.testing.cases import all_cases, select
+
+CFG = TinyConfig(n_layer=3)
+OPS = (GGMLOp.MUL_MAT, GGMLOp.ADD, GGMLOp.MUL, GGMLOp.RMS_NORM, GGMLOp.SET_ROWS)
 
 
 @pytest.mark.parametrize("argv", [["-o", "FOO"], ["-o", "ADD,FOO"], ["-o", "ADD", "-p", "no such case"]])
@@ -35,3 +46,75 @@ def test_conformance_suite_expands_groups_and_refuses_unknown_names() -> None:
     assert any(n.startswith("SILU(") for n in params) and any(n.startswith("ADD(") for n in params)
     with pytest.raises(OpFilterError, match=r"'UNARI'.*did you mean UNARY"):
         conformance_suite("CPU", ops="ADD,UNARI")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GGML_CORE_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-layer model trained (per its header) on a 64-token context."""
+    return write_model(tmp_path_factory.mktemp("outcomes") / "m.gguf", CFG, random_weights(CFG, 7), "f32")
+
+
+@pytest.fixture()
+def small_device() -> Iterator[SubsetDevice]:
+    """Small0, a device with 1 GiB of memory (all of it within --fit-target's default 1024 MiB margin)."""
+    reset_registry()
+    dev = SubsetDevice("Small0", OPS, capacity=2**30)
+    get_registry().register_plugin(SubsetPlugin([dev], "a 1 GiB device"), "small")
+    yield dev
+    reset_registry()
+
+
+@pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
+def test_fit_says_why_it_offloads_fewer_layers_and_what_changes_it(
+    tiny: Path, small_device: SubsetDevice, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", str(tiny), "--device", "Small0", "--tokens", "1,2", "-n", "1"]
+    assert main(argv) == 0
+    note = next(line for line in capsys.readouterr().out.splitlines() if "note: --fit:" in line)
+    assert "-ngl 0 of 4" in note
+    assert "-ngl 1 would need" in note and "on Small0, 0.0 MiB left after the 1024 MiB --fit-target keeps free" in note
+    assert "-fitt" in note and "-ngl N" in note
+    assert main([*argv, "-fitt", "0"]) == 0  # what the note says changes it does
+    out = capsys.readouterr().out
+    small = next(line for line in out.splitlines() if line.strip().startswith("Small0"))
+    assert "layers 0-2 + output" in small
+
+
+def test_a_context_too_large_names_the_flag_that_set_it(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(tiny), "--device", "CPU", "--tokens", "1,2", "-n", "100000000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "a smaller -n" in err and "--ctx-size" not in err
+    assert main(["run", str(tiny), "--device", "CPU", "--tokens", "1,2", "-n", "8", "-c", "100000000"]) == 2
+    assert "a smaller --ctx-size" in capsys.readouterr().err
+
+
+def test_a_context_past_the_training_context_warns(tiny: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", str(tiny), "--device", "CPU", "--tokens", "1,2", "--temp", "0", "--ignore-eos"]
+    assert main([*base, "-n", "100"]) == 0  # 256 cells > the 64 the header gives
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "256 cells" in warning[0] and "64 tokens" in warning[0]
+    assert main([*base, "-n", "8", "-c", "64"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_auto_split_note_has_no_empty_brackets() -> None:
+    from ggml_core.models.autosplit import AutoChoice
+
+    text = AutoChoice([get_registry().get_device("CPU")], [4], 100.0, 10.0).describe()
+    assert "()" not in text and not text.endswith("measured ") and text.startswith("CPU 4 slots: predicted pp 100.0")
+
+
+@pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
+def test_sizes_are_in_mib_throughout(
+    tiny: Path, small_device: SubsetDevice, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(tiny), "--device", "Small0", "-fitt", "0", "--tokens", "1,2", "-n", "1"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "MiB: weights" in text and "MiB/s" in text  # the device lines and the upload line
+    assert re.findall(r"\bMB\b", text) == []

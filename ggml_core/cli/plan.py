@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{'embedded default model' if is_default else 'model'}: {path}\n  {model.hp.describe()}")
         print(f"placement ({placement.split_mode} split), batch of {n_tokens} tokens over {n_ctx} cells:")
         for d in devices:
-            sizes = f"{d['MB']:9.2f} MB (weights {d['weights_MB']:.2f}, KV {d['kv_MB']:.2f})"
+            sizes = f"{d['MB']:9.2f} MiB (weights {d['weights_MB']:.2f}, KV {d['kv_MB']:.2f})"
             print(f"  {d['name']:<10} {d['layer_range']:<28} {sizes}")
         for note in placement.notes:
             print(f"  note: {note}")

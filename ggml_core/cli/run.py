@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,10 @@ def model_params(
         n_threads=args.threads,
         progress=not (getattr(args, "no_progress", False) or args.json),
         op_offload=extras["op_offload"],
-        fit=extras["fit"],
+        # without -c the context is sized from the prompt and -n: that is what to lower when it does not fit
+        fit=extras["fit"]
+        if getattr(args, "ctx_size", None) or n_ctx is None
+        else replace(extras["fit"], ctx_flag="-n (the context holds the prompt and -n)"),
         workload=Workload(
             n_prompt=n_prompt if n_prompt is not None else args.batch_size,
             n_gen=getattr(args, "n_predict", 0),
@@ -265,6 +269,12 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("the prompt is empty: give --prompt TEXT or --tokens IDS")
     n_ctx = args.ctx_size or _round_up(len(prompt) + args.n_predict, 256)
     check_context(len(prompt), args.n_predict, n_ctx)
+    if n_ctx > hp.n_ctx_train:  # llama.cpp warns the same way (n_ctx_seq > n_ctx_train)
+        print(
+            f"warning: the context ({n_ctx} cells) is larger than the {hp.n_ctx_train} tokens {path.name} was "
+            "trained on: text past that may degrade",
+            file=sys.stderr,
+        )
     sampler = sampler_from_args(args)
     sampler.accept(prompt)  # llama-cli counts the prompt in the penalties' window
     params = model_params(args, n_ctx, default_model=is_default, n_prompt=len(prompt))
@@ -433,7 +443,7 @@ def _print_header(info: dict[str, Any], out: Any) -> None:
     for d in info["devices"]:
         mapped = " (weights mapped from the file)" if d["weights_mapped"] else ""
         out.write(
-            f"  {d['name']:<10} {d['layer_range']:<28} {d['MB']:9.2f} MB: weights {d['weights_MB']:.2f}{mapped}, "
+            f"  {d['name']:<10} {d['layer_range']:<28} {d['MB']:9.2f} MiB: weights {d['weights_MB']:.2f}{mapped}, "
             f"KV {d['kv_MB']:.2f}\n"
         )
     for note in info["placement_notes"]:

@@ -157,7 +157,7 @@ def _header(i: int, n: int, dev: Device, mode: str, reference: str) -> None:
     props = dev.props()
     print(f"Backend {i}/{n}: {dev.name}")
     print(f"  Device description: {props.description}")
-    print(f"  Device memory: {props.memory_total // 2**20} MB ({props.memory_free // 2**20} MB free)")
+    print(f"  Device memory: {props.memory_total // 2**20} MiB ({props.memory_free // 2**20} MiB free)")
     if mode == "test":
         from ggml_core.backend.interfaces import DeviceType
 

@@ -125,7 +125,8 @@ class AutoChoice:
             + ("" if s.measured else " (cached)")
             for s in self.speeds.values()
         )
-        return f"{parts[0]} ({'; '.join(parts[1:])}); measured {speeds}"
+        compared = f" ({'; '.join(parts[1:])})" if parts[1:] else ""
+        return f"{parts[0]}{compared}" + (f"; measured {speeds}" if speeds else "")
 
 
 # ------------------------------------------------------------------------------------------------ the choice

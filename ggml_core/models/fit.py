@@ -62,6 +62,8 @@ class FitParams:
     target_mib: tuple[int, ...] = (DEFAULT_FIT_TARGET_MIB,)
     #: the smallest context --fit may choose when no context was given
     min_ctx: int = DEFAULT_FIT_CTX
+    #: what the user changes to make the given context smaller (``run`` sizes it from -n when -c is not given)
+    ctx_flag: str = "--ctx-size"
 
     def margins(self, devices: Sequence[Device]) -> dict[str, int]:
         """Bytes to keep free per offload device name; ValueError when the count matches neither 1 nor the list."""
@@ -322,7 +324,7 @@ def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool)
     req = params.placement
     if not fit.offload:  # everything on the host: nothing to fit (as llama.cpp), the estimate checks host memory
         placement = fit.plan_once(params)
-        fit_check(placement)
+        fit_check(placement, params.fit.ctx_flag)
         return params, placement
     first = fit.evaluate(params)
     if first.fits:
@@ -367,9 +369,33 @@ def _fit(fit: _Fitter, params: ModelParams, default_ctx: int, layers_open: bool)
     per_dev = ", ".join(
         f"{s.name} {len(s.layers) + s.has_output}" for s in m.placement.shares if s.device.type != DeviceType.CPU
     )
-    changed.append(f"-ngl {m.ngl()} of {fit.n_slots}" + (f" ({per_dev})" if per_dev else ""))
+    changed.append(
+        f"-ngl {m.ngl()} of {fit.n_slots}" + (f" ({per_dev})" if per_dev else "") + _why_fewer(m, fit, n_ctx)
+    )
     _note(m, "; ".join(changed), fit)
     return m.params, m.placement
+
+
+def _why_fewer(m: Measured, fit: _Fitter, n_ctx: int | None) -> str:
+    """Why --fit offloaded fewer than every slot: what one more would need on each device it overflows, the memory
+    --fit-target keeps free there, and the flags that change the choice."""
+    k = m.ngl()
+    if k >= fit.n_slots:
+        return ""
+    ts = fit.req.tensor_split
+    more = fit.evaluate(fit.variant(n_ctx, k + 1, ts if ts is not None or len(fit.offload) < 2 else None))
+    parts = []
+    for name in more.over():
+        need, avail = more.need[name]
+        margin = fit.margins.get(name, 0)
+        kept = f" after the {margin / _MIB:.0f} MiB --fit-target keeps free" if margin else ""
+        parts.append(
+            f"-ngl {k + 1} would need {need / _MIB:.1f} MiB on {name}, {max(avail, 0) / _MIB:.1f} MiB left{kept}"
+        )
+    if not parts:
+        return ""
+    lower = "; a smaller --fit-target (-fitt MiB) keeps less free" if any(fit.margins.values()) else ""
+    return f" ({'; '.join(parts)}{lower}; -ngl N sets the count, --fit off turns the choice off)"
 
 
 def _ceil(n: int, m: int) -> int:
@@ -411,7 +437,7 @@ def _refuse(fit: _Fitter, m: Measured, n_ctx: int | None, changed: list[str]) ->
             left_out = " (leave -ngl out to let --fit choose)" if req.n_gpu_layers is not None else ""
             hints.append(f"-ngl {got[0]} would fit{left_out}")
     if fit.params.n_ctx is not None:
-        hints.append("a smaller --ctx-size needs less")
+        hints.append(f"a smaller {fit.params.fit.ctx_flag} needs less")
     if fit.params.fit.enabled and fit.margins.get(name, 0):
         hints.append("a smaller --fit-target keeps less free")
     elif not fit.params.fit.enabled:

@@ -340,13 +340,14 @@ def maps_weights(dev: Device) -> bool:
     return dev.type == DeviceType.CPU and dev.caps.buffer_from_host_ptr
 
 
-def fit_check(plan: Placement) -> None:
-    """Every share against its device's free memory; AllocationError saying how many layers would fit."""
+def fit_check(plan: Placement, ctx_flag: str = "--ctx-size") -> None:
+    """Every share against its device's free memory; AllocationError saying how many layers would fit.
+    ``ctx_flag`` is what makes the context smaller (``run`` without ``-c`` sizes it from ``-n``)."""
     for s in plan.shares:
-        _check_fit(s, plan.n_layer)
+        _check_fit(s, plan.n_layer, ctx_flag)
 
 
-def _check_fit(s: DeviceShare, n_layer: int) -> None:
+def _check_fit(s: DeviceShare, n_layer: int, ctx_flag: str) -> None:
     free, _total = s.device.memory()
     need = s.total_bytes
     if need <= free:
@@ -368,12 +369,15 @@ def _check_fit(s: DeviceShare, n_layer: int) -> None:
         f"weights {s.weight_bytes / mib:.1f} MiB + KV cache {s.kv_bytes / mib:.1f} MiB + compute "
         f"{s.compute_bytes / mib:.1f} MiB for {s.describe_layers(n_layer)}"
     )
-    if room < 0:
+    if s.kv_bytes + s.compute_bytes > free:  # the context's part alone is too big: no placement of layers helps
+        hint = f"the KV cache and compute buffer grow with the context: a smaller {ctx_flag} needs less"
+        fit = 0
+    elif room < 0:
         hint = "not even the fixed part fits; use fewer or other devices"
         fit = 0
     else:
         hint = (
             f"at most {fit} of its {len(s.layers)} layers would fit; lower --n-gpu-layers, give the device a smaller "
-            f"--tensor-split share, use a smaller --ctx-size, or add a device"
+            f"--tensor-split share, use a smaller {ctx_flag}, or add a device"
         )
     raise AllocationError(s.name, need, free, f"the model does not fit: {detail}; {hint}")

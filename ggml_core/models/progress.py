@@ -56,13 +56,14 @@ class Progress:
         return self.done / 1e6 / max(self.seconds, 1e-9)
 
     def finish(self) -> None:
-        """Print the final line: bytes, seconds and MB/s."""
+        """Print the final line: MiB, seconds and MiB/s."""
         if not self.enabled:
             return
         if self._tty:
             self._draw()
             self.stream.write("\n")
         self.stream.write(
-            f"  uploaded {self.done / 1e6:.1f} MB to {self.label} in {self.seconds:.2f} s ({self.mb_per_s:.1f} MB/s)\n"
+            f"  uploaded {self.done / 2**20:.1f} MiB to {self.label} in {self.seconds:.2f} s "
+            f"({self.done / 2**20 / max(self.seconds, 1e-9):.1f} MiB/s)\n"
         )
         self.stream.flush()
