@@ -146,3 +146,36 @@ def test_llama_cpp_client_sees_an_over_budget_allocation_as_a_failed_one(
     assert proc.returncode == 0, out
     assert f"ALLOC {64 << 20} null" in out and "ALLOC 4096 ok" in out, out
     assert server.stats["refused"] == 0 and server.stats["internal errors"] == 0
+
+
+def test_a_token_against_llama_cpp_server_fails_cleanly(llama_server: str) -> None:
+    """llama.cpp's server takes no token: our client says so in one line, and the server keeps serving."""
+    from ggml_rpc import Connection
+    from ggml_rpc.protocol import Cmd, RPCAuthError
+
+    with pytest.raises(RPCAuthError, match=r"closed the connection when given the token: it takes no token"):
+        Connection(llama_server, token=b"secret", connect_timeout=10)
+    conn = Connection(llama_server, connect_timeout=10)  # a plain client is served as before
+    assert conn.request(Cmd.DEVICE_COUNT) == b"\x01\x00\x00\x00"
+    conn.close()
+
+
+def test_llama_cpp_client_against_our_token_server_fails_cleanly(
+    tools: LlamaCppTools, make_server: Callable[..., RPCServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp's client cannot send a token: our server refuses it with one log line and keeps serving."""
+    import logging
+
+    from ggml_rpc import Connection
+    from ggml_rpc.protocol import Cmd
+
+    caplog.set_level(logging.WARNING, logger="ggml_rpc.server")
+    server = make_server(token=b"secret")
+    proc = subprocess.run([str(tools.harness), server.address], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0  # it found the connection closed
+    lines = [r for r in caplog.records if r.name == "ggml_rpc.server" and r.levelno >= logging.WARNING]
+    assert lines and all("no token" in r.getMessage() and r.exc_info is None for r in lines), lines
+    assert server.stats["internal errors"] == 0
+    conn = Connection(server.address, token=b"secret")
+    assert conn.request(Cmd.DEVICE_COUNT) == b"\x01\x00\x00\x00"
+    conn.close()
