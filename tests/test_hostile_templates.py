@@ -80,6 +80,27 @@ HOSTILE = {
     "indent blowing up": ("{{ ('\\n' * 100000)|indent('y' * 1000) }}", "over the limit"),
     "a huge error message": ("{{ raise_exception('x' * 1000000) }}", "xxxx"),
     "division by zero": ("{{ 1 // 0 }}", "ZeroDivisionError"),
+    "a list printed through shared parts": (
+        "{% set ns = namespace(l=['x' * 1000]) %}{% for i in range(40) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}"
+        "{{ ns.l }}",
+        "over the limit",
+    ),
+    "two such lists compared": (
+        "{% set a = namespace(l=[0]) %}{% set b = namespace(l=[0]) %}{% for i in range(40) %}"
+        "{% set a.l = [a.l, a.l] %}{% set b.l = [b.l, b.l] %}{% endfor %}{{ a.l == b.l }}",
+        "over the limit",
+    ),
+    "a width taken from the arguments": ("{{ '%*d' % (2000000000, 1) }}", "width"),
+    "tojson of shared strings": ("{% set a = 'x' * 900000 %}{{ [a, a, a]|tojson }}", "over the limit"),
+}
+
+#: (template, what the one-line error says) for templates that fail before rendering
+UNCOMPILABLE = {
+    "nesting past the parser's recursion": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "does not parse"),
+    "nesting past Python's block limit": (
+        "".join(f"{{% for x{i} in [1] %}}" for i in range(30)) + "x" + "{% endfor %}" * 30,
+        "does not compile",
+    ),
 }
 
 
@@ -100,6 +121,14 @@ def test_hostile_template_fails_in_one_line_with_bounded_memory(case: str) -> No
     assert message.startswith(ORIGIN + ": failed to render: ") and says in message
     assert "\n" not in message and len(message) < 600
     assert int(str(got["peak"])) < 64 << 20  # far from the gigabytes the template asks for
+
+
+@pytest.mark.parametrize("case", list(UNCOMPILABLE))
+def test_template_that_cannot_compile_fails_in_one_line(case: str) -> None:
+    source, says = UNCOMPILABLE[case]
+    with pytest.raises(ChatTemplateError) as err:
+        ChatTemplate(source, origin=ORIGIN).render([])
+    assert str(err.value).startswith(f"{ORIGIN}: {says}") and "\n" not in str(err.value)
 
 
 def test_template_that_does_not_parse_names_it() -> None:

@@ -10,8 +10,9 @@ A template is code from the file, so rendering is bounded as well as sandboxed (
 - **time**: a deadline (:data:`TIME_LIMIT`), checked at every call, attribute or item access, intercepted
   operator, filter, loop iteration and piece of output;
 - **size**: the output is streamed and counted, and every string or list the template builds (``*``, ``+``, ``%``,
-  ``join``, ``replace``, ``indent``, calls, filters) is checked against the same bound *before* it is built where
-  its size is known in advance. The bound is ``max_chars``, by default :data:`MIN_OUTPUT_CHARS` or
+  ``~``, ``join``, ``replace``, ``indent``, calls, filters) is checked against the same bound *before* it is built
+  where its size is known in advance; values printed, compared, or given to a call or filter are measured through
+  their nested lists and dicts first (a list of shared parts prints, and compares, as the sum of its paths). The bound is ``max_chars``, by default :data:`MIN_OUTPUT_CHARS` or
   :data:`OUTPUT_FACTOR` times the text given to the template, whichever is larger; a caller that knows the
   context size passes a tighter one;
 - **nesting**: macro, ``caller()`` and recursive-loop calls nest at most :data:`MAX_CALL_DEPTH` deep;
@@ -76,6 +77,8 @@ MAX_WIDTH: Final = 1 << 16
 _LOOP_FILTER: Final = "ggml_core_loop_deadline"
 #: the filter every ``~`` concatenation becomes (its size checked before it is built)
 _CONCAT_FILTER: Final = "ggml_core_bounded_concat"
+#: the filter every comparison's operands pass through (nested values compared element by element are bounded)
+_CHECK_FILTER: Final = "ggml_core_bounded_value"
 #: filters and str methods whose integer arguments are widths or counts of what they build
 _WIDTH_FILTERS: Final = frozenset({"center", "indent", "truncate", "wordwrap", "batch", "slice", "tojson", "format"})
 _WIDTH_METHODS: Final = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "format", "format_map"})
@@ -103,6 +106,10 @@ class _RenderStop(Exception):
 
 def _size(value: Any) -> int:
     return len(value) if isinstance(value, str | bytes | list | tuple | dict) else 0
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return value if isinstance(value, tuple) else (value,)
 
 
 def _big_format(fmt: Any) -> bool:
@@ -135,13 +142,15 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self, deadline: float, max_chars: int) -> None:
-        super().__init__(trim_blocks=True, lstrip_blocks=True)
+        super().__init__(trim_blocks=True, lstrip_blocks=True, finalize=self._bounded_value)
         self.deadline, self.max_chars, self.depth = deadline, max_chars, 0
+        self._sized: dict[int, tuple[Any, int]] = {}  # id → (container, its deep size), for containers measured
         self.globals.pop("lipsum", None)  # builds unbounded text; no chat template uses it
         for name, func in list(self.filters.items()):
             self.filters[name] = self._bounded_filter(name, func)
         self.filters[_LOOP_FILTER] = self._loop
         self.filters[_CONCAT_FILTER] = self._concat
+        self.filters[_CHECK_FILTER] = self._bounded_value
 
     # ------------------------------------------------------------------------------------------------ checks
 
@@ -155,9 +164,39 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         if n > self.max_chars:
             raise _RenderStop(f"{what} of {n:,} characters or items is over the limit of {self.max_chars:,}")
 
+    def deep_size(self, value: Any) -> int:
+        """Characters and items in ``value``, through nested lists, tuples and dicts (a part reached twice counts
+        twice, as printing it would); the count stops once past the size bound."""
+        if not isinstance(value, list | tuple | dict):
+            return _size(value)
+        known = self._sized.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        total, stack, bound = 0, [value], self.max_chars
+        while stack and total <= bound:
+            item = stack.pop()
+            if isinstance(item, list | tuple):
+                total += len(item)
+                stack.extend(item)
+            elif isinstance(item, dict):
+                total += len(item)
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            else:
+                total += _size(item)
+        if total <= bound:
+            self._sized[id(value)] = (value, total)
+        return total
+
+    def _bounded_value(self, value: Any) -> Any:
+        """``value`` unchanged, once its deep size is within the bound (printed values, compared values)."""
+        self.tick()
+        self.check_size(self.deep_size(value), "a value")
+        return value
+
     def _check_args(self, name: str, args: Sequence[Any], kwargs: dict[str, Any], widths: bool) -> None:
         for a in (*args, *kwargs.values()):
-            self.check_size(_size(a), f"an argument to {name}")
+            self.check_size(self.deep_size(a), f"an argument to {name}")
             if widths and isinstance(a, int) and abs(a) > MAX_WIDTH:
                 raise _RenderStop(f"{name}: the width or count {a} is over the limit of {MAX_WIDTH}")
 
@@ -201,8 +240,12 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                 raise _RenderStop(f"a power over {MAX_INT_BITS} bits")
         elif operator == "+":
             self.check_size(_size(left) + _size(right), "a concatenation")
-        elif operator == "%" and _big_format(left):
-            raise _RenderStop(f"'%' formatting: a width in {safe_text(left, 60)!r} is over {MAX_WIDTH}")
+        elif operator == "%" and isinstance(left, str):
+            if _big_format(left) or (
+                "*" in left and any(isinstance(a, int) and a > MAX_WIDTH for a in _as_tuple(right))
+            ):
+                raise _RenderStop(f"'%' formatting: a width in {safe_text(left, 60)!r} is over {MAX_WIDTH}")
+            self.check_size(self.deep_size(right), "the values given to '%'")
         result = super().call_binop(context, operator, left, right)
         self.check_size(_size(result), f"the result of {operator!r}")
         return result
@@ -226,6 +269,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         def bounded(*args: Any, **kwargs: Any) -> Any:
             self.tick()
             value, rest = (args[skip], args[skip + 1 :]) if len(args) > skip else (None, ())
+            self.check_size(self.deep_size(value), f"the value given to filter {name!r}")
             self._check_args(f"filter {name!r}", rest, kwargs, name in _WIDTH_FILTERS)
             if name == "format" and _big_format(value):
                 raise _RenderStop(f"filter 'format': a width in {safe_text(str(value), 60)!r} is over {MAX_WIDTH}")
@@ -250,6 +294,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     def _concat(self, items: list[Any]) -> str:
         """``a ~ b ~ ...`` as jinja2 builds it (``str`` of each), its length checked before it is joined."""
         self.tick()
+        self.check_size(sum(map(self.deep_size, items)), "a concatenation ('~')")
         parts = [str(x) for x in items]
         self.check_size(sum(map(len, parts)), "a concatenation ('~')")
         return "".join(parts)
@@ -260,6 +305,10 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         tree = self.parse(source)
         for loop in tree.find_all(nodes.For):
             loop.iter = nodes.Filter(loop.iter, _LOOP_FILTER, [], [], None, None, lineno=loop.lineno)
+        for cmp in tree.find_all(nodes.Compare):
+            cmp.expr = nodes.Filter(cmp.expr, _CHECK_FILTER, [], [], None, None, lineno=cmp.lineno)
+            for op in cmp.ops:
+                op.expr = nodes.Filter(op.expr, _CHECK_FILTER, [], [], None, None, lineno=cmp.lineno)
         return _ConcatToFilter().visit(tree)
 
 
@@ -343,6 +392,8 @@ class ChatTemplate:
             raise self._error(f"does not parse: {exc} (line {exc.lineno})") from None
         except (RecursionError, MemoryError) as exc:
             raise self._error(f"does not parse: {type(exc).__name__} (nested too deeply or too large)") from None
+        except Exception as exc:  # noqa: BLE001 - e.g. Python's own limits on the code jinja2 compiles it to
+            raise self._error(f"does not compile: {type(exc).__name__}: {exc}") from None
         context = {
             "messages": list(messages),
             "add_generation_prompt": add_generation_prompt,
