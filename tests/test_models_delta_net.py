@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
-from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+from test_families_vs_llama_cpp import TOKENS
 
 from ggml_core import GGUFError
 from ggml_core.models import Model, ModelParams, PlacementRequest
@@ -39,7 +39,7 @@ def _write(tmp: Path, arch: str, wtype: str = "f32", seed: int = 0) -> Path:
 
 @pytest.mark.parametrize("wtype", ["f32", "q8_0"])
 @pytest.mark.parametrize("arch", list(CONFIGS))
-def test_matches_llama_cpp(tmp_path: Path, built: None, arch: str, wtype: str) -> None:  # noqa: F811
+def test_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, arch: str, wtype: str) -> None:
     path = _write(tmp_path, arch, wtype, seed=1)
     ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
     want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
@@ -55,7 +55,7 @@ def test_matches_llama_cpp(tmp_path: Path, built: None, arch: str, wtype: str) -
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
-def test_state_carries_across_ubatches_and_calls(tmp_path: Path, built: None, arch: str) -> None:  # noqa: F811
+def test_state_carries_across_ubatches_and_calls(tmp_path: Path, llama_cpp_harness: None, arch: str) -> None:
     """A prompt in ubatches of 5 (the states and the KV cache carried from one to the next), and the same prompt in
     three calls, give llama.cpp's logits of the whole prompt."""
     path = _write(tmp_path, arch, seed=2)
@@ -73,7 +73,7 @@ def test_state_carries_across_ubatches_and_calls(tmp_path: Path, built: None, ar
     assert recurrent == [CONFIGS[arch].is_recurrent(il) for il in range(hp.n_layer)]
 
 
-def test_prediction_blocks_are_not_run(tmp_path: Path, built: None) -> None:  # noqa: F811
+def test_prediction_blocks_are_not_run(tmp_path: Path, llama_cpp_harness: None) -> None:
     """A file with a multi-token-prediction block after the trunk (``nextn_predict_layers``): the trunk's logits,
     as llama.cpp's."""
     cfg = DeltaNetConfig(n_nextn=1)

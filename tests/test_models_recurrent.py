@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
+from test_families_vs_llama_cpp import TOKENS
 
 from ggml_core import DeviceNotFoundError
 from ggml_core.backend.registry import get_registry
@@ -42,7 +43,7 @@ def mamba2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("wtype", ["f32", "q8_0"])
-def test_mamba2_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> None:  # noqa: F811
+def test_mamba2_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype: str) -> None:
     cfg = MambaConfig()
     path = write_mamba2(tmp_path / f"mamba2-{wtype}.gguf", cfg, mamba2_weights(cfg, 1), wtype)
     ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
@@ -57,7 +58,7 @@ def test_mamba2_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> No
 
 
 @pytest.mark.parametrize("wtype", ["f32"])
-def test_granitehybrid_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> None:  # noqa: F811
+def test_granitehybrid_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype: str) -> None:
     """Mamba-2 layers around an attention layer (per-layer KV heads), each with an FFN; Granite's embedding,
     residual, attention and logit scales; a prompt longer than one ubatch."""
     cfg = GraniteConfig()
@@ -75,7 +76,7 @@ def test_granitehybrid_matches_llama_cpp(tmp_path: Path, built: None, wtype: str
 
 
 @pytest.mark.parametrize("variant", ["f32", "q8_0", "swa"])
-def test_lfm2_matches_llama_cpp(tmp_path: Path, built: None, variant: str) -> None:  # noqa: F811
+def test_lfm2_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, variant: str) -> None:
     """Short convolutions around an attention layer (QK-norm, NEOX rope), each with an FFN; with a sliding window
     of 4 on the attention layer in the ``swa`` variant; a prompt longer than one ubatch."""
     cfg = LFM2Config(n_swa=4 if variant == "swa" else 0)
@@ -123,6 +124,10 @@ _FAMILIES = {
     "mamba2": lambda p: write_mamba2(p, MambaConfig(), mamba2_weights(MambaConfig(), 4)),
     "granitehybrid": lambda p: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 4)),
     "lfm2": lambda p: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 4)),
+    "qwen35": lambda p: write_delta_net_model(p, DeltaNetConfig(), delta_net_model_weights(DeltaNetConfig(), 4)),
+    "qwen3next": lambda p: write_delta_net_model(
+        p, DeltaNetConfig(arch="qwen3next"), delta_net_model_weights(DeltaNetConfig(arch="qwen3next"), 4)
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """The rwkv7 family against llama.cpp built here (``ggml_core.testing.llama_cpp``; skipped with the reason where it
 cannot be built), on tiny random GGUFs (n_embd 128, head size 64, 2 layers): logits of a whole prompt, token by
-token, across ubatches and across calls; the state's life cycle; files llama.cpp would refuse.
+token, across ubatches and across calls; on OpenCL0 and split over OpenCL0 + CPU; the state's life cycle; files
+llama.cpp would refuse.
 
 Bounds: f32 weights ≤ 1e-4 max |Δlogit|, q8_0 weights ≤ 1e-3.
 """
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rwkv_models import RwkvConfig, rwkv7_weights, write_rwkv7
-from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+from test_families_vs_llama_cpp import TOKENS
 
+from ggml_core import DeviceNotFoundError
 from ggml_core._errors import GGUFError
+from ggml_core.backend.registry import get_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.testing import llama_cpp
+from ggml_core.testing.rwkv_models import RwkvConfig, rwkv7_weights, write_rwkv7
 
 
 def _params(**kw: object) -> ModelParams:
@@ -36,7 +39,7 @@ def rwkv7(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("wtype", ["f32", "q8_0"])
-def test_rwkv7_matches_llama_cpp(tmp_path: Path, built: None, wtype: str) -> None:  # noqa: F811
+def test_rwkv7_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype: str) -> None:
     """The whole prompt in one batch, in ubatches of 5, and token by token, against llama.cpp's."""
     cfg = RwkvConfig()
     path = write_rwkv7(tmp_path / f"rwkv7-{wtype}.gguf", cfg, rwkv7_weights(cfg, 1), wtype)
@@ -93,3 +96,23 @@ def test_rwkv7_bad_sizes_name_the_key(tmp_path: Path, cfg: RwkvConfig, culprit: 
     path = write_rwkv7(tmp_path / "bad.gguf", cfg, rwkv7_weights(good))
     with pytest.raises(GGUFError, match=culprit):
         Model.load(path, _params())
+
+
+def test_rwkv7_on_opencl_and_split(rwkv7: Path) -> None:
+    """OpenCL0 alone and a layer split over OpenCL0 + CPU (a layer's states on each device) give the CPU's logits,
+    as a prompt in ubatches of 5 and token by token."""
+    try:
+        get_registry().get_device("OpenCL0")
+    except DeviceNotFoundError:
+        pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
+
+    def run(req: PlacementRequest) -> tuple[np.ndarray, np.ndarray]:
+        with Model.load(rwkv7, _params(placement=req, batch_size=5)) as m:
+            prompt = m.process_prompt(TOKENS, all_logits=True)
+            m.reset()
+            return prompt, np.stack([m.decode([t])[-1] for t in TOKENS])
+
+    cpu = run(PlacementRequest(devices=["CPU"]))
+    for req in (PlacementRequest(devices=["OpenCL0"]), PlacementRequest(devices=["OpenCL0", "CPU"], n_gpu_layers=1)):
+        for got, want in zip(run(req), cpu, strict=True):
+            assert _max_diff(got, want) <= 1e-4, f"{req.devices}: max |Δ| {_max_diff(got, want):.3g}"
