@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import TinyConfig, random_weights, write_model
+from tiny_models import TinyConfig, llama_cpp_built, random_weights, write_model  # noqa: F401 (fixture "built")
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.testing import llama_cpp
@@ -42,14 +42,6 @@ QUANTIZED = {
     ("llama", "q8_0"): TinyConfig(arch="llama", n_vocab=64),
 }
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # longer than the windows of 4
-
-
-@pytest.fixture(scope="module")
-def built() -> None:
-    try:
-        llama_cpp.harness()
-    except llama_cpp.Unavailable as exc:
-        pytest.skip(f"llama.cpp cannot be built here: {exc}")
 
 
 @pytest.mark.parametrize("arch", sorted(CONFIGS))

@@ -15,13 +15,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
 from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
+from ggml_core.testing import llama_cpp
 from ggml_core.testing.reference.matmul import activations
 
-__all__ = ["TinyConfig", "add_placeholder_vocab", "random_weights", "reference_logits", "weight_type_of", "write_model"]
+__all__ = [
+    "TinyConfig",
+    "add_placeholder_vocab",
+    "llama_cpp_built",
+    "random_weights",
+    "reference_logits",
+    "weight_type_of",
+    "write_model",
+]
 
 
 #: qwen2moe's shared expert width (``expert_shared_feed_forward_length``; unlike the experts' n_ff)
@@ -56,6 +66,8 @@ class TinyConfig:
     final_softcap: float = 0.0
     #: dots1: the first layers have a dense FFN
     n_dense_lead: int = 0
+    #: the head width when it is not n_embd / n_head (written as ``attention.key_length`` / ``value_length``)
+    key_length: int = 0
 
     @property
     def gemma(self) -> bool:
@@ -89,10 +101,20 @@ class TinyConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.key_length or self.n_embd // self.n_head
 
     def with_(self, **kw: object) -> TinyConfig:
         return replace(self, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module", name="built")
+def llama_cpp_built() -> None:
+    """Fixture ``built``: llama.cpp's harness built here (``ggml_core.testing.llama_cpp``), else the test skips
+    saying why. A test module imports it to use it."""
+    try:
+        llama_cpp.harness()
+    except llama_cpp.Unavailable as exc:
+        pytest.skip(f"llama.cpp cannot be built here: {exc}")
 
 
 def random_weights(cfg: TinyConfig, seed: int = 0) -> dict[str, np.ndarray]:
@@ -199,6 +221,9 @@ def write_model(
     writer.add_float32(f"{a}.attention.layer_norm_rms_epsilon", cfg.rms_eps)
     writer.add_float32(f"{a}.rope.freq_base", cfg.freq_base)
     writer.add_uint32(f"{a}.rope.dimension_count", cfg.head_dim)
+    if cfg.key_length:
+        writer.add_uint32(f"{a}.attention.key_length", cfg.key_length)
+        writer.add_uint32(f"{a}.attention.value_length", cfg.key_length)
     if extra is not None:
         extra(writer)
     if cfg.n_swa:

@@ -51,7 +51,8 @@ def rms_norm(g: GraphBuilder, x: Tensor, w: Tensor) -> Tensor:
 
 
 def rope(g: GraphBuilder, il: int, t: Tensor) -> Tensor:
-    """Rope of ``t`` ``[head_dim, n_heads, n_tokens]`` at the batch's positions with layer ``il``'s base."""
+    """Rope of ``t`` ``[head_dim, n_heads, n_tokens]`` at the batch's positions with layer ``il``'s base and
+    frequency scale."""
     hp = g.hp
     return ops.rope_ext(
         t,
@@ -61,7 +62,7 @@ def rope(g: GraphBuilder, il: int, t: Tensor) -> Tensor:
         hp.rope_type,
         hp.n_ctx_orig or hp.n_ctx_train,
         hp.rope_base(il),
-        hp.rope_freq_scale,
+        hp.rope_scale(il),
         hp.rope_ext_factor,
         hp.rope_attn_factor,
         hp.yarn_beta_fast,

@@ -97,6 +97,9 @@ class HParams:
     swa_layers: tuple[bool, ...] = ()
     #: rope base of the sliding-window layers (0: rope_freq_base)
     rope_freq_base_swa: float = 0.0
+    #: rope frequency scale of the sliding-window layers (0: rope_freq_scale; Gemma 3: 1, its local layers are
+    #: never scaled, as llama.cpp's ``rope_freq_scale_train_swa``)
+    rope_freq_scale_swa: float = 0.0
     #: YaRN (``rope.scaling.type = yarn``): extrapolation mix 1, the original context, ramp bounds
     rope_ext_factor: float = 0.0
     n_ctx_orig: int = 0
@@ -216,6 +219,10 @@ class HParams:
     def rope_base(self, il: int) -> float:
         """The rope frequency base of layer ``il``."""
         return self.rope_freq_base_swa if self.is_swa(il) and self.rope_freq_base_swa else self.rope_freq_base
+
+    def rope_scale(self, il: int) -> float:
+        """The rope frequency scale of layer ``il``."""
+        return self.rope_freq_scale_swa if self.is_swa(il) and self.rope_freq_scale_swa else self.rope_freq_scale
 
     def describe(self) -> str:
         """One line for the CLI."""
@@ -352,13 +359,16 @@ def read_hparams(f: GGUFFile) -> HParams:
     freq_scale, ext_factor = 1.0, 0.0
     n_ctx_train = f.get_int(k + "context_length", 2048, minimum=1)
     n_ctx_orig = n_ctx_train
-    scaling = f.get_str(k + "rope.scaling.type", "none")
+    # as llama.cpp: no type means linear (a factor without a type scales), "none" never scales; the factor's older
+    # key is rope.scale_linear
+    scaling = f.get_str(k + "rope.scaling.type", "linear")
     if scaling in ("linear", "yarn"):
-        factor = f.get_float(k + "rope.scaling.factor", 1.0)
-        if factor <= 0:
-            raise GGUFError(f.path, f"metadata '{k}rope.scaling.factor'", f"{factor} must be > 0")
-        _f32(f, k + "rope.scaling.factor", factor)
-        freq_scale = _f32(f, k + "rope.scaling.factor", 1.0 / factor)
+        factor_key = k + "rope.scaling.factor" if f.has(k + "rope.scaling.factor") else k + "rope.scale_linear"
+        factor = f.get_float(factor_key, 1.0) or 1.0  # llama.cpp: 0 is unscaled
+        if factor < 0:
+            raise GGUFError(f.path, f"metadata '{factor_key}'", f"{factor} must be >= 0")
+        _f32(f, factor_key, factor)
+        freq_scale = _f32(f, factor_key, 1.0 / factor)
     # llama.cpp's rope_attn_factor, read whatever the scaling type; it multiplies ROPE's attn_factor
     attn_factor = _f32(f, k + "rope.scaling.attn_factor", f.get_float(k + "rope.scaling.attn_factor", 1.0))
     if scaling == "yarn":  # llama.cpp: ext_factor 1, the original context from the file, ggml's rope does the rest

@@ -2,10 +2,12 @@
 
 - the embeddings are scaled by ``sqrt(n_embd)``; norms are RMS norms whose stored weights already hold Gemma's
   ``1 + w`` (llama.cpp's converter adds the 1);
-- q and k get per-head RMS norms, then NEOX rope: base 10,000 on the local layers, ``rope.freq_base`` (1e6) on the
-  global ones; q is scaled by ``1/sqrt(head_dim)`` (27B: ``1/sqrt(n_embd/n_head)``) and the softmax by 1;
-- every sixth layer (``il % 6 == 5``) is global, the others attend over the last ``attention.sliding_window``
-  positions (iSWA cache: they keep only their window);
+- q and k get per-head RMS norms, then NEOX rope: on the local layers base ``rope.freq_base_swa`` (default 10,000)
+  and never scaled, on the global ones ``rope.freq_base`` (1e6) with the file's rope scaling (4B/12B/27B: linear,
+  factor 8); q is scaled by ``1/sqrt(head_dim)`` (27B: ``1/sqrt(n_embd/n_head)``) and the softmax by 1;
+- every sixth layer (``il % 6 == 5``) is global unless ``attention.sliding_window_pattern`` says otherwise (a
+  period or one bool per layer), the others attend over the last ``attention.sliding_window`` positions (iSWA
+  cache: they keep only their window); without a window every layer is global;
 - post-attention and post-FFN norms on the branches; GEGLU FFN (tanh GELU); final logit softcapping if the file
   sets ``final_logit_softcapping``.
 """
@@ -22,14 +24,14 @@ from ggml_core.models import blocks
 from ggml_core.models.arch._base import Architecture
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import GraphBuilder
-from ggml_core.models.hparams import HParams
+from ggml_core.models.hparams import HParams, get_f32, swa_pattern
 from ggml_core.ops import ROPE_TYPE_NEOX
 
 __all__ = ["ARCH", "build_layer", "layer_weights", "read_gemma"]
 
 #: llama.cpp's ``set_swa_pattern(6)``: five local layers, then one global
 SWA_PATTERN = 6
-#: the local layers' rope base (llama.cpp's ``rope_freq_base_train_swa`` for gemma3)
+#: the local layers' rope base without ``rope.freq_base_swa`` (llama.cpp's ``rope_freq_base_train_swa`` default)
 LOCAL_ROPE_BASE = 10000.0
 
 
@@ -55,10 +57,22 @@ def build_layer(g: GraphBuilder, il: int, x: Tensor) -> Tensor:
     return ops.add(ffn, sa).set_name(f"l_out-{il}")
 
 
-def read_gemma(f: GGUFFile, hp: HParams, *, pattern: int, big_layers: int, n_swa_default: int) -> HParams:
-    """What gemma2 and gemma3 share: embedding scale, q scale, post norms, GEGLU, the local/global pattern.
+def read_gemma(
+    f: GGUFFile,
+    hp: HParams,
+    *,
+    pattern: int,
+    big_layers: int,
+    n_swa_default: int,
+    swa_base_default: float = 0.0,
+    swa_scale: float = 0.0,
+) -> HParams:
+    """What gemma2 and gemma3 share: embedding scale, q scale, post norms, GEGLU, the local/global pattern (the
+    file's ``attention.sliding_window_pattern``, else period ``pattern``), the local layers' rope.
 
     ``big_layers``: the layer count of the 27B model, whose q scale is ``1/sqrt(n_embd/n_head)``.
+    ``swa_base_default``: the local layers' rope base without ``rope.freq_base_swa`` (0: the global base);
+    ``swa_scale``: their rope frequency scale (0: the global one).
     """
     k = hp.arch + "."
     n_swa = f.get_int(k + "attention.sliding_window", n_swa_default, minimum=0)
@@ -74,13 +88,17 @@ def read_gemma(f: GGUFFile, hp: HParams, *, pattern: int, big_layers: int, n_swa
         ffn_act="gelu",
         final_softcap=final,
         n_swa=n_swa,
-        swa_layers=tuple(il % pattern < pattern - 1 for il in range(hp.n_layer)) if n_swa else (),
+        swa_layers=swa_pattern(f, hp, pattern) if n_swa else (),
+        rope_freq_base_swa=get_f32(f, k + "rope.freq_base_swa", swa_base_default) if n_swa else 0.0,
+        rope_freq_scale_swa=swa_scale if n_swa else 0.0,
     )
 
 
 def _read(f: GGUFFile, hp: HParams) -> HParams:
-    hp = read_gemma(f, hp, pattern=SWA_PATTERN, big_layers=62, n_swa_default=0)
-    return replace(hp, qk_norm=True, rope_freq_base_swa=LOCAL_ROPE_BASE if hp.n_swa else 0.0)
+    hp = read_gemma(
+        f, hp, pattern=SWA_PATTERN, big_layers=62, n_swa_default=0, swa_base_default=LOCAL_ROPE_BASE, swa_scale=1.0
+    )
+    return replace(hp, qk_norm=True)
 
 
 ARCH = Architecture(
