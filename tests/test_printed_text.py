@@ -93,3 +93,22 @@ def test_gguf_errors_quote_file_strings_bounded(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "\x1b" not in msg and "\n" not in msg
     assert len(msg) < 600 and "characters in all)" in msg
+
+
+def test_tokenizer_errors_quote_file_strings_bounded(tmp_path: Path) -> None:
+    from gguf import GGUFWriter
+
+    from ggml_core.models import open_gguf
+    from ggml_core.models.tokenizer import load_tokenizer
+
+    path = tmp_path / "odd.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("tokenizer.ggml.model", "\x1b]0;title\x07" + "w" * 100_000)
+    writer.add_array("tokenizer.ggml.tokens", ["a", "b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(GGUFError, match="is not supported") as err:
+        load_tokenizer(open_gguf(path))
+    msg = str(err.value)
+    assert "\x1b" not in msg and "\x07" not in msg and len(msg) < 600 and "characters in all)" in msg

@@ -330,7 +330,7 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
             f.path, "metadata 'tokenizer.ggml.model'", "is missing: this file has no tokenizer (use --tokens)"
         )
     if model not in ("llama", "gpt2"):
-        raise GGUFError(f.path, "metadata 'tokenizer.ggml.model'", f"{model!r} is not supported (llama, gpt2)")
+        raise GGUFError(f.path, "metadata 'tokenizer.ggml.model'", f"{text_repr(model)} is not supported (llama, gpt2)")
     tokens = f.get_string_array("tokenizer.ggml.tokens")  # decoded on demand (checked by the lookup's index)
     n = len(tokens)
 
@@ -362,7 +362,9 @@ def load_tokenizer(f: GGUFFile) -> Tokenizer:
         for rank, m in enumerate(f.get_strings("tokenizer.ggml.merges")):
             a, sep, b = m.partition(" ")
             if not sep:
-                raise GGUFError(f.path, f"metadata 'tokenizer.ggml.merges'[{rank}]", f"{m!r} is not 'left right'")
+                raise GGUFError(
+                    f.path, f"metadata 'tokenizer.ggml.merges'[{rank}]", f"{text_repr(m)} is not 'left right'"
+                )
             merges.setdefault((a, b), rank)
     return Tokenizer(
         kind=model,
