@@ -206,10 +206,10 @@ def _one_thread(
 class Model:
     """A model of a registered family loaded onto its devices, with one KV cache (one sequence).
 
-    Threads may share a model: ``reset``, ``decode``, ``process_prompt``, ``generate`` and ``warmup`` run one at a
-    time under :attr:`lock`, and a thread that would go on from a sequence another thread changed since its own last
-    call gets :class:`~ggml_core.ModelInUseError` rather than a mixed answer. A thread that makes one sequence with
-    several calls (``reset`` then ``generate``) holds ``lock`` around them.
+    Threads may share a model: ``reset``, ``decode``, ``process_prompt``, ``generate``, ``warmup`` and ``close`` run
+    one at a time under :attr:`lock`, and a thread that would go on from a sequence another thread changed since its
+    own last call gets :class:`~ggml_core.ModelInUseError` rather than a mixed answer. A thread that makes one
+    sequence with several calls (``reset`` then ``generate``) holds ``lock`` around them.
     """
 
     def __init__(
@@ -321,6 +321,7 @@ class Model:
         if self.executor.uses_scheduler:
             self.executor.reserve(self.worst_case_graph())
 
+    @_one_thread(continues=False)
     def close(self) -> None:
         """Free graphs, KV cache, weights and backends."""
         for bg in self._graphs.values():
