@@ -7,6 +7,8 @@ import fnmatch
 import io
 import json
 import re
+import subprocess
+import sys
 import tarfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -318,3 +320,80 @@ def test_the_table_lists_every_llama_cli_option() -> None:
     ours = [o for spans, _ in _option_rows() for span in spans for o in span.split(", ")]
     missing = sorted(o for o in theirs if not any(fnmatch.fnmatchcase(o, pat) for pat in ours))
     assert missing == []
+
+
+# no traceback from the command line: bad text, bad values, a closed pipe
+
+
+def test_invalid_utf8_in_an_argument_is_one_line(plain_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = b"\xff\xfeab".decode("utf-8", "surrogateescape")  # what Python makes of such bytes in argv
+    for argv in (["tokenize", str(plain_model), bad], ["run", str(plain_model), "-p", bad], ["chat", "-sys", bad]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert "is not valid UTF-8: byte 0xFF at character 0" in err and err.count("\n") == 1
+
+
+def test_invalid_utf8_on_chat_stdin_is_replaced(
+    plain_model: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rc, _out, err = _chat(capsys, monkeypatch, b"\xffab\n", str(plain_model), *CHAT)
+    assert rc == 0, err
+    tok = load_tokenizer(open_gguf(plain_model))
+    want = "<|im_start|>user\n\ufffdab<|im_end|>\n<|im_start|>assistant\n"
+    assert _prompt_ids(err) == tok.encode(want, parse_special=True)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--temp", "nan"], "argument --temp: must be a finite number"),
+        (["--top-p", "2"], "argument --top-p: must be a finite number in (0.0, 1.0], got 2"),
+        (["--top-k", "-5"], "argument --top-k: must be an integer in 0..2147483647, got -5"),
+        (["--min-p", "1.5"], "argument --min-p: must be a finite number in [0.0, 1.0], got 1.5"),
+        (["--repeat-penalty", "0"], "argument --repeat-penalty: must be a finite number in (0.0, inf], got 0"),
+        (["--presence-penalty", "inf"], "argument --presence-penalty: must be a finite number"),
+        (["--repeat-last-n", "-1"], "argument --repeat-last-n: must be an integer in 0..2147483647, got -1"),
+    ],
+)
+def test_chat_checks_sampling_values_when_parsing(
+    flag: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["chat", *flag])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_text_the_vocabulary_cannot_encode_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tokens = ["<s>", "</s>", "\u2581", "a", "b"] + [f"x{i}" for i in range(59)]  # no byte tokens, no <unk>
+
+    def vocab(w: GGUFWriter) -> None:
+        w.add_string("tokenizer.ggml.model", "llama")
+        w.add_array("tokenizer.ggml.tokens", tokens)
+        w.add_array("tokenizer.ggml.scores", [0.0] * len(tokens))
+        w.add_array("tokenizer.ggml.token_type", [3, 3] + [1] * (len(tokens) - 2))
+        w.add_uint32("tokenizer.ggml.bos_token_id", 0)
+        w.add_uint32("tokenizer.ggml.eos_token_id", 1)
+
+    cfg = TinyConfig(n_vocab=len(tokens))
+    path = write_model(tmp_path / "nobytes.gguf", cfg, random_weights(cfg, 0), "f32", extra=vocab)
+    assert main(["tokenize", str(path), "\u00df"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ggml-core tokenize: error:") and "cannot encode" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("command", ["tokenize", "devices"])
+def test_a_closed_pipe_ends_quietly(plain_model: Path, command: str) -> None:
+    """``ggml-core tokenize ... | head``: the reader goes away; no BrokenPipeError traceback."""
+    argv = ["tokenize", str(plain_model), "ab " * 20000] if command == "tokenize" else ["devices"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ggml_core.cli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err

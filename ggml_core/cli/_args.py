@@ -28,6 +28,7 @@ __all__ = [
     "output_file",
     "regex",
     "shares",
+    "utf8_text",
 ]
 
 #: llama.cpp keeps counts, sizes and token ids in int32
@@ -108,6 +109,18 @@ def shares(text: str) -> list[float]:
     if not values or sum(values) <= 0:
         raise argparse.ArgumentTypeError(f"the shares must have a positive sum, got {text!r}")
     return values
+
+
+def utf8_text(text: str) -> str:
+    """Text from the command line that is valid UTF-8 (Python hands undecodable bytes of ``argv`` over as lone
+    surrogates, which no tokenizer or template can take)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        what = f"byte 0x{code - 0xDC00:02X}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise argparse.ArgumentTypeError(f"is not valid UTF-8: {what} at character {exc.start}") from None
+    return text
 
 
 def names(text: str) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-from ggml_core.cli._args import INT32_MAX, float_in, int_in
+from ggml_core.cli._args import INT32_MAX, float_in, int_in, utf8_text
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -144,12 +144,15 @@ def add_chat_args(p: argparse.ArgumentParser) -> None:
     """The system prompt, the chat template and how text is shown."""
     c = p.add_argument_group("chat (as llama-cli)")
     sysg = c.add_mutually_exclusive_group()
-    sysg.add_argument("--system-prompt", "-sys", "--system", dest="system", help="a system message first")
+    sysg.add_argument(
+        "--system-prompt", "-sys", "--system", dest="system", type=utf8_text, help="a system message first"
+    )
     sysg.add_argument("--system-prompt-file", "-sysf", dest="system", type=text_file, help="the system message, "
                       "from a file")  # fmt: skip
     tmpl = c.add_mutually_exclusive_group()
     tmpl.add_argument(
         "--chat-template",
+        type=utf8_text,
         metavar="NAME|JINJA",
         help=f"the chat template instead of the file's: a built-in name ({', '.join(sorted(BUILTIN_TEMPLATES))}), "
         "Jinja text, or a Jinja file",

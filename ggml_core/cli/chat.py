@@ -14,14 +14,14 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
-    from ggml_core.cli._args import INT32_MAX, int_in
+    from ggml_core.cli._args import INT32_MAX, int_in, utf8_text
     from ggml_core.cli._llama_args import add_chat_args, add_sampling_args, text_file
     from ggml_core.cli.run import add_model_args
 
     p = sub.add_parser(name, help="chat with a GGUF model through its chat template (stdin lines, streamed replies)")
     add_model_args(p)
     first = p.add_mutually_exclusive_group()
-    first.add_argument("--prompt", "-p", help="the first user message (then stdin's lines)")
+    first.add_argument("--prompt", "-p", type=utf8_text, help="the first user message (then stdin's lines)")
     first.add_argument("--file", "-f", dest="prompt", type=text_file, help="the first user message, from a file")
     p.add_argument(
         "--n-predict", "-n", type=int_in(1, INT32_MAX), default=256, help="most tokens per reply "
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:  # the project's errors (GGMLError) are ValueErrors: main prints them
         from ggml_core._errors import GGMLError
 
-        if isinstance(exc, GGMLError):
+        if isinstance(exc, (GGMLError, BrokenPipeError)):
             raise
         print(f"ggml-core chat: error: {exc}", file=sys.stderr)
         return 2

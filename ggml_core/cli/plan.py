@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     """Plan and report."""
     try:
         return _run(args)
+    except BrokenPipeError:
+        raise  # the CLI's main ends quietly
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"ggml-core plan: error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from ggml_core.cli._args import (
     names,
     output_file,
     shares,
+    utf8_text,
 )
 from ggml_core.cli._llama_args import (
     KV_TYPES,
@@ -118,7 +119,9 @@ def add_parser(sub: Any, name: str) -> None:
     )
     add_model_args(p)
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prompt", "-p", help="prompt text (needs the file's tokenizer; special tokens are parsed)")
+    src.add_argument(
+        "--prompt", "-p", type=utf8_text, help="prompt text (needs the file's tokenizer; special tokens are parsed)"
+    )
     src.add_argument("--file", "-f", dest="prompt", type=text_file, help="the prompt, from a UTF-8 file")
     src.add_argument("--tokens", type=int_list(0, INT32_MAX, "token id"), help="prompt as token ids, e.g. 1,2,3")
     p.add_argument(
@@ -235,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
     args.n_predict = 32 if args.n_predict is None else args.n_predict
     try:
         return _run(args)
+    except BrokenPipeError:
+        raise  # the CLI's main ends quietly
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"ggml-core run: error: {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,8 @@ import argparse
 import json
 from typing import Any
 
+from ggml_core.cli._args import utf8_text
+
 __all__ = ["add_parser", "run"]
 
 
@@ -14,7 +16,7 @@ def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
     p = sub.add_parser(name, help="print the token ids of a text (as llama-tokenize)")
     p.add_argument("model", help="GGUF file whose tokenizer to use")
-    p.add_argument("text", help="the text to tokenize")
+    p.add_argument("text", type=utf8_text, help="the text to tokenize")
     p.add_argument("--no-bos", action="store_true", help="do not add the BOS token the vocabulary asks for")
     p.add_argument("--parse-special", action="store_true", help="read control tokens such as <bos> in the text")
     p.add_argument("--ids", action="store_true", help="print only the ids, as a list")
