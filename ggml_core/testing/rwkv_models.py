@@ -1,21 +1,22 @@
-"""Tiny random-weight RWKV-7 GGUFs (llama.cpp's key and tensor names, gguf-py's writer), for the tests that compare
-the rwkv7 family with llama.cpp built here."""
+"""Tiny random-weight RWKV-7 GGUFs (llama.cpp's key and tensor names, gguf-py's writer) with a placeholder
+vocabulary, for tests on every device that compare the rwkv7 family with llama.cpp built here and with the CPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
-from tiny_models import add_placeholder_vocab
 
 from ggml_core.quants import quantize
+from ggml_core.testing.recurrent_models import add_placeholder_vocab
 
 __all__ = ["RwkvConfig", "rwkv7_weights", "write_rwkv7"]
 
 #: tensors llama.cpp's quantizer keeps in f32 (the LoRAs, the fused interpolations), besides every vector
-F32_ONLY = ("time_mix_w", "time_mix_a", "time_mix_v", "time_mix_g", "time_mix_lerp_fused")
+F32_ONLY: Final = ("time_mix_w", "time_mix_a", "time_mix_v", "time_mix_g", "time_mix_lerp_fused")
 
 
 @dataclass(frozen=True)
