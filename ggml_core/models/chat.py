@@ -12,9 +12,9 @@ A template is code from the file, so rendering is bounded as well as sandboxed (
 - **size**: the output is streamed and counted, and every string or list the template builds (``*``, ``+``, ``%``,
   ``~``, ``join``, ``replace``, ``indent``, calls, filters) is checked against the same bound *before* it is built
   where its size is known in advance; values printed, compared, or given to a call or filter are measured through
-  their nested lists and dicts first (a list of shared parts prints, and compares, as the sum of its paths). The bound is ``max_chars``, by default :data:`MIN_OUTPUT_CHARS` or
-  :data:`OUTPUT_FACTOR` times the text given to the template, whichever is larger; a caller that knows the
-  context size passes a tighter one;
+  their nested lists and dicts first (a list of shared parts prints, and compares, as the sum of its paths). The
+  bound is ``max_chars``, by default :data:`MIN_OUTPUT_CHARS` or :data:`OUTPUT_FACTOR` times the text given to the
+  template, whichever is larger; a caller that knows the context size passes a tighter one;
 - **nesting**: macro, ``caller()`` and recursive-loop calls nest at most :data:`MAX_CALL_DEPTH` deep;
 - integers stay small (``**`` and ``*`` of integers past :data:`MAX_INT_BITS` bits are refused) and the widths a
   filter or string method pads to stay under :data:`MAX_WIDTH`.
