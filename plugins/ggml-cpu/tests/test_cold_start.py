@@ -94,6 +94,30 @@ def _text(out: str) -> list[str]:
     return [line for line in out.splitlines() if "tokens/s" not in line]
 
 
+def test_a_kernels_cache_key_covers_what_it_inlines_and_nothing_else() -> None:
+    """A row kernel's cache folder is keyed on the modules it compiles from (its own, the helpers it imports), not
+    on the quantized products' modules: editing those (or adding a new kernel file) keeps its compiled code."""
+    _needs_numba()
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    names = {p.name for p in _kernel_cache.sources("ggml_cpu.kernels.qdot._row_kernels")}
+    assert {"_row_kernels.py", "_jit.py", "_half_kernels.py"} <= names
+    assert names.isdisjoint({"legacy.py", "kquants.py", "repack.py", "product.py", "__init__.py"}), names
+    assert "_simd.py" in {p.name for p in _kernel_cache.sources("ggml_cpu.kernels.qdot.legacy")}
+
+
+def test_the_cache_is_shared_by_environments_with_the_same_sources() -> None:
+    """numba names a cache sub-folder after the source folder's absolute path; ours after the package-relative one,
+    so a second virtual environment (another path, the same sources) loads the first one's kernels."""
+    _needs_numba()
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    here = str(Path(_kernel_cache.__file__).with_name("legacy.py"))
+    for path in (here, "/opt/a/lib/python3.11/site-packages/ggml_cpu/kernels/qdot/legacy.py", "/u/b/ggml_cpu/x.py"):
+        want = "ggml_cpu_kernels_qdot" if "qdot" in path else "ggml_cpu"
+        assert _kernel_cache.PackageLocator.get_suitable_cache_subpath(path) == want
+
+
 def test_numba_is_a_dependency() -> None:
     """A plain ``pip install ggml-cpu`` gets the compiled kernels; the old ``jit`` extra still resolves (empty)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+

@@ -9,13 +9,10 @@ disk in milliseconds instead of compiling for a second or more).
   makes the Q4_0 matrix-vector product about 2.8× faster here (4.1 ms → 1.5 ms on one core). numba turns SLP off
   by default after miscompilations with old LLVM versions, so it is enabled only while *these* kernels compile,
   and every kernel is checked against the numpy reference in ``tests/test_speed_paths.py``.
-* **Cache directory.** numba keys its cache on each function's own bytecode and source file, not on the helpers
-  it inlines (``_simd``'s intrinsics), so the cache lives in a directory named after a hash of every source file
-  of this package and the numba / llvmlite versions: ``$NUMBA_CACHE_DIR/ggml-cpu/numba-<hash>`` when that is
-  set, else ``$XDG_CACHE_HOME/ggml-cpu/numba-<hash>`` (``~/.cache/...``: shared by every environment and
-  reinstall of the same kernel sources, and writable where site-packages is not), else ``qdot/__pycache__/...``.
-  Directories of other sources unused for 30 days are removed. When no location is writable the kernels compile
-  without a cache (about a second per kernel at first use, same results).
+* **Cache directory.** ``$NUMBA_CACHE_DIR/ggml-cpu`` when set, else ``~/.cache/ggml-cpu``, else the package's
+  ``__pycache__``, with one folder per set of sources a kernel depends on (:mod:`._kernel_cache`: edits of other
+  files keep it). When no location is writable the kernels compile without a cache (about a second per kernel at
+  first use, same results).
 * **Announced.** The first kernel a process compiles (not one loaded from the cache) prints one line on stderr,
   and the process's exit another with the kernels and seconds: first runs are not silent for seconds.
 * **Fallback.** ``GGML_CPU_NUMBA=0`` disables the compiled kernels. Without numba, or when a kernel fails to
@@ -33,13 +30,11 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final
 
 __all__ = [
@@ -236,76 +231,29 @@ def set_threads(n: int) -> None:
         _wanted.applied = want
 
 
-def _sources_hash() -> str:
-    """Hash of this package's sources and of numba / llvmlite's versions (what the compiled code depends on)."""
-    h = hashlib.sha256(_numba.__version__.encode())
+def _tag() -> str:
+    """Hash of what the compiled code depends on besides the sources: numba's and llvmlite's versions, the target
+    CPU and the VNNI switch."""
     try:
         import llvmlite
 
-        h.update(llvmlite.__version__.encode())
+        llvm = llvmlite.__version__
     except ImportError:  # pragma: no cover - numba needs llvmlite
-        pass
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def _settings_hash() -> str:
-    """Hash of the settings that change the generated code for the same sources (target CPU, VNNI switch)."""
+        llvm = "?"
     cpu = getattr(_numba.config, "CPU_NAME", None)
-    return hashlib.sha256(f"{cpu} vnni={os.environ.get('GGML_CPU_VNNI', '')}".encode()).hexdigest()[:6]
-
-
-def _writable(path: Path) -> bool:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        return True
-    except OSError:
-        return False
-
-
-#: caches of other kernel sources unused this long are removed (other installs sharing the folder keep theirs)
-_STALE_SECONDS: Final = 30 * 86400
-
-
-def _prune_siblings(current: Path) -> None:
-    """Mark ``current`` used, and remove the caches next to it that no process used for :data:`_STALE_SECONDS`
-    (best effort: other versions of the package, in other environments, may share the folder)."""
-    now = time.time()
-    with contextlib.suppress(OSError):
-        os.utime(current)
-    for old in current.parent.glob("numba-*"):
-        try:
-            stale = old != current and old.is_dir() and now - old.stat().st_mtime > _STALE_SECONDS
-        except OSError:
-            continue
-        if stale:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-_cache_root: list[str | None] = []
+    text = f"{_numba.__version__} {llvm} {cpu} vnni={os.environ.get('GGML_CPU_VNNI', '')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def cache_dir() -> str | None:
-    """The directory holding the compiled kernels of this version of the package (None: no writable location)."""
-    if _cache_root:
-        return _cache_root[0]
-    tag = f"numba-{_sources_hash()}-{_settings_hash()}"
-    user = os.environ.get("NUMBA_CACHE_DIR")
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    candidates = [Path(user) / "ggml-cpu" / tag] if user else []
-    candidates += [Path(xdg) / "ggml-cpu" / tag, Path(__file__).parent / "__pycache__" / tag]
-    found = next((str(c) for c in candidates if _writable(c)), None)
-    if found is not None:
-        _prune_siblings(Path(found))
+    """The folder holding the compiled kernels' cache folders (:mod:`._kernel_cache`; None: no writable
+    location)."""
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    found = _kernel_cache.root()
     if found is None:
         _log_once("cache", logging.WARNING, "ggml-cpu: no writable directory for numba's cache; compiling each run")
-    _cache_root.append(found)
-    return found
+    return None if found is None else str(found)
 
 
 def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -329,16 +277,20 @@ def callee(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _compile_settings() -> Iterator[None]:
-    """SLP vectorisation on and our cache directory, while compiling (numba reads both when it needs them)."""
+def _compile_settings(module: str) -> Iterator[str | None]:
+    """SLP vectorisation on, and the cache folder of kernels of ``module`` with our locator (yielded; None: no
+    cache), while compiling (numba reads them when it needs them)."""
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
     cfg = _numba.config
-    old = cfg.SLP_VECTORIZE, cfg.CACHE_DIR
+    old = cfg.SLP_VECTORIZE, cfg.CACHE_DIR, cfg.CACHE_LOCATOR_CLASSES
+    folder = _kernel_cache.kernel_dir(module, _tag()) if cache_dir() is not None else None
     cfg.SLP_VECTORIZE = 1
-    cfg.CACHE_DIR = cache_dir() or ""
+    cfg.CACHE_DIR, cfg.CACHE_LOCATOR_CLASSES = folder or "", _kernel_cache.LOCATOR if folder else old[2]
     try:
-        yield
+        yield folder
     finally:
-        cfg.SLP_VECTORIZE, cfg.CACHE_DIR = old
+        cfg.SLP_VECTORIZE, cfg.CACHE_DIR, cfg.CACHE_LOCATOR_CLASSES = old
 
 
 class KernelSpec:
@@ -408,8 +360,8 @@ def _build(spec: KernelSpec) -> Callable[..., Any]:
     if spec.cfunc:
         del opts["parallel"]
     compiler = _numba.cfunc if spec.cfunc else _numba.njit
-    with _compile_settings():
-        cache = cache_dir() is not None
+    with _compile_settings(spec.fn.__module__) as folder:
+        cache = folder is not None
         try:
             return compiler(sig, cache=cache, **opts)(spec.fn)
         except RuntimeError as exc:  # "cannot cache function ...: no locator available"
