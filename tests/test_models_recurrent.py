@@ -22,12 +22,15 @@ from ggml_core.testing.recurrent_models import (
     GraniteConfig,
     LFM2Config,
     MambaConfig,
+    NemotronConfig,
     granite_weights,
     lfm2_weights,
     mamba2_weights,
+    nemotron_weights,
     write_granitehybrid,
     write_lfm2,
     write_mamba2,
+    write_nemotron_h,
 )
 
 
@@ -94,6 +97,25 @@ def test_lfm2_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, variant
     assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
 
 
+@pytest.mark.parametrize("wtype", ["f32", "q8_0"])
+def test_nemotron_h_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype: str) -> None:
+    """Mamba-2, attention without rope and squared-ReLU MLP layers, by per-layer KV heads and FFN widths."""
+    cfg = NemotronConfig()
+    path = write_nemotron_h(tmp_path / f"nemotron-{wtype}.gguf", cfg, nemotron_weights(cfg, 6), wtype)
+    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
+    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    bound = 1e-4 if wtype == "f32" else 1e-3
+    with Model.load(path, _params(batch_size=6)) as m:
+        kinds = ["M" if m.hp.is_recurrent(il) else "A" if m.hp.has_attention(il) else "F" for il in range(4)]
+        assert "".join(kinds) == cfg.kinds
+        assert [m.kv.k[il].ne[1] for il in range(4)] == [0, 64, 0, 0]  # cells for the attention layer only
+        got = m.process_prompt(TOKENS, all_logits=True)
+        m.reset()
+        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
+    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+
+
 def test_mamba2_state_carries_across_calls_and_ubatches(mamba2: Path) -> None:
     """The same logits whether the prompt goes in one batch, in ubatches of 5, or as three calls of decode."""
     with Model.load(mamba2, _params()) as m:
@@ -124,6 +146,7 @@ _FAMILIES = {
     "mamba2": lambda p: write_mamba2(p, MambaConfig(), mamba2_weights(MambaConfig(), 4)),
     "granitehybrid": lambda p: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 4)),
     "lfm2": lambda p: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 4)),
+    "nemotron_h": lambda p: write_nemotron_h(p, NemotronConfig(), nemotron_weights(NemotronConfig(), 4)),
     "qwen35": lambda p: write_delta_net_model(p, DeltaNetConfig(), delta_net_model_weights(DeltaNetConfig(), 4)),
     "qwen3next": lambda p: write_delta_net_model(
         p, DeltaNetConfig(arch="qwen3next"), delta_net_model_weights(DeltaNetConfig(arch="qwen3next"), 4)

@@ -137,6 +137,12 @@ class HParams:
     #: per layer, True where the layer is recurrent (a state-space or linear-attention mixer with a state per
     #: sequence instead of K/V cells: llama.cpp's ``recurrent_layer_arr``); empty: none is
     recurrent_layers: tuple[bool, ...] = ()
+    #: per layer, True where the layer attends (empty: every layer that is not recurrent); Nemotron-H also has
+    #: layers that are only an FFN
+    attention_layers: tuple[bool, ...] = ()
+    #: per-layer FFN widths where the file gives an array (``feed_forward_length``, llama.cpp's ``n_ff_arr``; 0: the
+    #: layer has no FFN); empty when it gives one width
+    n_ff_layers: tuple[int, ...] = ()
     #: Mamba's sizes (``{arch}.ssm.*``): convolution kernel, inner width, state size, heads (``time_step_rank``) and
     #: groups of B/C
     ssm_d_conv: int = 0
@@ -184,6 +190,10 @@ class HParams:
         """True when layer ``il`` keeps a recurrent state instead of K/V cells."""
         return bool(self.recurrent_layers) and self.recurrent_layers[il]
 
+    def has_attention(self, il: int) -> bool:
+        """True when layer ``il`` attends (keeps K/V cells)."""
+        return self.attention_layers[il] if self.attention_layers else not self.is_recurrent(il)
+
     @property
     def has_recurrent(self) -> bool:
         """True when some layer is recurrent."""
@@ -228,9 +238,23 @@ class HParams:
         """One line for the CLI."""
         moe = f", {self.n_expert} experts ({self.n_expert_used} used)" if self.is_moe else ""
         swa = f", sliding window {self.n_swa} on {sum(self.swa_layers)} layers" if self.has_swa else ""
+        n_rec = sum(self.recurrent_layers)
+        if self.wkv_head_size:
+            kind = f"WKV head size {self.wkv_head_size}"
+        elif self.shortconv_l_cache:
+            kind = f"short convolution of {self.shortconv_l_cache}"
+        else:
+            kind = (
+                f"d_inner {self.ssm_d_inner}, d_state {self.ssm_d_state}, {self.ssm_dt_rank} heads, "
+                f"{self.ssm_n_group} groups, conv {self.ssm_d_conv}"
+            )
+        ssm = f", {n_rec} recurrent layers ({kind})" if n_rec else ""
+        attn = (
+            f"{self.n_head} heads ({self.n_head_kv} KV), head dim {self.head_dim_k}" if self.n_head else "no attention"
+        )
         return (
-            f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {self.n_head} heads "
-            f"({self.n_head_kv} KV), head dim {self.head_dim_k}, vocab {self.n_vocab}{moe}{swa}"
+            f"{self.arch}: {self.n_layer} layers, n_embd {self.n_embd}, n_ff {self.n_ff}, {attn}, "
+            f"vocab {self.n_vocab}{moe}{swa}{ssm}"
         )
 
 
@@ -268,6 +292,18 @@ def read_moe_routing(f: GGUFFile, hp: HParams) -> HParams:
         moe_norm_w=f.get_bool(k + "expert_weights_norm", False),
         moe_w_scale=scale,
     )
+
+
+def _ff_widths(f: GGUFFile, key: str, n_layer: int, least: int) -> tuple[int, tuple[int, ...]]:
+    """FFN width from ``feed_forward_length``: one width, or one per layer (0: no FFN; Nemotron-H). Returns the
+    widest and, for a per-layer array, every layer's."""
+    value = f.get(key, None)
+    if value is None or isinstance(value, int):
+        return f.get_int(key, 0 if least == 0 else None, minimum=least), ()
+    widths = [int(v) for v in np.asarray(value).reshape(-1)] if not isinstance(value, list) else []
+    if len(widths) != n_layer or any(w < 0 for w in widths):
+        raise GGUFError(f.path, f"metadata '{key}'", f"must be one width or {n_layer} widths (one per layer)")
+    return max(widths, default=0), tuple(widths)
 
 
 def _kv_heads(f: GGUFFile, key: str, n_head: int, n_layer: int, recurrent: bool) -> tuple[int, tuple[bool, ...]]:
@@ -332,7 +368,7 @@ def read_hparams(f: GGUFFile) -> HParams:
         raise GGUFError(f.path, f"metadata '{k}block_count'", f"{n_layer} layers is over the limit of {MAX_LAYERS}")
     # a recurrent family may have no attention and no FFN (mamba2: head_count and feed_forward_length are 0)
     least = 0 if arch.recurrent else 1
-    n_ff = f.get_int(k + "feed_forward_length", 0 if arch.recurrent else None, minimum=least)
+    n_ff, ff_layers = _ff_widths(f, k + "feed_forward_length", n_layer, least)
     n_head = f.get_int(k + "attention.head_count", 0 if arch.recurrent else None, minimum=least)
     n_head_kv, recurrent = _kv_heads(f, k + "attention.head_count_kv", n_head, n_layer, arch.recurrent)
     if n_head == 0:  # no attention anywhere: no heads to check
@@ -420,5 +456,6 @@ def read_hparams(f: GGUFFile) -> HParams:
         n_expert=n_expert,
         n_expert_used=n_expert_used,
         recurrent_layers=recurrent,
+        n_ff_layers=ff_layers,
     )
     return arch.read(f, hp)

@@ -119,7 +119,7 @@ class KVCache:
             ctx = ctxs.setdefault(dev.name, Context(f"kv:{dev.name}"))
             devs[dev.name] = dev
             recurrent = hp.is_recurrent(il)
-            n = 0 if recurrent else cache.size(il)
+            n = cache.size(il) if hp.has_attention(il) else 0  # a recurrent (or FFN-only) layer keeps no cells
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
             cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
             cache.r.append(ctx.new_tensor_2d("f32", hp.n_embd_r, 1, f"cache_r_l{il}") if recurrent else None)
@@ -165,7 +165,7 @@ class KVCache:
         got = self._groups
         if got is None:
             hp = self.hp
-            attn = [il for il in range(hp.n_layer) if not hp.is_recurrent(il)]
+            attn = [il for il in range(hp.n_layer) if hp.has_attention(il)]
             present = (any(not hp.is_swa(il) for il in attn), any(hp.is_swa(il) for il in attn))
             got = self._groups = tuple(g for g, on in zip(GROUPS, present, strict=True) if on)
         return got

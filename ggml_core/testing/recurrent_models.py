@@ -16,13 +16,16 @@ __all__ = [
     "GraniteConfig",
     "LFM2Config",
     "MambaConfig",
+    "NemotronConfig",
     "add_placeholder_vocab",
     "granite_weights",
     "lfm2_weights",
     "mamba2_weights",
+    "nemotron_weights",
     "write_granitehybrid",
     "write_lfm2",
     "write_mamba2",
+    "write_nemotron_h",
 ]
 
 
@@ -166,6 +169,39 @@ def lfm2_weights(cfg: LFM2Config, seed: int = 0) -> dict[str, np.ndarray]:
     return w
 
 
+@dataclass(frozen=True)
+class NemotronConfig(MambaConfig):
+    """A Nemotron-H: per layer Mamba-2 (``M``), attention without rope (``A``) or a squared-ReLU MLP (``F``)."""
+
+    n_layer: int = 4
+    kinds: str = "MAFM"  # one letter per layer
+    n_attn_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 96
+
+
+def nemotron_weights(cfg: NemotronConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights of a Nemotron-H (numpy order)."""
+    rng = np.random.default_rng(seed)
+    mat = _rng_mat(rng)
+    w = _frame(cfg, rng)
+    kv = cfg.n_head_kv * (cfg.n_embd // cfg.n_attn_head)
+    for il, kind in enumerate(cfg.kinds):
+        b = f"blk.{il}."
+        w[b + "attn_norm.weight"] = _norm(rng, cfg.n_embd)
+        if kind == "M":
+            _mamba_layer(w, cfg, il, rng)
+        elif kind == "A":
+            w[b + "attn_q.weight"] = mat(cfg.n_embd, cfg.n_embd)
+            w[b + "attn_k.weight"] = mat(kv, cfg.n_embd)
+            w[b + "attn_v.weight"] = mat(kv, cfg.n_embd)
+            w[b + "attn_output.weight"] = mat(cfg.n_embd, cfg.n_embd)
+        else:
+            w[b + "ffn_up.weight"] = mat(cfg.n_ff, cfg.n_embd)
+            w[b + "ffn_down.weight"] = mat(cfg.n_embd, cfg.n_ff)
+    return w
+
+
 def mamba2_weights(cfg: MambaConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random weights in numpy order (the reverse of ggml's ne), scaled so activations stay O(1)."""
     rng = np.random.default_rng(seed)
@@ -262,4 +298,16 @@ def write_lfm2(path: Path, cfg: LFM2Config, w: dict[str, np.ndarray], wtype: str
     writer.add_uint32(f"{a}.shortconv.l_cache", cfg.l_cache)
     if cfg.n_swa:
         writer.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
+    return _finish(writer, w, wtype, path)
+
+
+def write_nemotron_h(path: Path, cfg: NemotronConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
+    """A ``nemotron_h`` GGUF: per-layer KV heads and FFN widths give each layer's kind."""
+    a = "nemotron_h"
+    writer = GGUFWriter(str(path), a)
+    _ssm_keys(writer, a, cfg)
+    writer.add_float32(f"{a}.attention.layer_norm_epsilon", cfg.rms_eps)
+    writer.add_uint32(f"{a}.attention.head_count", cfg.n_attn_head)
+    writer.add_array(f"{a}.attention.head_count_kv", [cfg.n_head_kv if k == "A" else 0 for k in cfg.kinds])
+    writer.add_array(f"{a}.feed_forward_length", [cfg.n_ff if k == "F" else 0 for k in cfg.kinds])
     return _finish(writer, w, wtype, path)

@@ -1,6 +1,6 @@
-"""Recurrent and hybrid families (Mamba-2, Granite 4, LFM2) split by layers over the CPU and an RPC device (a
-ggml-core server on loopback): their recurrent states live on the server for its layers, and the logits are the
-CPU's, as a prompt and token by token."""
+"""Recurrent and hybrid families (Mamba-2, Granite 4, LFM2, Nemotron-H, RWKV-7) split by layers over the CPU and
+an RPC device (a ggml-core server on loopback): their recurrent states live on the server for its layers, and the
+logits are the CPU's, as a prompt and token by token."""
 
 from __future__ import annotations
 
@@ -15,13 +15,17 @@ from ggml_core.testing.recurrent_models import (
     GraniteConfig,
     LFM2Config,
     MambaConfig,
+    NemotronConfig,
     granite_weights,
     lfm2_weights,
     mamba2_weights,
+    nemotron_weights,
     write_granitehybrid,
     write_lfm2,
     write_mamba2,
+    write_nemotron_h,
 )
+from ggml_core.testing.rwkv_models import RwkvConfig, rwkv7_weights, write_rwkv7
 from ggml_rpc.server import RPCServer
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
@@ -30,6 +34,8 @@ FAMILIES: dict[str, Callable[[Path], Path]] = {
     "mamba2": lambda p: write_mamba2(p, MambaConfig(n_layer=4), mamba2_weights(MambaConfig(n_layer=4), 5)),
     "granitehybrid": lambda p: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 5)),
     "lfm2": lambda p: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 5)),
+    "nemotron_h": lambda p: write_nemotron_h(p, NemotronConfig(), nemotron_weights(NemotronConfig(), 5)),
+    "rwkv7": lambda p: write_rwkv7(p, RwkvConfig(n_layer=4), rwkv7_weights(RwkvConfig(n_layer=4), 5)),
 }
 
 
