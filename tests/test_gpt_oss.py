@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
-from test_families_vs_llama_cpp import TOKENS, built  # noqa: F401 - the fixture that builds llama.cpp (or skips)
+from test_families_vs_llama_cpp import TOKENS
 from tiny_models import add_placeholder_vocab
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
@@ -269,7 +269,7 @@ def test_gpt_oss_matches_its_definition(model: tuple[Path, dict[str, np.ndarray]
     assert rel < 1e-3, f"max |Δ| / max |logit| = {rel:.3g}"
 
 
-@pytest.mark.usefixtures("built")
+@pytest.mark.usefixtures("llama_cpp_harness")
 def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
     path, _ = model
     ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
@@ -279,7 +279,7 @@ def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) ->
     assert np.abs(got_steps - want_steps).max() <= 1e-3, f"steps: {np.abs(got_steps - want_steps).max():.3g}"
 
 
-@pytest.mark.usefixtures("built")
+@pytest.mark.usefixtures("llama_cpp_harness")
 def test_gpt_oss_flash_attention_f16_cache_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
     """FLASH_ATTN_EXT with the sinks added to it (``add_sinks``), f16 KV cache on both sides.
 
@@ -322,7 +322,7 @@ def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, d
     assert kinds["ffn_down_exps.weight"] == "MUL_MAT_ID" and kinds["attn_output.bias"] == "ADD"
 
 
-@pytest.mark.usefixtures("built")
+@pytest.mark.usefixtures("llama_cpp_harness")
 def test_sliding_window_pattern_from_the_file_matches_llama_cpp(tmp_path: Path) -> None:
     """``attention.sliding_window_pattern`` as one bool per layer (llama.cpp's ``load_swa_pattern`` reads it before
     the family's period of 2): here layer 0 full, layer 1 local, against llama.cpp and the definition."""
