@@ -164,7 +164,8 @@ class BufferType:
 class Buffer:
     """A block of device memory of ``size`` bytes; tensors are bound to it at byte offsets.
 
-    Required hooks: :meth:`_write` and :meth:`_read`. Optional: :meth:`_fill`, :meth:`_copy_from`,
+    Required hooks: :meth:`_write` and :meth:`_read`. Optional: :meth:`_write_2d`, :meth:`_read_2d` (strided
+    rows; the defaults go row by row through the 1-D hooks), :meth:`_fill`, :meth:`_copy_from`,
     :meth:`_free`, :meth:`host_array`, :meth:`init_tensor`. Every public method checks bounds first.
     """
 
@@ -208,6 +209,27 @@ class Buffer:
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
         """Copy from another buffer directly; return False when this pair is not supported (a staged copy follows)."""
         return False
+
+    def _write_2d(
+        self, offset: int, data: memoryview, size: int, n_copies: int, stride_buffer: int, stride_data: int
+    ) -> None:
+        """Write ``n_copies`` rows of ``size`` bytes: row ``i`` of ``data`` (at ``i * stride_data``) goes to
+        ``offset + i * stride_buffer`` (ggml's ``set_tensor_2d``). Called with the region already bounds-checked.
+
+        Default: one :meth:`_write` per row; override to move the whole region in one transfer.
+        """
+        for i in range(n_copies):
+            start = i * stride_data
+            self._write(offset + i * stride_buffer, data[start : start + size])
+
+    def _read_2d(
+        self, offset: int, out: memoryview, size: int, n_copies: int, stride_buffer: int, stride_data: int
+    ) -> None:
+        """Read ``n_copies`` rows of ``size`` bytes from ``offset + i * stride_buffer`` into ``out`` at
+        ``i * stride_data`` (ggml's ``get_tensor_2d``). Default: one :meth:`_read` per row."""
+        for i in range(n_copies):
+            start = i * stride_data
+            self._read(offset + i * stride_buffer, out[start : start + size])
 
     def _free(self) -> None:
         """Release the memory (default: nothing to do, garbage collection frees it)."""
@@ -269,6 +291,65 @@ class Buffer:
         start = self._tensor_span(t, offset, mv.nbytes)
         if mv.nbytes:
             self._read(start, mv)
+
+    def _region_2d(
+        self, t: Tensor, data: memoryview, offset: int, size: int, n_copies: int, stride_tensor: int, stride_data: int
+    ) -> int:
+        """Check a 2-D region of ``t`` and its host side; the region's buffer offset (``OutOfBoundsError`` naming
+        the tensor and the region when either side is out of bounds)."""
+        for name, value in (
+            ("offset", offset),
+            ("size", size),
+            ("n_copies", n_copies),
+            ("stride_tensor", stride_tensor),
+            ("stride_data", stride_data),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TensorError(t, f"2-D access: {name} must be a non-negative integer, got {value!r}")
+        region = f"{n_copies} rows of {size} bytes every {stride_tensor} bytes from offset {offset}"
+        if n_copies == 0 or size == 0:
+            return self._tensor_span(t, 0, 0)
+        extent = (n_copies - 1) * stride_tensor + size
+        if offset + extent > t.nbytes:
+            raise OutOfBoundsError(f"tensor {t.describe()}, 2-D region of {region}", offset, extent, t.nbytes)
+        host = (n_copies - 1) * stride_data + size
+        if host > data.nbytes:
+            raise OutOfBoundsError(
+                f"host data for tensor {t.describe()}, 2-D region of {region} (rows every {stride_data} bytes)",
+                0,
+                host,
+                data.nbytes,
+            )
+        return self._tensor_span(t, offset, extent)
+
+    def set_tensor_2d(
+        self,
+        t: Tensor,
+        data: memoryview | bytes | bytearray,
+        offset: int,
+        size: int,
+        n_copies: int,
+        stride_tensor: int,
+        stride_data: int,
+    ) -> None:
+        """``ggml_backend_tensor_set_2d``: write ``n_copies`` rows of ``size`` bytes, row ``i`` taken from
+        ``data[i * stride_data:]`` and written at byte ``offset + i * stride_tensor`` of ``t``."""
+        mv = memoryview(data).cast("B")
+        start = self._region_2d(t, mv, offset, size, n_copies, stride_tensor, stride_data)
+        if n_copies and size:
+            self._write_2d(start, mv, size, n_copies, stride_tensor, stride_data)
+
+    def get_tensor_2d(
+        self, t: Tensor, out: memoryview, offset: int, size: int, n_copies: int, stride_tensor: int, stride_data: int
+    ) -> None:
+        """``ggml_backend_tensor_get_2d``: read ``n_copies`` rows of ``size`` bytes from byte
+        ``offset + i * stride_tensor`` of ``t`` into ``out[i * stride_data:]``."""
+        mv = memoryview(out).cast("B")
+        if mv.readonly:
+            raise TensorError(t, "2-D read into a read-only host buffer")
+        start = self._region_2d(t, mv, offset, size, n_copies, stride_tensor, stride_data)
+        if n_copies and size:
+            self._read_2d(start, mv, size, n_copies, stride_tensor, stride_data)
 
     def memset_tensor(self, t: Tensor, value: int, offset: int = 0, size: int | None = None) -> None:
         """``ggml_backend_tensor_memset``: set bytes of ``t`` to ``value``."""
@@ -391,6 +472,26 @@ class Backend:
     def get_tensor_async(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
         """Queue a tensor-to-host copy into ``out``; valid after :meth:`synchronize`."""
         _buffer_of(t).get_tensor(t, out, offset)
+
+    def set_tensor_2d_async(
+        self,
+        t: Tensor,
+        data: memoryview | bytes,
+        offset: int,
+        size: int,
+        n_copies: int,
+        stride_tensor: int,
+        stride_data: int,
+    ) -> None:
+        """Queue a 2-D host-to-tensor copy (see :meth:`Buffer.set_tensor_2d`); ``data`` must stay unchanged until
+        :meth:`synchronize`. Default: the buffer's synchronous 2-D write."""
+        _buffer_of(t).set_tensor_2d(t, memoryview(data), offset, size, n_copies, stride_tensor, stride_data)
+
+    def get_tensor_2d_async(
+        self, t: Tensor, out: memoryview, offset: int, size: int, n_copies: int, stride_tensor: int, stride_data: int
+    ) -> None:
+        """Queue a 2-D tensor-to-host copy (see :meth:`Buffer.get_tensor_2d`); valid after :meth:`synchronize`."""
+        _buffer_of(t).get_tensor_2d(t, out, offset, size, n_copies, stride_tensor, stride_data)
 
     def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
         """Queue a copy from ``src`` (on ``src_backend``) to ``dst`` (on this backend); False if unsupported."""
