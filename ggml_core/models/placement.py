@@ -369,7 +369,7 @@ def _check_fit(s: DeviceShare, n_layer: int, ctx_flag: str) -> None:
         f"weights {s.weight_bytes / mib:.1f} MiB + KV cache {s.kv_bytes / mib:.1f} MiB + compute "
         f"{s.compute_bytes / mib:.1f} MiB for {s.describe_layers(n_layer)}"
     )
-    if s.kv_bytes + s.compute_bytes > free:  # the context's part alone is too big: no placement of layers helps
+    if room < 0 and s.compute_bytes > free:  # the compute buffer alone, sized by the context, is too big
         hint = f"the KV cache and compute buffer grow with the context: a smaller {ctx_flag} needs less"
         fit = 0
     elif room < 0:
