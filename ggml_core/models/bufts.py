@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ggml_core import ops
@@ -268,6 +268,8 @@ class WeightInfo:
     type: GGMLType
     ne: tuple[int, ...]
     nbytes: int
+    #: the file tensor it reads ("": its own name); a tied output matrix reads ``token_embd.weight``
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,27 @@ class KVInfo:
     n_embd_v: int
     n_ctx: int
     v_trans: bool
+
+
+def _count_shared_once(choices: dict[str, WeightChoice], weights: Sequence[WeightInfo], cpu: Device) -> None:
+    """Weights reading one file tensor (a tied output matrix and the token embeddings) take its bytes once where
+    they are used in place from the mapped file; a copy in any other buffer is memory of its own."""
+    from ggml_core.models.placement import maps_weights
+
+    if not maps_weights(cpu):
+        return
+    mapped = cpu.buffer_type()
+    first: dict[str, str] = {}
+    for w in weights:
+        c = choices[w.name]
+        source = w.source or w.name
+        if c.buft is not mapped:
+            continue
+        if source in first:
+            reason = f"{c.reason}; the same file data as {first[source]}, counted once"
+            choices[w.name] = replace(c, nbytes=0, reason=reason)
+        else:
+            first[source] = w.name
 
 
 def _buft_names(devices: Sequence[Device]) -> dict[str, tuple[Device, BufferType]]:
@@ -404,6 +427,7 @@ def assign_weights(
                     f"{list(w.ne)}: host memory"
                 )
         choices[w.name] = WeightChoice(w.name, w.slot, got[1], got[0], w.nbytes, reason)
+    _count_shared_once(choices, weights, cpu)
     placement.weights = choices
     # a device that takes none of a slot's weights gets none of it (no KV cache, no layer)
     for slot, dev in list(placement.slot_device.items()):
