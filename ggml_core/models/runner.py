@@ -581,7 +581,9 @@ def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelP
     placement = plan_placement(req, hp.n_layer, slot_bytes(f, specs), kv_layer, compute, check_fit=False)
     shapes = ProbeShapes(hp.head_dim_k, hp.n_head, hp.n_rot, hp.rope_type, hp.n_expert_used if hp.is_moe else 1)
     infos = [
-        WeightInfo(s.name, s.slot, f.tensor_info(s.source).type, f.tensor_info(s.source).ne, slot_nbytes(f, s))
+        WeightInfo(
+            s.name, s.slot, f.tensor_info(s.source).type, f.tensor_info(s.source).ne, slot_nbytes(f, s), s.source
+        )
         for s in specs
     ]
     kv = KVInfo(as_type(params.kv_type), hp.n_embd_k_gqa, hp.n_embd_v_gqa, n_ctx, not params.flash_attn)
