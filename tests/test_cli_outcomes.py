@@ -3,6 +3,7 @@ notes and advice ``run`` prints."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,3 +119,21 @@ def test_sizes_are_in_mib_throughout(
     text = out.out + out.err
     assert "MiB: weights" in text and "MiB/s" in text  # the device lines and the upload line
     assert re.findall(r"\bMB\b", text) == []
+
+
+def test_a_tied_embedding_is_counted_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With the output matrix tied to the token embeddings (Gemma 3), the weights on the CPU are the file's tensors
+    (gguf-py's list of them), each once: the output layer reads token_embd.weight in place."""
+    from gguf import GGUFReader
+
+    cfg = CFG.with_(tied_output=True, n_vocab=512)
+    path = write_model(tmp_path / "tied.gguf", cfg, random_weights(cfg, 3), "f32")
+    in_file = GGUFReader(str(path)).tensors
+    assert "output.weight" not in {t.name for t in in_file}
+    want = sum(-(-int(t.n_bytes) // 64) * 64 for t in in_file)  # each padded to 64 bytes, as placed
+    assert main(["run", str(path), "--device", "CPU", "--tokens", "1,2", "-n", "1", "--json"]) == 0
+    (cpu,) = json.loads(capsys.readouterr().out)["devices"]
+    assert round(cpu["weights_MB"] * 2**20) == pytest.approx(want, abs=2**20 * 1e-3)
+    assert main(["plan", str(path), "--device", "CPU", "--json"]) == 0
+    weights = {w["name"]: w for w in json.loads(capsys.readouterr().out)["weights"]}
+    assert weights["output.weight"]["MB"] == 0 and weights["token_embd.weight"]["MB"] > 0
