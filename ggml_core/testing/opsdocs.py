@@ -78,6 +78,10 @@ ggml-core test-ops -o ROPE -p 'type=f16' --output json -j 2
 ggml-core test-ops --show-coverage                 # which ops have cases
 ```
 
+`-o UNARY` and `-o GLU` stand for every sub-op (SILU, GELU, ...; SWIGLU, GEGLU, ...). A name that is no op, or a
+filter that selects no case, is an error naming the closest op (exit 2), as is the same filter given to
+`conformance_suite` or `--ggml-op` (an `OpFilterError`).
+
 In Python, `ggml_core.testing.select(ops=..., pattern=...)` gives the cases and
 `ggml_core.testing.run_case(case, device, reference=...)` runs one (a `CaseResult` with status, message and error).
 """
