@@ -85,7 +85,8 @@ def _bind_ssm_scan(node: Tensor) -> Thunk:
         states = out[n_y:].reshape(k_slots, n_s, n_head, head_dim, d_state)
         if fast is not None:
             ids32 = np.ascontiguousarray(rows, dtype=np.int32)
-            fast(f32(s), f32(x), f32(dt)[0], f32(a)[0, 0], f32(b), f32(c), ids32, y, states)
+            s0 = np.ascontiguousarray(f32(s))
+            fast(s0, f32(x), f32(dt)[0], f32(a)[0, 0], f32(b), f32(c), ids32, y, states)
             return
         s0, xx, delta = f32(s), f32(x), _softplus(f32(dt)[0])  # delta: (n_s, n_t, n_head)
         aa = f32(a)[0, 0]  # (n_head, 1 or d_state)
@@ -126,7 +127,7 @@ def _bind_gated_delta_net(node: Tensor) -> Thunk:
         att = out[: size * heads * n_t * n_s].reshape(n_s, n_t, heads, size)
         snaps = out[size * heads * n_t * n_s :].reshape(k_slots, n_s, heads, size, size)
         if fast is not None:
-            fast(qq, kk, vv, gg, bt, s0, att, snaps, float(scale))
+            fast(qq, kk, vv, gg, bt, np.ascontiguousarray(s0), att, snaps, float(scale))
             return
         for seq in range(n_s):
             sq = seq // (n_s // seqs_qk)

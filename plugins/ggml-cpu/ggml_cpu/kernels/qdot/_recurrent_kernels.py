@@ -38,6 +38,48 @@ def _ssm_conv(sx: np.ndarray, c: np.ndarray, out: np.ndarray) -> None:
                 out[s, t, i] = acc
 
 
+@_jit.inline
+def _dot(x: np.ndarray, y: np.ndarray, n: int) -> np.float32:  # pragma: no cover - compiled
+    """``Σ x[i]·y[i]`` in float32 over contiguous rows: in order below 32 terms; from 32, sixteen running sums
+    (sum ``l`` takes ``i ≡ l`` mod 16 up to the last whole 16) added pairwise, then the rest in order. The order is
+    fixed, so the bits are the same on any SIMD width; the sixteen sums vectorise."""
+    if n < 32:
+        acc = _F32(0.0)
+        for i in range(n):
+            acc += x[i] * y[i]
+        return acc
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = _F32(0.0)
+    a8 = a9 = a10 = a11 = a12 = a13 = a14 = a15 = _F32(0.0)
+    n16 = n - n % 16
+    for r in range(n16 // 16):
+        # slices indexed by constants: no negative-index wrap-around in the body, so LLVM packs the sixteen sums
+        xs = x[r * 16 : r * 16 + 16]
+        ys = y[r * 16 : r * 16 + 16]
+        a0 += xs[0] * ys[0]
+        a1 += xs[1] * ys[1]
+        a2 += xs[2] * ys[2]
+        a3 += xs[3] * ys[3]
+        a4 += xs[4] * ys[4]
+        a5 += xs[5] * ys[5]
+        a6 += xs[6] * ys[6]
+        a7 += xs[7] * ys[7]
+        a8 += xs[8] * ys[8]
+        a9 += xs[9] * ys[9]
+        a10 += xs[10] * ys[10]
+        a11 += xs[11] * ys[11]
+        a12 += xs[12] * ys[12]
+        a13 += xs[13] * ys[13]
+        a14 += xs[14] * ys[14]
+        a15 += xs[15] * ys[15]
+    a0, a1, a2, a3 = a0 + a8, a1 + a9, a2 + a10, a3 + a11
+    a4, a5, a6, a7 = a4 + a12, a5 + a13, a6 + a14, a7 + a15
+    a0, a1, a2, a3 = a0 + a4, a1 + a5, a2 + a6, a3 + a7
+    acc = (a0 + a2) + (a1 + a3)
+    for i in range(n16, n):
+        acc += x[i] * y[i]
+    return acc
+
+
 def _ssm_scan(
     s0: np.ndarray,
     x: np.ndarray,
@@ -52,7 +94,8 @@ def _ssm_scan(
     """The selective scan: ``s0`` (rows, H, hd, ds), ``x`` (n_s, n_t, H, hd), ``dt`` (n_s, n_t, H), ``a`` (H, 1 or
     ds), ``b``/``c`` (n_s, n_t, G, ds), ``ids`` (n_s); writes ``y`` (n_s, n_t, H, hd) and ``states`` (K, n_s, H,
     hd, ds): slot 0 the final state, slot j the state j tokens before the end (slots older than the batch
-    untouched)."""
+    untouched). A token's B, C (and per-state decays) are copied into contiguous rows first, so the state update
+    and the sum (:func:`_dot`) run over contiguous memory."""
     n_s, n_t, n_head, head_dim = x.shape  # pragma: no cover - compiled
     d_state = s0.shape[3]
     per_group = n_head // b.shape[2]
@@ -64,6 +107,9 @@ def _ssm_scan(
         g = h // per_group
         row = ids[seq]
         st = states[0, seq, h]
+        bb = np.empty(d_state, dtype=np.float32)
+        cc = np.empty(d_state, dtype=np.float32)
+        da = np.empty(d_state, dtype=np.float32)
         for i in range(head_dim):
             for j in range(d_state):
                 st[i, j] = s0[row, h, i, j]
@@ -71,16 +117,22 @@ def _ssm_scan(
             d = dt[seq, t, h]
             sp = d if d > _SOFTPLUS_MAX else _F32(math.log(_F32(1.0) + _F32(math.exp(d))))
             decay = _F32(math.exp(sp * a[h, 0]))
+            for j in range(d_state):
+                bb[j] = b[seq, t, g, j]
+                cc[j] = c[seq, t, g, j]
+            if per_state:
+                for j in range(d_state):
+                    da[j] = _F32(math.exp(sp * a[h, j]))
             for i in range(head_dim):
                 x_dt = x[seq, t, h, i] * sp
-                acc = _F32(0.0)
-                for j in range(d_state):
-                    if per_state:
-                        decay = _F32(math.exp(sp * a[h, j]))
-                    v = st[i, j] * decay + b[seq, t, g, j] * x_dt
-                    acc += v * c[seq, t, g, j]
-                    st[i, j] = v
-                y[seq, t, h, i] = acc
+                si = st[i]
+                if per_state:
+                    for j in range(d_state):
+                        si[j] = si[j] * da[j] + bb[j] * x_dt
+                else:
+                    for j in range(d_state):
+                        si[j] = si[j] * decay + bb[j] * x_dt
+                y[seq, t, h, i] = _dot(si, cc, d_state)
             slot = n_t - 1 - t
             if 0 < slot < k_slots:
                 states[slot, seq, h] = st
@@ -99,7 +151,8 @@ def _gated_delta_net(
 ) -> None:
     """The gated delta rule: ``q``/``k`` (n_s_k, n_t, H_k, S), ``v`` (n_s, n_t, H, S), ``g`` (n_s, n_t, H, 1 or S),
     ``beta`` (n_s, n_t, H, 1), ``s0`` (n_s, H, S, S) with ``s0[.., j, i] = M[i][j]``; writes ``out`` (n_s, n_t, H,
-    S) and ``states`` (K, n_s, H, S, S) as SSM_SCAN does."""
+    S) and ``states`` (K, n_s, H, S, S) as SSM_SCAN does. Row ``j`` of the state goes through a token in one visit
+    (decay, ``delta[j]`` from it, its rank-1 update, ``out[j]``), each step over contiguous memory."""
     n_s, n_t, n_head, size = v.shape  # pragma: no cover - compiled
     seqs_per_qk = n_s // q.shape[0]
     heads_qk = q.shape[2]
@@ -112,36 +165,33 @@ def _gated_delta_net(
         sq = seq // seqs_per_qk
         hq = h % heads_qk
         m = states[0, seq, h]
-        delta = np.empty(size, dtype=np.float32)
+        kb = np.empty(size, dtype=np.float32)
+        qb = np.empty(size, dtype=np.float32)
+        eg = np.empty(size, dtype=np.float32)
         for j in range(size):
             for i in range(size):
                 m[j, i] = s0[seq, h, j, i]
         for t in range(n_t):
+            for i in range(size):
+                kb[i] = k[sq, t, hq, i]
+                qb[i] = q[sq, t, hq, i]
+            e = _F32(math.exp(g[seq, t, h, 0]))
             if kda:
                 for i in range(size):
-                    delta[i] = _F32(math.exp(g[seq, t, h, i]))
-                for j in range(size):
-                    for i in range(size):
-                        m[j, i] = m[j, i] * delta[i]
-            else:
-                e = _F32(math.exp(g[seq, t, h, 0]))
-                for j in range(size):
-                    for i in range(size):
-                        m[j, i] = m[j, i] * e
+                    eg[i] = _F32(math.exp(g[seq, t, h, i]))
             bt = beta[seq, t, h, 0]
             for j in range(size):
-                acc = _F32(0.0)
+                mj = m[j]
+                if kda:
+                    for i in range(size):
+                        mj[i] = mj[i] * eg[i]
+                else:
+                    for i in range(size):
+                        mj[i] = mj[i] * e
+                dj = (v[seq, t, h, j] - _dot(mj, kb, size)) * bt
                 for i in range(size):
-                    acc += m[j, i] * k[sq, t, hq, i]
-                delta[j] = (v[seq, t, h, j] - acc) * bt
-            for j in range(size):
-                for i in range(size):
-                    m[j, i] = m[j, i] + k[sq, t, hq, i] * delta[j]
-            for j in range(size):
-                acc = _F32(0.0)
-                for i in range(size):
-                    acc += m[j, i] * q[sq, t, hq, i]
-                out[seq, t, h, j] = acc * sc
+                    mj[i] = mj[i] + kb[i] * dj
+                out[seq, t, h, j] = _dot(mj, qb, size) * sc
             slot = n_t - 1 - t
             if 0 < slot < k_slots:
                 states[slot, seq, h] = m
@@ -190,19 +240,20 @@ _A4 = "float32[:, :, :, :]"
 _C4 = "float32[:, :, :, ::1]"
 _C5 = "float32[:, :, :, :, ::1]"
 
-# inputs may be read-only (weights mapped from the file): every input position is marked so
+# inputs may be read-only (weights mapped from the file): every input position is marked so; the scans' initial
+# states come C-contiguous (the callers' ``np.ascontiguousarray``, a no-op for a cache's rows) so their copy vectorises
 SSM_CONV_SPEC: Final = _jit.KernelSpec(
     _ssm_conv, f"void({_A3}, float32[:, :], float32[:, :, ::1])", parallel=True, readonly=(0, 1)
 )
 SSM_SCAN_SPEC: Final = _jit.KernelSpec(
     _ssm_scan,
-    f"void({_A4}, {_A4}, {_A3}, float32[:, :], {_A4}, {_A4}, int32[::1], {_C4}, {_C5})",
+    f"void({_C4}, {_A4}, {_A3}, float32[:, :], {_A4}, {_A4}, int32[::1], {_C4}, {_C5})",
     parallel=True,
     readonly=(0, 1, 2, 3, 4, 5, 6),
 )
 GATED_DELTA_NET_SPEC: Final = _jit.KernelSpec(
     _gated_delta_net,
-    f"void({_A4}, {_A4}, {_A4}, {_A4}, {_A4}, {_A4}, {_C4}, {_C5}, float64)",
+    f"void({_A4}, {_A4}, {_A4}, {_A4}, {_A4}, {_C4}, {_C4}, {_C5}, float64)",
     parallel=True,
     readonly=(0, 1, 2, 3, 4, 5),
 )
