@@ -11,9 +11,15 @@ CPU model, tokens/s of both (medians over all repetitions), the ratios, and a fl
 measured in ggml-core's process: the model's matrix products alone (``x @ W.T`` for every weight matrix, float32)
 for a 128-token batch and for one token (``x floor``: 1.0 = no overhead beyond the products).
 
-Usage: ``python benchmarks/bench_e2e.py [--types f32,q8_0,q4_0,q4_k] [--threads 1,2] [--n-gen 32] [--reps 3]
-[--rounds 2] [--json PATH] [--no-llama-cpp]``; the rows go to ``benchmarks/results/bench_e2e.json`` as JSON
-(a bare ``--json`` prints them instead of the table)
+The hybrid bench models (``--models``) have the same frame (512 wide, 4 layers, n_ff 1536, vocabulary 4096, 8
+attention heads) with three recurrent layers and one attention layer (the last): ``granitehybrid`` (Mamba-2: d_inner
+1024, 16 heads of 64, d_state 128, one group, d_conv 4; Granite's scales), ``qwen35`` (gated delta net: 2 key and 4
+value heads of 128, d_conv 4; gated attention with 2 KV heads of 64, IMROPE on 16 dimensions) and ``lfm2`` (short
+convolutions, l_cache 3). Their rows carry the model's name.
+
+Usage: ``python benchmarks/bench_e2e.py [--models llama,granitehybrid,qwen35,lfm2] [--types f32,q8_0,q4_0,q4_k]
+[--threads 1,2] [--n-gen 32] [--reps 3] [--rounds 2] [--json PATH] [--no-llama-cpp]``; the rows go to
+``benchmarks/results/bench_e2e.json`` as JSON (a bare ``--json`` prints them instead of the table)
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any, Final
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))  # qwen35's writer: tests/delta_net_models.py
 from _util import add_json_option, machine, write_json
 
 TARGET_PP: Final = 1.0
@@ -40,6 +47,7 @@ TARGET_TG: Final = 0.7
 
 SHAPE: Final = {"n_embd": 512, "n_layer": 4, "n_head": 8, "n_ff": 1536, "n_vocab": 4096, "n_ctx": 512}
 N_PROMPT: Final = 128
+MODELS: Final = ("llama", "granitehybrid", "qwen35", "lfm2")
 
 
 def write_bench_model(path: Path, wtype: str, seed: int = 0) -> Path:
@@ -92,6 +100,28 @@ def write_bench_model(path: Path, wtype: str, seed: int = 0) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_hybrid_model(path: Path, model: str, wtype: str, seed: int = 0) -> Path:
+    """A hybrid bench model (three recurrent layers, then attention) of ``SHAPE``'s frame, matrices in ``wtype``."""
+    from ggml_core.testing import recurrent_models as rm
+
+    e, f, v, ctx = SHAPE["n_embd"], SHAPE["n_ff"], SHAPE["n_vocab"], SHAPE["n_ctx"]
+    if model == "granitehybrid":
+        g = rm.GraniteConfig(n_vocab=v, n_embd=e, n_layer=4, d_inner=2 * e, d_state=128, n_head=16, n_group=1,
+                             kv_heads=(0, 0, 0, 8), n_attn_head=8, n_ff=f, n_ctx=ctx)  # fmt: skip
+        return rm.write_granitehybrid(path, g, rm.granite_weights(g, seed), wtype)
+    if model == "lfm2":
+        lf = rm.LFM2Config(n_vocab=v, n_embd=e, kv_heads=(0, 0, 0, 8), n_head=8, n_ff=f, n_ctx=ctx)
+        return rm.write_lfm2(path, lf, rm.lfm2_weights(lf, seed), wtype)
+    if model == "qwen35":
+        from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
+
+        q = DeltaNetConfig(n_vocab=v, n_embd=e, n_layer=4, recurrent=(True, True, True, False), n_head=8,
+                           n_head_kv=2, head_dim=64, n_rot=16, sections=(3, 3, 2, 0), n_ff=f, n_k_heads=2,
+                           n_v_heads=4, d_state=128, n_ctx=ctx)  # fmt: skip
+        return write_delta_net_model(path, q, delta_net_model_weights(q, seed), wtype)
+    raise ValueError(f"unknown bench model {model!r}: choose from {', '.join(MODELS)}")
 
 
 def run_one(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any]:
@@ -191,7 +221,7 @@ def _decode_breakdown(m: Any, prompt: list[int], n_gen: int) -> dict[str, float]
 def _matmul_floor(m: Any, reps: int) -> tuple[float, float]:
     """Tokens/s of the model's matrix products alone in numpy (float32), for a 128-token batch and for one token."""
     mats = [t.to_numpy().reshape(t.ne[1], t.ne[0]) for name, t in m.weights.tensors.items()
-            if t.ne[1] > 1 and name != "token_embd.weight"]  # fmt: skip
+            if t.ne[1] > 1 and t.ne[2] == 1 and t.ne[0] >= 32 and name != "token_embd.weight"]  # fmt: skip
     rng = np.random.default_rng(2)
     out = []
     for n in (N_PROMPT, 1):
@@ -246,6 +276,7 @@ def load_average() -> float:
 def main(argv: list[str] | None = None) -> int:
     """Write the models, run every (type, threads) alternating ggml-core and llama.cpp, print the table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS), help="bench models: " + ", ".join(MODELS))
     ap.add_argument("--types", default="f32,q8_0,q4_0,q4_k")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--n-gen", type=int, default=32, help="tokens generated per repetition")
@@ -274,10 +305,14 @@ def main(argv: list[str] | None = None) -> int:
     load_start = load_average()
     rows = []
     with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
-        for wtype in args.types.split(","):
+        for model, wtype in ((m, t) for m in args.models.split(",") for t in args.types.split(",")):
             t0 = time.perf_counter()
-            path = write_bench_model(Path(tmp) / f"bench-{wtype}.gguf", wtype)
-            print(f"# wrote {wtype} model ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
+            path = Path(tmp) / f"bench-{model}-{wtype}.gguf"
+            if model == "llama":
+                write_bench_model(path, wtype)
+            else:
+                write_hybrid_model(path, model, wtype)
+            print(f"# wrote {model} {wtype} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s",
                   file=sys.stderr)  # fmt: skip
             for th in (int(x) for x in args.threads.split(",")):
                 ours: list[dict[str, Any]] = []
@@ -291,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                             theirs[k] += v
                 if not ours:
                     continue
-                row: dict[str, Any] = {"type": wtype, "threads": th, "cpu": cpu_model(), "load_average": load_average()}
+                row: dict[str, Any] = {"model": model, "type": wtype, "threads": th, "cpu": cpu_model()}
+                row["load_average"] = load_average()
                 row["blas_kernels"] = blas
                 for k in ("pp", "tg"):
                     row[f"{k}_tokens_per_s"] = statistics.median(v for r in ours for v in r[f"{k}_all"])
@@ -306,18 +342,18 @@ def main(argv: list[str] | None = None) -> int:
                 row["decode_breakdown_ms"] = ours[-1]["decode_breakdown_ms"]
                 row["row_splits"] = [sum(r["row_splits"][i] for r in ours) for i in range(3)]
                 rows.append(row)
-                print(f"# {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
-    settings = {k: getattr(args, k) for k in ("types", "threads", "n_gen", "reps", "rounds", "no_llama_cpp")}
+                print(f"# {model} {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
+    settings = {k: getattr(args, k) for k in ("models", "types", "threads", "n_gen", "reps", "rounds", "no_llama_cpp")}
     write_json({"benchmark": "bench_e2e", "machine": machine(), "settings": settings, "rows": rows}, args.json)
     if args.json == "-":
         return 0
     print(f"CPU: {cpu_model()}; same-run ratios to llama.cpp (targets: pp >= {TARGET_PP}x, tg >= {TARGET_TG}x)")
     print(f"load average (1 min) at start {load_start:.2f}, at end {load_average():.2f} (other work shares the cores)")
-    head = f"{'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8}"
+    head = f"{'model':<13} {'type':<6} {'thr':>3} {'pp128 tok/s':>12} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8}"
     head += f" {'tg tok/s':>9} {'llama.cpp':>10} {'ratio':>7} {'x floor':>8} {'peak RSS MB':>12} {'load':>5}"
     print(head)
     for r in rows:
-        cells = [f"{r['type']:<6} {r['threads']:>3}"]
+        cells = [f"{r['model']:<13} {r['type']:<6} {r['threads']:>3}"]
         for k in ("pp", "tg"):
             ref = r.get(f"llama_cpp_{k}_tokens_per_s")
             cells.append(
@@ -330,14 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper generated token, ms (kernels by op; host = everything else):")
     for r in rows:
         parts = [f"{k} {v:.3f}" for k, v in r["decode_breakdown_ms"].items()]
-        print(f"  {r['type']:<6} x{r['threads']}: " + ", ".join(parts))
+        print(f"  {r['model']} {r['type']} x{r['threads']}: " + ", ".join(parts))
     split_rows = [r for r in rows if sum(r["row_splits"])]
     if split_rows:
         print("\none-row products split over the helper threads (timed runs): on 2+ threads / stalled / on one")
         print("thread while backing off after a stall")
         for r in split_rows:
             done, stalled, alone = r["row_splits"]
-            print(f"  {r['type']:<6} x{r['threads']}: {done} / {stalled} / {alone}")
+            print(f"  {r['model']} {r['type']} x{r['threads']}: {done} / {stalled} / {alone}")
     return 0
 
 
