@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from test_sched_llama import opencl_backend
 
 import ggml_core as gc
 from ggml_core import Buffer, BufferType, Context, OutOfBoundsError, TensorError
@@ -92,19 +93,11 @@ def _cpu() -> gc.Backend:
     return gc.init_backend("cpu")
 
 
-def _opencl() -> gc.Backend:
-    try:
-        dev = gc.get_device("OpenCL0")
-    except gc.DeviceNotFoundError as exc:
-        pytest.skip(f"no OpenCL device here (ggml-opencl plugin and an OpenCL platform needed): {exc}")
-    return dev.init_backend()
-
-
 PLACES: dict[str, Callable[[], gc.Backend | BufferType]] = {
     "generic": lambda: _DeviceType(_DeviceMemory),
     "override": lambda: _DeviceType(_Memory2D),
     "CPU": _cpu,
-    "OpenCL0": _opencl,
+    "OpenCL0": opencl_backend,
 }
 
 

@@ -1,4 +1,4 @@
-"""The plugin author's whole API: six pluggy hooks in the entry-point group ``ggml.backends``.
+"""The plugin author's whole API: seven pluggy hooks in the entry-point group ``ggml.backends``.
 
 A plugin is a module (named by its entry point) with ``@hookimpl`` functions. Only ``ggml_api_version`` and
 ``ggml_register_backends`` are required. Hooks receive a ``register`` callback rather than returning lists.
@@ -6,7 +6,7 @@ A plugin is a module (named by its entry point) with ``@hookimpl`` functions. On
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -14,6 +14,7 @@ import pluggy
 if TYPE_CHECKING:
     import argparse
 
+    from ggml_core._tensor import Tensor
     from ggml_core.backend.interfaces import BackendReg, BufferType, Device
 
 __all__ = ["ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec"]
@@ -59,4 +60,19 @@ def ggml_register_commands(
     ``add_parser(subparsers, name)`` adds the command's parser (``subparsers.add_parser(name, help=...)``) and its
     options, as the core's own commands do; ``run(args)`` runs it and returns the exit code. Import heavy modules
     inside ``run``, not at the top of your plugin: ``ggml-core --help`` calls every ``add_parser``.
+    """
+
+
+@hookspec
+def ggml_build_all_reduce(
+    partials: Sequence[Tensor], devices: Sequence[Device], place: Callable[[Tensor, Device], None]
+) -> Tensor | None:
+    """Optional: build the sum of tensor-parallel partial results over devices that all belong to your plugin.
+
+    ``partials[i]`` (same shape and type) is computed on ``devices[i]``. Build the reduction from op builders
+    (``ggml_core.ops``), call ``place(node, device)`` for every node you create (the scheduler copies an operand
+    that lives on another device in), and return the tensor holding the sum; every device then reads it (copied
+    where needed). Return None to leave it to the core's generic path (the partials copied to ``devices[0]`` and
+    added there, in device order). Called while a meta device turns a graph into per-device graphs, only for the
+    plugin whose registries own every device.
     """

@@ -1,0 +1,154 @@
+"""Split states of tensor parallelism: how one logical tensor is spread over the devices of a meta device.
+
+A tensor is *mirrored* (every device may read the whole tensor), *split* along one axis (device ``d`` holds
+``sizes[d]`` consecutive indices of that axis, in device order) or *partial* (every device holds a tensor of the
+full shape, and the logical tensor is their sum). :func:`shard_sizes` divides a count of units (heads, rows,
+quantization blocks) by proportions; :func:`llama_split_states` gives a dense llama-style model's weights their
+states: q/k/v/gate/up split by output rows (column-parallel), o/down by input columns (row-parallel, their
+products partial), everything else mirrored.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ggml_core._errors import GGMLError
+from ggml_core._tensor import Tensor
+
+__all__ = ["SplitError", "SplitKind", "SplitState", "llama_split_states", "shard_sizes"]
+
+
+class SplitError(GGMLError, ValueError):
+    """A tensor cannot be split as asked (a count that does not cover every device, an op whose operands' split
+    states do not fit); carries the tensor concerned, or None for a count."""
+
+    def __init__(self, tensor: Tensor | None, message: str) -> None:
+        super().__init__(f"tensor {tensor.describe()}: {message}" if tensor is not None else message)
+        self.tensor = tensor
+
+
+class SplitKind(enum.Enum):
+    """How a tensor is spread over the devices."""
+
+    MIRRORED = "mirrored"
+    SPLIT = "split"
+    PARTIAL = "partial"
+
+
+@dataclass(frozen=True)
+class SplitState:
+    """One tensor's split state; ``axis`` and ``sizes`` (elements per device along ``axis``) only for SPLIT."""
+
+    kind: SplitKind
+    axis: int = -1
+    sizes: tuple[int, ...] = ()
+
+    @staticmethod
+    def mirrored() -> SplitState:
+        """Every device reads the whole tensor."""
+        return _MIRRORED
+
+    @staticmethod
+    def partial() -> SplitState:
+        """Every device holds a full-shape partial sum."""
+        return _PARTIAL
+
+    @staticmethod
+    def split(axis: int, sizes: Sequence[int]) -> SplitState:
+        """Device ``d`` holds ``sizes[d]`` consecutive indices of ``axis``."""
+        if not 0 <= axis < 4:
+            raise ValueError(f"split axis must be 0..3, got {axis}")
+        return SplitState(SplitKind.SPLIT, axis, tuple(int(s) for s in sizes))
+
+    def starts(self) -> list[int]:
+        """Where each device's part begins along the axis."""
+        out, at = [], 0
+        for s in self.sizes:
+            out.append(at)
+            at += s
+        return out
+
+    def describe(self) -> str:
+        """``split(axis 1: 3+1)``, ``mirrored``, ``partial``."""
+        if self.kind is SplitKind.SPLIT:
+            return f"split(axis {self.axis}: {'+'.join(map(str, self.sizes))})"
+        return self.kind.value
+
+
+_MIRRORED = SplitState(SplitKind.MIRRORED)
+_PARTIAL = SplitState(SplitKind.PARTIAL)
+
+
+def shard_sizes(n_units: int, proportions: Sequence[float], what: str = "units") -> tuple[int, ...]:
+    """Divide ``n_units`` by ``proportions`` (llama.cpp's ``--tensor-split``): whole units, largest remainders
+    first, every device at least one unit (:class:`SplitError` when there are fewer units than devices)."""
+    if not proportions or any(p < 0 for p in proportions) or sum(proportions) <= 0:
+        raise SplitError(
+            None, f"tensor split proportions must be non-negative with a positive sum, got {list(proportions)}"
+        )
+    n = len(proportions)
+    if n_units < n:
+        raise SplitError(
+            None,
+            f"cannot split {n_units} {what} over {n} devices: every device needs at least one; "
+            f"use at most {n_units} devices",
+        )
+    total = float(sum(proportions))
+    exact = [n_units * p / total for p in proportions]
+    sizes = [max(1, int(x)) for x in exact]
+    while sum(sizes) > n_units:  # the minimum of one unit overshot: take from the largest
+        sizes[max(range(n), key=lambda i: sizes[i])] -= 1
+    by_remainder = sorted(range(n), key=lambda i: sizes[i] - exact[i])
+    for i in by_remainder[: n_units - sum(sizes)]:
+        sizes[i] += 1
+    return tuple(sizes)
+
+
+#: weight name (llama.cpp's GGUF names) → (axis, which split) for the dense llama family
+_LLAMA_WEIGHTS = {
+    "attn_q": (1, "q"),
+    "attn_k": (1, "kv"),
+    "attn_v": (1, "kv"),
+    "attn_output": (0, "q"),
+    "ffn_gate": (1, "ff"),
+    "ffn_up": (1, "ff"),
+    "ffn_down": (0, "ff"),
+}
+_BLOCK_WEIGHT = re.compile(r"^blk\.\d+\.(\w+)\.weight$|^blk\.\d+\.(\w+)$")
+
+
+def llama_split_states(
+    proportions: Sequence[float], *, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, ff_granule: int = 1
+) -> Callable[[Tensor], SplitState | None]:
+    """The split state of each weight of a dense llama-style model over devices in ``proportions``.
+
+    KV heads are divided first (each device keeps whole groups of query heads with their KV head, so the KV cache
+    splits by KV heads too); the feed-forward width in units of ``ff_granule`` (a quantization block size, so
+    row-parallel ``ffn_down`` splits at block boundaries). Names are llama.cpp's (``blk.<i>.attn_q.weight``, or
+    without ``.weight``); other tensors answer None (mirrored).
+    """
+    if n_head % n_head_kv:
+        raise SplitError(None, f"{n_head} heads are not a multiple of {n_head_kv} KV heads")
+    if n_ff % ff_granule:
+        raise SplitError(None, f"feed-forward width {n_ff} is not a multiple of its block size {ff_granule}")
+    group = n_head // n_head_kv
+    kv = shard_sizes(n_head_kv, proportions, "KV heads")
+    ff = shard_sizes(n_ff // ff_granule, proportions, f"feed-forward blocks of {ff_granule}")
+    sizes = {
+        "q": tuple(h * group * head_dim for h in kv),
+        "kv": tuple(h * head_dim for h in kv),
+        "ff": tuple(u * ff_granule for u in ff),
+    }
+
+    def state_of(t: Tensor) -> SplitState | None:
+        m = _BLOCK_WEIGHT.match(t.name)
+        role = _LLAMA_WEIGHTS.get((m.group(1) or m.group(2)) if m else "")
+        if role is None:
+            return None
+        axis, which = role
+        return SplitState.split(axis, sizes[which])
+
+    return state_of
