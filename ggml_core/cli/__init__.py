@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "models": "models",
     "tokenize": "tokenize",
     "chat": "chat",
+    "bench": "bench",
 }
 
 

@@ -1,0 +1,342 @@
+"""``ggml-core bench``: prompt and generation speed as llama.cpp's ``llama-bench`` measures it.
+
+Every combination of the list flags (models, devices, -ngl, threads, flash attention, cache type) is loaded once and
+runs each test: ``ppN`` (an N-token prompt), ``tgN`` (N single-token decode steps) and ``ppN+tgM``. A test is run
+once untimed first (kernel compilation, graph planning and weight repacking happen there), then ``-r`` times timed,
+each time from an empty cache; the table gives the mean and the sample standard deviation of the tokens per second.
+Tokens are random ids from a seeded generator, as llama-bench's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ggml_core.cli._args import INT32_MAX, MAX_THREADS, input_file, int_in, int_list
+from ggml_core.cli._llama_args import KV_TYPES
+from ggml_core.cli._placement_args import n_gpu_layers
+
+__all__ = ["FIELDS", "BenchResult", "add_parser", "format_results", "run"]
+
+#: the fields of a result, as llama-bench names them in its csv, json and jsonl output
+FIELDS = (
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    "devices",
+    "n_threads",
+    "n_gpu_layers",
+    "type_k",
+    "flash_attn",
+    "n_batch",
+    "n_prompt",
+    "n_gen",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
+    "samples_ns",
+    "samples_ts",
+)
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    """``-pg 512,128``: one prompt,generation pair."""
+    parse = int_in(1, INT32_MAX)
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected PROMPT,GEN such as 512,128, got {text!r}")
+    return [(parse(parts[0]), parse(parts[1]))]
+
+
+def _device_lists(text: str) -> list[tuple[str, ...]]:
+    """``-dev A,B/C``: runs on A, then on B and C together (llama-bench's '/')."""
+    out = [tuple(d.strip() for d in item.split("/") if d.strip()) for item in text.split(",") if item.strip()]
+    if not out or any(not d for d in out):
+        raise argparse.ArgumentTypeError(f"expected devices such as CPU,OpenCL0 or OpenCL0/CPU, got {text!r}")
+    return out
+
+
+def add_parser(sub: Any, name: str) -> None:
+    """Register the command."""
+    p = sub.add_parser(
+        name,
+        help="measure prompt and generation speed (as llama-bench)",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model", "-m", action="append", type=input_file, help="GGUF file; repeat for several (default: the "
+        "embedded default model)"
+    )  # fmt: skip
+    p.add_argument(
+        "--n-prompt", "-p", action="append", type=int_list(0, INT32_MAX, "prompt size"), help="prompt sizes, "
+        "e.g. 128,512 (default 512; 0 = no prompt test)"
+    )  # fmt: skip
+    p.add_argument(
+        "--n-gen", "-n", action="append", type=int_list(0, INT32_MAX, "generation size"), help="generation "
+        "sizes (default 128; 0 = no generation test)"
+    )  # fmt: skip
+    p.add_argument("-pg", action="append", type=_pairs, metavar="PROMPT,GEN", help="a prompt then a generation")
+    p.add_argument("--repetitions", "-r", type=int_in(1, 10_000), default=5, help="timed runs per test (default 5)")
+    p.add_argument("--threads", "-t", action="append", type=int_list(1, MAX_THREADS, "thread count"))
+    p.add_argument("--n-gpu-layers", "-ngl", action="append", type=_ngl_list, help="layers to offload, e.g. 0,99")
+    p.add_argument(
+        "--device", "-dev", action="append", type=_device_lists, help="devices, e.g. CPU,OpenCL0 (a run each) "
+        "or OpenCL0/CPU (one run over both)"
+    )  # fmt: skip
+    p.add_argument("--flash-attn", "-fa", action="append", type=int_list(0, 1, "flash attention"), help="0,1")
+    p.add_argument(
+        "--cache-type-k", "-ctk", action="append", type=_kv_types, help=f"KV cache types ({', '.join(KV_TYPES)})"
+    )
+    p.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
+    p.add_argument("--output", "-o", choices=["md", "csv", "json", "jsonl"], default="md", help="output format")
+    p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the random token ids")
+    p.set_defaults(func=run)
+
+
+def _ngl_list(text: str) -> list[int | None]:
+    return [n_gpu_layers(x) for x in text.split(",") if x.strip()]
+
+
+def _kv_types(text: str) -> list[str]:
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in out if x not in KV_TYPES]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"cache types are {', '.join(KV_TYPES)}, got {text!r}")
+    return out
+
+
+def _flat(lists: Sequence[Sequence[Any]] | None, default: Sequence[Any]) -> list[Any]:
+    if not lists:
+        return list(default)
+    return [x for sub in lists for x in sub]
+
+
+@dataclass(frozen=True)
+class _Test:
+    n_prompt: int
+    n_gen: int
+
+    @property
+    def name(self) -> str:
+        if self.n_prompt and self.n_gen:
+            return f"pp{self.n_prompt}+tg{self.n_gen}"
+        return f"pp{self.n_prompt}" if self.n_prompt else f"tg{self.n_gen}"
+
+
+@dataclass
+class BenchResult:
+    """One test on one configuration: its samples and their statistics (llama-bench's fields)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_samples(cls, base: dict[str, Any], test: _Test, samples_ns: list[int]) -> BenchResult:
+        """Mean and sample standard deviation of the times and of the rates (tokens per second of each sample)."""
+        n_tokens = test.n_prompt + test.n_gen
+        ts = [n_tokens * 1e9 / max(ns, 1) for ns in samples_ns]
+        values = dict(base)
+        values.update(
+            n_prompt=test.n_prompt,
+            n_gen=test.n_gen,
+            avg_ns=int(statistics.fmean(samples_ns)),
+            stddev_ns=int(statistics.stdev(samples_ns)) if len(samples_ns) > 1 else 0,
+            avg_ts=statistics.fmean(ts),
+            stddev_ts=statistics.stdev(ts) if len(ts) > 1 else 0.0,
+            samples_ns=samples_ns,
+            samples_ts=ts,
+        )
+        return cls(values)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure every combination and print the results."""
+    try:
+        results = list(_measure_all(args, on_result=_progress))
+    except BrokenPipeError:
+        raise  # the CLI's main ends quietly
+    except (ValueError, RuntimeError, OSError) as exc:  # the project's errors are ValueErrors too: main prints them
+        from ggml_core._errors import GGMLError
+
+        if isinstance(exc, GGMLError):
+            raise
+        print(f"ggml-core bench: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(format_results(results, args.output))
+    return 0
+
+
+def _progress(r: BenchResult) -> None:
+    v = r.values
+    print(f"  {Path(v['model_filename']).name} {v['devices']} {_test_name(v)}: {v['avg_ts']:.2f} t/s", file=sys.stderr)
+
+
+def _test_name(v: dict[str, Any]) -> str:
+    return _Test(v["n_prompt"], v["n_gen"]).name
+
+
+def _tests(args: argparse.Namespace) -> list[_Test]:
+    out = [_Test(p, 0) for p in _flat(args.n_prompt, [512]) if p > 0]
+    out += [_Test(0, n) for n in _flat(args.n_gen, [128]) if n > 0]
+    out += [_Test(p, n) for p, n in _flat(args.pg, [])]
+    if not out:
+        raise ValueError("no test to run: every -p and -n is 0 and no -pg is given")
+    return out
+
+
+def _measure_all(args: argparse.Namespace, on_result: Callable[[BenchResult], None]) -> Any:
+    from ggml_core.cli.run import resolve_model_path
+
+    tests = _tests(args)
+    if args.model:
+        models = list(args.model)
+    else:
+        path, _ = resolve_model_path(argparse.Namespace(model=None))
+        models = [path]
+    combos = itertools.product(
+        models,
+        _flat(args.device, [None]),
+        _flat(args.n_gpu_layers, [None]),
+        _flat(args.threads, [None]),
+        _flat(args.flash_attn, [0]),
+        _flat(args.cache_type_k, ["f16"]),
+    )
+    for path, devices, ngl, threads, fa, ctk in combos:
+        for r in _measure(args, Path(path), devices, ngl, threads, bool(fa), ctk, tests):
+            on_result(r)
+            yield r
+
+
+def _measure(
+    args: argparse.Namespace,
+    path: Path,
+    devices: tuple[str, ...] | None,
+    ngl: int | None,
+    threads: int | None,
+    fa: bool,
+    ctk: str,
+    tests: list[_Test],
+) -> list[BenchResult]:
+    import numpy as np
+
+    from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf
+
+    f = open_gguf(path)
+    n_ctx = max(t.n_prompt + t.n_gen for t in tests)
+    hand = devices is not None or ngl is not None
+    params = ModelParams(
+        placement=PlacementRequest(
+            devices=list(devices) if devices else None, n_gpu_layers=ngl, split_mode="layer" if hand else "auto"
+        ),
+        n_ctx=(n_ctx + 255) // 256 * 256,
+        kv_type=ctk,
+        flash_attn=fa,
+        batch_size=args.batch_size,
+        n_threads=threads,
+        progress=False,
+    )
+    rng = np.random.default_rng(args.seed)
+    out = []
+    with Model.load(f, params) as m:
+        used = [s.name for s in m.placement.shares if s.layers or s.has_output or s.has_input]
+        base = {
+            "model_filename": str(path),
+            "model_type": f"{m.hp.arch} {_count(_n_params(f))}",
+            "model_size": sum(t.nbytes for t in f.tensors),
+            "model_n_params": _n_params(f),
+            "devices": "/".join(used),
+            "n_threads": threads or 0,
+            "n_gpu_layers": _offloaded(m),
+            "type_k": ctk,
+            "flash_attn": fa,
+            "n_batch": args.batch_size,
+            "test_time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        n_vocab = m.hp.n_vocab
+        for test in tests:
+            _one(m, test, rng, n_vocab)  # untimed: compilation, planning and first-touch costs stay out
+            samples = [_one(m, test, rng, n_vocab) for _ in range(args.repetitions)]
+            out.append(BenchResult.from_samples(base, test, samples))
+    return out
+
+
+def _offloaded(m: Any) -> int:
+    """Slots (layers and the output layer) on a device other than the host's CPU."""
+    cpu = m.placement.slot_device[-1]
+    return sum(1 for slot, dev in m.placement.slot_device.items() if slot >= 0 and dev is not cpu)
+
+
+def _one(m: Any, test: _Test, rng: Any, n_vocab: int) -> int:
+    """One run of a test from an empty cache; nanoseconds."""
+    prompt = rng.integers(0, n_vocab, test.n_prompt).tolist()
+    gen = rng.integers(0, n_vocab, test.n_gen).tolist()
+    m.reset()
+    t0 = time.perf_counter_ns()
+    if prompt:
+        m.process_prompt(prompt)
+    for tok in gen:
+        m.decode([tok])
+    elapsed = time.perf_counter_ns() - t0
+    m.reset()
+    return elapsed
+
+
+def _n_params(f: Any) -> int:
+    total = 0
+    for t in f.tensors:
+        n = 1
+        for d in t.ne:
+            n *= int(d)
+        total += n
+    return total
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def format_results(results: Sequence[BenchResult], fmt: str) -> str:
+    """The results as llama-bench prints them: a markdown table, csv, a json array or json lines."""
+    rows: list[dict[str, Any]] = [{k: r.values.get(k) for k in FIELDS} for r in results]
+    if fmt == "json":
+        return json.dumps(rows, indent=2) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(row) + "\n" for row in rows)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: (";".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()})
+        return buf.getvalue()
+    head = ["model", "size", "params", "devices", "threads", "ngl", "type_k", "fa", "test", "t/s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h == "t/s" else "---" for h in head) + "|"]
+    for v in rows:
+        cells = [
+            str(v["model_type"]),
+            f"{v['model_size'] / 2**30:.2f} GiB" if v["model_size"] >= 2**30 else f"{v['model_size'] / 2**20:.2f} MiB",
+            _count(v["model_n_params"]),
+            str(v["devices"]),
+            str(v["n_threads"] or "auto"),
+            str(v["n_gpu_layers"]),
+            str(v["type_k"]),
+            str(int(v["flash_attn"])),
+            _test_name(v),
+            f"{v['avg_ts']:.2f} ± {v['stddev_ts']:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
