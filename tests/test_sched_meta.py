@@ -93,6 +93,21 @@ def test_llama_over_cpu_and_opencl_matches_one_device(
         assert tp.shard(q_rope, d).ne[1] == heads[d]
 
 
+@pytest.mark.parametrize("proportions", [(1, 1), (1, 3)], ids=["even", "uneven"])
+def test_llama_with_kv_cache_split_by_heads(cpu: gc.Backend, opencl: gc.Backend, proportions: tuple[int, int]) -> None:
+    shape: dict[str, Any] = {"n_layers": 2, "n_embd": 64, "n_head": 4, "n_ff": 96, "n_tokens": 6, "kv_cache": True}
+    vals = L.random_values(L.build_llama(**shape), seed=7)
+    got, tp, lg = _tensor_parallel([cpu, opencl], proportions, vals, **shape)
+    np.testing.assert_allclose(got, L.reference(lg, vals), rtol=1e-3, atol=1e-3)
+    assert [c.name for c in tp.caches] == ["cache_k_l0", "cache_v_l0", "cache_k_l1", "cache_v_l1"]
+    heads = shard_sizes(4, proportions)
+    cells = vals["kv_idx"]
+    for c in tp.caches:  # each device's cache holds its heads' K (or V) rows at the cells written
+        whole = np.concatenate([tp.shard(c, d).to_numpy()[0, 0] for d in range(2)], axis=1)
+        assert [tp.shard(c, d).ne[0] for d in range(2)] == [16 * h for h in heads]
+        assert np.count_nonzero(whole[cells]) == whole.size
+
+
 def test_shards_hold_the_numpy_slices(cpu: gc.Backend, opencl: gc.Backend) -> None:
     shape: dict[str, Any] = {"n_layers": 1, "n_embd": 64, "n_head": 4, "n_ff": 96, "n_tokens": 4}
     lg = L.build_llama(**shape)

@@ -43,6 +43,7 @@ __all__ = ["MetaDevice", "StateOf", "TensorParallelGraph"]
 StateOf = Callable[[Tensor], "SplitState | None"]
 
 _ELEMENTWISE = {GGMLOp.ADD: (0, 1), GGMLOp.SUB: (0, 1), GGMLOp.MUL: (0, 1), GGMLOp.DIV: (0, 1), GGMLOp.GLU: (0, 1)}
+_VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS}
 _SAME_STATE = {GGMLOp.SCALE, GGMLOp.UNARY, GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.ROPE, GGMLOp.SOFT_MAX, GGMLOp.CONT}
 
 
@@ -92,6 +93,8 @@ class TensorParallelGraph:
     #: weights: split ones (their shards) and mirrored ones (allocated on the first device)
     split_weights: list[Tensor]
     mirrored_weights: list[Tensor]
+    #: split leafs the graph writes rows into (KV caches): allocated apart from the weights
+    caches: list[Tensor]
     n_all_reduces: int
     buffers: list[Buffer] = field(default_factory=list)
     _contexts: list[Context] = field(default_factory=list, repr=False)
@@ -111,15 +114,26 @@ class TensorParallelGraph:
         return self.mirrored[t.id]
 
     def alloc_weights(self) -> None:
-        """Allocate every shard on its device and the mirrored weights on the first device (usage WEIGHTS)."""
+        """Allocate every shard on its device and the mirrored weights on the first device (usage WEIGHTS); split
+        caches (tensors the graph writes rows into) get buffers of their own, cleared, with usage ANY."""
+        caches = {id(p) for t in self.caches for p in self.shards[t.id]}
         for ctx, be in zip(self._contexts, self.meta.backends, strict=True):
-            if len(ctx):
-                self.buffers.append(alloc_ctx_tensors(ctx, be))
+            leafs = [p for p in ctx if p.op == GGMLOp.NONE and p.view_src is None and p.buffer is None]
+            weights = [p for p in leafs if id(p) not in caches]
+            if weights:
+                self._alloc(weights, be, BufferUsage.WEIGHTS)
+            kv = [p for p in leafs if id(p) in caches]
+            if kv:
+                self._alloc(kv, be, BufferUsage.ANY).clear(0)
         pending = [t for t in self.mirrored_weights if t.buffer is None]
         if pending:
-            self.buffers.append(alloc_ctx_tensors(pending, self.meta.backends[0]))
-        for b in self.buffers:
-            b.set_usage(BufferUsage.WEIGHTS)
+            self._alloc(pending, self.meta.backends[0], BufferUsage.WEIGHTS)
+
+    def _alloc(self, tensors: list[Tensor], backend: Backend, usage: BufferUsage) -> Buffer:
+        buf = alloc_ctx_tensors(tensors, backend)
+        buf.set_usage(usage)
+        self.buffers.append(buf)
+        return buf
 
     def set_weight(self, t: Tensor, values: Any) -> None:
         """Write a weight's full values (converted to its type, quantized if needed) into its shards."""
@@ -183,6 +197,7 @@ class _Splitter:
         self.split_weights: list[Tensor] = []
         self.mirrored_weights: list[Tensor] = []
         self.n_all_reduces = 0
+        self.written: set[int] = set()
 
     # ---- operands ---------------------------------------------------------------------------------------------
 
@@ -253,13 +268,15 @@ class _Splitter:
         if not any(self.states[s.id].kind is SplitKind.SPLIT for s in srcs):
             self._mirrored_node(t)
             return
-        if t.view_src is not None and t.op not in (GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE):
+        if t.view_src is not None and t.op not in _VIEW_RULES:
             raise SplitError(t, f"op {t.op.name} on split operands writes into another tensor; not supported")
         rule = {
             GGMLOp.MUL_MAT: self._mul_mat,
             GGMLOp.RESHAPE: self._reshape,
             GGMLOp.PERMUTE: self._permute,
             GGMLOp.TRANSPOSE: self._permute,
+            GGMLOp.VIEW: self._view,
+            GGMLOp.SET_ROWS: self._set_rows,
         }.get(t.op)
         if t.op == GGMLOp.CONT and t.src[0] is not None and t.ne != t.src[0].ne:
             rule = self._reshape
@@ -418,11 +435,59 @@ class _Splitter:
             p.set_name(t.name)
         self._set_split(t, SplitState.split(axes[st.axis], st.sizes), parts)
 
+    def _set_rows(self, t: Tensor) -> None:
+        """Rows written into a cache split along axis 0 (KV heads): each device writes its part of each row."""
+        rows, idx, dest = t.src[0], t.src[1], t.src[2]
+        assert rows is not None and idx is not None and dest is not None
+        sr, sd = self.states[rows.id], self.states[dest.id]
+        if not (sr.kind is sd.kind is SplitKind.SPLIT and sr.axis == sd.axis == 0 and sr.sizes == sd.sizes):
+            raise SplitError(t, f"SET_ROWS needs rows and destination split alike on axis 0: {self._describe_srcs(t)}")
+        mi = self.m(idx, t)
+        parts = [ops.set_rows(self.shards[dest.id][d], self.shards[rows.id][d], mi) for d in range(self.n)]
+        for p in parts:
+            p.set_name(t.name)
+        self._set_split(t, sd, parts)
+
+    def _view(self, t: Tensor) -> None:
+        """A view of a contiguous tensor split on axis 0 (a KV cache's cells): the view axis that walks whole rows
+        in steps of a unit that divides every device's share (a head) becomes the split axis."""
+        src = t.src[0]
+        assert src is not None
+        st = self.states[src.id]
+        row = src.nb[1]
+        esize = src.type.type_size // src.type.block_size
+        b = next((i for i in range(4) if t.ne[i] * t.nb[i] == row and t.ne[i] > 1), None)
+        ok = (
+            st.axis == 0
+            and src.is_contiguous
+            and src.type.block_size == 1
+            and b is not None
+            and t.view_offs % row == 0
+            and all(t.nb[i] * t.ne[i] <= t.nb[b] for i in range(b))
+            and all(t.nb[i] % row == 0 or t.ne[i] == 1 for i in range(b + 1, 4))
+            and all(s * esize % t.nb[b] == 0 for s in st.sizes)
+        )
+        if not ok or b is None:
+            raise SplitError(
+                t, f"VIEW (ne {list(t.ne)}, nb {list(t.nb)}) cuts through {st.describe()} of {src.name!r} unevenly"
+            )
+        sizes = [s * esize // t.nb[b] for s in st.sizes]
+        parts = []
+        for d, size in enumerate(sizes):
+            sh = self.shards[src.id][d]
+            ne = list(t.ne)
+            ne[b] = size
+            nb = [t.nb[i] if i <= b else t.nb[i] // row * sh.nb[1] for i in range(4)]
+            off = t.view_offs // row * sh.nb[1]
+            parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], off).set_name(t.name))
+        self._set_split(t, SplitState.split(b, sizes), parts)
+
     # ---- the whole graph -------------------------------------------------------------------------------------
 
     def run(self) -> TensorParallelGraph:
         for leaf in self.graph.leafs:
             self.leaf(leaf)
+        self.written = {n.src[2].id for n in self.graph.nodes if n.op == GGMLOp.SET_ROWS and n.src[2] is not None}
         for node in self.graph.nodes:
             for s in node.src:
                 if s is not None and s.id not in self.states:  # a leaf reached only through a node
@@ -456,6 +521,7 @@ class _Splitter:
             self.mirrored,
             self.split_weights,
             self.mirrored_weights,
+            [t for t in self.split_weights if t.id in self.written],
             self.n_all_reduces,
             _contexts=self.shard_ctx,
         )

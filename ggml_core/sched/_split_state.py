@@ -117,6 +117,7 @@ _LLAMA_WEIGHTS = {
     "ffn_up": (1, "ff"),
     "ffn_down": (0, "ff"),
 }
+_CACHE = re.compile(r"^cache_[kv]_l\d+$")
 _BLOCK_WEIGHT = re.compile(r"^blk\.\d+\.(\w+)\.weight$|^blk\.\d+\.(\w+)$")
 
 
@@ -128,7 +129,8 @@ def llama_split_states(
     KV heads are divided first (each device keeps whole groups of query heads with their KV head, so the KV cache
     splits by KV heads too); the feed-forward width in units of ``ff_granule`` (a quantization block size, so
     row-parallel ``ffn_down`` splits at block boundaries). Names are llama.cpp's (``blk.<i>.attn_q.weight``, or
-    without ``.weight``); other tensors answer None (mirrored).
+    without ``.weight``; KV caches ``cache_k_l<i>``/``cache_v_l<i>``, one row per cell, split by KV heads); other
+    tensors answer None (mirrored).
     """
     if n_head % n_head_kv:
         raise SplitError(None, f"{n_head} heads are not a multiple of {n_head_kv} KV heads")
@@ -144,6 +146,8 @@ def llama_split_states(
     }
 
     def state_of(t: Tensor) -> SplitState | None:
+        if _CACHE.match(t.name):
+            return SplitState.split(0, sizes["kv"])
         m = _BLOCK_WEIGHT.match(t.name)
         role = _LLAMA_WEIGHTS.get((m.group(1) or m.group(2)) if m else "")
         if role is None:
