@@ -13,6 +13,7 @@ import numpy as np
 
 from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor, TensorError
 from ggml_core.quants import dequantize, quantize
+from ggml_cpu.kernels.qdot import from_float
 
 __all__ = [
     "FLOAT_TYPES",
@@ -171,7 +172,8 @@ def store(t: Tensor, values: np.ndarray) -> None:
             np.copyto(dst, values, casting="unsafe")
         return
     v = np.broadcast_to(np.asarray(values, dtype=np.float32), (t.ne[3], t.ne[2], t.ne[1], t.ne[0]))
-    np.copyto(dst, quantize(np.ascontiguousarray(v), tt).reshape(dst.shape) if tt.is_quantized else _bf16(v))
+    # quantized as ggml-cpu's from_float does (x86 Q8_0 / Q8_1: 127/amax, ties to even), not the reference rounding
+    np.copyto(dst, from_float(np.ascontiguousarray(v), tt).reshape(dst.shape) if tt.is_quantized else _bf16(v))
 
 
 def _bf16(v: np.ndarray) -> np.ndarray:

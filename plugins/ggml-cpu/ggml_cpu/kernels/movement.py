@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.quants import can_dequantize, can_quantize, dequantize, quantize
+from ggml_core.quants import can_dequantize, can_quantize, dequantize
 from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import FLOAT_TYPES, Thunk, arr, check_index_range, f32, kernel, store
+from ggml_cpu.kernels.qdot import from_float
 
 __all__: list[str] = []
 
@@ -186,8 +187,8 @@ def _bind_set_rows(node: Tensor) -> Thunk:
             out[i3, i2, idx] = src
         elif node.type == GGMLType.F16:
             out[i3, i2, idx] = src.astype(np.float16)
-        else:  # bf16 bits or quantized rows: convert only the rows written
-            conv = quantize(np.ascontiguousarray(src, dtype=np.float32), node.type)
+        else:  # bf16 bits or quantized rows (ggml-cpu's from_float: x86 Q8_0 ties to even): only the rows written
+            conv = from_float(np.ascontiguousarray(src, dtype=np.float32), node.type)
             out[i3, i2, idx] = conv.view(np.uint16) if node.type == GGMLType.BF16 else conv
 
     return run
