@@ -397,3 +397,31 @@ def test_a_closed_pipe_ends_quietly(plain_model: Path, command: str) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 1
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("typed", "read"),
+    [
+        ("a\\nb\\rc\\td", "a\nb\rc\td"),
+        ("\\'q\\' \\\"q\\\" \\\\", "'q' \"q\" \\"),
+        ("\\x41\\x62", "Ab"),
+        ("\\xc3\\xa9", "\u00e9"),  # bytes that form UTF-8
+        ("\\xff", "\ufffd"),  # a byte that does not
+        ("\\x4", "\\x4"),  # too short: kept
+        ("\\x4g", "\\x4g"),  # not hex: kept
+        ("\\q \\", "\\q \\"),  # unknown escapes and a last backslash: kept
+    ],
+)
+def test_prompt_escapes_as_llama_cpp(typed: str, read: str) -> None:
+    """llama.cpp's string_process_escapes, case by case."""
+    from ggml_core.cli._llama_args import process_escapes
+
+    assert process_escapes(typed) == read
+
+
+def test_run_reads_escapes_unless_told_not_to(plain_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tok = load_tokenizer(open_gguf(plain_model))
+    escaped = _json(capsys, "run", str(plain_model), "-p", "ab\\nab", *RUN)
+    assert escaped["prompt_tokens"] == tok.encode("ab\nab", parse_special=True)
+    kept = _json(capsys, "run", str(plain_model), "-p", "ab\\nab", "--no-escape", *RUN)
+    assert kept["prompt_tokens"] == tok.encode("ab\\nab", parse_special=True)

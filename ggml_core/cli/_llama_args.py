@@ -27,6 +27,7 @@ __all__ = [
     "decoder",
     "kv_type",
     "print_verbose",
+    "process_escapes",
     "sampler_from_args",
     "text_file",
 ]
@@ -158,11 +159,48 @@ def add_chat_args(p: argparse.ArgumentParser) -> None:
         "Jinja text, or a Jinja file",
     )
     tmpl.add_argument("--chat-template-file", metavar="FILE", type=text_file, help="the chat template, from a file")
+    esc = c.add_mutually_exclusive_group()
+    esc.add_argument(
+        "--escape", "-e", dest="escape", action="store_true", default=True, help="read \\n, \\t, \\xHH, ... in "
+        "the prompt as llama.cpp does (default)"
+    )  # fmt: skip
+    esc.add_argument(
+        "--no-escape", dest="escape", action="store_false", help="take the prompt's backslashes as they are"
+    )
     c.add_argument(
         "--special", "-sp", action="store_true", help="print special (control) tokens such as <end_of_turn> as text"
     )
     c.add_argument("--verbose", "-v", action="store_true", help="print the sampler chain and the prompt's tokens")
     c.add_argument("--log-verbose", dest="verbose", action="store_true", help=argparse.SUPPRESS)
+
+
+_ESCAPES: Final = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+
+
+def process_escapes(text: str) -> str:
+    """llama.cpp's escapes in a prompt (``-e``, its default): ``\\n \\r \\t \\' \\" \\\\`` and ``\\xHH`` (a byte; bytes
+    that do not form UTF-8 become U+FFFD); any other backslash stays as it is."""
+    raw = text.encode("utf-8")
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c != 0x5C or i + 1 >= len(raw):
+            out.append(c)
+            i += 1
+            continue
+        nxt = raw[i + 1]
+        if nxt in _ESCAPES:
+            out += _ESCAPES[nxt]
+            i += 2
+        elif nxt == ord("x") and i + 3 < len(raw) and raw[i + 2] in _HEX and raw[i + 3] in _HEX:
+            out.append(int(raw[i + 2 : i + 4], 16))
+            i += 4
+        else:
+            out += raw[i : i + 2]
+            i += 2
+    return out.decode("utf-8", errors="replace")
 
 
 def kv_type(args: argparse.Namespace) -> str:

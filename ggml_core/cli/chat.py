@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace, path: Any, is_default: bool) -> int:
-    from ggml_core.cli._llama_args import chat_template, decoder, print_verbose, sampler_from_args
+    from ggml_core.cli._llama_args import chat_template, decoder, print_verbose, process_escapes, sampler_from_args
     from ggml_core.cli.run import model_params
     from ggml_core.models import Model, open_gguf
     from ggml_core.models.chat import end_of_turn_ids
@@ -76,7 +76,7 @@ def _chat(args: argparse.Namespace, path: Any, is_default: bool) -> int:
         stop = set(end_of_turn_ids(tok))
         messages = [{"role": "system", "content": args.system}] if args.system else []
         interactive = sys.stdin.isatty()
-        first = args.prompt
+        first = process_escapes(args.prompt) if args.prompt is not None and args.escape else args.prompt
         while True:
             if first is not None:
                 line, first = first, None

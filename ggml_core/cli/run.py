@@ -36,6 +36,7 @@ from ggml_core.cli._llama_args import (
     decoder,
     kv_type,
     print_verbose,
+    process_escapes,
     sampler_from_args,
     text_file,
 )
@@ -269,6 +270,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         tok = load_tokenizer(f)
         text = args.prompt if args.prompt is not None else ("hello world" if is_default else "")
+        text = process_escapes(text) if args.escape else text
         prompt = tok.encode(text, parse_special=True)  # as llama-cli: <bos>, <start_of_turn>, ... are tokens
     if not prompt:
         raise ValueError("the prompt is empty: give --prompt TEXT or --tokens IDS")
