@@ -40,6 +40,8 @@ CONFIGS = {
 QUANTIZED = {
     ("gemma3", "q8_0"): TinyConfig(arch="gemma3", n_vocab=64, n_layer=1, n_swa=4, tied_output=True),
     ("llama", "q8_0"): TinyConfig(arch="llama", n_vocab=64),
+    # QK-norm between the q8_0 products and the rope
+    ("qwen3", "q8_0"): TinyConfig(arch="qwen3", n_vocab=64),
 }
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # longer than the windows of 4
 
