@@ -2,7 +2,8 @@
 the global layers carry ``rope.scaling.type = linear`` with factor 8 on base 1e6, the sliding-window layers stay on
 base 10,000 unscaled (llama.cpp's ``rope_freq_base_train_swa`` / ``rope_freq_scale_train_swa`` for gemma3), MQA, a
 head width other than n_embd / n_head; and files whose ``attention.sliding_window_pattern`` replaces the default
-five-local-one-global pattern (as a period or as one bool per layer).
+five-local-one-global pattern (as a period or as one bool per layer). Gemma 2 reads the pattern and the local base
+the same way (its local layers keep the file's scaling).
 
 Tiny random GGUFs written with gguf-py; logits of a whole prompt and token by token, f32 weights and KV cache,
 bound 1e-4 max |Δlogit| (the bound for f32). Every FFN gate is zero: ggml's GELU reads an f16 table on both sides,
@@ -120,5 +121,23 @@ def test_rope_scaling_factor_without_linear_type_as_llama_cpp(
 
     prompt, steps, m = _max_diffs(_write(tmp_path, "gemma3-factor.gguf", RELEASE.with_(n_layer=2), keys))
     assert m.hp.rope_scale(1) == scale
+    assert prompt <= 1e-4, f"prompt: max |Δlogit| = {prompt:.3g}"
+    assert steps <= 1e-4, f"token by token: max |Δlogit| = {steps:.3g}"
+
+
+def test_gemma2_reads_the_pattern_and_local_rope_as_llama_cpp(tmp_path: Path, built: None) -> None:
+    """Gemma 2 shares the reading: the file's pattern (bools: global, local), ``rope.freq_base_swa`` on the local
+    layer; unlike Gemma 3 its local layers take the file's rope scaling too (llama.cpp copies the global scale)."""
+    cfg = TinyConfig(arch="gemma2", n_vocab=64, n_swa=4, attn_softcap=3.0, final_softcap=5.0, tied_output=True)
+
+    def keys(w: GGUFWriter) -> None:
+        w.add_string("gemma2.rope.scaling.type", "linear")
+        w.add_float32("gemma2.rope.scaling.factor", FACTOR)
+        w.add_array("gemma2.attention.sliding_window_pattern", [False, True])
+        w.add_float32("gemma2.rope.freq_base_swa", 50000.0)
+
+    prompt, steps, m = _max_diffs(_write(tmp_path, "gemma2-pattern.gguf", cfg, keys))
+    assert [m.hp.is_swa(il) for il in range(2)] == [False, True]
+    assert (m.hp.rope_base(1), m.hp.rope_scale(1), m.hp.rope_scale(0)) == (50000.0, 1 / FACTOR, 1 / FACTOR)
     assert prompt <= 1e-4, f"prompt: max |Δlogit| = {prompt:.3g}"
     assert steps <= 1e-4, f"token by token: max |Δlogit| = {steps:.3g}"
