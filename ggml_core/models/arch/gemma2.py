@@ -1,6 +1,7 @@
 """gemma2 (``llm_build_gemma2_iswa``): Gemma's sandwich block without QK-norm, alternating sliding-window and global
-layers (even layers local, window 4096 unless the file says), attention-logit softcapping (default 50) and final
-logit softcapping (default 30), one rope base."""
+layers (even layers local unless the file's ``attention.sliding_window_pattern`` says otherwise, window 4096 unless
+the file says), attention-logit softcapping (default 50) and final logit softcapping (default 30), one rope base
+unless the file sets ``rope.freq_base_swa`` for the local layers (which keep the file's rope scaling)."""
 
 from __future__ import annotations
 
