@@ -16,11 +16,11 @@ __all__: list[str] = []
 
 
 def _all_f32(info: DeviceInfo, node: Tensor) -> bool:
-    """f32 operands and result (SSM_SCAN's ids are i32)."""
+    """f32 operands and result (SSM_SCAN's ids are i32), rows packed (the kernels walk rows through pointers)."""
     srcs = [s for s in node.src if s is not None]
     ids_ok = node.op != GGMLOp.SSM_SCAN or (len(srcs) == 7 and srcs[6].type == GGMLType.I32)
     floats = srcs[:6] if node.op == GGMLOp.SSM_SCAN else srcs
-    return node.type == GGMLType.F32 and ids_ok and all(s.type == GGMLType.F32 for s in floats)
+    return node.type == GGMLType.F32 and ids_ok and all(s.type == GGMLType.F32 and s.nb[0] == 4 for s in floats)
 
 
 def _operands(node: Tensor, n: int) -> list[Tensor]:

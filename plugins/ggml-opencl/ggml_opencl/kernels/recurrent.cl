@@ -3,8 +3,10 @@
 // row in the result's newest state slot (slot 0), which holds the final state when the loop ends, and copies it to
 // slot j after the token j steps before the last. Outputs come first in the result, then K slots of n_s states.
 
-// the f32 value at element (i0, i1, i2, i3) of tensor x
+// the f32 value at element (i0, i1, i2, i3) of tensor x; the f32 row (i1, i2, i3) of x (rows are packed: the ops
+// require nb[0] = 4)
 #define LDF(x, i0, i1, i2, i3) (*(global const float*)AT(x, i0, i1, i2, i3))
+#define ROW(x, i1, i2, i3) ((global const float*)AT(x, 0, i1, i2, i3))
 
 // SSM_CONV: d[i, t, s] = sum over k (ascending) of sx[t + k, i, s] * c[k, i]; one item per output
 kernel void k_ssm_conv(TENSOR(sx), TENSOR(c), TENSOR(d), long n) {
@@ -45,14 +47,17 @@ kernel void k_ssm_scan(TENSOR(s), TENSOR(x), TENSOR(dt), TENSOR(A), TENSOR(B), T
     for (int t = 0; t < n_t; ++t) {
         const float delta = softplus_f(LDF(dt, h, t, seq, 0));
         const float x_dt = LDF(x, i, h, t, seq) * delta;
-        const float decay_h = exp(delta * LDF(A, 0, h, 0, 0));
-        float acc = 0.0f;
-        for (int l = 0; l < d_state; ++l) {
-            const float decay = per_head ? decay_h : exp(delta * LDF(A, l, h, 0, 0));
-            const float v = st[l] * decay + LDF(B, l, g, t, seq) * x_dt;
-            st[l] = v;
-            acc += v * LDF(C, l, g, t, seq);
+        global const float* a_row = ROW(A, h, 0, 0);
+        global const float* b_row = ROW(B, g, t, seq);
+        global const float* c_row = ROW(C, g, t, seq);
+        if (per_head) {
+            const float decay = exp(delta * a_row[0]);
+            for (int l = 0; l < d_state; ++l) st[l] = st[l] * decay + b_row[l] * x_dt;
+        } else {
+            for (int l = 0; l < d_state; ++l) st[l] = st[l] * exp(delta * a_row[l]) + b_row[l] * x_dt;
         }
+        float acc = 0.0f;
+        for (int l = 0; l < d_state; ++l) acc += st[l] * c_row[l];
         out[(((long)seq * n_t + t) * n_head + h) * head_dim + i] = acc;
         const int slot = n_t - 1 - t;
         if (slot > 0 && slot < k_slots) copy_row(st + slot * slot_len, st, d_state);
@@ -76,20 +81,21 @@ kernel void k_gated_delta_net(TENSOR(q), TENSOR(k), TENSOR(v), TENSOR(g), TENSOR
     global float* col = out + n_y + (((long)seq * H + h) * S + j) * S;
     for (int l = 0; l < S; ++l) col[l] = LDF(s, l, j, h, seq);
     for (int t = 0; t < n_t; ++t) {
-        const float gate = exp(LDF(g, 0, h, t, seq));
-        float dot = 0.0f;
-        for (int l = 0; l < S; ++l) {
-            const float m = col[l] * (kda ? exp(LDF(g, l, h, t, seq)) : gate);
-            col[l] = m;
-            dot += m * LDF(k, l, hq, t, sq);
+        global const float* g_row = ROW(g, h, t, seq);
+        global const float* k_row = ROW(k, hq, t, sq);
+        global const float* q_row = ROW(q, hq, t, sq);
+        if (kda) {
+            for (int l = 0; l < S; ++l) col[l] *= exp(g_row[l]);
+        } else {
+            const float gate = exp(g_row[0]);
+            for (int l = 0; l < S; ++l) col[l] *= gate;
         }
-        const float delta = (LDF(v, j, h, t, seq) - dot) * LDF(beta, 0, h, t, seq);
+        float kdot = 0.0f;
+        for (int l = 0; l < S; ++l) kdot += col[l] * k_row[l];
+        const float delta = (LDF(v, j, h, t, seq) - kdot) * LDF(beta, 0, h, t, seq);
+        for (int l = 0; l < S; ++l) col[l] += k_row[l] * delta;
         float acc = 0.0f;
-        for (int l = 0; l < S; ++l) {
-            const float m = col[l] + LDF(k, l, hq, t, sq) * delta;
-            col[l] = m;
-            acc += m * LDF(q, l, hq, t, sq);
-        }
+        for (int l = 0; l < S; ++l) acc += col[l] * q_row[l];
         out[(((long)seq * n_t + t) * H + h) * S + j] = acc * scale;
         const int slot = n_t - 1 - t;
         if (slot > 0 && slot < k_slots) copy_row(col + slot * slot_len, col, S);
@@ -110,15 +116,17 @@ kernel void k_rwkv_wkv7(TENSOR(r), TENSOR(w), TENSOR(k), TENSOR(v), TENSOR(a), T
     global float* row = out + (long)n_tokens * H * S + row_at;
     for (int l = 0; l < S; ++l) row[l] = LDF(s, ((long)h * S + i) * S + l, seq, 0, 0);
     for (int t = seq * per_seq; t < (seq + 1) * per_seq; ++t) {
+        global const float* a_row = ROW(a, h, t, 0);
+        global const float* b_row = ROW(b, h, t, 0);
+        global const float* k_row = ROW(k, h, t, 0);
+        global const float* r_row = ROW(r, h, t, 0);
+        global const float* w_row = ROW(w, h, t, 0);
         float sa = 0.0f;
-        for (int l = 0; l < S; ++l) sa += row[l] * LDF(a, l, h, t, 0);
+        for (int l = 0; l < S; ++l) sa += row[l] * a_row[l];
         const float vi = LDF(v, i, h, t, 0);
+        for (int l = 0; l < S; ++l) row[l] = row[l] * w_row[l] + vi * k_row[l] + sa * b_row[l];
         float acc = 0.0f;
-        for (int l = 0; l < S; ++l) {
-            const float m = row[l] * LDF(w, l, h, t, 0) + vi * LDF(k, l, h, t, 0) + sa * LDF(b, l, h, t, 0);
-            row[l] = m;
-            acc += m * LDF(r, l, h, t, 0);
-        }
+        for (int l = 0; l < S; ++l) acc += row[l] * r_row[l];
         out[((long)t * H + h) * S + i] = acc;
     }
 }
