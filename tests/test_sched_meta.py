@@ -18,6 +18,7 @@ from test_sched_llama import opencl_backend
 
 import ggml_core as gc
 from ggml_core import Context, Device, Graph, Tensor, hookimpl, ops
+from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend import get_registry, reset_registry
 from ggml_core.sched import (
     MetaDevice,
@@ -44,6 +45,7 @@ def opencl() -> gc.Backend:
 def _single_device(cpu: gc.Backend, vals: dict[str, np.ndarray], **shape: Any) -> np.ndarray:
     lg = L.build_llama(**shape)
     L.alloc_weights(lg, cpu)
+    L.alloc_caches(lg, cpu)
     L.set_weights(lg, vals)
     sched = Scheduler([cpu])
     sched.alloc_graph(lg.graph)
@@ -98,6 +100,7 @@ def test_llama_with_kv_cache_split_by_heads(cpu: gc.Backend, opencl: gc.Backend,
     shape: dict[str, Any] = {"n_layers": 2, "n_embd": 64, "n_head": 4, "n_ff": 96, "n_tokens": 6, "kv_cache": True}
     vals = L.random_values(L.build_llama(**shape), seed=7)
     got, tp, lg = _tensor_parallel([cpu, opencl], proportions, vals, **shape)
+    np.testing.assert_allclose(got, _single_device(cpu, vals, **shape), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, L.reference(lg, vals), rtol=1e-3, atol=1e-3)
     assert [c.name for c in tp.caches] == ["cache_k_l0", "cache_v_l0", "cache_k_l1", "cache_v_l1"]
     heads = shard_sizes(4, proportions)
@@ -106,6 +109,88 @@ def test_llama_with_kv_cache_split_by_heads(cpu: gc.Backend, opencl: gc.Backend,
         whole = np.concatenate([tp.shard(c, d).to_numpy()[0, 0] for d in range(2)], axis=1)
         assert [tp.shard(c, d).ne[0] for d in range(2)] == [16 * h for h in heads]
         assert np.count_nonzero(whole[cells]) == whole.size
+
+
+@pytest.fixture()
+def rpc_backend() -> Iterator[gc.Backend]:
+    """A device of an RPC server on 127.0.0.1 (ggml-rpc's own server, serving the CPU)."""
+    rpc = pytest.importorskip("ggml_rpc", reason="CPU + RPC needs the ggml-rpc plugin")
+    from ggml_rpc.server import RPCServer
+
+    srv = RPCServer([gc.get_device("CPU")], "127.0.0.1", 0).start()
+    try:
+        yield rpc.RPCReg(srv.address).devices[0].init_backend()
+    finally:
+        rpc.disconnect_all()
+        srv.shutdown()
+
+
+@pytest.mark.parametrize("proportions", [(1, 1), (2, 1)], ids=["even", "uneven"])
+def test_llama_over_cpu_and_rpc_matches_one_device(
+    cpu: gc.Backend, rpc_backend: gc.Backend, proportions: tuple[int, int]
+) -> None:
+    shape: dict[str, Any] = {"n_layers": 2, "n_embd": 48, "n_head": 3, "n_ff": 64, "n_tokens": 5, "kv_cache": True}
+    vals = L.random_values(L.build_llama(**shape), seed=13)
+    got, tp, lg = _tensor_parallel([cpu, rpc_backend], proportions, vals, **shape)
+    np.testing.assert_allclose(got, _single_device(cpu, vals, **shape), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, L.reference(lg, vals), rtol=1e-3, atol=1e-3)
+    assert tp.n_all_reduces == 4
+    buf = tp.shard(lg.weights[1]["wq"], 1).buffer
+    assert buf is not None and buf.buffer_type.device is rpc_backend.device
+
+
+def _gqa_attention(n_head: int, n_head_kv: int, hd: int, t: int) -> tuple[Graph, Tensor, dict[str, Tensor]]:
+    """One attention block with grouped KV heads (query head h reads KV head h // group), no rope."""
+    ctx = Context("gqa")
+    e, ekv = n_head * hd, n_head_kv * hd
+    x = ctx.new_tensor("f32", [e, t], "x").set_input()
+    mask = ctx.new_tensor("f32", [t, t], "kq_mask").set_input()
+    w = {
+        "wq": ctx.new_tensor("f32", [e, e], "blk.0.attn_q"),
+        "wk": ctx.new_tensor("f32", [e, ekv], "blk.0.attn_k"),
+        "wv": ctx.new_tensor("f32", [e, ekv], "blk.0.attn_v"),
+        "wo": ctx.new_tensor("f32", [e, e], "blk.0.attn_output"),
+    }
+    q = ops.permute(ops.reshape_3d(ops.mul_mat(w["wq"], x), hd, n_head, t), 0, 2, 1, 3)
+    k = ops.permute(ops.reshape_3d(ops.mul_mat(w["wk"], x), hd, n_head_kv, t), 0, 2, 1, 3)
+    v = ops.reshape_3d(ops.mul_mat(w["wv"], x), hd, n_head_kv, t)
+    kq = ops.soft_max_ext(ops.mul_mat(k, q), mask, 1.0 / float(np.sqrt(hd)), 0.0)
+    kqv = ops.mul_mat(ops.cont(ops.permute(v, 1, 2, 0, 3)), kq)
+    out = ops.mul_mat(w["wo"], ops.cont_2d(ops.permute(kqv, 0, 2, 1, 3), e, t)).set_name("attn_out").set_output()
+    g = Graph()
+    g.build_forward_expand(out)
+    return g, out, w | {"x": x, "kq_mask": mask}
+
+
+def test_grouped_kv_heads_stay_with_their_query_heads(cpu: gc.Backend, opencl: gc.Backend) -> None:
+    n_head, n_head_kv, hd, t = 6, 3, 8, 5
+    g, out, w = _gqa_attention(n_head, n_head_kv, hd, t)
+    rng = np.random.default_rng(2)
+    e = n_head * hd
+    v = {k: (rng.standard_normal((w[k].ne[1], e)) / np.sqrt(e)).astype(np.float32) for k in ("wq", "wk", "wv", "wo")}
+    x = rng.standard_normal((t, e)).astype(np.float32)
+    mask = np.triu(np.full((t, t), -np.inf, np.float32), 1)
+    states = llama_split_states((1, 1), n_head=n_head, n_head_kv=n_head_kv, head_dim=hd, n_ff=32)
+    tp = MetaDevice([cpu, opencl]).split_graph(g, states)
+    assert tp.state(w["wk"]).sizes == (16, 8) and tp.state(w["wq"]).sizes == (32, 16)  # 2+1 KV heads, 4+2 heads
+    tp.alloc_weights()
+    for k in v:
+        tp.set_weight(w[k], v[k])
+    tp.alloc()
+    w["x"].set_data(x)
+    w["kq_mask"].set_data(mask)
+    assert tp.compute()
+    # numpy, from the definition
+    x64 = x.astype(np.float64)
+    q, k, vv = (x64 @ v[n].T.astype(np.float64) for n in ("wq", "wk", "wv"))
+    heads = []
+    for h in range(n_head):
+        kv = h // (n_head // n_head_kv)
+        s = q[:, h * hd : (h + 1) * hd] @ k[:, kv * hd : (kv + 1) * hd].T / np.sqrt(hd) + mask
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        heads.append((p / p.sum(axis=1, keepdims=True)) @ vv[:, kv * hd : (kv + 1) * hd])
+    want = np.concatenate(heads, axis=1) @ v["wo"].T.astype(np.float64)
+    np.testing.assert_allclose(tp.tensor(out).to_numpy()[0, 0], want, rtol=1e-4, atol=1e-4)
 
 
 def test_shards_hold_the_numpy_slices(cpu: gc.Backend, opencl: gc.Backend) -> None:
@@ -141,17 +226,17 @@ def test_shard_sizes_follow_proportions() -> None:
 
 # ---------------------------------------------------------------------------------------------- MLP on test devices
 
-E, FF, T = 32, 48, 5
+E, FF, T = 32, 96, 5
 
 
-def _mlp() -> tuple[Graph, Tensor, dict[str, Tensor]]:
+def _mlp(wtype: str = "f32") -> tuple[Graph, Tensor, dict[str, Tensor]]:
     """x + W_down · (up ⊙ up) with up = W_up · (rms_norm(x) ⊙ g): only ops the test devices compute."""
     ctx = Context("mlp")
     x = ctx.new_tensor("f32", [E, T], "x").set_input()
     w = {
         "norm": ctx.new_tensor("f32", [E], "blk.0.ffn_norm"),
-        "up": ctx.new_tensor("f32", [E, FF], "blk.0.ffn_up"),
-        "down": ctx.new_tensor("f32", [FF, E], "blk.0.ffn_down"),
+        "up": ctx.new_tensor(wtype, [E, FF], "blk.0.ffn_up"),
+        "down": ctx.new_tensor(wtype, [FF, E], "blk.0.ffn_down"),
     }
     h = ops.mul(ops.rms_norm(x, 1e-5), w["norm"])
     up = ops.mul_mat(w["up"], h).set_name("up")
@@ -196,6 +281,44 @@ def _run_mlp(backends: Sequence[gc.Backend], proportions: Sequence[float]) -> tu
     got = tp.tensor(out).to_numpy()[0, 0]
     np.testing.assert_allclose(got, _mlp_reference(v), rtol=1e-4, atol=1e-4)
     return got, tp
+
+
+@pytest.mark.parametrize("proportions", [(1, 1), (1, 2)], ids=["even", "uneven"])
+def test_q8_0_weights_split_at_block_boundaries(
+    cpu: gc.Backend, opencl: gc.Backend, proportions: tuple[int, int]
+) -> None:
+    v = _mlp_values()
+    g1, out1, w1 = _mlp("q8_0")  # one device: the reference for the same quantized weights
+    alloc_ctx_tensors([w1[k] for k in ("norm", "up", "down")], cpu).set_usage(gc.BufferUsage.WEIGHTS)
+    for key in ("norm", "up", "down"):
+        w1[key].set_data(v[key])
+    sched = Scheduler([cpu])
+    sched.alloc_graph(g1)
+    w1["x"].set_data(v["x"])
+    sched.graph_compute(g1)
+    want = out1.to_numpy()[0, 0]
+
+    g, out, w = _mlp("q8_0")
+    ff = tuple(32 * u for u in shard_sizes(FF // 32, proportions, "blocks"))
+    states = {w["up"].id: SplitState.split(1, ff), w["down"].id: SplitState.split(0, ff)}
+    tp = MetaDevice([cpu, opencl]).split_graph(g, lambda t: states.get(t.id))
+    assert tp.n_all_reduces == 1
+    tp.alloc_weights()
+    for key in ("norm", "up", "down"):
+        tp.set_weight(w[key], v[key])
+    raw = {key: w1[key].get_bytes() for key in ("up", "down")}
+    row = w1["down"].nb[1]  # ffn_down's rows split at 34-byte q8_0 blocks: shard d holds bytes [a, b) of each row
+    lo = ff[0] // 32 * 34
+    assert tp.shard(w["down"], 0).get_bytes() == b"".join(raw["down"][r * row : r * row + lo] for r in range(E))
+    assert tp.shard(w["up"], 1).get_bytes() == raw["up"][ff[0] * w1["up"].nb[1] :]
+    tp.alloc()
+    w["x"].set_data(v["x"])
+    assert tp.compute()
+    np.testing.assert_allclose(tp.tensor(out).to_numpy()[0, 0], want, rtol=1e-3, atol=1e-3)
+    with pytest.raises(SplitError, match="block boundaries"):
+        MetaDevice([cpu, opencl]).split_graph(
+            _mlp("q8_0")[0], lambda t: SplitState.split(0, (48, 48)) if t.name == "blk.0.ffn_down" else None
+        )
 
 
 def test_mlp_generic_all_reduce_sums_on_the_first_device() -> None:
@@ -246,7 +369,7 @@ def test_a_plugins_all_reduce_hook_builds_the_reduction(reducing_devices: list[S
     generic = MetaDevice(backends, use_plugin_all_reduce=False).split_graph(
         _mlp()[0],
         lambda t: (
-            SplitState.split(1 if "up" in t.name else 0, (24, 24))
+            SplitState.split(1 if "up" in t.name else 0, (48, 48))
             if "ffn_" in t.name and "norm" not in t.name
             else None
         ),
@@ -263,6 +386,6 @@ def test_an_op_without_a_rule_names_node_and_states() -> None:
     g.build_forward_expand(y)
     backends = [SubsetDevice("Sub0").init_backend(), SubsetDevice("Sub1").init_backend()]
     with pytest.raises(SplitError, match=r"norm_of_split.*RMS_NORM normalises whole rows"):
-        MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (24, 24)) if t is w else None)
-    with pytest.raises(SplitError, match=r"does not cover its 48 indices"):
-        MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (24, 20)) if t is w else None)
+        MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (48, 48)) if t is w else None)
+    with pytest.raises(SplitError, match=r"does not cover its 96 indices"):
+        MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (48, 40)) if t is w else None)
