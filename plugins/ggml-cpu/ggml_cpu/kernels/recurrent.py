@@ -32,9 +32,14 @@ def _flat(node: Tensor) -> np.ndarray:
     return arr(node).reshape(-1)
 
 
-def _compiled(name: str) -> Any:
-    """The compiled kernel ``name`` of :mod:`.qdot._recurrent_kernels`, or None (numpy path)."""
-    return compiled.kernel(name, module="_recurrent_kernels")
+#: below this many products an SSM_CONV runs on the calling thread (a decode step: a few thousand)
+_CONV_SERIAL_WORK = 1 << 16
+
+
+def _compiled(name: str, key: object = None) -> Any:
+    """The compiled kernel ``name`` (``key``: which of a pair) of :mod:`.qdot._recurrent_kernels`, or None (numpy
+    path)."""
+    return compiled.kernel(name, key, module="_recurrent_kernels")
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -48,7 +53,7 @@ def _bind_ssm_conv(node: Tensor) -> Thunk:
     sx, c = node.src[0], node.src[1]
     assert sx is not None and c is not None
     d_conv, n_t = c.ne[0], node.ne[1]
-    fast = _compiled("SSM_CONV_SPEC")
+    fast = _compiled("SSM_CONV_SPECS", int(node.nelements * d_conv < _CONV_SERIAL_WORK))
 
     def run() -> None:
         x = f32(sx)[0]  # (n_s, d_inner, d_conv-1+n_t)

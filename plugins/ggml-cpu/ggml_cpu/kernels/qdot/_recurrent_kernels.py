@@ -18,24 +18,43 @@ import numpy as np
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot._jit import prange
 
-__all__ = ["GATED_DELTA_NET_SPEC", "RWKV_WKV7_SPEC", "SSM_CONV_SPEC", "SSM_SCAN_SPEC"]
+__all__ = ["GATED_DELTA_NET_SPEC", "RWKV_WKV7_SPEC", "SSM_CONV_SPECS", "SSM_SCAN_SPEC"]
 
 _F32 = np.float32
 _SOFTPLUS_MAX: Final = np.float32(20.0)
 
 
+_CONV_BLOCK: Final = 64
+
+
 def _ssm_conv(sx: np.ndarray, c: np.ndarray, out: np.ndarray) -> None:
-    """``out[s, t, i] = Σ_k sx[s, i, t + k]·c[i, k]``, k ascending; threads over channels."""
+    """``out[s, t, i] = Σ_k sx[s, i, t + k]·c[i, k]``, k ascending from 0; threads over blocks of 64 channels. A
+    block's window and weights are first transposed into rows of channels, so every sum runs over contiguous
+    channels (the window is channel-major, the output token-major)."""
     n_s, d_inner, width = sx.shape  # pragma: no cover - compiled
     d_conv = c.shape[1]
     n_t = width - d_conv + 1
-    for i in prange(d_inner):
+    for blk in prange((d_inner + _CONV_BLOCK - 1) // _CONV_BLOCK):
+        i0 = blk * _CONV_BLOCK
+        nb = min(_CONV_BLOCK, d_inner - i0)
+        win = np.empty((width, _CONV_BLOCK), dtype=np.float32)
+        ct = np.empty((d_conv, _CONV_BLOCK), dtype=np.float32)
+        for ii in range(nb):
+            for k in range(d_conv):
+                ct[k, ii] = c[i0 + ii, k]
         for s in range(n_s):
+            for ii in range(nb):
+                for w in range(width):
+                    win[w, ii] = sx[s, i0 + ii, w]
             for t in range(n_t):
-                acc = _F32(0.0)
-                for k in range(d_conv):
-                    acc += sx[s, i, t + k] * c[i, k]
-                out[s, t, i] = acc
+                o = out[s, t, i0 : i0 + nb]
+                w0, c0 = win[t], ct[0]
+                for ii in range(nb):
+                    o[ii] = _F32(0.0) + w0[ii] * c0[ii]
+                for k in range(1, d_conv):
+                    wk, ck = win[t + k], ct[k]
+                    for ii in range(nb):
+                        o[ii] = o[ii] + wk[ii] * ck[ii]
 
 
 @_jit.inline
@@ -242,9 +261,8 @@ _C5 = "float32[:, :, :, :, ::1]"
 
 # inputs may be read-only (weights mapped from the file): every input position is marked so; the scans' initial
 # states come C-contiguous (the callers' ``np.ascontiguousarray``, a no-op for a cache's rows) so their copy vectorises
-SSM_CONV_SPEC: Final = _jit.KernelSpec(
-    _ssm_conv, f"void({_A3}, float32[:, :], float32[:, :, ::1])", parallel=True, readonly=(0, 1)
-)
+#: SSM_CONV threaded over channel blocks, and on one thread (a decode step's few thousand products)
+SSM_CONV_SPECS: Final = _jit.spec_pair(_ssm_conv, f"void({_A3}, float32[:, :], float32[:, :, ::1])", "_ssm_conv")
 SSM_SCAN_SPEC: Final = _jit.KernelSpec(
     _ssm_scan,
     f"void({_C4}, {_A4}, {_A3}, float32[:, :], {_A4}, {_A4}, int32[::1], {_C4}, {_C5})",
