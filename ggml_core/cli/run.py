@@ -276,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError("the prompt is empty: give --prompt TEXT or --tokens IDS")
     n_ctx = args.ctx_size or _round_up(len(prompt) + args.n_predict, 256)
     check_context(len(prompt), args.n_predict, n_ctx)
-    if n_ctx > hp.n_ctx_train:  # llama.cpp warns the same way (n_ctx_seq > n_ctx_train)
+    if (args.ctx_size or len(prompt) + args.n_predict) > hp.n_ctx_train:  # llama.cpp warns (n_ctx_seq > n_ctx_train)
         print(
             f"warning: the context ({n_ctx} cells) is larger than the {hp.n_ctx_train} tokens {path.name} was "
             "trained on: text past that may degrade",
