@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 
@@ -25,15 +26,28 @@ def _operands(node: Tensor) -> list[Tensor]:
 
 
 def _all_f32(limits: Limits, node: Tensor) -> bool:
-    """f32 operands and result (SSM_SCAN's ids are i32), each fitting one storage binding."""
+    """f32 operands and result (SSM_SCAN's ids are i32), each fitting one storage binding; state rows of at most
+    ``MAX_ROW`` values (the scans hold one in private memory)."""
     srcs = _operands(node)
     floats, ints = (srcs[:6], srcs[6:]) if node.op == GGMLOp.SSM_SCAN else (srcs, [])
     return (
         node.type == T.F32
+        and _row_length(node) <= MAX_ROW
         and all(s.type == T.F32 for s in floats)
         and all(s.type == T.I32 for s in ints)
         and fits(limits, node, *srcs)
     )
+
+
+#: longest state row of a scan (``MAX_ROW`` in recurrent.wgsl)
+MAX_ROW: Final = 256
+
+
+def _row_length(node: Tensor) -> int:
+    """Values per state row: SSM_SCAN's d_state, the others' head size (SSM_CONV has no state: 0)."""
+    if node.op == GGMLOp.SSM_CONV:
+        return 0
+    return src(node, 0).ne[0] if node.op == GGMLOp.SSM_SCAN else src(node, 2).ne[0]
 
 
 def _load(

@@ -141,3 +141,20 @@ def test_ssm_scan_bad_state_row_is_reported(wdev: WebGPUDevice) -> None:
     finally:
         be.free()
         buf.free()
+
+
+@pytest.mark.parametrize(("size", "supported"), [(256, True), (264, False)])
+def test_state_rows_longer_than_the_private_row_are_left_to_the_cpu(
+    wdev: WebGPUDevice, size: int, supported: bool
+) -> None:
+    """The scans hold one state row in private memory (256 values): longer rows are not claimed."""
+    ctx = g.Context("rows")
+    qkv = [ctx.new_tensor(F32, [size, 1, 2, 1], n) for n in "qkv"]
+    gate, beta = ctx.new_tensor(F32, [1, 1, 2, 1], "g"), ctx.new_tensor(F32, [1, 1, 2, 1], "beta")
+    gdn = ops.gated_delta_net(*qkv, gate, beta, ctx.new_tensor(F32, [size, size, 1, 1], "state"))
+    s = ctx.new_tensor(F32, [size, 2, 1, 1], "s")
+    x, dt = ctx.new_tensor(F32, [2, 1, 2, 1], "x"), ctx.new_tensor(F32, [1, 2, 1], "dt")
+    bc = ctx.new_tensor(F32, [size, 1, 2, 1], "BC")
+    scan = ops.ssm_scan(s, x, dt, ctx.new_tensor(F32, [1, 1], "A"), bc, bc, ctx.new_tensor(I32, [1], "ids"))
+    assert wdev.supports_op(gdn) is supported
+    assert wdev.supports_op(scan) is supported

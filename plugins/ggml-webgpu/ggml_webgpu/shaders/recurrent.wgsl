@@ -1,10 +1,15 @@
 // ggml-webgpu: the recurrent family, f32: SSM_CONV, SSM_SCAN, GATED_DELTA_NET, RWKV_WKV7.
 //
-// The scans run one invocation per (state row, head, sequence) and loop over the tokens. The bind group has five
-// operand slots, fewer than these ops' operands, so a `load` dispatch first copies the initial states into the
-// result's newest state slot (slot 0), where each invocation updates its row in place (that slot holds the final
-// state when the loop ends, and the row is copied to slot j after the token j steps before the last); RWKV_WKV7's
-// v is copied into the output rows, where only the invocation that overwrites an element reads it.
+// The scans run one invocation per (state row, head, sequence) and loop over the tokens, the row (at most
+// MAX_ROW values) in private memory. The bind group has five operand slots, fewer than these ops' operands, so a
+// `load` dispatch first copies the initial states into the result's newest state slot (slot 0), where each
+// invocation reads its row and writes it back at the end (and to slot j after the token j steps before the last);
+// RWKV_WKV7's v is copied into the output rows, where only the invocation that overwrites an element reads it.
+
+const MAX_ROW = 256u;
+
+// the invocation's state row
+var<private> rw: array<f32, MAX_ROW>;
 
 // f32 element `idx` of the result (D), counted from its first byte
 fn d_get(idx: u32) -> f32 { return bitcast<f32>(d_ld32(pu(TD) + idx * 4u)); }
@@ -15,9 +20,12 @@ fn softplus(x: f32) -> f32 {
     return log(1.0 + exp(x));
 }
 
-// the `len` values from element `first` of the result copied to element `dst` on
-fn d_copy(dst: u32, first: u32, len: u32) {
-    for (var l = 0u; l < len; l++) { d_set(dst + l, d_get(first + l)); }
+// the state row from result element `first` on; the row to result element `dst` on
+fn row_load(first: u32, len: u32) {
+    for (var l = 0u; l < len; l++) { rw[l] = d_get(first + l); }
+}
+fn row_store(dst: u32, len: u32) {
+    for (var l = 0u; l < len; l++) { d_set(dst + l, rw[l]); }
 }
 
 // SSM_CONV: D[i, t, s] = sum over k (ascending) of A[t + k, i, s] * B[k, i]; words: n
@@ -80,6 +88,7 @@ fn ssm_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let n_y = head_dim * n_head * n_t * n_s;
     let slot_len = d_state * head_dim * n_head * n_s;
     let st = n_y + ((s * n_head + h) * head_dim + i) * d_state;
+    row_load(st, d_state);
     for (var t = 0u; t < n_t; t++) {
         let delta = softplus(B_f32(at(TB, h, t, s, 0u)));
         let x_dt = A_f32(at(TA, i, h, t, s)) * delta;
@@ -88,14 +97,15 @@ fn ssm_scan(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         for (var l = 0u; l < d_state; l++) {
             var decay = decay_h;
             if (!per_head) { decay = exp(delta * C_f32(at(TC, l, h, 0u, 0u))); }
-            let v = d_get(st + l) * decay + E_f32(at(TE, l, g, t, s)) * x_dt;
-            d_set(st + l, v);
+            let v = rw[l] * decay + E_f32(at(TE, l, g, t, s)) * x_dt;
+            rw[l] = v;
             acc += v * F_f32(at(TF, l, g, t, s));
         }
         d_set(((s * n_t + t) * n_head + h) * head_dim + i, acc);
         let slot = n_t - 1u - t;
-        if (slot > 0u && slot < k_slots) { d_copy(st + slot * slot_len, st, d_state); }
+        if (slot > 0u && slot < k_slots) { row_store(st + slot * slot_len, d_state); }
     }
+    row_store(st, d_state);
 }
 
 // GATED_DELTA_NET: A q and B k [S, H_k, n_t, n_s_k], C v [S, H, n_t, n_s], E g [1 or S, H, n_t, n_s], F beta
@@ -124,27 +134,29 @@ fn gated_delta_net(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     let n_y = S * H * n_t * n_s;
     let slot_len = S * S * H * n_s;
     let col = n_y + ((s * H + h) * S + j) * S;
+    row_load(col, S);
     for (var t = 0u; t < n_t; t++) {
         let gate = exp(E_f32(at(TE, 0u, h, t, s)));
         var kdot = 0.0;
         for (var l = 0u; l < S; l++) {
             var gl = gate;
             if (kda) { gl = exp(E_f32(at(TE, l, h, t, s))); }
-            let m = d_get(col + l) * gl;
-            d_set(col + l, m);
+            let m = rw[l] * gl;
+            rw[l] = m;
             kdot += m * B_f32(at(TB, l, hq, t, sq));
         }
         let delta = (C_f32(at(TC, j, h, t, s)) - kdot) * F_f32(at(TF, 0u, h, t, s));
         var acc = 0.0;
         for (var l = 0u; l < S; l++) {
-            let m = d_get(col + l) + B_f32(at(TB, l, hq, t, sq)) * delta;
-            d_set(col + l, m);
+            let m = rw[l] + B_f32(at(TB, l, hq, t, sq)) * delta;
+            rw[l] = m;
             acc += m * A_f32(at(TA, l, hq, t, sq));
         }
         d_set(((s * n_t + t) * H + h) * S + j, acc * scale);
         let slot = n_t - 1u - t;
-        if (slot > 0u && slot < k_slots) { d_copy(col + slot * slot_len, col, S); }
+        if (slot > 0u && slot < k_slots) { row_store(col + slot * slot_len, S); }
     }
+    row_store(col, S);
 }
 
 // RWKV_WKV7: A r, B w, C k, E a, F b [S, H, n_tokens] (the tokens of n_s sequences back to back); the result holds
@@ -166,18 +178,20 @@ fn rwkv_wkv7(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     let s = o.z;
     let per_seq = n_tokens / n_s;
     let row = n_tokens * H * S + ((s * H + h) * S + i) * S;
+    row_load(row, S);
     for (var t = s * per_seq; t < (s + 1u) * per_seq; t++) {
         var sa = 0.0;
-        for (var l = 0u; l < S; l++) { sa += d_get(row + l) * E_f32(at(TE, l, h, t, 0u)); }
+        for (var l = 0u; l < S; l++) { sa += rw[l] * E_f32(at(TE, l, h, t, 0u)); }
         let yo = (t * H + h) * S + i;
         let vi = d_get(yo);
         var acc = 0.0;
         for (var l = 0u; l < S; l++) {
-            let m = d_get(row + l) * B_f32(at(TB, l, h, t, 0u)) + vi * C_f32(at(TC, l, h, t, 0u))
+            let m = rw[l] * B_f32(at(TB, l, h, t, 0u)) + vi * C_f32(at(TC, l, h, t, 0u))
                 + sa * F_f32(at(TF, l, h, t, 0u));
-            d_set(row + l, m);
+            rw[l] = m;
             acc += m * A_f32(at(TA, l, h, t, 0u));
         }
         d_set(yo, acc);
     }
+    row_store(row, S);
 }
