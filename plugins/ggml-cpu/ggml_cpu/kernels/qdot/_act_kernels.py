@@ -131,7 +131,7 @@ def _q8_k_rows(x: np.ndarray, q: np.ndarray, d: np.ndarray, sums: np.ndarray) ->
 DOT_Q8_0, DOT_Q8_1, DOT_Q8_K = 0, 1, 2
 
 
-@inline
+@_jit.callee
 def quantize_into(
     dot: int,
     x: np.ndarray,

@@ -74,7 +74,7 @@ _OFFSET: Final = {_Q4_0: 8, _Q5_0: 16, _Q8_0: 128}
 _STREAM_BYTES: Final = 8 << 20
 
 
-@inline
+@_jit.callee
 def _offsets(xq: np.ndarray, c: int, offs: np.ndarray) -> None:  # pragma: no cover - compiled
     """``offs[n, j] = −c · Σ_{i<4} xq[n, 4j + i]``: the tiles' accumulator start, which takes the quant offset off."""
     for n in range(xq.shape[0]):
