@@ -387,5 +387,7 @@ def test_an_op_without_a_rule_names_node_and_states() -> None:
     backends = [SubsetDevice("Sub0").init_backend(), SubsetDevice("Sub1").init_backend()]
     with pytest.raises(SplitError, match=r"norm_of_split.*RMS_NORM normalises whole rows"):
         MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (48, 48)) if t is w else None)
+    with pytest.raises(SplitError, match=r"returned 'rows', not a SplitState"):
+        MetaDevice(backends).split_graph(g, lambda t: "rows" if t is w else None)  # type: ignore[arg-type,return-value]
     with pytest.raises(SplitError, match=r"does not cover its 96 indices"):
         MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (48, 40)) if t is w else None)

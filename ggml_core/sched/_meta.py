@@ -238,6 +238,8 @@ class _Splitter:
 
     def leaf(self, t: Tensor) -> None:
         st = None if t.flags & TensorFlag.INPUT else self.state_of(t)
+        if st is not None and not isinstance(st, SplitState):
+            raise SplitError(t, f"the split-state function returned {st!r:.60}, not a SplitState or None")
         if st is None or st.kind is SplitKind.MIRRORED:
             self.states[t.id] = SplitState.mirrored()
             self.mirrored[t.id] = t
@@ -497,6 +499,8 @@ class _Splitter:
         roots = [t for t in self.graph.nodes if t.id not in read or t.flags & TensorFlag.OUTPUT]
         size = (self.n + 2) * (len(self.graph.nodes) + len(self.graph.leafs)) + 64
         out = Graph(max(size, self.graph.size))
+        # roots in the original order, each device's part of a split root (a cache write) in device order: a write
+        # stays before every reader the original graph ordered after it (readers of a cache are not its children)
         for r in roots:
             st = self.states[r.id]
             if st.kind is SplitKind.SPLIT:
