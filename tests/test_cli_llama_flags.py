@@ -425,3 +425,10 @@ def test_run_reads_escapes_unless_told_not_to(plain_model: Path, capsys: pytest.
     assert escaped["prompt_tokens"] == tok.encode("ab\nab", parse_special=True)
     kept = _json(capsys, "run", str(plain_model), "-p", "ab\\nab", "--no-escape", *RUN)
     assert kept["prompt_tokens"] == tok.encode("ab\\nab", parse_special=True)
+
+
+def test_chat_list_devices_lists_them(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As run's: the devices, then exit (not a chat on stdin)."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
+    assert main(["chat", "--list-devices"]) == 0
+    assert capsys.readouterr().out.startswith("Available devices:\n")

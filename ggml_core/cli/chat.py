@@ -43,6 +43,12 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ggml-core chat: error: {problem}", file=sys.stderr)
         return 2
+    if args.list_devices:
+        from ggml_core.cli._placement_args import list_devices
+        from ggml_core.cli._rpc_option import use_rpc_servers
+
+        use_rpc_servers(args.rpc)
+        return list_devices()
     if args.n_predict <= 0:
         print(f"ggml-core chat: error: --n-predict must be positive, got {args.n_predict}", file=sys.stderr)
         return 2
