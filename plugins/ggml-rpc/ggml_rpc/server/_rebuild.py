@@ -175,6 +175,21 @@ def _pad(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
     return fn(a, *p[:8])
 
 
+def _ssm_scan(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
+    st, x, dt, a, b, c, ids = (_t(rt, s, i) for i in range(7))
+    return ops.ssm_scan(st, x, dt, a, b, c, ids, K=rt.op_params[0])
+
+
+def _gated_delta_net(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
+    q, k, v, g, beta, state = (_t(rt, s, i) for i in range(6))
+    return ops.gated_delta_net(q, k, v, g, beta, state, K=rt.op_params[0])
+
+
+def _rwkv_wkv7(rt: RpcTensor, s: Srcs, ctx: Context) -> Tensor:
+    r, w, k, v, a, b, state = (_t(rt, s, i) for i in range(7))
+    return ops.rwkv_wkv7(r, w, k, v, a, b, state)
+
+
 REBUILDERS: Final[dict[GGMLOp, Rebuilder]] = {
     GGMLOp.DUP: _unary_like(ops.dup),
     GGMLOp.ADD: _binary(ops.add),
@@ -247,6 +262,10 @@ REBUILDERS: Final[dict[GGMLOp, Rebuilder]] = {
     GGMLOp.FLASH_ATTN_EXT: _flash_attn,
     GGMLOp.UNARY: _unary,
     GGMLOp.GLU: _glu,
+    GGMLOp.SSM_CONV: lambda rt, s, ctx: ops.ssm_conv(_t(rt, s, 0), _t(rt, s, 1)),
+    GGMLOp.SSM_SCAN: _ssm_scan,
+    GGMLOp.GATED_DELTA_NET: _gated_delta_net,
+    GGMLOp.RWKV_WKV7: _rwkv_wkv7,
 }
 
 
