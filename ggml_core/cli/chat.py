@@ -1,8 +1,8 @@
 """``ggml-core chat [MODEL]``: an interactive chat with a GGUF model (without one, the embedded default model)
 through its own chat template, ``--chat-template``'s, or chatml when the file has none, as llama.cpp (jinja2, as
 llama.cpp's ``--jinja``). ``-p``/``-f`` is the first user message, then one per line of stdin; each reply is
-streamed and stops at the model's end-of-turn tokens; end of input (or ``-st``) ends the chat. Each turn renders the whole conversation and runs it from the start
-(the sliding-window cache cannot be rewound to a common prefix)."""
+streamed and stops at the model's end-of-turn tokens; end of input (or ``-st``) ends the chat. Each turn renders the
+whole conversation and runs it from the start (the sliding-window cache cannot be rewound to a common prefix)."""
 
 from __future__ import annotations
 
