@@ -206,3 +206,21 @@ def fake_server_hello() -> Iterator[str]:
     lst = socket.create_server(("127.0.0.1", 0))
     yield f"127.0.0.1:{lst.getsockname()[1]}"
     lst.close()
+
+
+@pytest.mark.parametrize("form", ["[::1]:{port}", "TLS://127.0.0.1:{port}", "127.0.0.1:0{port}"])
+def test_use_rpc_servers_finds_the_registry_of_every_endpoint_spelling(
+    form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Brackets, the scheme's case and leading zeros are spelled as the plugin names its registry: the error is the
+    server's own (what failed), not "the plugin did not load"."""
+    from ggml_core.backend.registry import reset_registry
+    from ggml_rpc import RPCError
+
+    monkeypatch.setenv("GGML_RPC_SERVERS", "")
+    try:
+        with pytest.raises(RPCError, match=r"RPC server .*: (cannot connect|the TLS handshake)"):
+            use_rpc_servers([form.format(port=_free_port())])
+    finally:
+        monkeypatch.delenv("GGML_RPC_SERVERS")
+        reset_registry()
