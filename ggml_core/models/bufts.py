@@ -283,12 +283,12 @@ class KVInfo:
     v_trans: bool
 
 
-def _count_shared_once(choices: dict[str, WeightChoice], weights: Sequence[WeightInfo], cpu: Device) -> None:
+def _count_shared_once(
+    choices: dict[str, WeightChoice], weights: Sequence[WeightInfo], cpu: Device, mapped_in_place: bool
+) -> None:
     """Weights reading one file tensor (a tied output matrix and the token embeddings) take its bytes once where
     they are used in place from the mapped file; a copy in any other buffer is memory of its own."""
-    from ggml_core.models.placement import maps_weights
-
-    if not maps_weights(cpu):
+    if not mapped_in_place:
         return
     mapped = cpu.buffer_type()
     first: dict[str, str] = {}
@@ -427,7 +427,7 @@ def assign_weights(
                     f"{list(w.ne)}: host memory"
                 )
         choices[w.name] = WeightChoice(w.name, w.slot, got[1], got[0], w.nbytes, reason)
-    _count_shared_once(choices, weights, cpu)
+    _count_shared_once(choices, weights, cpu, placement.maps(cpu))
     placement.weights = choices
     # a device that takes none of a slot's weights gets none of it (no KV cache, no layer)
     for slot, dev in list(placement.slot_device.items()):

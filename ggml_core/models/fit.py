@@ -34,7 +34,7 @@ from ggml_core._errors import AllocationError
 from ggml_core.alloc import pad
 from ggml_core.backend.interfaces import Backend, BufferUsage, Device, DeviceType
 from ggml_core.models.bufts import bind_probe
-from ggml_core.models.placement import INPUT_SLOT, Placement, fit_check, maps_weights, resolve_devices
+from ggml_core.models.placement import INPUT_SLOT, Placement, fit_check, resolve_devices
 
 if TYPE_CHECKING:
     from ggml_core.models.gguf_file import GGUFFile
@@ -163,7 +163,7 @@ def measure(
         buft = choice.buft if choice is not None else dev.buffer_type()
         bind_probe(t, buft, BufferUsage.WEIGHTS)
         weights.tensors[s.name] = t
-        if buft is dev.buffer_type() and maps_weights(dev):
+        if buft is dev.buffer_type() and placement.maps(dev):
             continue  # used in place from the file's mapping
         nbytes = pad(buft.alloc_size(t), buft.alignment)
         dev_bytes[dev.name] = dev_bytes.get(dev.name, 0) + nbytes

@@ -62,6 +62,9 @@ class PlacementRequest:
     overrides: Sequence[Any] = ()
     #: False (``--no-kv-offload``): every layer's KV cache in host memory
     kv_offload: bool = True
+    #: False (``--no-mmap``): the CPU's weights are read into buffers of their own, not used in place from the
+    #: memory-mapped file
+    mmap: bool = True
 
 
 @dataclass
@@ -134,6 +137,12 @@ class Placement:
     notes: list[str] = field(default_factory=list)
     #: ``--split-mode auto``'s choice and prediction (:class:`~ggml_core.models.autosplit.AutoChoice`), else None
     auto: Any = None
+    #: the request's ``mmap``: whether the CPU's weights may be used in place from the mapped file
+    mmap: bool = True
+
+    def maps(self, dev: Device) -> bool:
+        """True when ``dev``'s weights are used in place from the memory-mapped file (the CPU, unless --no-mmap)."""
+        return self.mmap and maps_weights(dev)
 
     def device_of(self, slot: int) -> Device:
         """The device of a slot (-1 input, 0..n_layer-1 layers, n_layer output)."""
@@ -327,8 +336,8 @@ def plan_placement(
     else:
         for slot in range(n_slots):
             slot_device[slot] = cpu
-    plan = Placement(n_layer, slot_device, [], request.split_mode)
-    items = [(dev, slot, slot_bytes.get(slot, 0), maps_weights(dev)) for slot, dev in slot_device.items()]
+    plan = Placement(n_layer, slot_device, [], request.split_mode, mmap=request.mmap)
+    items = [(dev, slot, slot_bytes.get(slot, 0), plan.maps(dev)) for slot, dev in slot_device.items()]
     plan.account(items, kv_bytes_per_layer, compute_bytes, devs)
     if check_fit:
         fit_check(plan)
@@ -344,15 +353,14 @@ def fit_check(plan: Placement, ctx_flag: str = "--ctx-size") -> None:
     """Every share against its device's free memory; AllocationError saying how many layers would fit.
     ``ctx_flag`` is what makes the context smaller (``run`` without ``-c`` sizes it from ``-n``)."""
     for s in plan.shares:
-        _check_fit(s, plan.n_layer, ctx_flag)
+        _check_fit(s, plan.n_layer, ctx_flag, plan.maps(s.device))
 
 
-def _check_fit(s: DeviceShare, n_layer: int, ctx_flag: str) -> None:
+def _check_fit(s: DeviceShare, n_layer: int, ctx_flag: str, mapped: bool) -> None:
     free, _total = s.device.memory()
     need = s.total_bytes
     if need <= free:
         return
-    mapped = maps_weights(s.device)
     kv_per_layer = s.kv_bytes // max(len(s.kv_layers), 1)
     per_layer = [
         (0 if mapped else s.slot_bytes.get(i, 0)) + (kv_per_layer if i in s.kv_layers else 0) for i in s.layers

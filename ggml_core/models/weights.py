@@ -20,7 +20,7 @@ from ggml_core.alloc import alloc_ctx_tensors, pad
 from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, Device
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
-from ggml_core.models.placement import INPUT_SLOT, Placement, maps_weights
+from ggml_core.models.placement import INPUT_SLOT, Placement
 from ggml_core.models.progress import Progress
 
 __all__ = [
@@ -175,7 +175,7 @@ def load_weights(
                 t = ctx.new_tensor(info.type, info.ne, name=s.name)
                 out.tensors[s.name] = t
                 made.append((t, s))
-            mapped = buft is dev.buffer_type() and maps_weights(dev) and _bind_mapped(f, dev, made, out)
+            mapped = buft is dev.buffer_type() and placement.maps(dev) and _bind_mapped(f, dev, made, out)
             if not mapped:
                 _upload(f, dev, buft, ctx, made, out, progress and upload, stream, upload)
     except BaseException:
