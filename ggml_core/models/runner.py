@@ -46,7 +46,6 @@ from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.placement import (
     Placement,
     PlacementRequest,
-    maps_weights,
     plan_placement,
     resolve_devices,
 )
@@ -590,7 +589,7 @@ def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelP
     assign_weights(placement, infos, shapes, req.overrides, kv, kv_offload=req.kv_offload)
     cpu = placement.slot_device[-1]
     items = [
-        (c.device, c.slot, c.nbytes, c.buft is cpu.buffer_type() and maps_weights(cpu))
+        (c.device, c.slot, c.nbytes, c.buft is cpu.buffer_type() and placement.maps(cpu))
         for c in placement.weights.values()
     ]
     placement.account(items, kv_layer, compute, resolve_devices(req.devices))
