@@ -432,3 +432,18 @@ def test_chat_list_devices_lists_them(capsys: pytest.CaptureFixture[str], monkey
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
     assert main(["chat", "--list-devices"]) == 0
     assert capsys.readouterr().out.startswith("Available devices:\n")
+
+
+def test_no_mmap_copies_the_weights_and_computes_the_same(
+    plain_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["run", str(plain_model), "--device", "CPU", "--tokens", "1,9,10,11", "-n", "1", "--json"]
+    runs = {}
+    for flag in ("--mmap", "--no-mmap"):
+        out = tmp_path / f"{flag}.npy"
+        info = _json(capsys, *base, flag, "--logits-out", str(out))
+        (cpu,) = info["devices"]
+        runs[flag] = (cpu, np.load(out))
+    assert runs["--mmap"][0]["weights_mapped"] and not runs["--no-mmap"][0]["weights_mapped"]
+    assert runs["--mmap"][0]["weights_MB"] == runs["--no-mmap"][0]["weights_MB"]
+    np.testing.assert_array_equal(runs["--mmap"][1], runs["--no-mmap"][1])

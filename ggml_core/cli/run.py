@@ -83,6 +83,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default=0,
         help="device index for --split-mode none",
     )
+    g.add_argument(
+        "--no-mmap", dest="mmap", action="store_false", help="read the CPU's weights into memory of their own instead "
+        "of using them in place from the memory-mapped file"
+    )  # fmt: skip
+    g.add_argument("--mmap", dest="mmap", action="store_true", help=argparse.SUPPRESS)  # the default, spelled out
     g.add_argument("--rpc", type=endpoints, help="RPC servers HOST:PORT,... whose devices join (needs ggml-rpc)")
     add_placement_args(g)  # -ot, --cpu-moe, --n-cpu-moe, --no-op-offload, --no-kv-offload, --list-devices
     c = p.add_argument_group("context")
@@ -181,6 +186,7 @@ def model_params(
         main_device=args.main_gpu,
         overrides=extras["overrides"],
         kv_offload=extras["kv_offload"],
+        mmap=getattr(args, "mmap", True),
     )
     return ModelParams(
         placement=req,
