@@ -119,6 +119,9 @@ def test_sizes_are_in_mib_throughout(
     text = out.out + out.err
     assert "MiB: weights" in text and "MiB/s" in text  # the device lines and the upload line
     assert re.findall(r"\bMB\b", text) == []
+    assert main(["run", str(tiny), "--device", "Small0", "-fitt", "0", "--tokens", "1,2", "-n", "1", "--json"]) == 0
+    (upload,) = json.loads(capsys.readouterr().out)["uploads"]
+    assert upload["device"] == "Small0" and 0 < upload["MiB"] * 2**20 < 2**20  # a 3-layer model: < 1 MiB
 
 
 def test_a_tied_embedding_is_counted_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

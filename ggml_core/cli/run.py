@@ -440,9 +440,9 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "uploads": [
             {
                 "device": u.device,
-                "MB": round(u.nbytes / 1e6, 3),
+                "MiB": round(u.nbytes / 2**20, 3),
                 "seconds": round(u.seconds, 4),
-                "MB_per_s": round(u.mb_per_s, 1),
+                "MiB_per_s": round(u.nbytes / 2**20 / max(u.seconds, 1e-9), 1),
             }
             for u in model.weights.uploads
         ],
