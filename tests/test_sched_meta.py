@@ -321,10 +321,13 @@ def test_q8_0_weights_split_at_block_boundaries(
         )
 
 
-def test_mlp_generic_all_reduce_sums_on_the_first_device() -> None:
-    devs = [SubsetDevice("Sub0"), SubsetDevice("Sub1")]
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async-events"])
+def test_mlp_generic_all_reduce_sums_on_the_first_device(asynchronous: bool) -> None:
+    devs = [SubsetDevice("Sub0", asynchronous=asynchronous), SubsetDevice("Sub1", asynchronous=asynchronous)]
     backends = [d.init_backend() for d in devs]
     _, tp = _run_mlp(backends, (2, 1))
+    if asynchronous:  # the partial crossed devices on the asynchronous path
+        assert devs[0].stats["async_copies"] + devs[0].stats["d2d_copies"] >= 1
     assert tp.n_all_reduces == 1
     reduce_adds = [n for n in tp.graph.nodes if "allreduce" in n.name]
     assert len(reduce_adds) == 1 and tp.scheduler.get_tensor_backend(reduce_adds[0]) is backends[0]
