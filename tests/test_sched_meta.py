@@ -88,6 +88,12 @@ def test_llama_over_cpu_and_opencl_matches_one_device(
     wq = lg.weights[0]["wq"]
     assert tp.state(wq) == SplitState.split(1, tuple(16 * h for h in heads))
     assert tp.state(lg.weights[0]["wo"]).axis == 0 and tp.state(lg.weights[0]["attn_norm"]).kind is SplitKind.MIRRORED
+    text = tp.describe()
+    assert f"blk.0.attn_q: split(axis 1: {16 * heads[0]}+{16 * heads[1]})" in text
+    assert f"{2 * shape['n_layers']} all-reduces per compute" in text
+    for d, be in enumerate((cpu, opencl)):
+        shard_bytes = sum(tp.shard(t, d).nbytes for t in lg.weight_tensors() if tp.state(t).kind is SplitKind.SPLIT)
+        assert f"  {be.name}: {shard_bytes} bytes of shards" in text
     for d, be in enumerate((cpu, opencl)):  # each device computes its own heads
         assert tp.scheduler.get_tensor_backend(tp.shard(wq, d)) is be
         q_rope = next(n for n in lg.graph.nodes if n.name == "q_rope-1")

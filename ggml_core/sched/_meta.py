@@ -113,6 +113,18 @@ class TensorParallelGraph:
             raise SplitError(t, f"is {self.states[t.id].describe()}, not mirrored: read its shards with shard(t, d)")
         return self.mirrored[t.id]
 
+    def describe(self) -> str:
+        """Text: each device's bytes of shards, each split tensor's state, the number of all-reduces."""
+        lines = [
+            f"{self.meta.name}: {len(self.split_weights)} split tensors ({len(self.caches)} caches), "
+            f"{len(self.mirrored_weights)} mirrored weights, {self.n_all_reduces} all-reduces per compute"
+        ]
+        for d, dev in enumerate(self.meta.devices):
+            nbytes = sum(self.shards[t.id][d].nbytes for t in self.split_weights)
+            lines.append(f"  {dev.name}: {nbytes} bytes of shards")
+        lines += [f"  {t.name}: {self.states[t.id].describe()}" for t in self.split_weights]
+        return "\n".join(lines)
+
     def alloc_weights(self) -> None:
         """Allocate every shard on its device and the mirrored weights on the first device (usage WEIGHTS); split
         caches (tensors the graph writes rows into) get buffers of their own, cleared, with usage ANY."""
