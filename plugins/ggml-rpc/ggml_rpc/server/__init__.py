@@ -3,6 +3,7 @@
 - :mod:`._validate`: tensor checks (type, block layout, extent inside an owned buffer) and per-connection handles
 - :mod:`._rebuild`: each received node rebuilt through the core op builders and compared with what was sent
 - :mod:`._graph`: GRAPH_COMPUTE parsed within limits, bound to memory, checked against the device
+- :mod:`._greeting`: the start of a connection: TLS and the token when configured, then HELLO
 - :mod:`._session`: one connection, one command at a time; a bad message closes only that connection
 - :mod:`._limits`: every bound (:class:`ServerLimits`) and the byte pools grants are counted against
 - :mod:`._work`: work bounds from op parameters (pooling windows, convolution kernels), checked before compute

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import socket
-import ssl
 import struct
 import time
 from pathlib import Path
@@ -28,18 +27,10 @@ from typing import TYPE_CHECKING, Final
 
 from ggml_core import AllocationError, Backend, Context, Device, GGMLError, Graph, Tensor
 from ggml_rpc import _fnv
-from ggml_rpc._security import tokens_equal
 from ggml_rpc.protocol import (
     FIXED_REQUEST_SIZE,
-    GGML_CORE_MARK,
-    GGML_CORE_TLS_REQUIRED,
-    GGML_CORE_TOKEN_REQUIRED,
-    HELLO_CAPS_SIZE,
-    PROTO_VERSION,
     RPC_TENSOR_SIZE,
     SET_TENSOR_HEADER,
-    TOKEN_MAX,
-    Auth,
     Cmd,
     RpcTensor,
     recv_exact,
@@ -47,6 +38,7 @@ from ggml_rpc.protocol import (
     send_all,
 )
 from ggml_rpc.server._graph import build_graph, parse_graph
+from ggml_rpc.server._greeting import greet
 from ggml_rpc.server._rebuild import rebuild_node
 from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout, extent
 from ggml_rpc.server._work import graph_scratch
@@ -62,8 +54,6 @@ _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
 _2U64: Final = struct.Struct("<QQ")
 _SET_HEAD: Final = RPC_TENSOR_SIZE + SET_TENSOR_HEADER.size
-#: the first byte of a TLS connection (a handshake record)
-_TLS_HANDSHAKE: Final = 0x16
 
 
 class Session:
@@ -90,9 +80,7 @@ class Session:
     def run(self) -> None:
         """Serve until the end; never raises."""
         try:
-            if self.server.tls is not None:
-                self._tls(self.server.tls)
-            self._hello()
+            self.sock = greet(self.sock, self.server.token, self.server.tls, self.limits.hello_timeout)
             while self._one():
                 self.commands += 1
         except Refused as exc:
@@ -159,73 +147,6 @@ class Session:
         else:
             send_all(self.sock, _U64.pack(mv.nbytes), deadline)
             send_all(self.sock, mv, deadline)
-
-    def _tls(self, context: ssl.SSLContext) -> None:
-        """The TLS handshake, within the HELLO deadline.
-
-        A plain client (its first byte is not a TLS handshake record's) is told in its own protocol — a marked
-        HELLO answer, or EXT_AUTH's TLS_REQUIRED — and closed, so that it can say what to do.
-        """
-        self.sock.settimeout(self.limits.hello_timeout)
-        first = self.sock.recv(1, socket.MSG_PEEK)
-        if first and first[0] != _TLS_HANDSHAKE:
-            self._deadline = time.monotonic() + self.limits.hello_timeout
-            cmd = self._read(1)[0]
-            if cmd == Cmd.EXT_AUTH:
-                self._read_token()
-                self._respond(bytes([Auth.TLS_REQUIRED]))
-            elif cmd == Cmd.HELLO:
-                self._hello_body()
-                self._respond(bytes([*PROTO_VERSION, GGML_CORE_TLS_REQUIRED]) + bytes(HELLO_CAPS_SIZE))
-            raise Refused("a plain client: this server serves TLS only (the client must connect to tls://HOST:PORT)")
-        try:
-            self.sock = context.wrap_socket(self.sock, server_side=True)
-        except ssl.SSLError as exc:
-            raise Refused(f"TLS handshake failed ({exc.reason or exc})") from None
-
-    def _hello(self) -> None:
-        self._deadline = time.monotonic() + self.limits.hello_timeout  # the whole HELLO, however it trickles
-        cmd = self._read(1)[0]
-        token = self.server.token
-        if cmd == Cmd.EXT_AUTH:
-            self._auth(token)
-            cmd = self._read(1)[0]
-        elif token is not None and cmd == Cmd.HELLO:
-            self._hello_body()  # told that a token is needed, then closed (a llama.cpp client sees a close)
-            self._respond(bytes([*PROTO_VERSION, GGML_CORE_TOKEN_REQUIRED]) + bytes(HELLO_CAPS_SIZE))
-            raise Refused("no token: this server was started with --token (the client needs GGML_RPC_TOKEN_FILE)")
-        if cmd != Cmd.HELLO:
-            tls = (
-                " (a TLS handshake: this server has no TLS; start it with --tls-cert/--tls-key)"
-                if cmd == _TLS_HANDSHAKE
-                else ""
-            )
-            raise Refused(f"the first command must be HELLO (14), got {cmd}{tls}")
-        self._hello_body()
-        self._respond(bytes([*PROTO_VERSION, GGML_CORE_MARK]) + bytes(HELLO_CAPS_SIZE))
-
-    def _hello_body(self) -> None:
-        (size,) = _U64.unpack(self._read(8))
-        if size != HELLO_CAPS_SIZE:
-            raise Refused(f"HELLO of {size} bytes, protocol 7 has {HELLO_CAPS_SIZE}: the client needs protocol 7.x")
-        self._read(size)  # connection capabilities (RDMA); TCP only here, so ignored
-
-    def _read_token(self) -> bytes:
-        (size,) = _U64.unpack(self._read(8))
-        if not 0 < size <= TOKEN_MAX:
-            raise Refused(f"a token of {size} bytes (1 to {TOKEN_MAX} are accepted)")
-        return bytes(self._read(size))
-
-    def _auth(self, token: bytes | None) -> None:
-        """EXT_AUTH (before HELLO): compare the client's token with the server's, in constant time."""
-        given = self._read_token()
-        if token is None:
-            self._respond(bytes([Auth.NOT_REQUIRED]))
-            raise Refused("the client sent a token, and this server was started without --token")
-        if not tokens_equal(given, token):
-            self._respond(bytes([Auth.REFUSED]))
-            raise Refused("wrong token")
-        self._respond(bytes([Auth.ACCEPTED]))
 
     def _one(self) -> bool:
         """Serve one command; False when the client closed the connection between commands."""
