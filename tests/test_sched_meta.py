@@ -228,6 +228,9 @@ def test_shard_sizes_follow_proportions() -> None:
     assert shard_sizes(5, (1, 1)) == (3, 2)
     assert shard_sizes(4, (100, 1)) == (3, 1)  # every device keeps one unit
     assert sum(shard_sizes(97, (0.3, 0.5, 0.2))) == 97
+    for bad in ((), (1, float("nan")), (0, 0), (-1, 2)):
+        with pytest.raises(SplitError, match="proportions must be finite, non-negative, with a positive sum"):
+            shard_sizes(8, bad)
 
 
 # ---------------------------------------------------------------------------------------------- MLP on test devices

@@ -11,6 +11,7 @@ products partial), everything else mirrored.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -85,9 +86,9 @@ _PARTIAL = SplitState(SplitKind.PARTIAL)
 def shard_sizes(n_units: int, proportions: Sequence[float], what: str = "units") -> tuple[int, ...]:
     """Divide ``n_units`` by ``proportions`` (llama.cpp's ``--tensor-split``): whole units, largest remainders
     first, every device at least one unit (:class:`SplitError` when there are fewer units than devices)."""
-    if not proportions or any(p < 0 for p in proportions) or sum(proportions) <= 0:
+    if not proportions or not all(math.isfinite(p) and p >= 0 for p in proportions) or sum(proportions) <= 0:
         raise SplitError(
-            None, f"tensor split proportions must be non-negative with a positive sum, got {list(proportions)}"
+            None, f"tensor split proportions must be finite, non-negative, with a positive sum; got {list(proportions)}"
         )
     n = len(proportions)
     if n_units < n:
