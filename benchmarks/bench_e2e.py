@@ -18,8 +18,9 @@ value heads of 128, d_conv 4; gated attention with 2 KV heads of 64, IMROPE on 1
 convolutions, l_cache 3). Their rows carry the model's name.
 
 Usage: ``python benchmarks/bench_e2e.py [--models llama,granitehybrid,qwen35,lfm2] [--types f32,q8_0,q4_0,q4_k]
-[--threads 1,2] [--n-gen 32] [--reps 3] [--rounds 2] [--json PATH] [--no-llama-cpp]``; the rows go to
-``benchmarks/results/bench_e2e.json`` as JSON (a bare ``--json`` prints them instead of the table)
+[--threads 1,2] [--n-gen 32] [--reps 3] [--rounds 2] [--json PATH] [--no-llama-cpp] [--keep DIR]``; the rows go
+to ``benchmarks/results/bench_e2e.json`` as JSON (a bare ``--json`` prints them instead of the table); ``--keep``
+leaves the models in DIR (``bench-<model>-<type>.gguf``, for ``bench_prompt.py --model``)
 """
 
 from __future__ import annotations
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of ggml-core and llama.cpp")
     ap.add_argument("--no-llama-cpp", action="store_true", help="ggml-core and the numpy floor only")
+    ap.add_argument("--keep", type=Path, metavar="DIR", help="write the models into DIR and keep them there")
     add_json_option(ap, "bench_e2e")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -304,10 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# ggml-core's f32 products: {blas or 'numpy BLAS (not OpenBLAS)'}", file=sys.stderr)
     load_start = load_average()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="ggml-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ggml-bench-") as scratch:
+        tmp = args.keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         for model, wtype in ((m, t) for m in args.models.split(",") for t in args.types.split(",")):
             t0 = time.perf_counter()
-            path = Path(tmp) / f"bench-{model}-{wtype}.gguf"
+            path = tmp / f"bench-{model}-{wtype}.gguf"
             if model == "llama":
                 write_bench_model(path, wtype)
             else:
