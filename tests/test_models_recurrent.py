@@ -7,6 +7,7 @@ Bounds: f32 weights and state ≤ 1e-4 max |Δlogit|, q8_0 weights ≤ 1e-3.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from test_families_vs_llama_cpp import TOKENS
 
 from ggml_core import DeviceNotFoundError
 from ggml_core.backend.registry import get_registry
+from ggml_core.cli import main
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.testing import llama_cpp
 from ggml_core.testing.recurrent_models import (
@@ -180,3 +182,30 @@ def test_recurrent_families_on_opencl_and_split(tmp_path: Path, opencl0: str, fa
         got = run(req)
         for a, b in zip(got, cpu, strict=True):
             assert np.abs(a - b).max() <= 1e-4, f"{family} on {req.devices}: max |Δ| {np.abs(a - b).max():.3g}"
+
+
+@pytest.mark.parametrize("family", ["granitehybrid", "mamba2", "nemotron_h"])
+def test_run_and_chat_commands_on_cpu_opencl_and_split(
+    tmp_path: Path, opencl0: str, family: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ggml-core run`` gives the same prompt logits on the CPU, on OpenCL0 and split over both; ``chat`` answers a
+    line (a file without a template chats through chatml)."""
+    path = _FAMILIES[family](tmp_path / f"{family}.gguf")
+    base = ["run", str(path), "--tokens", "1,5,9,3,7,2", "-n", "0", "--kv-type", "f32"]
+    runs = {
+        "cpu": ["--device", "CPU"],
+        "opencl": ["--device", opencl0],
+        "split": ["--device", f"{opencl0},CPU", "-ngl", "1"],
+    }
+    got = {}
+    for name, flags in runs.items():
+        out = tmp_path / f"{name}.npy"
+        assert main([*base, *flags, "--logits-out", str(out)]) == 0, capsys.readouterr().err
+        got[name] = np.load(out)
+    for name in ("opencl", "split"):
+        assert np.abs(got[name] - got["cpu"]).max() <= 1e-4, name
+    stdin = io.StringIO("hello\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stdin", stdin)
+        assert main(["chat", str(path), "--temp", "0", "-n", "3", "--device", f"{opencl0},CPU", "-ngl", "1"]) == 0
+    assert "chatml" in capsys.readouterr().err
