@@ -100,3 +100,13 @@ def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixt
     assert rc == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_split_lists_add_rows_and_columns(models: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """-sm and -ts are lists too (llama-bench's '/' between the shares of one split); the table shows them only when
+    the rows differ in them."""
+    argv = ["-m", str(models[0]), "-p", "4", "-n", "0", "-r", "1", "-sm", "none,layer", "-ts", "1"]
+    rows = [json.loads(line) for line in _bench(capsys, *argv, "-o", "jsonl").splitlines()]
+    assert [(r["split_mode"], r["tensor_split"]) for r in rows] == [("none", "1"), ("layer", "1")]
+    md = _bench(capsys, *argv).splitlines()
+    assert "| sm |" in md[0] and "| ts |" not in md[0] and "| none |" in md[2] and "| layer |" in md[3]

@@ -38,6 +38,8 @@ FIELDS = (
     "devices",
     "n_threads",
     "n_gpu_layers",
+    "split_mode",
+    "tensor_split",
     "type_k",
     "flash_attn",
     "n_batch",
@@ -98,6 +100,13 @@ def add_parser(sub: Any, name: str) -> None:
         "--device", "-dev", action="append", type=_device_lists, help="devices, e.g. CPU,OpenCL0 (a run each) "
         "or OpenCL0/CPU (one run over both)"
     )  # fmt: skip
+    p.add_argument(
+        "--split-mode", "-sm", action="append", type=_split_modes, help="none, layer or auto; e.g. layer,auto"
+    )
+    p.add_argument(
+        "--tensor-split", "-ts", action="append", type=_tensor_splits, help="shares per device, e.g. 3/1 (several: "
+        "3/1,1/1)"
+    )  # fmt: skip
     p.add_argument("--flash-attn", "-fa", action="append", type=int_list(0, 1, "flash attention"), help="0,1")
     p.add_argument(
         "--cache-type-k", "-ctk", action="append", type=_kv_types, help=f"KV cache types ({', '.join(KV_TYPES)})"
@@ -110,6 +119,21 @@ def add_parser(sub: Any, name: str) -> None:
 
 def _ngl_list(text: str) -> list[int | None]:
     return [n_gpu_layers(x) for x in text.split(",") if x.strip()]
+
+
+def _split_modes(text: str) -> list[str]:
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in out if x not in ("none", "layer", "auto")]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"split modes are none, layer and auto, got {text!r}")
+    return out
+
+
+def _tensor_splits(text: str) -> list[tuple[float, ...]]:
+    """``-ts 3/1,1/1``: each item a '/'-separated list of shares (as llama-bench)."""
+    from ggml_core.cli._args import shares
+
+    return [tuple(shares(item.replace("/", ","))) for item in text.split(",") if item.strip()]
 
 
 def _kv_types(text: str) -> list[str]:
@@ -211,42 +235,55 @@ def _measure_all(args: argparse.Namespace, on_result: Callable[[BenchResult], No
         models,
         _flat(args.device, [None]),
         _flat(args.n_gpu_layers, [None]),
+        _flat(args.split_mode, [None]),
+        _flat(args.tensor_split, [None]),
         _flat(args.threads, [None]),
         _flat(args.flash_attn, [0]),
         _flat(args.cache_type_k, ["f16"]),
     )
-    for path, devices, ngl, threads, fa, ctk in combos:
-        for r in _measure(args, Path(path), devices, ngl, threads, bool(fa), ctk, tests):
+    for path, devices, ngl, sm, ts, threads, fa, ctk in combos:
+        config = _Config(devices, ngl, sm, ts, threads, bool(fa), ctk)
+        for r in _measure(args, Path(path), config, tests):
             on_result(r)
             yield r
 
 
-def _measure(
-    args: argparse.Namespace,
-    path: Path,
-    devices: tuple[str, ...] | None,
-    ngl: int | None,
-    threads: int | None,
-    fa: bool,
-    ctk: str,
-    tests: list[_Test],
-) -> list[BenchResult]:
+@dataclass(frozen=True)
+class _Config:
+    """One combination of the list flags."""
+
+    devices: tuple[str, ...] | None
+    ngl: int | None
+    split_mode: str | None
+    tensor_split: tuple[float, ...] | None
+    threads: int | None
+    flash_attn: bool
+    type_k: str
+
+    def request(self) -> Any:
+        """The PlacementRequest: a hand-chosen placement is split by layer (as run's), else --split-mode auto."""
+        from ggml_core.models import PlacementRequest
+
+        hand = self.devices is not None or self.ngl is not None or self.tensor_split is not None
+        mode = self.split_mode or ("layer" if hand else "auto")
+        devices = list(self.devices) if self.devices else None
+        return PlacementRequest(devices=devices, n_gpu_layers=self.ngl, split_mode=mode, tensor_split=self.tensor_split)
+
+
+def _measure(args: argparse.Namespace, path: Path, config: _Config, tests: list[_Test]) -> list[BenchResult]:
     import numpy as np
 
-    from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf
+    from ggml_core.models import Model, ModelParams, open_gguf
 
     f = open_gguf(path)
     n_ctx = max(t.n_prompt + t.n_gen for t in tests)
-    hand = devices is not None or ngl is not None
     params = ModelParams(
-        placement=PlacementRequest(
-            devices=list(devices) if devices else None, n_gpu_layers=ngl, split_mode="layer" if hand else "auto"
-        ),
+        placement=config.request(),
         n_ctx=(n_ctx + 255) // 256 * 256,
-        kv_type=ctk,
-        flash_attn=fa,
+        kv_type=config.type_k,
+        flash_attn=config.flash_attn,
         batch_size=args.batch_size,
-        n_threads=threads,
+        n_threads=config.threads,
         progress=False,
     )
     rng = np.random.default_rng(args.seed)
@@ -259,10 +296,12 @@ def _measure(
             "model_size": sum(t.nbytes for t in f.tensors),
             "model_n_params": _n_params(f),
             "devices": "/".join(used),
-            "n_threads": threads or 0,
+            "n_threads": config.threads or 0,
             "n_gpu_layers": _offloaded(m),
-            "type_k": ctk,
-            "flash_attn": fa,
+            "split_mode": m.placement.split_mode,
+            "tensor_split": "/".join(f"{x:g}" for x in config.tensor_split) if config.tensor_split else "",
+            "type_k": config.type_k,
+            "flash_attn": config.flash_attn,
             "n_batch": args.batch_size,
             "test_time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
@@ -309,6 +348,10 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
 def format_results(results: Sequence[BenchResult], fmt: str) -> str:
     """The results as llama-bench prints them: a markdown table, csv, a json array or json lines."""
     rows: list[dict[str, Any]] = [{k: r.values.get(k) for k in FIELDS} for r in results]
@@ -323,20 +366,23 @@ def format_results(results: Sequence[BenchResult], fmt: str) -> str:
         for row in rows:
             w.writerow({k: (";".join(map(str, v)) if isinstance(v, list) else v) for k, v in row.items()})
         return buf.getvalue()
-    head = ["model", "size", "params", "devices", "threads", "ngl", "type_k", "fa", "test", "t/s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h == "t/s" else "---" for h in head) + "|"]
-    for v in rows:
-        cells = [
-            str(v["model_type"]),
-            f"{v['model_size'] / 2**30:.2f} GiB" if v["model_size"] >= 2**30 else f"{v['model_size'] / 2**20:.2f} MiB",
-            _count(v["model_n_params"]),
-            str(v["devices"]),
-            str(v["n_threads"] or "auto"),
-            str(v["n_gpu_layers"]),
-            str(v["type_k"]),
-            str(int(v["flash_attn"])),
-            _test_name(v),
-            f"{v['avg_ts']:.2f} ± {v['stddev_ts']:.2f}",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+    # the columns llama-bench shows, the split ones only when the rows differ in them
+    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("model", lambda v: str(v["model_type"])),
+        ("size", lambda v: _size(v["model_size"])),
+        ("params", lambda v: _count(v["model_n_params"])),
+        ("devices", lambda v: str(v["devices"])),
+        ("threads", lambda v: str(v["n_threads"] or "auto")),
+        ("ngl", lambda v: str(v["n_gpu_layers"])),
+        ("sm", lambda v: str(v["split_mode"])),
+        ("ts", lambda v: str(v["tensor_split"])),
+        ("type_k", lambda v: str(v["type_k"])),
+        ("fa", lambda v: str(int(v["flash_attn"]))),
+        ("test", _test_name),
+        ("t/s", lambda v: f"{v['avg_ts']:.2f} ± {v['stddev_ts']:.2f}"),
+    ]
+    columns = [(h, c) for h, c in columns if h not in ("sm", "ts") or len({c(v) for v in rows}) > 1]
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |"]
+    lines.append("|" + "|".join("---:" if h == "t/s" else "---" for h, _ in columns) + "|")
+    lines += ["| " + " | ".join(c(v) for _, c in columns) + " |" for v in rows]
     return "\n".join(lines) + "\n"
