@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "tokenize": "tokenize",
     "chat": "chat",
     "bench": "bench",
+    "perplexity": "perplexity",
 }
 
 
