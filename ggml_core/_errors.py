@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ggml_core._text import safe_text
+
 __all__ = [
     "AllocationError",
     "BufferFreedError",
@@ -188,7 +190,8 @@ class GGUFError(GGMLError, ValueError):
     """A GGUF file is malformed or unsupported; names the file and the field."""
 
     def __init__(self, path: str, field: str, message: str) -> None:
-        super().__init__(f"{path}: {field}: {message}")
+        # the path may come from a peer or a file's own metadata: printed escaped and bounded
+        super().__init__(f"{safe_text(str(path), 300)}: {field}: {message}")
         self.path, self.field = path, field
 
 

@@ -112,3 +112,55 @@ def test_tokenizer_errors_quote_file_strings_bounded(tmp_path: Path) -> None:
         load_tokenizer(open_gguf(path))
     msg = str(err.value)
     assert "\x1b" not in msg and "\x07" not in msg and len(msg) < 600 and "characters in all)" in msg
+
+
+def test_gguf_error_paths_and_plugin_text_are_escaped() -> None:
+    from ggml_core.backend._validate import safe_str
+
+    err = GGUFError("m\x1b[2Jodel.gguf", "metadata 'x'", "is missing")
+    assert "\x1b" not in str(err) and "\\x1b" in str(err)
+    assert err.path == "m\x1b[2Jodel.gguf"  # the attribute keeps the real path
+    said = safe_str("plugin says \x1b]0;owned\x07 hello\n" + "z" * 5000)
+    assert "\x1b" not in said and "\x07" not in said and "\n" not in said and len(said) < 400
+
+
+def test_unknown_architecture_name_is_escaped_and_bounded(tmp_path: Path) -> None:
+    from gguf import GGUFWriter
+
+    from ggml_core.models import open_gguf
+    from ggml_core.models.hparams import read_hparams
+
+    path = tmp_path / "arch.gguf"
+    writer = GGUFWriter(str(path), "\x1b[31mfake" + "a" * 10_000)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    with pytest.raises(GGUFError, match="is not supported") as err:
+        read_hparams(open_gguf(path))
+    msg = str(err.value)
+    assert "\x1b" not in msg and "characters in all)" in msg and len(msg) < 1000
+
+
+def test_tokenize_prints_vocabulary_pieces_as_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A vocabulary piece holding an ESC sequence is printed escaped, in both the plain and the JSON output."""
+    from gguf import GGUFWriter
+
+    path = tmp_path / "hostile.gguf"
+    word = "\u2581a\x1b[2J"  # SentencePiece reaches it by merging pairs: every prefix is a piece
+    tokens = ["<unk>", "<s>", "</s>", "\u2581", "a", "\x1b", "[", "2", "J"]
+    tokens += [word[:n] for n in range(2, len(word) + 1)]
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", tokens)
+    writer.add_array("tokenizer.ggml.scores", [0.0] * 9 + [float(n) for n in range(len(tokens) - 9)])
+    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (len(tokens) - 3))
+    writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    assert main(["tokenize", str(path), "a\x1b[2J", "--no-bos"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["tokenize", str(path), "a\x1b[2J", "--no-bos", "--json"]) == 0
+    js = capsys.readouterr().out
+    assert "\x1b" not in plain and "\\x1b" in plain, plain
+    assert "\x1b" not in js and "\\u001b" in js, js

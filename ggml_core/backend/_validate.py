@@ -19,6 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from ggml_core._errors import PluginError
+from ggml_core._text import safe_text
 from ggml_core.backend.interfaces import (
     API_VERSION,
     DEVICES_MAX,
@@ -66,8 +67,7 @@ def safe_str(value: object, limit: int = 300) -> str:
         text = str(value)
     except BaseException:  # noqa: BLE001 - a hostile __str__ may raise anything
         text = f"<unprintable {type(value).__name__}>"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return safe_text(" ".join(text[: 4 * limit].split()), limit)  # one line, terminal controls escaped
 
 
 def safe_repr(value: object, limit: int = 80) -> str:

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from ggml_core._text import safe_text
 from ggml_core.cli._args import utf8_text
 
 __all__ = ["add_parser", "run"]
@@ -33,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     ids = tok.encode(args.text, add_bos=False if args.no_bos else None, parse_special=args.parse_special)
     pieces = [tok.piece(i) for i in ids]
     if args.json:
-        print(json.dumps({"ids": ids, "pieces": pieces, "n_tokens": len(ids)}, ensure_ascii=False))
+        print(json.dumps({"ids": ids, "pieces": pieces, "n_tokens": len(ids)}))  # \u escapes: no raw controls
     elif args.ids:
         print(ids)
     else:
         for i, piece in zip(ids, pieces, strict=True):
-            print(f"{i:6d} -> '{piece}'")
+            print(f"{i:6d} -> '{safe_text(piece, 1000)}'")  # a vocabulary's pieces are file data
     return 0

@@ -13,6 +13,7 @@ from typing import Final
 import numpy as np
 
 from ggml_core._errors import GGUFError
+from ggml_core._text import text_repr
 from ggml_core.models.gguf_file import GGUFFile
 
 __all__ = [
@@ -359,7 +360,7 @@ def read_hparams(f: GGUFFile) -> HParams:
         raise GGUFError(
             f.path,
             "metadata 'general.architecture'",
-            f"{arch_name!r} is not supported (supported: {', '.join(ARCHITECTURES)}; see 'ggml-core models')",
+            f"{text_repr(arch_name)} is not supported (supported: {', '.join(ARCHITECTURES)}; see 'ggml-core models')",
         )
     k = arch_name + "."
     n_embd = f.get_int(k + "embedding_length", minimum=1)
