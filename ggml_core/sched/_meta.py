@@ -50,8 +50,12 @@ _SAME_STATE = {GGMLOp.SCALE, GGMLOp.UNARY, GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.
 class MetaDevice:
     """N backends of any plugins acting as one device for tensor parallelism (at most 16, as ggml's)."""
 
-    def __init__(self, backends: Sequence[Backend], *, use_plugin_all_reduce: bool = True) -> None:
+    def __init__(
+        self, backends: Sequence[Backend], *, use_plugin_all_reduce: bool = True, host: Backend | None = None
+    ) -> None:
         self.backends = list(backends)
+        #: the CPU backend the scheduler runs what no wrapped device takes on, when no wrapped device is the CPU
+        self.host = host
         if len(self.backends) < 2 or len(self.backends) > 16:
             raise ValueError(f"a meta device wraps 2 to 16 backends, got {len(self.backends)}")
         if len({id(b.device) for b in self.backends}) != len(self.backends):
@@ -69,12 +73,20 @@ class MetaDevice:
         cpu = [b for b in self.backends if b.device.type == DeviceType.CPU]
         others = [b for b in self.backends if b.device.type != DeviceType.CPU]
         if not cpu:
-            cpu = [get_registry().init_backend("CPU")]
+            cpu = [self.host if self.host is not None else get_registry().init_backend("CPU")]
         return others + cpu
 
-    def split_graph(self, graph: Graph, state_of: StateOf) -> TensorParallelGraph:
-        """Turn ``graph`` into per-device graphs with their all-reduces (see the module's rules)."""
-        return _Splitter(self, graph, state_of).run()
+    def split_graph(
+        self, graph: Graph, state_of: StateOf, *, reuse: TensorParallelGraph | None = None
+    ) -> TensorParallelGraph:
+        """Turn ``graph`` into per-device graphs with their all-reduces (see the module's rules).
+
+        ``reuse``: an earlier split of a graph over the same weights (another batch shape of one model): its split
+        leafs (weights and caches) keep their shards, already allocated and written, instead of getting new ones.
+        """
+        if reuse is not None and reuse.meta is not self:
+            raise ValueError(f"cannot reuse the shards of {reuse.meta.name} in {self.name}")
+        return _Splitter(self, graph, state_of, reuse).run()
 
 
 @dataclass
@@ -97,6 +109,8 @@ class TensorParallelGraph:
     caches: list[Tensor]
     n_all_reduces: int
     buffers: list[Buffer] = field(default_factory=list)
+    #: the buffers of :attr:`caches`' shards (a part of :attr:`buffers`): cleared to forget a sequence
+    cache_buffers: list[Buffer] = field(default_factory=list)
     _contexts: list[Context] = field(default_factory=list, repr=False)
 
     def state(self, t: Tensor) -> SplitState:
@@ -136,7 +150,9 @@ class TensorParallelGraph:
                 self._alloc(weights, be, BufferUsage.WEIGHTS)
             kv = [p for p in leafs if id(p) in caches]
             if kv:
-                self._alloc(kv, be, BufferUsage.ANY).clear(0)
+                buf = self._alloc(kv, be, BufferUsage.ANY)
+                buf.clear(0)
+                self.cache_buffers.append(buf)
         pending = [t for t in self.mirrored_weights if t.buffer is None]
         if pending:
             self._alloc(pending, self.meta.backends[0], BufferUsage.WEIGHTS)
@@ -196,8 +212,10 @@ def _region(t: Tensor, axis: int, start: int, size: int) -> tuple[int, int, int,
 class _Splitter:
     """One pass over a graph's nodes in order, building the per-device graph."""
 
-    def __init__(self, meta: MetaDevice, graph: Graph, state_of: StateOf) -> None:
-        self.meta, self.graph, self.state_of = meta, graph, state_of
+    def __init__(
+        self, meta: MetaDevice, graph: Graph, state_of: StateOf, reuse: TensorParallelGraph | None = None
+    ) -> None:
+        self.meta, self.graph, self.state_of, self.reuse = meta, graph, state_of, reuse
         self.n = len(meta.backends)
         self.ctx = Context("tensor-parallel")
         self.shard_ctx = [Context(f"tp-weights-{d.name}") for d in meta.devices]
@@ -260,6 +278,14 @@ class _Splitter:
             return
         if st.kind is not SplitKind.SPLIT:
             raise SplitError(t, f"a weight can be mirrored or split, not {st.describe()}")
+        if self.reuse is not None and t.id in self.reuse.shards:
+            if self.reuse.states[t.id] != st:
+                raise SplitError(
+                    t, f"was {self.reuse.states[t.id].describe()} in the graph reused, now {st.describe()}"
+                )
+            self.split_weights.append(t)
+            self._set_split(t, st, self.reuse.shards[t.id])
+            return
         if t.buffer is not None:
             raise SplitError(t, "is already allocated; the meta device allocates the shards of split weights")
         if not t.is_contiguous or len(st.sizes) != self.n:
@@ -477,8 +503,13 @@ class _Splitter:
             and src.type.block_size == 1
             and b is not None
             and t.view_offs % row == 0
-            and all(t.nb[i] * t.ne[i] <= t.nb[b] for i in range(b))
-            and all(t.nb[i] % row == 0 or t.ne[i] == 1 for i in range(b + 1, 4))
+            # every other axis stays inside one unit or walks whole rows (cells), in either order: a cache's
+            # [head_dim, cells, heads] view as well as [head_dim, heads, cells]
+            and all(
+                t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and t.nb[i] * t.ne[i] <= t.nb[b])
+                for i in range(4)
+                if i != b
+            )
             and all(s * esize % t.nb[b] == 0 for s in st.sizes)
         )
         if not ok or b is None:
@@ -491,7 +522,7 @@ class _Splitter:
             sh = self.shards[src.id][d]
             ne = list(t.ne)
             ne[b] = size
-            nb = [t.nb[i] if i <= b else t.nb[i] // row * sh.nb[1] for i in range(4)]
+            nb = [t.nb[i] // row * sh.nb[1] if i != b and t.nb[i] % row == 0 else t.nb[i] for i in range(4)]
             off = t.view_offs // row * sh.nb[1]
             parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], off).set_name(t.name))
         self._set_split(t, SplitState.split(b, sizes), parts)
