@@ -17,7 +17,23 @@ from ggml_core.cli._args import INT32_MAX, int_in
 DEFAULT_FIT_TARGET_MIB = 1024
 DEFAULT_FIT_CTX = 4096
 
-__all__ = ["add_placement_args", "list_devices", "n_gpu_layers", "placement_extras"]
+#: ``--split-mode`` values (``ggml_core.models.placement.SPLIT_MODES``, spelled out here: parsing stays light)
+SPLIT_MODE_CHOICES = ("none", "layer", "auto", "tensor")
+SPLIT_MODE_HELP = (
+    "how to share the model; layer: whole layers per device; none: all on --main-gpu; auto: layers from each "
+    "device's measured speed on one layer (default when none of -ngl, -ts, --device, --rpc is given; otherwise "
+    "layer); tensor: every layer split over all the --device devices (CPU and RPC ones too) in --tensor-split "
+    "shares, attention by KV heads (dense llama only)"
+)
+
+__all__ = [
+    "SPLIT_MODE_CHOICES",
+    "SPLIT_MODE_HELP",
+    "add_placement_args",
+    "list_devices",
+    "n_gpu_layers",
+    "placement_extras",
+]
 
 
 def n_gpu_layers(text: str) -> int | None:

@@ -74,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         assert plan is not None
         placement = model.placement
         devices = placement.as_dict()
+        tp = model.executor.tensor_parallel  # -sm tensor: the shards and all-reduces
         if args.svg is not None:
             args.svg.write_text(render_svg(plan, bg.graph), encoding="utf-8")
         if args.dot is not None:
@@ -115,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
                     }
                     for s in plan.splits
                 ],
+                "tensor_parallel": tp.as_dict(bg) if tp is not None else None,
                 "svg": str(args.svg) if args.svg else None,
                 "dot": str(args.dot) if args.dot else None,
             }
@@ -131,6 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         for line in describe_weights(list(placement.weights.values())):
             print(f"  {line}")
         print(render_text(plan))
+        if tp is not None:
+            print(tp.describe(bg))
         for what, target in (("SVG", args.svg), ("DOT", args.dot)):
             if target is not None:
                 print(f"{what} written to {target}")

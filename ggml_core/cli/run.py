@@ -40,7 +40,14 @@ from ggml_core.cli._llama_args import (
     sampler_from_args,
     text_file,
 )
-from ggml_core.cli._placement_args import add_placement_args, list_devices, n_gpu_layers, placement_extras
+from ggml_core.cli._placement_args import (
+    SPLIT_MODE_CHOICES,
+    SPLIT_MODE_HELP,
+    add_placement_args,
+    list_devices,
+    n_gpu_layers,
+    placement_extras,
+)
 
 __all__ = ["add_model_args", "add_parser", "model_params", "run", "speed_text"]
 
@@ -71,9 +78,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--split-mode",
         "-sm",
-        choices=["none", "layer", "auto"],
-        help="how to share layers; auto: from each device's measured speed on one layer (default when none of "
-        "-ngl, -ts, --device, --rpc is given; otherwise layer)",
+        choices=SPLIT_MODE_CHOICES,
+        help=SPLIT_MODE_HELP,
     )
     g.add_argument("--tensor-split", "-ts", type=shares, help="share per device, e.g. 3,1")
     g.add_argument(

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ggml_core._errors import DeviceNotFoundError
 from ggml_core._tensor import Tensor
 from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Backend, Buffer, Device, DeviceType
 from ggml_core.models.graph import BuiltGraph
+
+if TYPE_CHECKING:
+    from ggml_core.models.tensor_parallel import TensorParallel
 
 __all__ = ["Executor", "attention_nodes", "scheduler_available"]
 
@@ -61,6 +64,9 @@ class Executor:
     :param use_scheduler: None: use it when available; False: never (CPU only); True: require it
     :param op_offload: let a device take ops whose weights are in host memory (large batches; ``--no-op-offload``)
     :param kv_offload: False (``--no-kv-offload``): the attention nodes run on the CPU, where the caches are
+    :param split_state: ``--split-mode tensor``: every weight's split state (``ggml_core.sched.StateOf``); each
+        graph is then split over ``devices`` in their order (:mod:`ggml_core.models.tensor_parallel`) and runs on
+        a scheduler of its own
     """
 
     def __init__(
@@ -72,8 +78,14 @@ class Executor:
         use_scheduler: bool | None = None,
         op_offload: bool = True,
         kv_offload: bool = True,
+        split_state: Callable[[Tensor], Any] | None = None,
     ) -> None:
         self.kv_offload = kv_offload
+        self.tensor_parallel: TensorParallel | None = None
+        self._last: BuiltGraph | None = None
+        if split_state is not None:
+            self._init_tensor_parallel(devices, split_state, n_threads)
+            return
         devs = [d for d in devices if d.type != DeviceType.CPU]
         cpus = [d for d in devices if d.type == DeviceType.CPU]
         if not cpus:
@@ -102,27 +114,56 @@ class Executor:
             if sched_cls is not None
             else None
         )
-        self._last: BuiltGraph | None = None
-        self._tags = itertools.count()
+
+    def _init_tensor_parallel(
+        self, devices: list[Device], split_state: Callable[[Tensor], Any], n_threads: int | None
+    ) -> None:
+        from ggml_core.models.tensor_parallel import TensorParallel
+
+        self.devices = list(devices)
+        self.backends = [d.init_backend() for d in self.devices]
+        cpus = [b for b in self.backends if b.device.type == DeviceType.CPU]
+        host = None
+        if not cpus:
+            from ggml_core.backend.registry import get_registry
+
+            host = get_registry().init_backend("CPU")
+            self.backends.append(host)
+            cpus = [host]
+        self.cpu_backend = cpus[0]
+        if n_threads is not None:
+            self.cpu_backend.set_n_threads(n_threads)
+        self.tensor_parallel = TensorParallel(self.backends[: len(self.devices)], split_state, host)
+        self.sched = None
+        self._tp_sched: Any | None = None  # the scheduler of the last split graph
 
     @property
     def uses_scheduler(self) -> bool:
-        """True when graphs go through the scheduler."""
-        return self.sched is not None
+        """True when graphs go through the scheduler (one per split graph under ``-sm tensor``)."""
+        return self.sched is not None or self.tensor_parallel is not None
 
     @property
     def n_splits(self) -> int:
         """Splits of the last graph (1 without the scheduler)."""
-        if self.sched is None:
+        sched = self._tp_sched if self.tensor_parallel is not None else self.sched
+        if sched is None:
             return 1
-        return int(self.sched.n_splits)
+        return int(sched.n_splits)
 
     def plan(self) -> Any | None:
         """The scheduler's plan of the last graph (None without the scheduler)."""
-        return None if self.sched is None else self.sched.plan()
+        sched = self._tp_sched if self.tensor_parallel is not None else self.sched
+        return None if sched is None else sched.plan()
 
     def reserve(self, bg: BuiltGraph) -> None:
-        """Size the compute buffers for the worst-case graph (scheduler only)."""
+        """Size the compute buffers for the worst-case graph (scheduler only). Under ``-sm tensor``: split it
+        (the first split allocates the shards) and allocate it once, so that missing memory shows now."""
+        if self.tensor_parallel is not None:
+            tp = self.tensor_parallel.split(bg)
+            tp.alloc()
+            self._tp_sched = tp.scheduler
+            self._last = bg
+            return
         if self.sched is not None:
             self._pin(bg)
             self.sched.reserve(bg.graph)
@@ -130,6 +171,15 @@ class Executor:
 
     def compute(self, bg: BuiltGraph, set_inputs: Callable[[BuiltGraph], None]) -> None:
         """Allocate ``bg`` (unless it was the last graph), write its inputs, compute it."""
+        if self.tensor_parallel is not None:
+            tp = self.tensor_parallel.split(bg)
+            if self._last is not bg:
+                tp.alloc()
+                self._tp_sched = tp.scheduler
+                self._last = bg
+            set_inputs(bg)
+            tp.compute()
+            return
         if self.sched is not None:
             if self._last is not bg:
                 if hasattr(self.sched, "reset"):
@@ -154,6 +204,9 @@ class Executor:
         buf = bg.state.pop("buffer", None)
         if isinstance(buf, Buffer):
             buf.free()
+        tp = bg.state.get("tensor_parallel")
+        if self.tensor_parallel is not None and tp is not None and tp is not self.tensor_parallel.owner:
+            self.tensor_parallel.release(bg)
         if self._last is bg:
             self._last = None
 
@@ -161,6 +214,9 @@ class Executor:
         """Release the scheduler's compute buffers and the backends."""
         if self.sched is not None:
             self.sched.allocator.free()  # the compute buffers; the last plan stays readable (n_splits)
+        owner = self.tensor_parallel.owner if self.tensor_parallel is not None else None
+        if owner is not None:
+            owner.scheduler.allocator.free()
         for b in self.backends:
             b.free()
 

@@ -32,7 +32,7 @@ from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Buffer
 from ggml_core.models.hparams import HParams
 from ggml_core.models.placement import Placement
-from ggml_core.ops import reshape_2d, set_rows, view_3d
+from ggml_core.ops import cont, reshape_2d, set_rows, transpose, view_3d
 
 __all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "state_bytes_per_layer", "swa_cache_size"]
 
@@ -74,6 +74,9 @@ class KVCache:
     v_trans: bool
     #: cells of the sliding-window layers (``kv_size`` when they keep everything)
     swa_size: int = 0
+    #: V stored by rows like K (``v_trans`` False) but read as ``[n_kv, head_dim, n_head_kv]`` through a contiguous
+    #: transpose, as llama.cpp's attention without flash attention does (``-sm tensor``: rows split by KV heads)
+    v_read_transposed: bool = False
     k: list[Tensor] = field(default_factory=list)
     v: list[Tensor] = field(default_factory=list)
     #: per layer, the recurrent states (None for an attention layer): ``r`` ``[n_embd_r, 1]``, ``s`` ``[n_embd_s, 1]``
@@ -98,11 +101,14 @@ class KVCache:
         v_trans: bool,
         swa_size: int | None = None,
         alloc: bool = True,
+        deferred: bool = False,
     ) -> KVCache:
         """Allocate the cache on the layers' devices (``swa_size``: cells of the sliding-window layers).
 
         ``alloc=False`` allocates nothing: the tensors are bound to zero-size stand-ins of their devices' buffer
         types, so that graphs over the cache can be planned and measured (``--fit``), never computed.
+        ``deferred``: the tensors are made without memory, for the meta device to allocate by KV heads (``-sm
+        tensor``; the owner appends the buffers to :attr:`buffers`); V is read through a transpose.
         """
         if kv_type not in KV_TYPES:
             raise ValueError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
@@ -125,6 +131,10 @@ class KVCache:
             cache.r.append(ctx.new_tensor_2d("f32", hp.n_embd_r, 1, f"cache_r_l{il}") if recurrent else None)
             has_s = recurrent and hp.n_embd_s > 0  # LFM2 keeps only its window
             cache.s.append(ctx.new_tensor_2d("f32", hp.n_embd_s, 1, f"cache_s_l{il}") if has_s else None)
+        if deferred:
+            cache.v_read_transposed = not v_trans
+            cache.clear_positions()
+            return cache
         if not alloc:
             from ggml_core.models.bufts import bind_probe
 
@@ -252,15 +262,17 @@ class KVCache:
         )
 
     def v_view(self, il: int, n_kv: int) -> Tensor:
-        """Values of the first ``n_kv`` cells: ``[n_kv, head_dim, n_head_kv]`` when transposed, else like keys."""
+        """Values of the first ``n_kv`` cells: ``[n_kv, head_dim, n_head_kv]`` when transposed (or read
+        transposed), else like keys."""
         v, hp = self.v[il], self.hp
         es = v.type.type_size
         if self.v_trans:
             size = self.size(il)
             return view_3d(v, n_kv, hp.head_dim_v, hp.n_head_kv, size * es, size * hp.head_dim_v * es, 0)
-        return view_3d(
+        rows = view_3d(
             v, hp.head_dim_v, n_kv, hp.n_head_kv, row_size(v.type, hp.n_embd_v_gqa), row_size(v.type, hp.head_dim_v), 0
         )
+        return cont(transpose(rows)) if self.v_read_transposed else rows
 
     def write_k(self, il: int, k_cur: Tensor, k_idxs: Tensor) -> Tensor:
         """SET_ROWS of ``k_cur`` ``[n_embd_k_gqa, n_tokens]`` into the cells ``k_idxs``."""

@@ -41,7 +41,7 @@ __all__ = [
     "resolve_devices",
 ]
 
-SPLIT_MODES: Final = ("none", "layer", "auto")
+SPLIT_MODES: Final = ("none", "layer", "auto", "tensor")
 INPUT_SLOT: Final = -1
 
 
@@ -139,6 +139,9 @@ class Placement:
     auto: Any = None
     #: the request's ``mmap``: whether the CPU's weights may be used in place from the mapped file
     mmap: bool = True
+    #: ``--split-mode tensor``: the devices every layer is split over (request order) and their shares
+    tensor_devices: list[Device] = field(default_factory=list)
+    tensor_shares: tuple[float, ...] = ()
 
     def maps(self, dev: Device) -> bool:
         """True when ``dev``'s weights are used in place from the memory-mapped file (the CPU, unless --no-mmap)."""
@@ -313,6 +316,8 @@ def plan_placement(
             )
     cpu = _cpu_device()
     n_slots = n_layer + 1
+    if request.split_mode == "tensor":
+        return _plan_tensor(request, devs, cpu, n_layer, slot_bytes, kv_bytes_per_layer, compute_bytes)
     counted = request.n_gpu_layers is not None
     if counted and int(request.n_gpu_layers or 0) < 0:
         counted = False  # -ngl -1: all, as llama.cpp
@@ -341,6 +346,38 @@ def plan_placement(
     plan.account(items, kv_bytes_per_layer, compute_bytes, devs)
     if check_fit:
         fit_check(plan)
+    return plan
+
+
+def _plan_tensor(
+    request: PlacementRequest,
+    devs: list[Device],
+    cpu: Device,
+    n_layer: int,
+    slot_bytes: Mapping[int, int],
+    kv_bytes_per_layer: int,
+    compute_bytes: int,
+) -> Placement:
+    """``--split-mode tensor``: every layer over all of ``devs`` (the CPU too when named), in ``--tensor-split``
+    shares (default: free memory); the mirrored weights and the output on the first device, the input on the CPU.
+    The shards themselves are the meta device's (:mod:`ggml_core.models.tensor_parallel`)."""
+    if len(devs) < 2:
+        raise ValueError(
+            f"--split-mode tensor splits every layer over at least two devices, got "
+            f"{', '.join(d.name for d in devs) or 'none'} (name them: --device CPU,OpenCL0)"
+        )
+    if request.n_gpu_layers not in (None, -1):
+        raise ValueError("--split-mode tensor splits every layer over its devices: --n-gpu-layers does not apply")
+    shares = tuple(w for _, w in _shares_of(request, devs, cpu, False))
+    slot_device: dict[int, Device] = {INPUT_SLOT: cpu} | {slot: devs[0] for slot in range(n_layer + 1)}
+    plan = Placement(n_layer, slot_device, [], "tensor", mmap=request.mmap, tensor_devices=devs, tensor_shares=shares)
+    items = [(dev, slot, slot_bytes.get(slot, 0), plan.maps(dev)) for slot, dev in slot_device.items()]
+    plan.account(items, kv_bytes_per_layer, compute_bytes, devs)
+    split = ", ".join(f"{d.name} {w / sum(shares):.2f}" for d, w in zip(devs, shares, strict=True))
+    plan.notes.append(
+        f"--split-mode tensor: attention by KV heads and the feed-forward by columns over {split}; embeddings, "
+        f"norms and output on {devs[0].name} (the sizes below count every weight there)"
+    )
     return plan
 
 

@@ -273,25 +273,40 @@ class Model:
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
         params, placement = _plan(f, hp, specs, params)
+        state_of = None
+        if placement.split_mode == "tensor":  # SOFT_MAX attention, V by rows: see models/tensor_parallel.py
+            from ggml_core.models.tensor_parallel import split_states
+
+            state_of = split_states(f, hp, placement.tensor_shares)
+            params = replace(params, flash_attn=False)
         if params.flash_attn is None:
             params = replace(params, flash_attn=flash_attn_auto(hp, placement, params.kv_type))
-        weights = load_weights(f, specs, placement, progress=params.progress, stream=stream, upload=upload)
+        deferred = None if state_of is None else (lambda t: state_of(t) is not None)
+        weights = load_weights(
+            f, specs, placement, progress=params.progress, stream=stream, upload=upload, deferred=deferred
+        )
         kv: KVCache | None = None
         executor: Executor | None = None
         try:
             n_ctx = params.n_ctx or default_n_ctx(hp)
             swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
-            kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn, swa_size=swa)
+            v_trans = not params.flash_attn and state_of is None
+            kv = KVCache.create(
+                hp, placement, n_ctx, params.kv_type, v_trans=v_trans, swa_size=swa, deferred=state_of is not None
+            )
             executor = Executor(
-                placement.devices,
+                placement.tensor_devices or placement.devices,
                 n_threads=params.n_threads,
                 graph_size=graph_size_for(hp) * 2,
                 use_scheduler=params.use_scheduler,
                 op_offload=params.op_offload,
                 kv_offload=params.placement.kv_offload,
+                split_state=state_of,
             )
             model = cls(f, hp, params, specs, placement, weights, kv, executor)
             model.reserve()
+            if executor.tensor_parallel is not None:  # the first split allocated the shards: write them
+                executor.tensor_parallel.attach(f, specs, weights, kv, upload, params.progress, stream)
         except BaseException:
             if executor is not None:
                 executor.free()
@@ -546,6 +561,13 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
 def _plan_scoped(
     f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
 ) -> tuple[ModelParams, Placement]:
+    if params.placement.split_mode == "tensor":  # the meta device sizes the shards; --fit does not apply yet
+        from ggml_core.models.tensor_parallel import check_supported
+
+        req = params.placement
+        given = {"--flash-attn on": params.flash_attn is True, "--no-kv-offload": not req.kv_offload}
+        check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
+        return params, _plan_once(f, hp, specs, params)
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
         n_ctx = params.n_ctx or default_n_ctx(hp)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TextIO
 
@@ -152,14 +153,29 @@ def load_weights(
     progress: bool = True,
     stream: TextIO | None = None,
     upload: bool = True,
+    deferred: Callable[[Tensor], bool] | None = None,
 ) -> ModelWeights:
     """Create each weight in its chosen buffer type: in place from the mmap for the CPU's own buffer type, uploaded
     elsewhere (the placement's per-weight choice; without one, the slot's device).
 
     ``upload=False`` allocates device weights without copying their data (for planning: shapes and buffers only).
+    ``deferred``: weights it answers True for are made without memory (``-sm tensor``: the meta device allocates
+    and writes their shards).
     """
     out = ModelWeights({})
     by_buft: dict[tuple[int, int], tuple[Device, BufferType, list[WeightSpec]]] = {}
+    if deferred is not None:
+        held = Context("weights:deferred")
+        out.contexts.append(held)
+        kept = []
+        for s in specs:
+            info = f.tensor_info(s.source)
+            t = held.new_tensor(info.type, info.ne, name=s.name)
+            if deferred(t):
+                out.tensors[s.name] = t
+            else:
+                kept.append(s)
+        specs = kept
     for s in specs:
         choice = placement.weights.get(s.name)
         dev = choice.device if choice is not None else placement.device_of(s.slot)

@@ -1,0 +1,168 @@
+"""``--split-mode tensor``: one model's weights split over several devices through the meta device
+(:class:`ggml_core.sched.MetaDevice`), each device computing its share of every layer.
+
+The dense ``llama`` family only (:func:`check_supported` names the family of any other model). The weights take the
+states of :func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` and ``ffn_gate``/``ffn_up``
+split by output rows, ``attn_output`` and ``ffn_down`` by input columns (their products are partial sums, all-reduced
+after each), the rest (embeddings, norms, the output matrix) mirrored: loaded once, on the first device. KV heads
+are divided by ``--tensor-split`` (each device keeps its query heads' group with their KV head; a count that does
+not divide gives an uneven split), the feed-forward width in whole quantization blocks of ``ffn_down``.
+
+The KV cache splits by KV heads as well: its tensors are made without memory and the meta device allocates each
+device's heads of every row on that device. V is stored by rows as K (not transposed: a transposed row mixes every
+head, which no device could hold alone), read through a contiguous transpose as llama.cpp does without flash
+attention; attention is the SOFT_MAX path (the meta device has no FLASH_ATTN_EXT rule).
+
+Each batch shape's graph is split once (:meth:`TensorParallel.split`) and cached with the graph; the first split
+allocates the shards, and every later one reuses them (``split_graph(..., reuse=)``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import Final, TextIO
+
+from ggml_core.backend.interfaces import Backend, Buffer
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.graph import BuiltGraph
+from ggml_core.models.hparams import HParams
+from ggml_core.models.kvcache import KVCache
+from ggml_core.models.progress import Progress
+from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec
+from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
+
+__all__ = ["SUPPORTED", "TensorParallel", "check_supported", "split_states"]
+
+#: the families ``-sm tensor`` runs
+SUPPORTED: Final = "llama (dense)"
+
+
+def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
+    """SplitError naming the model's family unless ``-sm tensor`` runs it, or naming a flag it cannot honour
+    (``flags``: flag → whether it was given)."""
+    kind = hp.arch
+    if hp.is_moe:
+        kind += " (mixture of experts)"
+    elif hp.has_recurrent:
+        kind += " (recurrent layers)"
+    elif hp.has_swa:
+        kind += " (sliding-window layers)"
+    if hp.arch != "llama" or hp.is_moe or hp.has_recurrent or hp.has_swa or hp.qkv_bias or hp.attn_softcap:
+        raise SplitError(None, f"-sm tensor supports: {SUPPORTED}; this model is {kind}")
+    for flag, given in flags.items():
+        if given:
+            raise SplitError(None, f"-sm tensor does not support {flag} yet")
+
+
+def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf:
+    """Each weight's (and KV cache's) split state over devices in ``proportions``; the feed-forward width is split
+    in whole blocks of ``ffn_down``'s quantization type."""
+    granule = 1
+    for il in range(hp.n_layer):
+        granule = math.lcm(granule, f.tensor_info(f"blk.{il}.ffn_down.weight").type.block_size)
+    if hp.head_dim_k != hp.head_dim_v:
+        raise SplitError(None, f"-sm tensor needs equal K and V head widths, got {hp.head_dim_k} and {hp.head_dim_v}")
+    return llama_split_states(
+        proportions, n_head=hp.n_head, n_head_kv=hp.n_head_kv, head_dim=hp.head_dim_k, n_ff=hp.n_ff, ff_granule=granule
+    )
+
+
+class TensorParallel:
+    """The meta device over a model's devices and the split of each of its graphs."""
+
+    def __init__(self, backends: Sequence[Backend], state_of: StateOf, host: Backend | None = None) -> None:
+        self.meta = MetaDevice(backends, host=host)
+        self.state_of = state_of
+        #: the first split: it holds the shards every later split reuses
+        self.owner: TensorParallelGraph | None = None
+
+    def split(self, bg: BuiltGraph) -> TensorParallelGraph:
+        """``bg`` split over the devices (once per graph): ``bg.graph`` and ``bg.logits`` become the split graph's,
+        so running and reading it is as for any graph. The first split allocates the shards and the caches."""
+        got = bg.state.get("tensor_parallel")
+        if isinstance(got, TensorParallelGraph):
+            return got
+        tp = self.meta.split_graph(bg.graph, self.state_of, reuse=self.owner)
+        if self.owner is None:
+            tp.alloc_weights()
+            self.owner = tp
+        bg.state["tensor_parallel"] = tp
+        bg.graph = tp.graph
+        bg.logits = tp.tensor(bg.logits)
+        return tp
+
+    def release(self, bg: BuiltGraph) -> None:
+        """Free the compute buffers of ``bg``'s split (the first split's shards stay)."""
+        tp = bg.state.get("tensor_parallel")
+        if isinstance(tp, TensorParallelGraph):
+            tp.scheduler.allocator.free()
+
+    @property
+    def buffers(self) -> tuple[list[Buffer], list[Buffer]]:
+        """(the weights' shard buffers, the KV cache's shard buffers) of the first split."""
+        if self.owner is None:
+            return [], []
+        caches = {id(b) for b in self.owner.cache_buffers}
+        return [b for b in self.owner.buffers if id(b) not in caches], list(self.owner.cache_buffers)
+
+    def attach(
+        self,
+        f: GGUFFile,
+        specs: Sequence[WeightSpec],
+        weights: ModelWeights,
+        kv: KVCache,
+        upload: bool = True,
+        progress: bool = True,
+        stream: TextIO | None = None,
+    ) -> None:
+        """After the first :meth:`split`: the shard buffers join the weights' and the cache's (freed and cleared
+        with them), and every split weight is written from the file into its shards (one 2-D write per shard;
+        ``upload=False``: allocated only, for planning)."""
+        owner = self.owner
+        if owner is None:
+            raise RuntimeError("split a graph before loading the shards")
+        shard_bufs, cache_bufs = self.buffers
+        weights.buffers.extend(shard_bufs)
+        kv.buffers.extend(cache_bufs)
+        if upload:
+            self._write_shards(owner, f, specs, weights, progress, stream)
+
+    def _write_shards(
+        self,
+        owner: TensorParallelGraph,
+        f: GGUFFile,
+        specs: Sequence[WeightSpec],
+        weights: ModelWeights,
+        progress: bool,
+        stream: TextIO | None,
+    ) -> None:
+        split = [s for s in specs if owner.states[weights[s.name].id].kind is SplitKind.SPLIT]
+        total = sum(weights[s.name].nbytes for s in split)
+        start = time.perf_counter()
+        with Progress(total, self.meta.name, enabled=progress, stream=stream or sys.stderr) as bar:
+            for s in split:
+                t = weights[s.name]
+                owner.set_weight_bytes(t, memoryview(f.tensor_bytes(s.source).data))
+                bar.advance(t.nbytes)
+        weights.uploads.append(UploadStat(self.meta.name, total, time.perf_counter() - start))
+
+    def describe(self, bg: BuiltGraph) -> str:
+        """Text: ``bg``'s split (:meth:`split` first): the shard bytes per device, each split tensor's state, the
+        all-reduces per compute."""
+        return self.split(bg).describe()
+
+    def as_dict(self, bg: BuiltGraph) -> dict[str, object]:
+        """:meth:`describe` as data, for ``--json``."""
+        tp = self.split(bg)
+        return {
+            "meta_device": self.meta.name,
+            "n_all_reduces": tp.n_all_reduces,
+            "shard_bytes": {
+                dev.name: sum(tp.shards[t.id][d].nbytes for t in tp.split_weights)
+                for d, dev in enumerate(self.meta.devices)
+            },
+            "split_tensors": {t.name: tp.states[t.id].describe() for t in tp.split_weights},
+        }
