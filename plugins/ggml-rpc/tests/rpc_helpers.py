@@ -6,6 +6,7 @@ Everything runs on 127.0.0.1 with ephemeral ports, and every socket has a timeou
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 import subprocess
@@ -31,10 +32,12 @@ __all__ = [
     "layer_inputs",
     "raw_tensor",
     "rel",
+    "rpc_env",
     "run_layer",
     "server_alive",
     "split_logits",
     "start_server_process",
+    "streaming_run",
 ]
 
 TIMEOUT = 10.0
@@ -239,6 +242,34 @@ def start_server_process(args: Sequence[str] = ()) -> tuple[subprocess.Popen[str
             return proc, line.split(":", 1)[1].strip()
     proc.kill()
     raise AssertionError(f"the server did not start: {proc.communicate(timeout=10)}")
+
+
+def rpc_env(timeout: float) -> dict[str, str]:
+    """This environment without RPC settings, with the client's answer deadline ``timeout`` (seconds)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}
+    return {**env, "GGML_RPC_TIMEOUT": str(timeout), "GGML_RPC_CONNECT_TIMEOUT": "10"}
+
+
+def streaming_run(argv: list[str], timeout: float, chars: int = 200) -> tuple[subprocess.Popen[bytes], bytearray]:
+    """``argv`` (a long ``ggml-core run``) started with the answer deadline ``timeout``, once it has streamed
+    ``chars`` generated characters; (process, its stdout so far, still growing). The process is killed if it does
+    not get there within 180 s."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rpc_env(timeout))
+    out = bytearray()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]
+            out.extend(chunk)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(bytes(out).partition(b"\ncontext ")[2]) > chars:
+            return proc, out
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the run did not start generating: {bytes(out)[-500:]!r} {proc.communicate()[1]!r}")
 
 
 def server_alive(address: str) -> bool:

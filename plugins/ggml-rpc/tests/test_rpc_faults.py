@@ -12,12 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from rpc_helpers import start_server_process
+from rpc_helpers import rpc_env, start_server_process, streaming_run
 
 from ggml_core.models import scheduler_available
 from ggml_core.models.default_model import write_default_model
@@ -45,49 +44,21 @@ def _argv(model: Path, endpoint: str, n: int) -> list[str]:
             "--no-progress"]  # fmt: skip
 
 
-def _env(timeout: float) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("GGML_RPC_SERVERS", "GGML_BACKENDS")}
-    return {**env, "GGML_RPC_TIMEOUT": str(timeout), "GGML_RPC_CONNECT_TIMEOUT": "10"}
-
-
-def _generate(model: Path, endpoint: str) -> tuple[subprocess.Popen[bytes], bytearray]:
-    """The run, generating far longer than the test lasts, with the short deadline; (process, its stdout as it
-    streams). A first short run with a long deadline has the server compile its kernels (which may take minutes on
-    a fresh cache), so that the short deadline only ever meets the failure."""
-    warm = subprocess.run(_argv(model, endpoint, 2), capture_output=True, env=_env(600), timeout=900)
+def _generate(model: Path, endpoint: str) -> subprocess.Popen[bytes]:
+    """The run, generating far longer than the test lasts, with the short deadline, once it streams tokens. A first
+    short run with a long deadline has the server compile its kernels (which may take minutes on a fresh cache), so
+    that the short deadline only ever meets the failure."""
+    warm = subprocess.run(_argv(model, endpoint, 2), capture_output=True, env=rpc_env(600), timeout=900)
     assert warm.returncode == 0, warm.stderr.decode()
-    proc = subprocess.Popen(
-        _argv(model, endpoint, 4000), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(DEADLINE)
-    )
-    out = bytearray()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]
-            out.extend(chunk)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return proc, out
-
-
-def _wait_streaming(proc: subprocess.Popen[bytes], out: bytearray) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and proc.poll() is None:
-        tokens = bytes(out).partition(b"\ncontext ")[2]
-        if len(tokens) > STREAMED:
-            return
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError(f"the run did not start generating: {bytes(out)[-500:]!r} {proc.communicate()[1]!r}")
+    return streaming_run(_argv(model, endpoint, 4000), DEADLINE, STREAMED)[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
 def test_a_server_failing_mid_generation_ends_the_run_with_one_line(model_path: Path, sig: signal.Signals) -> None:
     server, endpoint = start_server_process()
     try:
-        proc, out = _generate(model_path, endpoint)
+        proc = _generate(model_path, endpoint)
         try:
-            _wait_streaming(proc, out)
             os.kill(server.pid, sig)
             failed_at = time.monotonic()
             proc.wait(timeout=DEADLINE + 60)  # the deadline, plus room for a loaded machine: not a hang

@@ -1,0 +1,111 @@
+"""RPC across hosts on one machine: ``ggml-core rpc-server`` processes in network namespaces, each behind a veth link
+with a ``tbf`` rate and a relay's delay (``ggml_rpc.testing.NetBed``).
+
+Needs root and iproute2 (``ip``, ``tc``); skips with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rpc_helpers import RawClient, rel, rpc_env, split_logits, streaming_run
+
+from ggml_core.backend.registry import get_registry, reset_registry
+from ggml_core.models import scheduler_available
+from ggml_core.models.default_model import write_default_model
+from ggml_rpc import disconnect_all
+from ggml_rpc.testing import Link, NetBed, netbed_unavailable
+
+_why = netbed_unavailable()
+pytestmark = [
+    pytest.mark.skipif(_why is not None, reason=_why or ""),
+    pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed"),
+]
+
+#: (1 ms each way, 1 Gbit/s)
+LAN = Link(0.001, 1_000_000_000)
+#: the client's deadline for any answer in the partition test (seconds)
+DEADLINE = 5
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_default_model(tmp_path_factory.mktemp("model") / "default.gguf")
+
+
+@pytest.fixture()
+def two_hosts() -> Iterator[NetBed]:
+    """Two ggml-core server hosts on (1 ms, 1 Gbit/s) links; everything is torn down afterwards, pass or fail."""
+    with NetBed() as bed:
+        for _ in range(2):
+            bed.add_host(LAN)
+        yield bed
+
+
+def test_the_bed_delays_and_tears_down() -> None:
+    """A round trip through a host's link takes at least twice its delay, and closing leaves no namespace."""
+    with NetBed() as bed:
+        host = bed.add_host(Link(0.02, 100_000_000))
+        names = set(bed.namespaces)
+        with RawClient(host.endpoint) as c:
+            t0 = time.monotonic()
+            assert c.device_count() >= 1
+            assert time.monotonic() - t0 >= 0.04
+        server = host.server
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
+    assert not names & {line.split()[0] for line in listed.splitlines() if line.strip()}
+    assert server is not None and server.poll() is not None
+
+
+def test_logits_over_two_hosts_equal_the_local_run(
+    model_path: Path, two_hosts: NetBed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local, local_steps, _ = split_logits(model_path, ["CPU"], None)
+    monkeypatch.setenv("GGML_RPC_SERVERS", ",".join(h.endpoint for h in two_hosts.hosts))
+    reset_registry()
+    try:
+        names = [get_registry().get_reg(f"RPC[{h.endpoint}]").devices[0].name for h in two_hosts.hosts]
+        prompt, steps, m = split_logits(model_path, names, [1, 1])
+        assert {s.name for s in m.placement.shares if s.layers} == set(names)
+    finally:
+        disconnect_all()
+        monkeypatch.delenv("GGML_RPC_SERVERS")
+        reset_registry()
+    assert rel(prompt, local) <= 1e-5 and rel(steps, local_steps) <= 1e-5
+    assert np.array_equal(prompt.argmax(-1), local.argmax(-1))
+
+
+def _run_argv(model: Path, bed: NetBed, n: int) -> list[str]:
+    return [sys.executable, "-m", "ggml_core.cli", "run", str(model), "--rpc",
+            ",".join(h.endpoint for h in bed.hosts), "--device", "RPC0,RPC1", "-ts", "1,1", "--tokens", "1,2,3",
+            "-n", str(n), "-c", "4096", "--ignore-eos", "--no-progress"]  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["link", "relay"])
+def test_a_partitioned_host_ends_the_run_within_the_deadline(model_path: Path, two_hosts: NetBed, how: str) -> None:
+    warm = subprocess.run(_run_argv(model_path, two_hosts, 2), capture_output=True, env=rpc_env(600), timeout=900)
+    assert warm.returncode == 0, warm.stderr.decode()
+    proc, _ = streaming_run(_run_argv(model_path, two_hosts, 4000), DEADLINE)
+    try:
+        victim = two_hosts.hosts[1]
+        two_hosts.partition(victim, how)
+        cut = time.monotonic()
+        proc.wait(timeout=DEADLINE + 60)  # the deadline, plus room for a loaded machine: not a hang
+        took = time.monotonic() - cut
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode()
+    lines = [line for line in err.splitlines() if line.startswith("ggml-core run:")]
+    assert proc.returncode == 2 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith(f"ggml-core run: error: RPC server {victim.endpoint}: "), err
+    assert f"no complete answer within {DEADLINE} s (GGML_RPC_TIMEOUT)" in lines[0], err
+    assert took >= DEADLINE * 0.9, err
