@@ -19,10 +19,11 @@ Imported only once numba is loaded (see :mod:`._jit`).
 
 from __future__ import annotations
 
-import ast
 import contextlib
+import functools
 import hashlib
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -102,18 +103,26 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
-def _imports(path: Path) -> set[str]:
+#: ``from ggml_cpu.x import a, b`` (parenthesised over lines too) and ``import ggml_cpu.x``, anywhere in a file
+_FROM: Final = re.compile(r"^\s*from\s+(ggml_cpu[\w.]*)\s+import\s+(\([^)]*\)|[^\n]*)", re.MULTILINE)
+_IMPORT: Final = re.compile(r"^\s*import\s+(ggml_cpu[\w.]*)", re.MULTILINE)
+
+
+@functools.cache
+def _imports(path: Path) -> frozenset[str]:
     """The ``ggml_cpu`` modules that ``path`` imports, anywhere in the file: ``from package import module`` names
-    the module only (not the package's ``__init__``, which imports much that the kernels never call)."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes())):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                full = f"{node.module}.{a.name}"
-                out.add(full if _module_file(full) is not None else node.module)
-    return {name for name in out if name.startswith("ggml_cpu.")}
+    the module only (not the package's ``__init__``, which imports much that the kernels never call). Read with
+    regular expressions, not parsed: this runs in every process that loads a kernel (parsing the ~20 modules a
+    kernel depends on took a large part of a second)."""
+    text = path.read_text(encoding="utf-8")
+    out = set(_IMPORT.findall(text))
+    for module, names in _FROM.findall(text):
+        for name in re.sub(r"#[^\n]*|[()\\]", " ", names).split(","):
+            name = name.split(" as ")[0].strip()
+            if name:
+                full = f"{module}.{name}"
+                out.add(full if _module_file(full) is not None else module)
+    return frozenset(out)
 
 
 def sources(module: str) -> list[Path]:
@@ -129,6 +138,11 @@ def sources(module: str) -> list[Path]:
     return sorted(seen)
 
 
+@functools.cache
+def _digest(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
 _keys: dict[str, str] = {}
 
 
@@ -139,7 +153,7 @@ def _sources_key(module: str) -> str:
         h = hashlib.sha256()
         for path in sources(module):
             h.update(str(path.relative_to(_PACKAGE)).encode())
-            h.update(path.read_bytes())
+            h.update(_digest(path))
         key = _keys[module] = h.hexdigest()[:12]
     return key
 
