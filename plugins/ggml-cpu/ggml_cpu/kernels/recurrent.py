@@ -1,10 +1,11 @@
 """Recurrent layers: SSM_CONV, SSM_SCAN, GATED_DELTA_NET, RWKV_WKV7 (f32).
 
 Each result is one flat f32 tensor: the outputs, then the new states, laid out as ggml's CPU kernels write them.
-The arithmetic is float32 in ggml's order (a running float sum per output, states updated token by token). The
-compiled kernels (:mod:`.qdot._recurrent_kernels`) run a whole batch in one call with threads over channels or
-(sequence, head) pairs; the numpy path here (loops over tokens, vectorised over heads and channels) serves where
-they are off.
+The arithmetic is float32 (states updated token by token as ggml updates them). The compiled kernels
+(:mod:`.qdot._recurrent_kernels`) run a whole batch in one call, threaded over channels or (sequence, head) pairs or
+on one thread, whichever is faster on the machine as it is (the same bits either way); their sums of 32 terms or
+more run in sixteen running sums. The numpy path here (loops over tokens, vectorised over heads and channels) serves
+where they are off.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_cpu.kernels import compiled
 from ggml_cpu.kernels._base import Thunk, arr, check_index_range, f32, kernel
+from ggml_cpu.threads import Faster
 
 __all__: list[str] = []
 
@@ -42,6 +44,17 @@ def _compiled(name: str, key: object = None) -> Any:
     return compiled.kernel(name, key, module="_recurrent_kernels")
 
 
+def _faster(name: str, node: Tensor) -> Any:
+    """The compiled pair ``name`` (threaded over its jobs, on one thread: the same bits) as one callable running
+    the faster on the machine as it is (:class:`ggml_cpu.threads.Faster`, shared by nodes of one op and shape), or
+    None (numpy path)."""
+    threaded, serial = _compiled(name, 0), _compiled(name, 1)
+    if threaded is None or serial is None:
+        return None
+    shapes = tuple(tuple(s.ne) for s in node.src if s is not None)
+    return Faster(threaded, serial, key=(node.op.name, shapes))
+
+
 def _softplus(x: np.ndarray) -> np.ndarray:
     """ggml's ``x > 20 ? x : logf(1 + expf(x))`` in float32."""
     with np.errstate(over="ignore"):
@@ -53,7 +66,8 @@ def _bind_ssm_conv(node: Tensor) -> Thunk:
     sx, c = node.src[0], node.src[1]
     assert sx is not None and c is not None
     d_conv, n_t = c.ne[0], node.ne[1]
-    fast = _compiled("SSM_CONV_SPECS", int(node.nelements * d_conv < _CONV_SERIAL_WORK))
+    small = node.nelements * d_conv < _CONV_SERIAL_WORK
+    fast = _compiled("SSM_CONV_SPECS", 1) if small else _faster("SSM_CONV_SPECS", node)
 
     def run() -> None:
         x = f32(sx)[0]  # (n_s, d_inner, d_conv-1+n_t)
@@ -80,7 +94,7 @@ def _bind_ssm_scan(node: Tensor) -> Thunk:
     n_t, n_s = x.ne[2], x.ne[3]
     group = np.arange(n_head) // (n_head // b.ne[1])
     n_y = x.nelements
-    fast = _compiled("SSM_SCAN_SPEC")
+    fast = _faster("SSM_SCAN_SPECS", node)
 
     def run() -> None:
         rows = arr(ids).reshape(-1)
@@ -123,7 +137,7 @@ def _bind_gated_delta_net(node: Tensor) -> Thunk:
     head_of = np.arange(heads) % heads_qk  # value head h reads query/key head h % H_k
     scale = _F32(1.0) / np.sqrt(_F32(size))
     kda = g.ne[0] == size
-    fast = _compiled("GATED_DELTA_NET_SPEC")
+    fast = _faster("GATED_DELTA_NET_SPECS", node)
 
     def run() -> None:
         qq, kk, vv = f32(q), f32(k), f32(v)  # (n_s[_k], n_t, H[_k], S)
@@ -159,7 +173,7 @@ def _bind_rwkv_wkv7(node: Tensor) -> Thunk:
     size, heads, n_tokens = operands[2].ne[:3]
     n_s = state.ne[1]
     per_seq = n_tokens // n_s
-    fast = _compiled("RWKV_WKV7_SPEC")
+    fast = _faster("RWKV_WKV7_SPECS", node)
 
     def run() -> None:
         r, w, k, v, a, b = (f32(t)[0].reshape(n_tokens, heads, size) for t in operands)

@@ -1,9 +1,12 @@
 """Compiled recurrent layers: SSM_CONV, SSM_SCAN, GATED_DELTA_NET, RWKV_WKV7 (f32).
 
-One call runs a whole batch: the token loop inside, threads over independent channels (SSM_CONV) or
-(sequence, head) pairs (the scans), each in float32 in ggml's order — a running float sum per output, the state
-updated as ``s·decay + b·x`` — so a layer's bits do not depend on the thread count. The numpy kernels in
-:mod:`ggml_cpu.kernels.recurrent` are the same arithmetic, a token at a time; they serve where these are off.
+One call runs a whole batch: the token loop inside, threads over independent blocks of channels (SSM_CONV) or
+(sequence, head) pairs (the scans), each in float32 — the state updated as ggml does (``s·decay + b·x``), every
+loop over contiguous memory (a token's operands copied into rows first), a sum of 32 terms or more in sixteen
+running sums added pairwise (:func:`_dot`; fewer terms: one running sum) — so a layer's bits depend neither on the
+thread count nor on the SIMD width. Each kernel also comes compiled for one thread (``spec_pair``): the same code.
+The numpy kernels in :mod:`ggml_cpu.kernels.recurrent` are the same updates, a token at a time (their sums in
+numpy's order); they serve where these are off.
 
 Imported only once numba is loaded (see :mod:`._jit`).
 """
@@ -18,7 +21,7 @@ import numpy as np
 from ggml_cpu.kernels.qdot import _jit
 from ggml_cpu.kernels.qdot._jit import prange
 
-__all__ = ["GATED_DELTA_NET_SPEC", "RWKV_WKV7_SPEC", "SSM_CONV_SPECS", "SSM_SCAN_SPEC"]
+__all__ = ["GATED_DELTA_NET_SPECS", "RWKV_WKV7_SPECS", "SSM_CONV_SPECS", "SSM_SCAN_SPECS"]
 
 _F32 = np.float32
 _SOFTPLUS_MAX: Final = np.float32(20.0)
@@ -263,21 +266,22 @@ _C5 = "float32[:, :, :, :, ::1]"
 # states come C-contiguous (the callers' ``np.ascontiguousarray``, a no-op for a cache's rows) so their copy vectorises
 #: SSM_CONV threaded over channel blocks, and on one thread (a decode step's few thousand products)
 SSM_CONV_SPECS: Final = _jit.spec_pair(_ssm_conv, f"void({_A3}, float32[:, :], float32[:, :, ::1])", "_ssm_conv")
-SSM_SCAN_SPEC: Final = _jit.KernelSpec(
+#: each kernel threaded over its jobs, and on one thread (run by whichever is faster on the machine as it is)
+SSM_SCAN_SPECS: Final = _jit.spec_pair(
     _ssm_scan,
     f"void({_C4}, {_A4}, {_A3}, float32[:, :], {_A4}, {_A4}, int32[::1], {_C4}, {_C5})",
-    parallel=True,
+    "_ssm_scan",
     readonly=(0, 1, 2, 3, 4, 5, 6),
 )
-GATED_DELTA_NET_SPEC: Final = _jit.KernelSpec(
+GATED_DELTA_NET_SPECS: Final = _jit.spec_pair(
     _gated_delta_net,
     f"void({_A4}, {_A4}, {_A4}, {_A4}, {_A4}, {_C4}, {_C4}, {_C5}, float64)",
-    parallel=True,
+    "_gated_delta_net",
     readonly=(0, 1, 2, 3, 4, 5),
 )
-RWKV_WKV7_SPEC: Final = _jit.KernelSpec(
+RWKV_WKV7_SPECS: Final = _jit.spec_pair(
     _rwkv_wkv7,
     f"void({_A3}, {_A3}, {_A3}, {_A3}, {_A3}, {_A3}, {_A4}, {_A3}, {_A4})",
-    parallel=True,
+    "_rwkv_wkv7",
     readonly=(0, 1, 2, 3, 4, 5, 6),
 )
