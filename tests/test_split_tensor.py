@@ -74,7 +74,8 @@ def _check_split(m: Model, devices: list[str], cfg: TinyConfig) -> None:
             assert owner.state(t).kind is SplitKind.SPLIT
             for d, dev in enumerate(devices):
                 buf = owner.shard(t, d).buffer
-                assert buf is not None and buf.buffer_type.device.name == dev
+                assert buf is not None and buf.buffer_type.device is not None
+                assert buf.buffer_type.device.name == dev
         assert [c.name for c in owner.caches].count(f"cache_k_l{il}") == 1
     assert owner.state(m.weights["output.weight"]).kind is SplitKind.MIRRORED
 
@@ -214,3 +215,24 @@ def test_cli_run_and_plan(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "-sm tensor supports: llama (dense); this model is llama (mixture of experts)" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_cli_chat_answers_as_one_device(tmp_path: Path) -> None:
+    second = _opencl_or_skip()
+    cfg = CFG.with_(n_ctx=256)
+    path = write_model(tmp_path / "chat.gguf", cfg, random_weights(cfg, 8), "f32", vocab=True)
+    replies = []
+    for args in (("--device", "CPU"), ("-sm", "tensor", "--device", f"CPU,{second}")):
+        r = _cli("chat", str(path), *args, "-p", "hello", "-st", "-n", "6", "--temp", "0")
+        assert r.returncode == 0, r.stderr
+        replies.append(r.stdout)
+    assert replies[0].strip() and replies[1] == replies[0]
+
+
+def test_quantized_head_columns_off_block_boundaries_are_a_clear_error(tmp_path: Path) -> None:
+    """q8_0 attn_output split by 3 + 1 heads of 16 columns: 48 is not a multiple of its 32-element blocks."""
+    second = _opencl_or_skip()
+    cfg = CFG.with_(n_head_kv=4)
+    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 1), "q8_0")
+    with pytest.raises(SplitError, match=r"attn_output.*must fall on its 32-element block boundaries \(got 0\+48\)"):
+        _run(path, _tensor(["CPU", second], (3, 1)), step=False)

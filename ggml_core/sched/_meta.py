@@ -102,7 +102,7 @@ class TensorParallelGraph:
     shards: dict[int, list[Tensor]]
     #: original mirrored tensor id → the tensor standing for it in :attr:`graph`
     mirrored: dict[int, Tensor]
-    #: weights: split ones (their shards) and mirrored ones (allocated on the first device)
+    #: weights: split ones (their shards) and mirrored ones (those without memory allocated on the first device)
     split_weights: list[Tensor]
     mirrored_weights: list[Tensor]
     #: split leafs the graph writes rows into (KV caches): allocated apart from the weights
@@ -273,8 +273,8 @@ class _Splitter:
         if st is None or st.kind is SplitKind.MIRRORED:
             self.states[t.id] = SplitState.mirrored()
             self.mirrored[t.id] = t
-            if t.buffer is None and not t.flags & TensorFlag.INPUT and t.op == GGMLOp.NONE:
-                self.mirrored_weights.append(t)
+            if not t.flags & TensorFlag.INPUT and t.op == GGMLOp.NONE and t.view_src is None:
+                self.mirrored_weights.append(t)  # alloc_weights() allocates those without memory yet
             return
         if st.kind is not SplitKind.SPLIT:
             raise SplitError(t, f"a weight can be mirrored or split, not {st.describe()}")
