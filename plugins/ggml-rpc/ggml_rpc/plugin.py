@@ -292,12 +292,19 @@ class RPCBackend(Backend):
             conn.send(Cmd.GRAPH_COMPUTE, [payload])
 
     def synchronize(self) -> None:
-        """Wait until the server has computed the graphs sent (one round trip when one is pending).
+        """Nothing to wait for here: what a graph computed can only be observed through this connection, and the
+        server answers a later command (the read of an output, a copy, any answered request) only after every
+        graph sent before it. So the scheduler's wait before reading a split's output costs no round trip of its
+        own; a server that fails or stops is reported by that next answer, within its deadline.
 
-        Tensor writes are not waited for: the data left this process when they returned, and every later command
-        on the connection — a read, a graph — runs after them on the server (a refused write is reported by the
-        next command that has an answer).
+        Tensor writes are not waited for either: the data left this process when they returned, and every later
+        command on the connection runs after them on the server.
         """
+
+    def graph_compute(self, graph: Graph) -> None:
+        """Compute ``graph`` and wait until the server has (one round trip): an explicit compute returns when the
+        work is done, and reports a failed graph itself."""
+        super().graph_compute(graph)
         self.device.conn.sync(graphs_only=True)
 
 
