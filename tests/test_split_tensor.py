@@ -16,7 +16,7 @@ import pytest
 from test_sched_llama import opencl_backend
 from tiny_models import TinyConfig, random_weights, reference_logits, write_model
 
-from ggml_core import get_registry
+from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.sched import SplitError, SplitKind, SplitState
@@ -137,13 +137,13 @@ def test_uneven_tensor_split(tmp_path: Path) -> None:
 
 
 def test_heads_that_do_not_divide_split_unevenly(tmp_path: Path) -> None:
-    """3 heads (3 KV heads) over 2 devices: 2 + 1."""
+    """3 heads (3 KV heads) over 2 equal shares: 2 + 1."""
     second = _opencl_or_skip()
     cfg = CFG.with_(n_embd=48, n_head=3, n_head_kv=3)
     w = random_weights(cfg, 4)
     path = write_model(tmp_path / "m.gguf", cfg, w, "f32")
     one, _ = _run(path, PlacementRequest(devices=["CPU"]), step=True)
-    got, m = _run(path, _tensor(["CPU", second]), step=True)
+    got, m = _run(path, _tensor(["CPU", second], (1, 1)), step=True)
     owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
     assert owner is not None and owner.state(m.weights["blk.1.attn_q.weight"]) == SplitState.split(1, (32, 16))
     assert np.abs(got - one).max() <= 1e-4
@@ -206,7 +206,11 @@ def test_cli_run_and_plan(tmp_path: Path) -> None:
     assert "blk.0.attn_q.weight: split(axis 1: 32+32)" in r.stdout
     r = _cli("plan", str(path), "-sm", "tensor", "--device", f"CPU,{second}", "-c", "64", "--json")
     assert r.returncode == 0, r.stderr
-    tp = json.loads(r.stdout)["tensor_parallel"]
+    planned = json.loads(r.stdout)
+    shares = {d["name"]: d for d in planned["devices"]}
+    assert set(shares) == {"CPU", second} and all(d["layers"] == CFG.n_layer for d in shares.values())
+    assert shares[second]["weights_MB"] > 0 and shares[second]["kv_MB"] == shares["CPU"]["kv_MB"] > 0  # 1 + 1 heads
+    tp = planned["tensor_parallel"]
     assert tp["n_all_reduces"] == 2 * CFG.n_layer and tp["split_tensors"]["cache_v_l2"] == "split(axis 0: 16+16)"
     assert set(tp["shard_bytes"]) == {"CPU", second} and all(v > 0 for v in tp["shard_bytes"].values())
     moe = TinyConfig(n_expert=4, n_expert_used=2)
@@ -236,3 +240,14 @@ def test_quantized_head_columns_off_block_boundaries_are_a_clear_error(tmp_path:
     path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 1), "q8_0")
     with pytest.raises(SplitError, match=r"attn_output.*must fall on its 32-element block boundaries \(got 0\+48\)"):
         _run(path, _tensor(["CPU", second], (3, 1)), step=False)
+
+
+def test_a_share_beyond_free_memory_is_refused_before_allocating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    second = _opencl_or_skip()
+    path = write_model(tmp_path / "m.gguf", CFG, random_weights(CFG, 1), "f32")
+    dev = get_registry().get_device(second)
+    monkeypatch.setattr(dev, "memory", lambda: (4096, 4096))
+    with pytest.raises(AllocationError, match=rf"device {second}: .*its -sm tensor share does not fit: weights"):
+        Model.load(path, ModelParams(placement=_tensor(["CPU", second]), n_ctx=64, progress=False))

@@ -376,7 +376,7 @@ def _plan_tensor(
     split = ", ".join(f"{d.name} {w / sum(shares):.2f}" for d, w in zip(devs, shares, strict=True))
     plan.notes.append(
         f"--split-mode tensor: attention by KV heads and the feed-forward by columns over {split}; embeddings, "
-        f"norms and output on {devs[0].name} (the sizes below count every weight there)"
+        f"norms and output on {devs[0].name}"
     )
     return plan
 

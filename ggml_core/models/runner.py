@@ -563,11 +563,15 @@ def _plan_scoped(
 ) -> tuple[ModelParams, Placement]:
     if params.placement.split_mode == "tensor":  # the meta device sizes the shards; --fit does not apply yet
         from ggml_core.models.tensor_parallel import check_supported
+        from ggml_core.models.tensor_parallel import fit_check as tensor_fit_check
 
         req = params.placement
         given = {"--flash-attn on": params.flash_attn is True, "--no-kv-offload": not req.kv_offload}
         check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
-        return params, _plan_once(f, hp, specs, params)
+        placement = _plan_once(f, hp, specs, params)
+        if params.check_fit:
+            tensor_fit_check(placement)
+        return params, placement
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
         n_ctx = params.n_ctx or default_n_ctx(hp)
@@ -615,4 +619,8 @@ def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelP
         for c in placement.weights.values()
     ]
     placement.account(items, kv_layer, compute, resolve_devices(req.devices))
+    if placement.split_mode == "tensor":  # the shards and KV heads of each device instead
+        from ggml_core.models.tensor_parallel import account
+
+        account(placement, f, hp, specs, kv_layer, compute)
     return placement

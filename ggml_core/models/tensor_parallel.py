@@ -25,16 +25,19 @@ import time
 from collections.abc import Sequence
 from typing import Final, TextIO
 
-from ggml_core.backend.interfaces import Backend, Buffer
+from ggml_core._context import Context
+from ggml_core._errors import AllocationError
+from ggml_core.backend.interfaces import Backend, Buffer, Device
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import BuiltGraph
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
+from ggml_core.models.placement import INPUT_SLOT, Placement
 from ggml_core.models.progress import Progress
-from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec
+from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
 from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
 
-__all__ = ["SUPPORTED", "TensorParallel", "check_supported", "split_states"]
+__all__ = ["SUPPORTED", "TensorParallel", "account", "check_supported", "fit_check", "split_states"]
 
 #: the families ``-sm tensor`` runs
 SUPPORTED: Final = "llama (dense)"
@@ -68,6 +71,60 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
     return llama_split_states(
         proportions, n_head=hp.n_head, n_head_kv=hp.n_head_kv, head_dim=hp.head_dim_k, n_ff=hp.n_ff, ff_granule=granule
     )
+
+
+def account(
+    placement: Placement,
+    f: GGUFFile,
+    hp: HParams,
+    specs: Sequence[WeightSpec],
+    kv_layer: int,
+    compute: int,
+) -> None:
+    """Each device's share of a ``-sm tensor`` placement: its shards of every split weight and its KV heads of every
+    layer's cache; the mirrored weights where :func:`~ggml_core.models.bufts.assign_weights` put them."""
+    state_of = split_states(f, hp, placement.tensor_shares)
+    devs = placement.tensor_devices
+    cpu = placement.slot_device[INPUT_SLOT]
+    ctx = Context("tensor-split sizes")  # stand-ins named as the weights, never allocated
+    items: list[tuple[Device, int, int, bool]] = []
+    for s in specs:
+        info = f.tensor_info(s.source)
+        st = state_of(ctx.new_tensor(info.type, info.ne, s.name))
+        nbytes = slot_nbytes(f, s)
+        if st is None:
+            c = placement.weights.get(s.name)
+            dev = c.device if c is not None else placement.device_of(s.slot)
+            mapped = c is not None and c.buft is cpu.buffer_type() and placement.maps(cpu)
+            items.append((dev, s.slot, nbytes, mapped))
+        else:  # its shards, listed by the meta device (``plan``), not as one weight in one buffer type
+            items += [(d, s.slot, nbytes * n // info.ne[st.axis], False) for d, n in zip(devs, st.sizes, strict=True)]
+            placement.weights.pop(s.name, None)
+    placement.account(items, kv_layer, compute, devs)
+    kv = state_of(ctx.new_tensor("f32", (hp.n_embd_k_gqa, 1), "cache_k_l0"))
+    assert kv is not None
+    by_name = dict(zip((d.name for d in devs), kv.sizes, strict=True))
+    for share in placement.shares:
+        heads = by_name.get(share.name, 0)
+        share.kv_layers = list(range(hp.n_layer)) if heads else []
+        share.layers = list(range(hp.n_layer)) if heads else []  # a part of every layer
+        share.kv_bytes = kv_layer * hp.n_layer * heads // hp.n_embd_k_gqa
+
+
+def fit_check(placement: Placement) -> None:
+    """AllocationError naming the first device whose ``-sm tensor`` share exceeds its free memory."""
+    mib = 2**20
+    for s in placement.shares:
+        free, _total = s.device.memory()
+        if s.total_bytes > free:
+            raise AllocationError(
+                s.name,
+                s.total_bytes,
+                free,
+                f"its -sm tensor share does not fit: weights {s.weight_bytes / mib:.1f} MiB + KV cache "
+                f"{s.kv_bytes / mib:.1f} MiB + compute {s.compute_bytes / mib:.1f} MiB; give it a smaller "
+                "--tensor-split share, use a smaller --ctx-size, or add a device",
+            )
 
 
 class TensorParallel:
