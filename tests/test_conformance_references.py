@@ -27,6 +27,10 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "ggml's CPU count_equal splits the row index of 3-D inputs with the wrong strides (ne03/ne02 where "
         "ne02*ne01/ne01 belong) and so compares the wrong rows; test-backend-ops only tries 2-D inputs"
     ),
+    "RWKV_WKV7(type=f32,heads=3,size=32,n_t=9,n_s=1)": (
+        "ggml's SIMD rwkv_wkv7 steps over a head in vectors of the SIMD width (64 floats with AVX-512) and so "
+        "reads and writes past a head of 32; test-backend-ops only tries head size 64"
+    ),
 }
 
 #: op families verified (one child process each, so that an abort loses only one family)
@@ -45,6 +49,7 @@ FAMILIES = [
     "NONE,VIEW,RESHAPE,PERMUTE,TRANSPOSE",
     "SOFT_MAX,ROPE,FLASH_ATTN_EXT",
     "IM2COL,CONV_2D,CONV_TRANSPOSE_1D,POOL_2D,UPSCALE",
+    "SSM_CONV,SSM_SCAN,GATED_DELTA_NET,RWKV_WKV7",
 ]
 
 
@@ -191,6 +196,16 @@ def _translate(g: Any, gctx: Any, node: Any, m: dict[int, Any]) -> Any:
         if s[4] is not None:
             g.ggml_flash_attn_ext_add_sinks(t, s[4])
         return t
+    if op == GGMLOp.SSM_CONV:
+        return _fn(g, "ggml_ssm_conv")(gctx, s[0], s[1])
+    if op == GGMLOp.SSM_SCAN:
+        if i32(0) != 1:
+            raise Unavailable("ggml-python's ssm_scan has no snapshot slots (K)")
+        return _fn(g, "ggml_ssm_scan")(gctx, *s[:7])
+    if op == GGMLOp.GATED_DELTA_NET:
+        return _fn(g, "ggml_gated_delta_net")(gctx, *s[:6], i32(0))
+    if op == GGMLOp.RWKV_WKV7:
+        return _fn(g, "ggml_rwkv_wkv7")(gctx, *s[:7])
     if op == GGMLOp.IM2COL:
         return g.ggml_im2col(gctx, s[0], s[1], *[i32(i) for i in range(6)], bool(i32(6)), _gtype(g, node.type))
     if op == GGMLOp.CONV_TRANSPOSE_1D:
