@@ -24,12 +24,14 @@ differs, so a tuned result equals the default one to float rounding (the tests r
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
 import re
 import statistics
+import sys
 import threading
 import time
 import warnings
@@ -55,10 +57,12 @@ __all__ = [
     "MvConfig",
     "Tuner",
     "TuningError",
+    "announced_if_slow",
     "cache_dir",
     "forced",
     "gemm_candidates",
     "gemm_class",
+    "label_device",
     "mv_candidates",
     "mv_class",
     "tuner_for",
@@ -81,6 +85,8 @@ MV_MAX_COLUMNS: Final = 16  # beyond ~16 columns packing the weights once beats 
 _GEMM_SMALL_N: Final = 64
 #: weight rows per work-group of the row-block k_mv candidates
 _MV_BLOCK_ROWS: Final = 32
+#: seconds a kernel build may take before stderr says what is going on (a build the driver has cached is quicker)
+SLOW_BUILD_S: Final = 2.0
 
 
 class TuningError(GGMLError, ValueError):
@@ -278,6 +284,61 @@ SOURCE_DIGEST: Final = hashlib.sha256((_tuned_source("gemm") + _tuned_source("mv
 # ------------------------------------------------------------------------------------------------ the tuner
 
 
+# ------------------------------------------------------------------------------------------------ notices
+
+#: the registry's name of each device (``OpenCL0``), by its ``cl_device_id``, for the notices
+_LABELS: dict[int, str] = {}
+#: (device, shape class, seconds) of every tuning this process ran, for the summary at exit
+_TUNED_HERE: list[tuple[str, str, float]] = []
+_NOTICE_LOCK = threading.Lock()
+
+
+def label_device(cl_device: Any, name: str) -> None:
+    """Name a device in the notices (its registry name, ``OpenCL0``, rather than the driver's description)."""
+    _LABELS[int(cl_device.int_ptr)] = name
+
+
+def _say(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # stderr closed (at exit, or by an embedding program)
+        print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def announced_if_slow(message: str, after_s: float = SLOW_BUILD_S) -> Iterator[None]:
+    """Print ``message`` on stderr when the block is still running after ``after_s`` seconds; nothing when it is
+    quicker (a kernel build the driver has cached). The driver's build releases the GIL, so the timer runs."""
+    timer = threading.Timer(after_s, _say, (message,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _announce_tuning(label: str, where: Path) -> None:
+    """The first tuning a process runs on a device says so on stderr (tuning is skipped, and silent, when every
+    shape class it needs is cached); the process's exit says what was tuned and how long it took."""
+    with _NOTICE_LOCK:
+        if any(dev == label for dev, _, _ in _TUNED_HERE):
+            return
+        if not _TUNED_HERE:
+            atexit.register(_tuning_summary)
+        _TUNED_HERE.append((label, "", 0.0))
+    _say(
+        f"ggml-opencl: tuning {label}'s matrix kernels (once per kernel shape, ~{BUDGET_S:.0f}-"
+        f"{BUDGET_S + BUILD_BUDGET_S:.0f} s each; kept in {where}; {ENV_MODE}=0 skips it)"
+    )
+
+
+def _tuning_summary() -> None:
+    for label in dict.fromkeys(dev for dev, _, _ in _TUNED_HERE):
+        done = [(shape, s) for dev, shape, s in _TUNED_HERE if dev == label and shape]
+        if done:
+            names = ", ".join(shape for shape, _ in done)
+            _say(f"ggml-opencl: tuned {len(done)} kernel shapes on {label} in {sum(s for _, s in done):.1f} s: {names}")
+
+
 class Tuner:
     """Tuned MUL_MAT kernels of one OpenCL device (one per context, device and default shapes)."""
 
@@ -367,7 +428,12 @@ class Tuner:
                 return hit
             cfg = None if mode == "force" else self._cached(kind, key, candidates)
             if cfg is None:
+                label = _LABELS.get(int(self.cl_device.int_ptr), self.info.description)
+                _announce_tuning(label, self.cache_file.parent)
+                t0 = time.perf_counter()
                 cfg, medians = self._tune(kind, candidates, a_type, shape)
+                with _NOTICE_LOCK:
+                    _TUNED_HERE.append((label, shape, time.perf_counter() - t0))
                 self.timings[shape] = medians
                 if medians:  # an untimed fallback to the default is not remembered
                     self._store(key, cfg, medians)

@@ -40,6 +40,7 @@ from ggml_core import (
     hookimpl,
 )
 from ggml_opencl._device_info import DeviceInfo, device_info
+from ggml_opencl._tuning import announced_if_slow, label_device
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -194,15 +195,19 @@ class ProgramCache:
         self._lock = threading.Lock()
         self._built: dict[tuple[int, int, str], Any] = {}
 
-    def get(self, context: Any, cl_device: Any, info: DeviceInfo) -> Any:
-        """The program for this device, built on first use; a failure raises with the compiler's log."""
+    def get(self, context: Any, cl_device: Any, info: DeviceInfo, label: str = "") -> Any:
+        """The program for this device, built on first use; a failure raises with the compiler's log. A build that
+        takes more than a couple of seconds (not cached by the driver) says so on stderr while it runs."""
         opts = info.build_options()
         key = (context.int_ptr, cl_device.int_ptr, " ".join(opts))
         with self._lock:
             prog = self._built.get(key)
             if prog is None:
+                note = f"ggml-opencl: building the OpenCL kernels for {label or info.description} (once: the driver "
+                note += "caches them)"
                 try:
-                    prog = cl.Program(context, kernel_source()).build(options=opts, devices=[cl_device])
+                    with announced_if_slow(note):
+                        prog = cl.Program(context, kernel_source()).build(options=opts, devices=[cl_device])
                 except cl.Error as exc:
                     raise RuntimeError(f"{info.description}: the OpenCL kernels do not build: {exc}") from exc
                 self._built[key] = prog
@@ -489,8 +494,13 @@ class OpenCLBackend(Backend):
 
 
 def _device_type(info: DeviceInfo) -> DeviceType:
-    # a GPU sharing host memory is an IGPU; everything else (discrete GPUs, CPU-type devices such as PoCL,
-    # accelerators) has memory of its own as far as ggml is concerned: separate buffers, explicit copies
+    """The device's kind as OpenCL reports it. A CPU-type device (PoCL) is ``ACCEL``, as a CPU-type Vulkan device
+    is in ggml-webgpu: not ``CPU``, which is the host device holding graph inputs and fallbacks (the CPU plugin's),
+    while this one has buffers of its own; not ``GPU``, which it is not: ``init_best`` and the default placement
+    pass it over, and it runs what it is given by name (``--device OpenCL0``). A GPU sharing host memory is an
+    IGPU; other devices (discrete GPUs, accelerator cards) have memory of their own: GPU."""
+    if info.cl_type == "CPU":
+        return DeviceType.ACCEL
     if info.cl_type == "GPU" and info.host_unified:
         return DeviceType.IGPU
     return DeviceType.GPU
@@ -505,6 +515,7 @@ class OpenCLDevice(Device):
         super().__init__(name, info.description, device_id=info.device_id)
         self.info = info
         self.type = _device_type(info)
+        label_device(cl_device, name)
         #: a CPU-type OpenCL device runs on the host's cores: not preferred over the CPU plugin unless named
         self.host_cpu = info.is_cpu
         self.cl_device = cl_device
@@ -518,7 +529,7 @@ class OpenCLDevice(Device):
 
     def program(self) -> Any:
         """The device's built kernel program (built once, at enumeration)."""
-        return self._programs.get(self.context, self.cl_device, self.info)
+        return self._programs.get(self.context, self.cl_device, self.info, self.name)
 
     def memory(self) -> tuple[int, int]:
         """(total minus what this process allocated, global memory size)."""

@@ -34,12 +34,12 @@ def test_devices_are_named_in_order_with_platform_and_device(ocl: OpenCLDevice) 
 
 
 def test_cpu_type_device_is_a_separate_memory_device_not_the_cpu(ocl: OpenCLDevice) -> None:
-    """A CPU-type OpenCL device (PoCL) is targetable like a GPU and never taken for the CPU plugin's device."""
+    """A CPU-type OpenCL device (PoCL) is an ACCEL device with memory of its own, never taken for the CPU plugin's."""
     if ocl.info.cl_type == "CPU":
-        assert ocl.type == DeviceType.GPU
-    # ...but flagged as the host CPU seen through OpenCL, so the default placement prefers the CPU plugin
+        assert ocl.type == DeviceType.ACCEL
+    # ...and flagged as the host CPU seen through OpenCL, so the default placement prefers the CPU plugin
     assert ocl.host_cpu == (ocl.info.cl_type == "CPU") == ocl.props().extra["host_cpu"]
-    assert ocl.type in (DeviceType.GPU, DeviceType.IGPU)
+    assert ocl.type in (DeviceType.GPU, DeviceType.IGPU, DeviceType.ACCEL)
     assert not ocl.buffer_type().is_host
     cpu = g.get_device("CPU")
     assert cpu is not ocl and cpu.type == DeviceType.CPU
