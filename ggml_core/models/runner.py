@@ -561,17 +561,13 @@ def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
 def _plan_scoped(
     f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
 ) -> tuple[ModelParams, Placement]:
-    if params.placement.split_mode == "tensor":  # the meta device sizes the shards; --fit does not apply yet
-        from ggml_core.models.tensor_parallel import check_supported
-        from ggml_core.models.tensor_parallel import fit_check as tensor_fit_check
+    if params.placement.split_mode == "tensor":  # the meta device's shares: --fit does not choose them
+        from ggml_core.models.tensor_parallel import plan_tensor
 
         req = params.placement
-        given = {"--flash-attn on": params.flash_attn is True, "--no-kv-offload": not req.kv_offload}
-        check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
-        placement = _plan_once(f, hp, specs, params)
-        if params.check_fit:
-            tensor_fit_check(placement)
-        return params, placement
+        return params, plan_tensor(
+            hp, req, params.flash_attn, params.check_fit, lambda: _plan_once(f, hp, specs, params)
+        )
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
         n_ctx = params.n_ctx or default_n_ctx(hp)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, TextIO
 
 from ggml_core._context import Context
@@ -32,12 +32,12 @@ from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import BuiltGraph
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
-from ggml_core.models.placement import INPUT_SLOT, Placement
+from ggml_core.models.placement import INPUT_SLOT, Placement, PlacementRequest
 from ggml_core.models.progress import Progress
 from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
 from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
 
-__all__ = ["SUPPORTED", "TensorParallel", "account", "check_supported", "fit_check", "split_states"]
+__all__ = ["SUPPORTED", "TensorParallel", "account", "check_supported", "fit_check", "plan_tensor", "split_states"]
 
 #: the families ``-sm tensor`` runs
 SUPPORTED: Final = "llama (dense)"
@@ -58,6 +58,19 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
     for flag, given in flags.items():
         if given:
             raise SplitError(None, f"-sm tensor does not support {flag} yet")
+
+
+def plan_tensor(
+    hp: HParams, req: PlacementRequest, flash_attn: bool | None, check_fit: bool, plan_once: Callable[[], Placement]
+) -> Placement:
+    """The ``-sm tensor`` placement (``plan_once``: the runner's planning), after :func:`check_supported`; with
+    ``check_fit``, every device's share checked against its free memory (:func:`fit_check`)."""
+    given = {"--flash-attn on": flash_attn is True, "--no-kv-offload": not req.kv_offload}
+    check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
+    placement = plan_once()
+    if check_fit:
+        fit_check(placement)
+    return placement
 
 
 def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf:
