@@ -183,6 +183,8 @@ def test_kl_divergence_from_another_model_is_numpys(files: dict[str, Path], caps
         (["--kl-divergence", "--kl-divergence-base", "TRUNCATED"], "truncated"),
         (["-c", "2", "-f", "TEXT"], "chunks of 3 tokens or more"),
         ([], "give --file FILE"),
+        (["--kl-divergence", "--kl-divergence-base", "DIR"], "is not a regular file"),
+        (["-f", "TEXT", "--kl-divergence-base", "DIR"], "is a directory"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -192,7 +194,13 @@ def test_bad_input_is_one_line(
     (d / "short.txt").write_text("hello world", encoding="utf-8")
     (d / "not.bin").write_bytes(b"x" * 64)
     (d / "trunc.bin").write_bytes(_saved(files, capsys).read_bytes()[:-2])
-    names = {"SHORT": d / "short.txt", "NOTLOGITS": d / "not.bin", "TRUNCATED": d / "trunc.bin", "TEXT": files["text"]}
+    names = {
+        "SHORT": d / "short.txt",
+        "NOTLOGITS": d / "not.bin",
+        "TRUNCATED": d / "trunc.bin",
+        "TEXT": files["text"],
+        "DIR": d,
+    }
     rc, _, err = _ppl(capsys, str(files["model"]), *[str(names.get(a, a)) for a in argv])
     assert rc == 2
     errors = [line for line in err.splitlines() if "error" in line]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +129,8 @@ class LogitsFile:
     def open(cls, path: Path, n_vocab: int) -> LogitsFile:
         """Read and check the header; LogitsFileError names what does not match."""
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read, a directory fail it
+                raise LogitsFileError(f"--kl-divergence-base {str(path)!r} is not a regular file")
             with open(path, "rb") as fh:
                 head = fh.read(20)
             size = path.stat().st_size
@@ -281,7 +285,7 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--file", "-f", dest="text", type=text_file, help="the UTF-8 text to score")
     p.add_argument("--chunks", type=int, default=-1, metavar="N", help="score at most N chunks (default -1: all)")
     p.add_argument(
-        "--kl-divergence-base", "--save-all-logits", dest="logits_file", type=output_file, metavar="FILE",
+        "--kl-divergence-base", "--save-all-logits", dest="logits_file", type=Path, metavar="FILE",
         help="save the tokens and log-probabilities here (llama.cpp's format); with --kl-divergence: read them",
     )  # fmt: skip
     p.add_argument(
@@ -297,6 +301,11 @@ def run(args: argparse.Namespace) -> int:
         problem = "--kl-divergence needs --kl-divergence-base FILE (a run saved with it)"
     if problem is None and not args.kl_divergence and args.text is None and not args.list_devices:
         problem = "no text to score: give --file FILE (-f)"
+    if problem is None and args.logits_file is not None and not args.kl_divergence:  # to be written
+        try:
+            output_file(str(args.logits_file))
+        except argparse.ArgumentTypeError as exc:
+            problem = f"--kl-divergence-base: {exc}"
     if problem is None and args.ctx_size is not None and args.ctx_size < 3:
         problem = f"--ctx-size {args.ctx_size}: perplexity needs chunks of 3 tokens or more"
     if problem is not None:
