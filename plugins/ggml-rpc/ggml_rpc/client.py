@@ -48,6 +48,7 @@ from ggml_rpc.protocol import (
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "MAX_DUE_BYTES",
     "MIN_RATE",
     "Connection",
     "connection",
@@ -62,6 +63,8 @@ DEFAULT_TIMEOUT: Final = 300.0
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 #: bytes per second a large message may move at, on top of the timeout (a 1 GiB tensor gets 1024 s more)
 MIN_RATE: Final = float(1 << 20)
+#: answers left unread at most by :meth:`Connection.request_later` (well within any socket buffer pair)
+MAX_DUE_BYTES: Final = 64 << 10
 
 _U64: Final = struct.Struct("<Q")
 #: bytes of a request's frame header (command, payload size)
@@ -153,6 +156,15 @@ class Connection:
         self.bytes_received = 0
         #: commands sent since the last answer (to name them if the server fails)
         self._unanswered: list[str] = []
+        #: requests sent by :meth:`request_later` whose answers are still unread, in order: (command, where the
+        #: answer goes, its place in ``_unanswered``); what to run once they are read; their answers' bytes
+        self._reads_due: list[tuple[Cmd, memoryview, int]] = []
+        self._after_reads: list[Callable[[], None]] = []
+        self._due_bytes = 0
+        #: connections whose unread answers feed writes to this one (read before this one sends anything that may
+        #: observe or overwrite them), and the remote address ranges those writes will cover
+        self._feeds: list[Connection] = []
+        self._pending_spans: list[tuple[int, int]] = []
         self._sock: socket.socket | None = None
         self._connect()
 
@@ -303,6 +315,7 @@ class Connection:
 
     def close(self) -> None:
         """Close the socket (the server then frees this connection's buffers)."""
+        self._reads_due, self._after_reads, self._feeds, self._pending_spans, self._due_bytes = [], [], [], [], 0
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -339,8 +352,14 @@ class Connection:
         self.close()
         return RPCError(self.endpoint, self.failed)
 
-    def send(self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = ()) -> None:
-        """Send a command that has no answer."""
+    def send(
+        self, cmd: Cmd, parts: Sequence[bytes | bytearray | memoryview] = (), span: tuple[int, int] | None = None
+    ) -> None:
+        """Send a command that has no answer. The pending copies into this connection (:meth:`request_later`) are
+        written first, unless ``span`` — the remote address range the command writes, and all it touches — lies
+        apart from all of them."""
+        if span is None or any(a < span[1] and span[0] < b for a, b in self._pending_spans):
+            self._settle(own=False)
         with self.lock:
             sock = self._live(cmd)
             try:
@@ -418,6 +437,7 @@ class Connection:
         plus their size at :data:`MIN_RATE`.
         """
         limit = self.timeout if timeout is None else timeout
+        self._settle(own=True)
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
@@ -434,6 +454,82 @@ class Connection:
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()
+
+    def request_later(
+        self,
+        cmd: Cmd,
+        parts: Sequence[bytes | bytearray | memoryview],
+        out: memoryview,
+        then: Callable[[], None],
+        into: Connection,
+        span: tuple[int, int],
+    ) -> None:
+        """Send a request whose answer (exactly ``out.nbytes`` bytes) is read only when needed — before this
+        connection sends anything else, or before ``into`` does — and then run ``then`` (which writes it to
+        ``into``, at the remote addresses ``span``). Requests sent this way one after another are answered in one
+        round trip together.
+
+        At most :data:`MAX_DUE_BYTES` of answers are left unread at a time (the earlier ones are read first), so
+        that a server never blocks writing answers that this client is not reading.
+        """
+        self._settle(own=self._due_bytes + out.nbytes > MAX_DUE_BYTES)
+        with self.lock:
+            sock = self._live(cmd)
+            self._unanswered.append(cmd.name)
+            self.counts[cmd.name] += 1
+            size = _size(parts)
+            try:
+                send_frame(sock, cmd, parts, time.monotonic() + self.timeout + size / MIN_RATE)
+            except (OSError, EOFError) as exc:
+                raise self._fail(cmd, exc) from exc
+            self.bytes_sent += _FRAME_HEAD + size
+            self._reads_due.append((cmd, out, len(self._unanswered)))
+            self._after_reads.append(then)
+            self._due_bytes += out.nbytes
+        with into.lock:
+            into._pending_spans.append(span)
+            if self not in into._feeds:
+                into._feeds.append(self)
+
+    def read_due(self) -> None:
+        """Read the answers of the requests sent by :meth:`request_later` (one wait for all of them: one round
+        trip), then run what follows each."""
+        with self.lock:
+            if not self._reads_due:
+                return
+            due, self._reads_due = self._reads_due, []
+            after, self._after_reads = self._after_reads, []
+            self._due_bytes = 0
+            cmd = due[0][0]
+            try:
+                sock = self._live(cmd)
+                self.round_trips += 1
+                deadline = time.monotonic() + self.timeout
+                for item in due:
+                    cmd, out = item[0], item[1]
+                    got = _U64.unpack(recv_exact(sock, 8, deadline))[0]
+                    if got != out.nbytes:
+                        raise EOFError(f"answer of {got} bytes, expected {out.nbytes}: malformed answer")
+                    deadline += got / MIN_RATE
+                    if got:
+                        recv_into_exact(sock, out, deadline)
+                    self.bytes_received += 8 + got
+            except (OSError, EOFError) as exc:
+                raise self._fail(cmd, exc) from exc
+            del self._unanswered[: due[-1][2]]  # everything sent up to the last of them has run
+        for f in after:
+            f()
+
+    def _settle(self, *, own: bool) -> None:
+        """Read the unread answers that come before this connection's next command: its own (``own``), and those
+        of other connections whose copies write to this one."""
+        if own and self._reads_due:
+            self.read_due()
+        if self._feeds:
+            with self.lock:
+                feeds, self._feeds, self._pending_spans = self._feeds, [], []
+            for c in feeds:
+                c.read_due()
 
     def sync(self, *, graphs_only: bool = False) -> None:
         """Wait until the server has run every command sent so far (a DEVICE_COUNT round trip if any is pending).

@@ -42,7 +42,7 @@ from ggml_core import (
 )
 from ggml_core._text import safe_text
 from ggml_rpc import _fnv
-from ggml_rpc.client import Connection, connection, endpoint_key
+from ggml_rpc.client import MAX_DUE_BYTES, Connection, connection, endpoint_key
 from ggml_rpc.protocol import (
     EXT_DEVICE_INFO_MAX,
     HASH_THRESHOLD,
@@ -166,7 +166,8 @@ class RPCBuffer(Buffer):
             if hit[0]:
                 return
             cache_flag = 1
-        self.conn.send(Cmd.SET_TENSOR, [rt, SET_TENSOR_HEADER.pack(cache_flag, offset), mv])
+        start = self.base + (t.data_offset or 0) + offset
+        self.conn.send(Cmd.SET_TENSOR, [rt, SET_TENSOR_HEADER.pack(cache_flag, offset), mv], (start, start + mv.nbytes))
 
     def get_tensor(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
         """GET_TENSOR straight into ``out``."""
@@ -300,6 +301,33 @@ class RPCBackend(Backend):
         Tensor writes are not waited for either: the data left this process when they returned, and every later
         command on the connection runs after them on the server.
         """
+
+    def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
+        """A copy from a tensor of another server into one of this device (a split's input): the GET_TENSOR goes at
+        once, and its answer is read — together with those of the copies queued after it, in one round trip — when
+        either connection next sends anything, and then written here with SET_TENSOR. False (the scheduler's
+        blocking copy) for any other pair, and for copies over :data:`~ggml_rpc.client.MAX_DUE_BYTES`."""
+        sbuf, dbuf = src.buffer, dst.buffer
+        n = src.nbytes
+        if (
+            not isinstance(sbuf, RPCBuffer)
+            or not isinstance(dbuf, RPCBuffer)
+            or sbuf.conn is dbuf.conn
+            or dbuf.conn is not self.device.conn
+            or not 0 < n <= MAX_DUE_BYTES
+            or n != dst.nbytes
+            or src.data_offset is None
+            or dst.data_offset is None
+        ):
+            return False
+        sbuf._tensor_span(src, 0, n)
+        dbuf._tensor_span(dst, 0, n)
+        staged = memoryview(bytearray(n))
+        request = [serialize_tensor(src, sbuf.conn), _U64.pack(0), _U64.pack(n)]
+        start = dbuf.base + dst.data_offset
+        write = lambda: dbuf.set_tensor(dst, staged)  # noqa: E731
+        sbuf.conn.request_later(Cmd.GET_TENSOR, request, staged, write, dbuf.conn, (start, start + n))
+        return True
 
     def graph_compute(self, graph: Graph) -> None:
         """Compute ``graph`` and wait until the server has (one round trip): an explicit compute returns when the

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rpc_helpers import rel, split_logits
+from rpc_helpers import TOKENS, rel, split_logits
 
 from ggml_core.cli import main
 from ggml_core.models import scheduler_available
@@ -115,23 +115,31 @@ def test_rpc_flag_alone_adds_the_servers_devices_to_the_default_list(
     assert rel(np.load(tmp_path / "rpc.npy"), np.load(tmp_path / "cpu.npy")) < 1e-5
 
 
+def _two_servers(
+    make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> tuple[list[str], list]:
+    """Two servers in the registry: their device names and the client's connections to them."""
+    from ggml_core import get_registry
+    from ggml_rpc import RPCDevice
+
+    names = rpc_registry(make_server(), make_server())
+    conns = []
+    for n in names:
+        dev = get_registry().get_device(n)
+        assert isinstance(dev, RPCDevice)
+        conns.append(dev.conn)
+    return names, conns
+
+
 def test_round_trips_per_decoded_token_are_counted(
     model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
 ) -> None:
     """The client counts the commands that wait for an answer (network round trips) and the bytes each way. A
     decode step of a layer split costs each server one: the read of its output, which the server answers only after
     the graph sent before it (the scheduler's wait for the graph makes no round trip of its own)."""
-    from ggml_core import get_registry
     from ggml_core.models import Model, ModelParams, PlacementRequest
-    from ggml_rpc import RPCDevice
 
-    s1, s2 = make_server(), make_server()
-    names = rpc_registry(s1, s2)
-    conns = []
-    for n in names:
-        dev = get_registry().get_device(n)
-        assert isinstance(dev, RPCDevice)
-        conns.append(dev.conn)
+    names, conns = _two_servers(make_server, rpc_registry)
     params = ModelParams(
         placement=PlacementRequest(devices=["CPU", *names], tensor_split=[1, 1, 1]), kv_type="f32", n_ctx=64,
         progress=False,
@@ -149,3 +157,30 @@ def test_round_trips_per_decoded_token_are_counted(
         assert c.round_trips - trips == answered == step["GET_TENSOR"] == steps, (c.endpoint, step)
         assert step["GRAPH_RECOMPUTE"] == steps and step["GRAPH_COMPUTE"] == 0, step
         assert c.bytes_sent > sent and c.bytes_received - received >= steps * 4 * 128  # an activation row at least
+
+
+def test_outputs_copied_between_servers_are_read_in_one_round_trip(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """Layers over two servers only: the split boundary carries two tensors from the first server to the second
+    (the residual and the next layer's norm). Their reads are sent back to back and answered together: one round
+    trip per decoded token for the first server, one (the logits) for the second; the logits are the CPU's."""
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+
+    _, local_steps, _ = split_logits(model_path, ["CPU"], None)
+    names, conns = _two_servers(make_server, rpc_registry)
+    params = ModelParams(
+        placement=PlacementRequest(devices=names, tensor_split=[1, 1]), kv_type="f32", n_ctx=64, progress=False
+    )
+    with Model.load(model_path, params) as m:
+        assert {s.name for s in m.placement.shares if s.layers} == set(names)
+        first = m.decode([TOKENS[0]])  # plans and sends each server's graph
+        before = [(c.round_trips, c.counts.copy()) for c in conns]
+        steps = np.concatenate([first, *(m.decode([t]) for t in TOKENS[1:])])
+    assert rel(steps, local_steps) < 1e-5
+    n = len(TOKENS) - 1
+    (trips0, counts0), (trips1, counts1) = (
+        (c.round_trips - t, c.counts - k) for c, (t, k) in zip(conns, before, strict=True)
+    )
+    assert counts0["GET_TENSOR"] == 2 * n and trips0 == n, counts0
+    assert counts1["GET_TENSOR"] == n and trips1 == n, counts1
