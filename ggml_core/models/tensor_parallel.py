@@ -197,6 +197,9 @@ class TensorParallel:
         shard_bufs, cache_bufs = self.buffers
         weights.buffers.extend(shard_bufs)
         kv.buffers.extend(cache_bufs)
+        # the worst-case graph was allocated to show missing memory at load; each batch shape's split allocates its
+        # own compute buffers, so these would only double them
+        owner.scheduler.allocator.free()
         if upload:
             self._write_shards(owner, f, specs, weights, progress, stream)
 
