@@ -33,8 +33,8 @@ def _opencl_or_skip() -> str:
 
 
 @pytest.fixture()
-def rpc_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The name of the device of a ggml-rpc server on 127.0.0.1 serving the CPU (the registry pointed at it)."""
+def rpc_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """(address, device name) of a ggml-rpc server on 127.0.0.1 serving the CPU (the registry pointed at it)."""
     rpc = pytest.importorskip("ggml_rpc", reason="CPU + RPC needs the ggml-rpc plugin")
     from ggml_rpc.server import RPCServer
 
@@ -42,7 +42,7 @@ def rpc_device(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv("GGML_RPC_SERVERS", srv.address)
     reset_registry()
     try:
-        yield get_registry().get_reg(f"RPC[{srv.address}]").devices[0].name
+        yield srv.address, get_registry().get_reg(f"RPC[{srv.address}]").devices[0].name
     finally:
         rpc.disconnect_all()
         srv.shutdown()
@@ -100,8 +100,25 @@ def test_cpu_plus_opencl_gives_the_one_device_logits(tmp_path: Path, wtype: str,
 
 @pytest.mark.parametrize("wtype", ["f32", "q8_0"])
 @pytest.mark.parametrize("step", [False, True], ids=["prompt", "token-by-token"])
-def test_cpu_plus_rpc_gives_the_one_device_logits(tmp_path: Path, rpc_device: str, wtype: str, step: bool) -> None:
-    _compare(tmp_path, rpc_device, wtype, step)
+def test_cpu_plus_rpc_gives_the_one_device_logits(
+    tmp_path: Path, rpc_server: tuple[str, str], wtype: str, step: bool
+) -> None:
+    _compare(tmp_path, rpc_server[1], wtype, step)
+
+
+def test_cli_run_over_cpu_and_rpc(tmp_path: Path, rpc_server: tuple[str, str]) -> None:
+    address = rpc_server[0]
+    name = "RPC0"  # the one server's device in a fresh process (this process numbers every server it has seen)
+    path = write_model(tmp_path / "m.gguf", CFG, random_weights(CFG, 2), "f32")
+    toks = ",".join(map(str, TOKENS))
+    out = {}
+    for mode, extra in (("layer", ("--device", "CPU")), ("tensor", ("--rpc", address, "--device", f"CPU,{name}"))):
+        npy = tmp_path / f"{mode}.npy"
+        r = _cli("run", str(path), "-sm", mode, *extra, "--tokens", toks, "-n", "1", "--json", "--logits-out", str(npy))
+        assert r.returncode == 0, r.stderr
+        out[mode] = np.load(npy)
+        assert json.loads(r.stdout)["split_mode"] == mode
+    assert np.abs(out["tensor"] - out["layer"]).max() <= 1e-4
 
 
 def test_prompt_in_batches_then_generation(tmp_path: Path) -> None:
