@@ -13,8 +13,12 @@ disk in milliseconds instead of compiling for a second or more).
   ``__pycache__``, with one folder per set of sources a kernel depends on (:mod:`._kernel_cache`: edits of other
   files keep it). When no location is writable the kernels compile without a cache (about a second per kernel at
   first use, same results).
-* **Announced.** The first kernel a process compiles (not one loaded from the cache) prints one line on stderr,
-  and the process's exit another with the kernels and seconds: first runs are not silent for seconds.
+* **Announced.** Before a kernel compiles (its index is not in numba's cache), one line on stderr names what it is
+  for (a weight type or an op) and about how long it takes: its last compile's seconds, recorded in the cache root,
+  else a fixed guess by kind; the process's exit prints the kernels and seconds. Nothing is said when every kernel
+  loads from the cache.
+* **Loading.** A cache hit does not refresh numba's target context (its typing and lowering registries, ~0.2 CPU
+  s, needed only to compile): see :func:`_load_without_refresh`.
 * **Fallback.** ``GGML_CPU_NUMBA=0`` disables the compiled kernels. Without numba, or when a kernel fails to
   compile, :func:`get` returns ``None`` and the caller uses the numpy path; the reason is logged once.
 * **Lazy import.** numba itself (0.14 s and 65 MB of resident memory) is imported by the first quantized product,
@@ -30,6 +34,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -48,9 +53,11 @@ __all__ = [
     "current_threads",
     "disabled_reason",
     "enabled",
+    "estimate",
     "get",
     "import_seconds",
     "inline",
+    "kernel_label",
     "max_threads",
     "note_failure",
     "numba_loaded",
@@ -352,6 +359,30 @@ def _signature(spec: KernelSpec) -> Any:
     return sig.return_type(*args)
 
 
+@contextlib.contextmanager
+def _load_without_refresh() -> Iterator[None]:
+    """numba's cache loads an entry with the runtime (NRT) initialised but without refreshing the target context
+    (``Cache.load_overload`` calls ``refresh``, which imports and registers every typing and lowering
+    implementation numba has: 0.2 CPU s, a sixth of a warm Gemma 3 270M run, needed only to compile). A miss still
+    compiles with refreshed contexts: numba's ``compile_extra`` refreshes both itself."""
+    from numba.core import caching
+    from numba.core.runtime import rtsys
+
+    cls = caching.Cache
+    original = cls.load_overload
+
+    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
+        rtsys.initialize(target_context)  # what ``refresh`` does first: the machine code links to NRT's symbols
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    cls.load_overload = load_overload
+    try:
+        yield
+    finally:
+        cls.load_overload = original
+
+
 def _build(spec: KernelSpec) -> Callable[..., Any]:
     opts: dict[str, Any] = {"parallel": spec.parallel, "nogil": True, "error_model": "numpy", "boundscheck": False}
     if spec.fastmath:
@@ -360,7 +391,7 @@ def _build(spec: KernelSpec) -> Callable[..., Any]:
     if spec.cfunc:
         del opts["parallel"]
     compiler = _numba.cfunc if spec.cfunc else _numba.njit
-    with _compile_settings(spec.fn.__module__) as folder:
+    with _compile_settings(spec.fn.__module__) as folder, _load_without_refresh():
         cache = folder is not None
         try:
             return compiler(sig, cache=cache, **opts)(spec.fn)
@@ -373,25 +404,77 @@ def _build(spec: KernelSpec) -> Callable[..., Any]:
 
 
 _compiled_here: list[tuple[str, float]] = []
+_announced: list[bool] = []
+#: a kernel's compile seconds when none is recorded (the first compiles measured on a 2-core AMD EPYC: a threaded
+#: block product 2.6 s, its one-thread variant 1.0, a row kernel 0.5)
+_GUESS_PARALLEL: Final = 2.6
+_GUESS: Final = 1.0
+#: the weight type in a kernel's name (``_dot_q4_k_serial``, ``_deq_q8_0``)
+_TYPE: Final = re.compile(r"(?<![a-z0-9])(i?q\d_(?:k|[01]|xxs|xs|s|m|nl)|tq\d_0|mxfp4|bf16|f16)(?![a-z0-9])")
 
 
-def _announce(name: str, seconds: float) -> None:
-    """Say on stderr that kernels are being compiled (at the first one a process compiles), and at exit which and
-    how long: compiling takes seconds that a run would otherwise spend silently (nothing is said when every kernel
-    loads from the cache)."""
-    if not _compiled_here:
-        where = cache_dir()
-        later = f"later runs load them from {where}" if where else "no writable cache: every run compiles them"
-        print(f"ggml-cpu: compiling CPU kernels for this model's types and ops (once; {later})", file=sys.stderr)
+def kernel_label(name: str) -> str:
+    """What a kernel is for, as the compile notice says it: the weight type of a block product or dequantizer
+    (``kquants._dot_q4_k_serial`` -> ``q4_K``), else the op (``_row_kernels._rms_norm`` -> ``rms_norm``)."""
+    short = name.rsplit(".", 1)[-1].strip("_")
+    found = _TYPE.search(short)
+    if found is None:
+        return re.sub(r"_(serial|par)$", "", short)
+    kind = found.group(1)
+    return kind[:-2] + "_K" if kind.endswith("_k") else kind
+
+
+def estimate(spec: KernelSpec) -> float:
+    """Seconds ``spec`` is expected to take to compile: its last compile's, recorded in the cache, else a fixed
+    guess by kind."""
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    recorded = _kernel_cache.recorded_seconds().get(spec.name)
+    if recorded is not None:
+        return recorded
+    return _GUESS_PARALLEL if spec.parallel else _GUESS
+
+
+def _will_compile(spec: KernelSpec) -> bool:
+    """True when numba's cache has no entry for ``spec`` (or there is no cache): building it compiles."""
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    if cache_dir() is None:
+        return True
+    folder = _kernel_cache.kernel_dir(spec.fn.__module__, _tag())
+    return folder is None or not _kernel_cache.cached(folder, spec.fn)
+
+
+def _announce(spec: KernelSpec) -> None:
+    """Say on stderr, before a kernel compiles, what it is for and about how long it takes (the first one also
+    where later runs find it); at exit, which compiled and how long in all. Nothing is said when every kernel
+    loads from the cache."""
+    where = ""
+    if not _announced:
+        _announced.append(True)
+        found = cache_dir()
+        where = f"; later runs load them from {found}" if found else "; no writable cache: every run compiles them"
         atexit.register(_summary)
-    _compiled_here.append((name.rsplit(".", 1)[-1].strip("_"), seconds))
+    what = kernel_label(spec.name) + (", threaded" if spec.parallel else "")
+    line = f"ggml-cpu: compiling CPU kernels for {what} (once, ~{estimate(spec):.1f} s{where})"
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _note_compiled(spec: KernelSpec, seconds: float) -> None:
+    from ggml_cpu.kernels.qdot import _kernel_cache
+
+    _compiled_here.append((kernel_label(spec.name), seconds))
+    _kernel_cache.record_seconds(spec.name, seconds)
 
 
 def _summary() -> None:
-    names = ", ".join(name for name, _ in _compiled_here)
+    if not _compiled_here:  # announced, but the compile failed (logged)
+        return
+    labels = ", ".join(dict.fromkeys(label for label, _ in _compiled_here))
     total = sum(seconds for _, seconds in _compiled_here)
     with contextlib.suppress(OSError, ValueError):  # stderr closed at exit
-        print(f"ggml-cpu: compiled {len(_compiled_here)} CPU kernels in {total:.1f} s: {names}", file=sys.stderr)
+        print(f"ggml-cpu: compiled {len(_compiled_here)} CPU kernels in {total:.1f} s (for {labels})", file=sys.stderr)
 
 
 def _from_cache(fn: Any) -> bool:
@@ -412,6 +495,9 @@ def get(spec: KernelSpec) -> Callable[..., Any] | None:
     with _lock:
         if spec.name in _compiled:
             return _compiled[spec.name]
+        compiles = _will_compile(spec)
+        if compiles:
+            _announce(spec)
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             built: Callable[..., Any] | None = _build(spec)
@@ -431,6 +517,8 @@ def get(spec: KernelSpec) -> Callable[..., Any] | None:
              "stack": _callers()}
         )  # fmt: skip
         if built is not None and not cached:
-            _announce(spec.name, seconds)
+            if not compiles:  # an index without this signature: compiled after all
+                _announce(spec)
+            _note_compiled(spec, seconds)
         _compiled[spec.name] = built
         return built

@@ -22,21 +22,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from numba.core.caching import UserProvidedCacheLocator
 
-__all__ = ["LOCATOR", "PackageLocator", "kernel_dir", "root", "sources"]
+__all__ = ["LOCATOR", "PackageLocator", "cached", "kernel_dir", "record_seconds", "recorded_seconds", "root", "sources"]
 
 #: ``ggml_cpu``'s folder (this file is ``ggml_cpu/kernels/qdot/_kernel_cache.py``)
 _PACKAGE: Final = Path(__file__).resolve().parents[2]
 #: folders unused this long are removed (other installs sharing the root keep theirs)
 _STALE_SECONDS: Final = 30 * 86400
+#: each kernel's seconds of its last compile, in the cache root (the compile notice's estimate)
+_TIMES: Final = "compile-seconds.json"
 #: numba's ``CACHE_LOCATOR_CLASSES`` while our kernels compile
 LOCATOR: Final = f"{__name__}.PackageLocator"
 
@@ -174,3 +179,38 @@ def kernel_dir(module: str, tag: str) -> str | None:
             folder.mkdir(parents=True, exist_ok=True)
             os.utime(folder)
     return str(folder)
+
+
+def cached(folder: str, fn: Callable[..., Any]) -> bool:
+    """True when numba's cache in ``folder`` has an index for ``fn`` (it then loads instead of compiling; numba
+    names the index ``module.qualname-line.pyXY<abiflags>.nbi``, without ``<`` and ``>``)."""
+    sub = PackageLocator.get_suitable_cache_subpath(fn.__code__.co_filename)
+    full = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__qualname__}".replace("<", "").replace(">", "")
+    version = f"py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}"
+    return Path(folder, sub, f"{full}-{fn.__code__.co_firstlineno}.{version}.nbi").is_file()
+
+
+def recorded_seconds() -> dict[str, float]:
+    """Each kernel's wall seconds of its last compile in this cache root (empty: none recorded, or no root)."""
+    base = root()
+    try:
+        data = json.loads((base / _TIMES).read_text(encoding="utf-8")) if base is not None else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float)) and v >= 0}
+
+
+def record_seconds(name: str, seconds: float) -> None:
+    """Remember that kernel ``name`` took ``seconds`` to compile (replaced atomically; lost silently when the root
+    is not writable)."""
+    base = root()
+    if base is None:
+        return
+    data = recorded_seconds()
+    data[name] = round(seconds, 3)
+    tmp = base / f".{_TIMES}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, base / _TIMES)

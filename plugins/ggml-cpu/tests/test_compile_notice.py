@@ -1,0 +1,75 @@
+"""The compile notice: before a kernel compiles, stderr names what it is for (a weight type or an op) and about how
+long it takes, from that kernel's last compile recorded in the cache (a fixed guess when none is); nothing is said
+when it loads from the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ggml_cpu.kernels.qdot import _jit
+
+#: builds one small row kernel (GEGLU's) in a fresh process
+_CHILD = r"""
+from ggml_cpu.kernels.qdot import _jit
+assert _jit.enabled()
+from ggml_cpu.kernels.qdot import _row_kernels
+fn = _jit.get(_row_kernels.GEGLU_SPEC)
+assert fn is not None
+"""
+
+_NAME = "_row_kernels._geglu"
+
+
+def _child(cache: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_NUMBA"}
+    env["NUMBA_CACHE_DIR"] = str(cache)
+    proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("kquants._dot_q4_k", "q4_K"),
+        ("kquants._dot_q6_k_serial", "q6_K"),
+        ("legacy._dot_q5_0_serial", "q5_0"),
+        ("dequant._deq_q8_0", "q8_0"),
+        ("_row_kernels._rms_norm", "rms_norm"),
+        ("_row_kernels._half_dot_serial", "half_dot"),
+        ("_act_kernels.q8_32_rows_par", "q8_32_rows"),
+    ],
+)
+def test_a_kernel_is_named_by_its_weight_type_or_op(name: str, label: str) -> None:
+    assert _jit.kernel_label(name) == label
+
+
+def test_compiling_says_what_and_how_long_and_loading_says_nothing(tmp_path: Path) -> None:
+    if not _jit.enabled():
+        pytest.skip(f"no compiled kernels: {_jit.disabled_reason()}")
+    root = tmp_path / "ggml-cpu"
+    cold = _child(tmp_path)
+    # none recorded yet: a one-thread kernel's fixed guess
+    want = f"ggml-cpu: compiling CPU kernels for geglu (once, ~1.0 s; later runs load them from {root})"
+    assert want in cold, cold
+    assert "ggml-cpu: compiled 1 CPU kernels in " in cold and "(for geglu)" in cold, cold
+    recorded = json.loads((root / "compile-seconds.json").read_text())
+    assert set(recorded) == {_NAME} and recorded[_NAME] > 0
+
+    warm = _child(tmp_path)
+    assert "compil" not in warm, warm
+
+    # the compiled code gone, the record kept (edited): the next compile's estimate is the recorded one
+    for folder in root.glob("numba-*"):
+        shutil.rmtree(folder)
+    (root / "compile-seconds.json").write_text(json.dumps({_NAME: 42.0}))
+    again = _child(tmp_path)
+    assert "ggml-cpu: compiling CPU kernels for geglu (once, ~42.0 s;" in again, again
+    assert json.loads((root / "compile-seconds.json").read_text())[_NAME] < 42.0
