@@ -376,11 +376,11 @@ def _load_without_refresh() -> Iterator[None]:
         with self._guard_against_spurious_io_errors():
             return self._load_overload(sig, target_context)
 
-    cls.load_overload = load_overload
+    setattr(cls, "load_overload", load_overload)  # noqa: B010 - a method of a class without type hints
     try:
         yield
     finally:
-        cls.load_overload = original
+        setattr(cls, "load_overload", original)  # noqa: B010
 
 
 def _build(spec: KernelSpec) -> Callable[..., Any]:
