@@ -36,15 +36,10 @@ from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.default_model import write_default_model
 from ggml_rpc import disconnect_all
-from ggml_rpc.testing import Link, NetBed, ggml_core_server, netbed_unavailable
+from ggml_rpc.testing import Link, NetBed, ggml_core_server, llama_cpp_server, netbed_unavailable
 
 LINKS = (Link(0.0001, 10_000_000_000), Link(0.001, 1_000_000_000), Link(0.005, 100_000_000))
 LLAMA_SERVER = Path.home() / ".cache" / "ggml-core" / "llama-rpc-server-0c1e570" / "ggml-rpc-server"
-
-
-def llama_server(exe: Path) -> Callable[[str, int], Sequence[str]]:
-    """llama.cpp's ``ggml-rpc-server`` on ``address:port`` with one thread."""
-    return lambda address, port: [str(exe), "-H", address, "-p", str(port), "-t", "1"]
 
 
 def _counters(models: dict[str, Model]) -> dict[str, tuple[int, int, int]]:
@@ -154,7 +149,7 @@ def main() -> int:
     print(f"  CPU alone: prompt {local['prompt_tok_s']:.0f} tok/s, generation {local['gen_tok_s']:.1f} tok/s")
     servers: dict[str, Callable[[str, int], Sequence[str]]] = {"ggml-core rpc-server": ggml_core_server}
     if LLAMA_SERVER.is_file():
-        servers["llama.cpp ggml-rpc-server"] = llama_server(LLAMA_SERVER)
+        servers["llama.cpp ggml-rpc-server"] = llama_cpp_server(LLAMA_SERVER)
     else:
         print(f"  (no llama.cpp server at {LLAMA_SERVER}: run the RPC interop test once to build it)")
     print(f"  {'link':22}{'hosts':>6} {'server':28}{'pp tok/s':>10}{'tg tok/s':>10}{'RT/tok':>8}{'sent/tok':>10}"

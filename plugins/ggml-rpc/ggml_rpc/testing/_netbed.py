@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ._relay import open_in_netns
 
-__all__ = ["Host", "Link", "NetBed", "NetBedError", "ggml_core_server", "netbed_unavailable"]
+__all__ = ["Host", "Link", "NetBed", "NetBedError", "ggml_core_server", "llama_cpp_server", "netbed_unavailable"]
 
 MAX_HOSTS = 8
 SERVER_PORT = 50052
@@ -138,6 +138,11 @@ def ggml_core_server(address: str, port: int, threads: int = 1) -> list[str]:
     """``ggml-core rpc-server`` serving the CPU on ``address:port``."""
     return [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--host", address, "--port", str(port),
             "--device", "CPU", "--threads", str(threads)]  # fmt: skip
+
+
+def llama_cpp_server(exe: str | os.PathLike[str]) -> Callable[[str, int], list[str]]:
+    """llama.cpp's ``ggml-rpc-server`` at ``exe``, serving on ``address:port`` with one thread."""
+    return lambda address, port: [os.fspath(exe), "-H", address, "-p", str(port), "-t", "1"]
 
 
 class NetBed:
