@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rpc_helpers import RawClient, rel, rpc_env, split_logits, streaming_run
+from rpc_helpers import RawClient, raw_tensor, rel, rpc_env, split_logits, streaming_run
 
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import scheduler_available
@@ -48,15 +48,21 @@ def two_hosts() -> Iterator[NetBed]:
         yield bed
 
 
-def test_the_bed_delays_and_tears_down() -> None:
-    """A round trip through a host's link takes at least twice its delay, and closing leaves no namespace."""
+def test_the_bed_delays_limits_and_tears_down() -> None:
+    """A round trip through a host's link takes at least twice its delay, 4 MiB through a 50 Mbit/s link at least
+    the time the rate allows, and closing leaves no namespace or process."""
     with NetBed() as bed:
-        host = bed.add_host(Link(0.02, 100_000_000))
+        host = bed.add_host(Link(0.02, 50_000_000))
         names = set(bed.namespaces)
         with RawClient(host.endpoint) as c:
             t0 = time.monotonic()
             assert c.device_count() >= 1
             assert time.monotonic() - t0 >= 0.04
+            handle, _ = c.alloc(4 << 20)
+            t0 = time.monotonic()
+            c.set_tensor(raw_tensor(buffer=handle, ne=(1 << 20, 1, 1, 1), data=c.base(handle)), bytes(4 << 20))
+            assert c.device_count() >= 1
+            assert time.monotonic() - t0 >= (4 << 20) * 8 / 50e6  # 0.67 s: the rate holds
         server = host.server
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
     assert not names & {line.split()[0] for line in listed.splitlines() if line.strip()}
