@@ -1,6 +1,6 @@
 """The compile notice: before a kernel compiles, stderr names what it is for (a weight type or an op) and about how
 long it takes, from that kernel's last compile recorded in the cache (a fixed guess when none is); nothing is said
-when it loads from the cache."""
+when it loads from the cache, and loading skips numba's target refresh, which only compiling needs."""
 
 from __future__ import annotations
 
@@ -15,23 +15,29 @@ import pytest
 
 from ggml_cpu.kernels.qdot import _jit
 
-#: builds one small row kernel (GEGLU's) in a fresh process
+#: builds one small row kernel (GEGLU's) in a fresh process; prints whether numba's lowering registries (which
+#: compiling needs, loading does not) were imported
 _CHILD = r"""
+import sys
 from ggml_cpu.kernels.qdot import _jit
 assert _jit.enabled()
 from ggml_cpu.kernels.qdot import _row_kernels
 fn = _jit.get(_row_kernels.GEGLU_SPEC)
 assert fn is not None
+print("numba.np.linalg" in sys.modules)
 """
 
 _NAME = "_row_kernels._geglu"
 
 
-def _child(cache: Path) -> str:
+def _child(cache: Path, *, registries: bool) -> str:
+    """Standard error of :data:`_CHILD` with numba's cache in ``cache``; checks whether it loaded numba's lowering
+    registries (``registries``: it compiled)."""
     env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_NUMBA"}
     env["NUMBA_CACHE_DIR"] = str(cache)
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == str(registries)
     return proc.stderr
 
 
@@ -51,11 +57,11 @@ def test_a_kernel_is_named_by_its_weight_type_or_op(name: str, label: str) -> No
     assert _jit.kernel_label(name) == label
 
 
-def test_compiling_says_what_and_how_long_and_loading_says_nothing(tmp_path: Path) -> None:
+def test_compiling_says_what_and_how_long_and_loading_says_nothing_nor_refreshes_numba(tmp_path: Path) -> None:
     if not _jit.enabled():
         pytest.skip(f"no compiled kernels: {_jit.disabled_reason()}")
     root = tmp_path / "ggml-cpu"
-    cold = _child(tmp_path)
+    cold = _child(tmp_path, registries=True)
     # none recorded yet: a one-thread kernel's fixed guess
     want = f"ggml-cpu: compiling CPU kernels for geglu (once, ~1.0 s; later runs load them from {root})"
     assert want in cold, cold
@@ -63,13 +69,14 @@ def test_compiling_says_what_and_how_long_and_loading_says_nothing(tmp_path: Pat
     recorded = json.loads((root / "compile-seconds.json").read_text())
     assert set(recorded) == {_NAME} and recorded[_NAME] > 0
 
-    warm = _child(tmp_path)
+    # loaded from the cache: silent, and without numba's target refresh (its typing and lowering registries)
+    warm = _child(tmp_path, registries=False)
     assert "compil" not in warm, warm
 
     # the compiled code gone, the record kept (edited): the next compile's estimate is the recorded one
     for folder in root.glob("numba-*"):
         shutil.rmtree(folder)
     (root / "compile-seconds.json").write_text(json.dumps({_NAME: 42.0}))
-    again = _child(tmp_path)
+    again = _child(tmp_path, registries=True)
     assert "ggml-cpu: compiling CPU kernels for geglu (once, ~42.0 s;" in again, again
     assert json.loads((root / "compile-seconds.json").read_text())[_NAME] < 42.0
