@@ -35,6 +35,7 @@ import importlib.util
 import logging
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -48,6 +49,7 @@ __all__ = [
     "KernelSpec",
     "cache_dir",
     "callee",
+    "compile_ahead",
     "compile_log",
     "compile_seconds",
     "current_threads",
@@ -445,6 +447,45 @@ def _will_compile(spec: KernelSpec) -> bool:
     return folder is None or not _kernel_cache.cached(folder, spec.fn)
 
 
+_ahead: list[str] = []
+#: the worker: its weight types' block kernels (names on the command line, in that order) into the shared cache
+_WORKER: Final = (
+    "import sys\nfrom ggml_core import GGMLType\nfrom ggml_cpu.kernels import qdot\n"
+    "for name in sys.argv[1:]:\n    qdot.block_kernels_ready(GGMLType[name])\n"
+)
+
+
+def compile_ahead(type_names: list[str]) -> None:
+    """The weight types (``GGMLType`` names, in the order a graph needs them) whose block kernels a worker process
+    compiles, last type first, once this process starts compiling: numba compiles one function at a time in a
+    process, and the worker fills the shared cache meanwhile, so that this process loads what it finds there
+    (:func:`_will_compile` checks before each kernel). Nothing starts when every kernel loads from the cache, for
+    fewer than two types, with one CPU, without a writable cache, or with ``GGML_CPU_COMPILE_WORKER=0``."""
+    _ahead[:] = type_names
+
+
+def _start_worker() -> None:
+    off = os.environ.get("GGML_CPU_COMPILE_WORKER", "1").strip().lower() in ("0", "false", "no", "off")
+    if off or len(_ahead) < 2 or (os.cpu_count() or 1) < 2 or cache_dir() is None:
+        return
+    with contextlib.suppress(OSError):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, *reversed(_ahead)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        atexit.register(_stop_worker, proc)
+
+
+def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    """End the worker with this process (numba writes each cache entry whole: what it finished stays)."""
+    if proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+
+
 def _announce(spec: KernelSpec) -> None:
     """Say on stderr, before a kernel compiles, what it is for and about how long it takes (the first one also
     where later runs find it); at exit, which compiled and how long in all. Nothing is said when every kernel
@@ -455,6 +496,7 @@ def _announce(spec: KernelSpec) -> None:
         found = cache_dir()
         where = f"; later runs load them from {found}" if found else "; no writable cache: every run compiles them"
         atexit.register(_summary)
+        _start_worker()
     what = kernel_label(spec.name) + (", threaded" if spec.parallel else "")
     line = f"ggml-cpu: compiling CPU kernels for {what} (once, ~{estimate(spec):.1f} s{where})"
     with contextlib.suppress(OSError, ValueError):
