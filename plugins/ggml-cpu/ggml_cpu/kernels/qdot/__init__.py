@@ -6,6 +6,7 @@ use and falls back to numpy when numba is missing or a kernel fails to compile.
 
 from ggml_cpu.kernels.qdot._jit import (
     cache_dir,
+    compile_ahead,
     compile_log,
     compile_seconds,
     disabled_reason,
@@ -39,6 +40,7 @@ __all__ = [
     "block_kernels_ready",
     "block_product",
     "cache_dir",
+    "compile_ahead",
     "compile_log",
     "compile_seconds",
     "dequantize_rows",
