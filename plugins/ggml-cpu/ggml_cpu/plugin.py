@@ -205,6 +205,7 @@ class CPUBackend(Backend):
         from ggml_cpu.threads import default_threads
 
         self.engine = Engine(self.name, default_threads())
+        self._types_seen = False
 
     @property
     def n_threads(self) -> int:
@@ -231,12 +232,27 @@ class CPUBackend(Backend):
 
     def graph_compute_async(self, graph: Graph) -> None:
         """Compute every node in order (synchronous: the work is done when this returns)."""
+        if not self._types_seen:
+            self._types_seen = True
+            _compile_ahead(graph)
         self.engine.compute(graph, self.abort_callback)
 
     def free(self) -> None:
         """Drop the plans and the weights cache."""
         self.engine.forget()
         self.engine.weights_cache = None
+
+
+def _compile_ahead(graph: Graph) -> None:
+    """Name the weight types of the first graph's quantized products to the compiler (in the order the graph uses
+    them): when this process has to compile their kernels, a worker compiles them too, from the other end
+    (:func:`ggml_cpu.kernels.qdot.compile_ahead`)."""
+    from ggml_core import GGMLOp
+    from ggml_cpu.kernels.qdot import BLOCK_KERNEL_TYPES, compile_ahead
+
+    products = (GGMLOp.MUL_MAT, GGMLOp.MUL_MAT_ID)
+    found = [n.src[0].type for n in graph.nodes if n.op in products and n.src and n.src[0] is not None]
+    compile_ahead([t.name for t in dict.fromkeys(found) if t in BLOCK_KERNEL_TYPES])
 
 
 # ================================================================================================ device

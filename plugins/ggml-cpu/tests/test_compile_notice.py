@@ -80,3 +80,40 @@ def test_compiling_says_what_and_how_long_and_loading_says_nothing_nor_refreshes
     again = _child(tmp_path, registries=True)
     assert "ggml-cpu: compiling CPU kernels for geglu (once, ~42.0 s;" in again, again
     assert json.loads((root / "compile-seconds.json").read_text())[_NAME] < 42.0
+
+
+#: names Q8_0 and Q4_0 for compiling ahead, builds Q8_0's kernels (a worker starts, Q4_0 first), waits until the
+#: worker recorded Q4_0's one-thread kernel (its last), then asks for Q4_0's: prints whether each came from the cache
+_AHEAD = r"""
+import json, os, sys, time
+from pathlib import Path
+from ggml_core import GGMLType
+from ggml_cpu.kernels import qdot
+qdot.compile_ahead(["Q8_0", "Q4_0"])
+assert qdot.block_kernels_ready(GGMLType.Q8_0)
+record = Path(os.environ["NUMBA_CACHE_DIR"], "ggml-cpu", "compile-seconds.json")
+deadline = time.monotonic() + 300
+while time.monotonic() < deadline:
+    if record.is_file() and "legacy._dot_q4_0_serial" in json.loads(record.read_text() or "{}"):
+        break
+    time.sleep(0.2)
+assert qdot.block_kernels_ready(GGMLType.Q4_0)
+print(json.dumps({e["name"]: e["cached"] for e in qdot.compile_log()}))
+"""
+
+
+def test_a_worker_compiles_the_named_types_from_the_other_end(tmp_path: Path) -> None:
+    """numba compiles one function at a time in a process: the weight types named ahead are compiled by a worker
+    process too, last type first, into the shared cache, and this process loads what the worker finished."""
+    if not _jit.enabled():
+        pytest.skip(f"no compiled kernels: {_jit.disabled_reason()}")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: no worker")
+    env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_NUMBA", "GGML_CPU_COMPILE_WORKER")}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _AHEAD], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cached = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert cached["legacy._dot_q8_0"] is False and cached["legacy._dot_q8_0_serial"] is False  # compiled here
+    assert cached["legacy._dot_q4_0"] is True and cached["legacy._dot_q4_0_serial"] is True  # by the worker
+    assert "compiling CPU kernels for q4_0" not in proc.stderr
