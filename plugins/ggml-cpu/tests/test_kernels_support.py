@@ -29,7 +29,7 @@ def _node(op: GGMLOp) -> gc.Tensor:
 def test_ops_without_a_kernel_are_unsupported() -> None:
     cpu = gc.get_device("CPU")
     missing = [op for op in GGMLOp if op not in _BINDERS and op not in _NO_KERNEL_NEEDED]
-    assert GGMLOp.SSM_SCAN in missing and GGMLOp.MUL_MAT_ID not in missing
+    assert GGMLOp.RWKV_WKV6 in missing and GGMLOp.MUL_MAT_ID not in missing
     for op in missing:
         assert not cpu.supports_op(_node(op)), op.name
     # every op below has a CPU kernel
@@ -90,12 +90,12 @@ def test_ops_without_a_kernel_are_unsupported() -> None:
 
 
 def test_scheduling_an_unsupported_op_names_it_and_the_devices() -> None:
-    node = _node(GGMLOp.SSM_CONV)
+    node = _node(GGMLOp.RWKV_WKV6)
     graph = gc.build_graph(node)
     sched = Scheduler([gc.init_backend("CPU")])
     with pytest.raises(UnsupportedOpError) as info:
         sched.alloc_graph(graph)
-    assert "SSM_CONV" in str(info.value) and "CPU" in str(info.value)
+    assert "RWKV_WKV6" in str(info.value) and "CPU" in str(info.value)
 
 
 def test_unsupported_type_pairs_and_modes() -> None:

@@ -10,6 +10,7 @@ where they are off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,16 @@ __all__: list[str] = []
 _F32 = np.float32
 
 
-def _all_f32(node: Tensor) -> bool:
-    return node.type == GGMLType.F32 and all(
-        s.type == GGMLType.F32 for s in node.src if s is not None and s.type != GGMLType.I32
-    )
+def _f32_with(n_srcs: int) -> Callable[[Tensor], bool]:
+    """Support: f32 operands (i32 state rows), all ``n_srcs`` of them present."""
+
+    def supports(node: Tensor) -> bool:
+        srcs = node.src[:n_srcs]
+        if node.type != GGMLType.F32 or any(s is None for s in srcs):
+            return False
+        return all(s.type in (GGMLType.F32, GGMLType.I32) for s in srcs if s is not None)
+
+    return supports
 
 
 def _flat(node: Tensor) -> np.ndarray:
@@ -61,7 +68,7 @@ def _softplus(x: np.ndarray) -> np.ndarray:
         return np.where(x > _F32(20.0), x, np.log(_F32(1.0) + np.exp(x))).astype(_F32)
 
 
-@kernel(GGMLOp.SSM_CONV, supports=_all_f32)
+@kernel(GGMLOp.SSM_CONV, supports=_f32_with(2))
 def _bind_ssm_conv(node: Tensor) -> Thunk:
     sx, c = node.src[0], node.src[1]
     assert sx is not None and c is not None
@@ -84,7 +91,7 @@ def _bind_ssm_conv(node: Tensor) -> Thunk:
     return run
 
 
-@kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
+@kernel(GGMLOp.SSM_SCAN, supports=_f32_with(7))
 def _bind_ssm_scan(node: Tensor) -> Thunk:
     s, x, dt, a, b, c, ids = node.src[:7]
     assert s is not None and x is not None and dt is not None and a is not None
@@ -126,7 +133,7 @@ def _bind_ssm_scan(node: Tensor) -> Thunk:
     return run
 
 
-@kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
+@kernel(GGMLOp.GATED_DELTA_NET, supports=_f32_with(6))
 def _bind_gated_delta_net(node: Tensor) -> Thunk:
     q, k, v, g, beta, state = node.src[:6]
     assert q is not None and k is not None and v is not None
@@ -165,7 +172,7 @@ def _bind_gated_delta_net(node: Tensor) -> Thunk:
     return run
 
 
-@kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
+@kernel(GGMLOp.RWKV_WKV7, supports=_f32_with(7))
 def _bind_rwkv_wkv7(node: Tensor) -> Thunk:
     operands = [t for t in node.src[:6] if t is not None]
     state = node.src[6]
