@@ -132,9 +132,10 @@ def _ssm_scan(
         bb = np.empty(d_state, dtype=np.float32)
         cc = np.empty(d_state, dtype=np.float32)
         da = np.empty(d_state, dtype=np.float32)
-        for i in range(head_dim):
-            for j in range(d_state):
-                st[i, j] = s0[row, h, i, j]
+        if n_t == 0:
+            for i in range(head_dim):
+                for j in range(d_state):
+                    st[i, j] = s0[row, h, i, j]
         for t in range(n_t):
             d = dt[seq, t, h]
             sp = d if d > _SOFTPLUS_MAX else _F32(math.log(_F32(1.0) + _F32(math.exp(d))))
@@ -148,6 +149,9 @@ def _ssm_scan(
             for i in range(head_dim):
                 x_dt = x[seq, t, h, i] * sp
                 si = st[i]
+                if t == 0:  # the row comes in from the cache right before its first update (one pass over it)
+                    for j in range(d_state):
+                        si[j] = s0[row, h, i, j]
                 if per_state:
                     for j in range(d_state):
                         si[j] = si[j] * da[j] + bb[j] * x_dt
@@ -190,9 +194,10 @@ def _gated_delta_net(
         kb = np.empty(size, dtype=np.float32)
         qb = np.empty(size, dtype=np.float32)
         eg = np.empty(size, dtype=np.float32)
-        for j in range(size):
-            for i in range(size):
-                m[j, i] = s0[seq, h, j, i]
+        if n_t == 0:
+            for j in range(size):
+                for i in range(size):
+                    m[j, i] = s0[seq, h, j, i]
         for t in range(n_t):
             for i in range(size):
                 kb[i] = k[sq, t, hq, i]
@@ -204,6 +209,9 @@ def _gated_delta_net(
             bt = beta[seq, t, h, 0]
             for j in range(size):
                 mj = m[j]
+                if t == 0:  # the row comes in from the cache right before its first update
+                    for i in range(size):
+                        mj[i] = s0[seq, h, j, i]
                 if kda:
                     for i in range(size):
                         mj[i] = mj[i] * eg[i]
