@@ -21,6 +21,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
 from ggml_core.testing import llama_cpp
+from ggml_core.testing.recurrent_models import add_placeholder_vocab
 from ggml_core.testing.reference.matmul import activations
 
 __all__ = [
@@ -179,19 +180,6 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
         return "f32"
     block = {"f32": 1, "f16": 1, "q8_0": 32, "q4_0": 32, "q4_K": 256}[wtype]
     return wtype if arr.shape[-1] % block == 0 else "f32"
-
-
-def add_placeholder_vocab(writer: GGUFWriter, n_vocab: int) -> None:
-    """A SentencePiece vocabulary of ``n_vocab`` placeholder tokens (``<unk>``, ``<s>``, ``</s>``, ``t3``...):
-    llama.cpp refuses a model without one; the tests feed token ids."""
-    tokens = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, n_vocab)]
-    writer.add_string("tokenizer.ggml.model", "llama")
-    writer.add_array("tokenizer.ggml.tokens", tokens)
-    writer.add_array("tokenizer.ggml.scores", [0.0] * n_vocab)
-    writer.add_array("tokenizer.ggml.token_type", [2, 3, 3] + [1] * (n_vocab - 3))
-    writer.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-    writer.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
 
 
 def write_model(
