@@ -13,10 +13,10 @@ load of a shared machine hits all of them alike:
 
 pp: one ``--n-prompt``-token prompt in one batch on an empty cache; tg: ``--n-gen`` single-token steps on an empty
 cache (as llama-bench). Each row gives medians of ``--reps`` repetitions and the ratio to ``1 server``. The
-scheduler does not time its splits, so for each configuration the decode step's (one token) splits, the
-all-reduces and the bytes copied between devices per token are printed from the scheduler's plan, with the CPU
-time per generated token of the client + the two servers (user + system, from ``/proc``: what the
-processes computed or spent on the protocol, against the wall time per token).
+scheduler does not time its splits, so for each configuration the decode step's (one token) splits (in all and per
+backend), the all-reduces and the bytes copied between devices per token are printed from the scheduler's plan,
+with the CPU time of the client + the two servers per prompt and per generated token (user + system, from
+``/proc``, in 10 ms ticks: what the processes computed or spent on the protocol, against the wall time).
 
 Usage: ``python benchmarks/bench_tp.py [--type q8_0] [--n-prompt 128] [--n-gen 16] [--reps 3] [--json PATH]``;
 the results go to ``benchmarks/results/bench_tp.json`` as JSON.
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -108,13 +109,15 @@ def _timed(fn: Any, pids: list[int], acc: list[np.ndarray]) -> float:
     return out
 
 
-def _per_token(m: Any) -> dict[str, int]:
-    """The last graph's (a decode step's) splits, input copies, bytes copied and all-reduces per compute."""
+def _per_token(m: Any) -> dict[str, Any]:
+    """The last graph's (a decode step's) splits (and per backend), input copies, bytes copied and all-reduces per
+    compute."""
     plan = m.executor.plan()
     tp = m.executor.tensor_parallel
     owner = tp.owner if tp is not None else None
     return {
         "splits": plan.n_splits,
+        "splits_per_backend": dict(Counter(s.backend for s in plan.splits)),
         "copies": plan.n_copies,
         "bytes_copied": plan.bytes_copied,
         "all_reduces": owner.n_all_reduces if owner is not None else 0,
@@ -150,10 +153,12 @@ def main() -> None:
             _tg(m, prompt, 2)
         pp: dict[str, list[float]] = {c: [] for c in CONFIGS}
         tg: dict[str, list[float]] = {c: [] for c in CONFIGS}
-        cpu: dict[str, list[np.ndarray]] = {c: [] for c in CONFIGS}  # CPU seconds of the tg runs: client, servers
+        # CPU seconds (client, servers) of the pp and of the tg runs
+        cpu_pp: dict[str, list[np.ndarray]] = {c: [] for c in CONFIGS}
+        cpu: dict[str, list[np.ndarray]] = {c: [] for c in CONFIGS}
         for _ in range(args.reps):
             for c, m in models.items():
-                pp[c].append(_pp(m, prompt[: args.n_prompt]))
+                pp[c].append(_timed(lambda m=m: _pp(m, prompt[: args.n_prompt]), pids, cpu_pp[c]))
             for c, m in models.items():
                 tg[c].append(_timed(lambda m=m: _tg(m, prompt, args.n_gen), pids, cpu[c]))
         per_token = {c: _per_token(m) for c, m in models.items()}
@@ -173,8 +178,15 @@ def main() -> None:
             args.type, c, pp_tokens_per_s=p, tg_tokens_per_s=g, pp_ratio=p / base_pp, tg_ratio=g / base_tg,
             pp_all=pp[c], tg_all=tg[c], tg_client_cpu_ms_per_token=cl, tg_servers_cpu_ms_per_token=sv,
             decode_splits=t["splits"], decode_copies=t["copies"], decode_bytes_copied=t["bytes_copied"],
-            all_reduces_per_token=t["all_reduces"],
+            decode_splits_per_backend=t["splits_per_backend"], all_reduces_per_token=t["all_reduces"],
         )  # fmt: skip
+    for c in CONFIGS:
+        pcl, psv = (float(v) for v in np.median(np.array(cpu_pp[c]), axis=0) * 1e3)
+        res.data["rows"][CONFIGS.index(c)].update(pp_client_cpu_ms=round(pcl, 3), pp_servers_cpu_ms=round(psv, 3))
+        print(
+            f"# {c}: pp{args.n_prompt} {1e3 * args.n_prompt / statistics.median(pp[c]):.1f} ms wall, CPU "
+            f"{pcl:.1f} + {psv:.1f} ms; decode splits per backend {per_token[c]['splits_per_backend']}"
+        )
     res.write_json(args.json)
 
 
