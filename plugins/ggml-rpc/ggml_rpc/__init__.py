@@ -8,7 +8,7 @@
 
 from ggml_rpc.client import Connection, disconnect_all, parse_endpoint
 from ggml_rpc.plugin import RPCBackend, RPCBuffer, RPCBufferType, RPCDevice, RPCReg, add_server, configured_endpoints
-from ggml_rpc.protocol import PROTO_VERSION, RPCError, RPCVersionError
+from ggml_rpc.protocol import PROTO_VERSION, RPCError, RPCNoCPUError, RPCVersionError
 
 __all__ = [
     "PROTO_VERSION",
@@ -18,6 +18,7 @@ __all__ = [
     "RPCBufferType",
     "RPCDevice",
     "RPCError",
+    "RPCNoCPUError",
     "RPCReg",
     "RPCVersionError",
     "add_server",

@@ -127,7 +127,11 @@ def run(args: argparse.Namespace) -> int:
     reg = get_registry()
     devices = [reg.get_device(n) for n in args.device] if args.device else default_devices(reg.devices())
     if not devices:
-        print(f"ggml-core {args.command}: no device to serve (see 'ggml-core devices')", file=sys.stderr)
+        print(
+            f"ggml-core {args.command}: error: no device to serve: no accelerator and no CPU device; "
+            "install ggml-cpu (pip install ggml-cpu), or pick devices with --device (see 'ggml-core devices')",
+            file=sys.stderr,
+        )
         return 2
 
     def mib(value: float | None) -> int | None:

@@ -9,8 +9,9 @@ first (SET_TENSOR_HASH).
 
 ``supports_op``: ggml's client answers "yes" to everything. Here a ggml-core server (it marks its HELLO answer) is
 asked (GGML-core extension command, answers cached per op signature); for any other server (llama.cpp's) the
-answer is the local CPU plugin's op set, which llama.cpp's CPU backend covers, so nodes the local CPU could not
-run either are never sent.
+answer is the op set of the registry's CPU device, which llama.cpp's CPU backend covers, so nodes the local CPU
+could not run either are never sent; without a CPU device that answer raises :class:`RPCNoCPUError` (install
+ggml-cpu).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ggml_core import (
     BufferUsage,
     Device,
     DeviceCaps,
+    DeviceNotFoundError,
     DeviceProps,
     DeviceType,
     GGMLOp,
@@ -41,6 +43,7 @@ from ggml_core import (
     hookimpl,
 )
 from ggml_core._text import safe_text
+from ggml_core.backend.registry import get_registry
 from ggml_rpc import _fnv
 from ggml_rpc.client import MAX_DUE_BYTES, Connection, connection, endpoint_key
 from ggml_rpc.protocol import (
@@ -53,6 +56,7 @@ from ggml_rpc.protocol import (
     Cmd,
     RPCConfigError,
     RPCError,
+    RPCNoCPUError,
 )
 from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
 
@@ -87,14 +91,18 @@ _MAX_DEVICES: Final = 64
 # ================================================================================================ checks
 
 
-def _local_cpu_supports() -> Callable[[Tensor], bool] | None:
-    """The CPU plugin's op predicate (the op set assumed for servers that cannot be asked), if installed."""
-    try:
-        from ggml_cpu import kernels
-    except ImportError:
-        return None
-    fn: Callable[[Tensor], bool] = kernels.supports
-    return fn
+def _local_cpu(endpoint: str) -> Device:
+    """The registry's CPU device, whose op set is the one assumed for ``endpoint``, a server that cannot be asked.
+
+    Looked up when first needed, not while the registry enumerates this plugin's devices (the listing is not
+    reentrant); only the CPU's registry is enumerated for it.
+    """
+    registry = get_registry()
+    with registry.enumerating_only(["CPU"]):
+        try:
+            return registry.get_device("CPU")
+        except DeviceNotFoundError as exc:
+            raise RPCNoCPUError(endpoint, exc.known) from None
 
 
 def configured_endpoints() -> list[str]:
@@ -385,7 +393,8 @@ class RPCDevice(Device):
             )
         self._buft = RPCBufferType(self, alignment, min(max_size, _NO_LIMIT) or _NO_LIMIT)
         self._supports: dict[tuple[Any, ...], bool] = {}
-        self._cpu_supports = _local_cpu_supports()
+        #: the local CPU device, asked in place of a server that cannot be asked (found on first use)
+        self._cpu: Device | None = None
         self._lock = threading.Lock()
 
     def memory(self) -> tuple[int, int]:
@@ -425,7 +434,9 @@ class RPCDevice(Device):
         if op.op in _CUSTOM_OPS or not fits_wire(op) or any(s is not None and not fits_wire(s) for s in op.src):
             return False
         if not self.conn.ggml_core:
-            return True if self._cpu_supports is None else bool(self._cpu_supports(op))
+            if self._cpu is None:
+                self._cpu = _local_cpu(self.conn.endpoint)
+            return bool(self._cpu.supports_op(op))
         key = (
             int(op.op), op.op_params.tobytes(), int(op.type), op.ne, op.nb, op.view_src is not None,
             *((int(s.type), s.ne, s.nb, s.view_src is not None) if s is not None else None for s in op.src),

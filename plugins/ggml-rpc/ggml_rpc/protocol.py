@@ -47,6 +47,7 @@ __all__ = [
     "RPCAuthError",
     "RPCConfigError",
     "RPCError",
+    "RPCNoCPUError",
     "RPCVersionError",
     "RpcTensor",
     "recv_exact",
@@ -272,6 +273,23 @@ class RPCVersionError(RPCError):
 class RPCAuthError(RPCError):
     """The server and the client disagree on security: a wrong or missing token, TLS on one side only, an untrusted
     certificate."""
+
+
+class RPCNoCPUError(GGMLError, LookupError):
+    """A server that cannot be asked which ops it runs (llama.cpp's) is sent the ops the local CPU device runs, and
+    there is no CPU device.
+
+    :param endpoint: ``host:port`` of that server
+    :param known: the devices there are
+    """
+
+    def __init__(self, endpoint: str, known: Sequence[str]) -> None:
+        super().__init__(
+            f"RPC server {endpoint}: its ops are chosen by the local CPU device, and there is none "
+            f"(available: {', '.join(known) if known else 'none'}); install ggml-cpu (pip install ggml-cpu), "
+            "or add cpu to GGML_BACKENDS"
+        )
+        self.endpoint, self.known = endpoint, tuple(known)
 
 
 class RPCConfigError(GGMLError, ValueError):

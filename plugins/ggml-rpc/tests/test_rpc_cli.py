@@ -60,6 +60,24 @@ def test_limits_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
         assert err.count("\n") == 0 and f"argument {flag}: must be a finite number in (0.0, inf]" in err, err
 
 
+def test_a_server_without_any_device_says_to_install_ggml_cpu(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its default device is the CPU: without one (and no accelerator) the command fails with one line."""
+    from ggml_core.backend.registry import Registry, reset_registry
+    from ggml_core.cli import main
+
+    monkeypatch.delenv("GGML_RPC_SERVERS", raising=False)
+    reset_registry(Registry(environ={"GGML_BACKENDS": "rpc"}))  # the installed plugins, the CPU's left out
+    try:
+        code = main(["rpc-server", "--port", "0"])
+    finally:
+        reset_registry()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert "no device to serve" in err and "install ggml-cpu" in err, err
+
+
 def test_warning_off_loopback() -> None:
     assert loopback_warning("127.0.0.1") is None and loopback_warning("::1") is None
     assert loopback_warning("localhost") is None

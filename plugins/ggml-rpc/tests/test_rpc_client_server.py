@@ -29,7 +29,8 @@ from ggml_core import (
     build_graph,
     ops,
 )
-from ggml_rpc import RPCDevice, RPCError, RPCReg, RPCVersionError, _fnv
+from ggml_core.backend.registry import Registry, reset_registry
+from ggml_rpc import RPCDevice, RPCError, RPCNoCPUError, RPCReg, RPCVersionError, _fnv
 from ggml_rpc.client import Connection
 from ggml_rpc.protocol import HASH_THRESHOLD, Cmd
 from ggml_rpc.server import RPCServer
@@ -128,6 +129,38 @@ def test_supports_op_is_asked_of_a_ggml_core_server(rpc_dev: RPCDevice, cpu: Dev
     for node in cases:
         rpc_dev.supports_op(node)
     assert server.stats["EXT_SUPPORTS_OP"] == asked  # answers are cached per op signature
+
+
+def test_supports_op_of_a_server_that_cannot_be_asked_is_the_cpu_device(
+    rpc_dev: RPCDevice, cpu: Device, server: RPCServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A llama.cpp server (no ggml-core mark) is sent what the registry's CPU device runs, and is never asked."""
+    monkeypatch.setattr(rpc_dev.conn, "ggml_core", False)
+    ctx = Context()
+    f32, i32 = ctx.new_tensor("f32", (8, 4)), ctx.new_tensor("i32", (8, 4))
+    cases = [ops.add(f32, f32), ops.rms_norm(f32, 1e-6), ops.soft_max(f32), ops.argsort(f32), ops.mul(i32, i32)]
+    answers = [rpc_dev.supports_op(node) for node in cases]
+    assert answers == [cpu.supports_op(node) for node in cases]
+    assert True in answers and False in answers  # both answers occur: the CPU's, not a constant
+    assert server.stats["EXT_SUPPORTS_OP"] == 0
+
+
+def test_supports_op_without_a_cpu_device_says_to_install_ggml_cpu(
+    rpc_dev: RPCDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CPU device in the registry: one line naming the server, the missing device and the fix, not a guess."""
+    monkeypatch.setattr(rpc_dev.conn, "ggml_core", False)
+    reset_registry(Registry(entry_points=lambda: [], environ={}))  # a registry without the CPU plugin
+    try:
+        ctx = Context()
+        f32 = ctx.new_tensor("f32", (8, 4))
+        with pytest.raises(RPCNoCPUError) as exc:
+            rpc_dev.supports_op(ops.add(f32, f32))
+    finally:
+        reset_registry()
+    msg = str(exc.value)
+    assert "\n" not in msg and rpc_dev.conn.endpoint in msg and "install ggml-cpu" in msg, msg
+    assert exc.value.endpoint == rpc_dev.conn.endpoint and isinstance(exc.value, LookupError)
 
 
 @pytest.mark.skipif(not _fnv.fast(), reason="the hash cache needs numba for a fast FNV-1a (pip install numba)")
