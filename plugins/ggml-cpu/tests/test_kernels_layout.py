@@ -54,6 +54,17 @@ def test_concat(dim: int) -> None:
     np.testing.assert_array_equal(got, np.concatenate([x, y], axis=3 - dim))
 
 
+def test_concat_of_a_state_view_and_a_transposed_column() -> None:
+    """Mamba's conv window: the cached state (a view into a larger cache) joined along dim 0 with the new token's
+    values transposed to one column per channel."""
+    cache, x = _x((1, 2, 40, 3)), _x((1, 1, 1, 40), 44)  # state: 3 steps × 40 channels × 2 sequences
+    g = CpuGraph()
+    tc = g.tensor(cache)
+    state = ops.view_3d(tc, 3, 40, 1, tc.nb[1], tc.nb[2], tc.nb[2])  # the second sequence's state
+    got = g.compute(ops.concat(state, ops.transpose(g.tensor(x[0, 0])), 0))
+    np.testing.assert_array_equal(got[0, 0], np.concatenate([cache[0, 1], x[0, 0, 0][:, None]], axis=1))
+
+
 def test_concat_quantized_rows_and_views() -> None:
     x, y = _x((1, 1, 2, 64)), _x((1, 1, 2, 32), 42)
     g = CpuGraph()

@@ -80,6 +80,19 @@ def _bind_concat(node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
     axis = _axis(node.op_param_i32(0))
+    out, va, vb = arr(node), arr(a), arr(b)
+    if not (np.may_share_memory(out, va) or np.may_share_memory(out, vb)):
+        # each source copied straight into its part of the output (no joined temporary): the decode step's
+        # Mamba conv window (the state and a transposed column of the new token) takes two small copies
+        na = va.shape[axis]
+        part_a = out[(slice(None),) * axis + (slice(0, na),)]
+        part_b = out[(slice(None),) * axis + (slice(na, None),)]
+
+        def run_parts() -> None:
+            np.copyto(part_a, va)
+            np.copyto(part_b, vb)
+
+        return run_parts
 
     def run() -> None:  # quantized: rows of bytes, joined row by row (dim 0) or stacked (other dims)
         arr(node)[...] = np.concatenate([arr(a), arr(b)], axis=axis)
