@@ -251,8 +251,8 @@ def _bind_unary(node: Tensor) -> Thunk:
 def _bind_silu(node: Tensor, a: Tensor) -> Thunk | None:
     """SILU of contiguous f32 as one call into :data:`.qdot._unary_kernels.SILU_SPEC` (the numpy path's bits up
     to ties of ``exp``), or None when compiled kernels are off or the operands are not contiguous f32. The numpy
-    path evaluates ``exp`` in float64 and divides in a few array passes: ~5 ms of a 128-token prompt of a hybrid
-    model, where the kernel takes a fraction of that."""
+    path evaluates ``exp`` in float64 and divides in a few array passes: 3.0 ms of granitehybrid's 128-token prompt
+    against 0.5 ms compiled (one thread)."""
     if a.type != GGMLType.F32 or node.type != GGMLType.F32:
         return None
     from ggml_cpu.kernels.qdot import _jit
