@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
-from tiny_models import add_placeholder_vocab
+from gguf import GGUFWriter
 
-from ggml_core.quants import quantize
+from ggml_core.testing.recurrent_models import add_placeholder_vocab, write_gguf
 
 __all__ = ["DeltaNetConfig", "delta_net_model_weights", "write_delta_net_model"]
 
@@ -130,13 +129,6 @@ def delta_net_model_weights(cfg: DeltaNetConfig, seed: int = 0) -> dict[str, np.
     return w
 
 
-def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> None:
-    if arr.ndim == 1 or "ssm_conv1d" in name or wtype == "f32" or arr.shape[-1] % 32:
-        writer.add_tensor(name, arr.astype(np.float32))
-    else:
-        writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
-
-
 def write_delta_net_model(path: Path, cfg: DeltaNetConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
     """A GGUF of ``cfg.arch`` with a placeholder vocabulary; matrices stored as ``wtype`` (f32 or q8_0)."""
     writer = GGUFWriter(str(path), cfg.arch)
@@ -171,10 +163,4 @@ def write_delta_net_model(path: Path, cfg: DeltaNetConfig, w: dict[str, np.ndarr
         writer.add_uint32(f"{a}.expert_used_count", cfg.n_expert_used)
         writer.add_uint32(f"{a}.expert_feed_forward_length", cfg.n_ff_exp)
         writer.add_uint32(f"{a}.expert_shared_feed_forward_length", cfg.n_ff_shexp)
-    for name, arr in w.items():
-        _add_tensor(writer, name, arr, wtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(writer, w, wtype, path, lambda name, arr: arr.ndim == 1 or "ssm_conv1d" in name)

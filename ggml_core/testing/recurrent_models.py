@@ -22,6 +22,7 @@ __all__ = [
     "lfm2_weights",
     "mamba2_weights",
     "nemotron_weights",
+    "write_gguf",
     "write_granitehybrid",
     "write_lfm2",
     "write_mamba2",
@@ -225,12 +226,9 @@ def add_placeholder_vocab(writer: GGUFWriter, n_vocab: int) -> None:
     writer.add_uint32("tokenizer.ggml.eos_token_id", 2)
 
 
-def _add_tensor(writer: GGUFWriter, name: str, arr: np.ndarray, wtype: str) -> None:
-    f32_only = arr.ndim == 1 or "conv" in name.split(".")[1] or name.endswith(("ssm_a", "ssm_d", "ssm_norm.weight"))
-    if f32_only or wtype == "f32" or arr.shape[-1] % 32:
-        writer.add_tensor(name, arr.astype(np.float32))
-    else:
-        writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
+def _ssm_f32_only(name: str, arr: np.ndarray) -> bool:
+    """Vectors, convolution taps and the scan's A, D and norm stay f32, as llama.cpp's quantizer leaves them."""
+    return arr.ndim == 1 or "conv" in name.split(".")[1] or name.endswith(("ssm_a", "ssm_d", "ssm_norm.weight"))
 
 
 def _ssm_keys(writer: GGUFWriter, a: str, cfg: MambaConfig) -> None:
@@ -246,9 +244,20 @@ def _ssm_keys(writer: GGUFWriter, a: str, cfg: MambaConfig) -> None:
     writer.add_uint32(f"{a}.ssm.group_count", cfg.n_group)
 
 
-def _finish(writer: GGUFWriter, w: dict[str, np.ndarray], wtype: str, path: Path) -> Path:
+def write_gguf(
+    writer: GGUFWriter,
+    w: dict[str, np.ndarray],
+    wtype: str,
+    path: Path,
+    f32_only: Callable[[str, np.ndarray], bool] = _ssm_f32_only,
+) -> Path:
+    """Add the weights (matrices as ``wtype`` where ``f32_only`` says no and their rows fit q8_0 blocks, the rest
+    f32), write the file and close it."""
     for name, arr in w.items():
-        _add_tensor(writer, name, arr, wtype)
+        if f32_only(name, arr) or wtype == "f32" or arr.shape[-1] % 32:
+            writer.add_tensor(name, arr.astype(np.float32))
+        else:
+            writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -262,7 +271,7 @@ def write_mamba2(path: Path, cfg: MambaConfig, w: dict[str, np.ndarray], wtype: 
     _ssm_keys(writer, "mamba2", cfg)
     writer.add_uint32("mamba2.feed_forward_length", 0)
     writer.add_uint32("mamba2.attention.head_count", 0)
-    return _finish(writer, w, wtype, path)
+    return write_gguf(writer, w, wtype, path)
 
 
 def write_granitehybrid(path: Path, cfg: GraniteConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
@@ -279,7 +288,7 @@ def write_granitehybrid(path: Path, cfg: GraniteConfig, w: dict[str, np.ndarray]
     writer.add_float32(f"{a}.residual_scale", cfg.residual_scale)
     writer.add_float32(f"{a}.logit_scale", cfg.logit_scale)
     writer.add_float32(f"{a}.attention.scale", cfg.attention_scale)
-    return _finish(writer, w, wtype, path)
+    return write_gguf(writer, w, wtype, path)
 
 
 def write_lfm2(path: Path, cfg: LFM2Config, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
@@ -298,7 +307,7 @@ def write_lfm2(path: Path, cfg: LFM2Config, w: dict[str, np.ndarray], wtype: str
     writer.add_uint32(f"{a}.shortconv.l_cache", cfg.l_cache)
     if cfg.n_swa:
         writer.add_uint32(f"{a}.attention.sliding_window", cfg.n_swa)
-    return _finish(writer, w, wtype, path)
+    return write_gguf(writer, w, wtype, path)
 
 
 def write_nemotron_h(path: Path, cfg: NemotronConfig, w: dict[str, np.ndarray], wtype: str = "f32") -> Path:
@@ -310,4 +319,4 @@ def write_nemotron_h(path: Path, cfg: NemotronConfig, w: dict[str, np.ndarray], 
     writer.add_uint32(f"{a}.attention.head_count", cfg.n_attn_head)
     writer.add_array(f"{a}.attention.head_count_kv", [cfg.n_head_kv if k == "A" else 0 for k in cfg.kinds])
     writer.add_array(f"{a}.feed_forward_length", [cfg.n_ff if k == "F" else 0 for k in cfg.kinds])
-    return _finish(writer, w, wtype, path)
+    return write_gguf(writer, w, wtype, path)

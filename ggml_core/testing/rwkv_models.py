@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGUFWriter
 
-from ggml_core.quants import quantize
-from ggml_core.testing.recurrent_models import add_placeholder_vocab
+from ggml_core.testing.recurrent_models import add_placeholder_vocab, write_gguf
 
 __all__ = ["RwkvConfig", "rwkv7_weights", "write_rwkv7"]
 
@@ -99,14 +98,4 @@ def write_rwkv7(path: Path, cfg: RwkvConfig, w: dict[str, np.ndarray], wtype: st
     ):
         writer.add_uint32(f"{a}.{key}", value)
     writer.add_float32(f"{a}.attention.layer_norm_epsilon", cfg.norm_eps)
-    for name, arr in w.items():
-        keep = arr.ndim != 2 or wtype == "f32" or arr.shape[-1] % 32 or any(s in name for s in F32_ONLY)
-        if keep:
-            writer.add_tensor(name, arr)
-        else:
-            writer.add_tensor(name, quantize(arr, wtype), raw_dtype=GGMLQuantizationType[wtype.upper()])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(writer, w, wtype, path, lambda name, arr: arr.ndim != 2 or any(s in name for s in F32_ONLY))
