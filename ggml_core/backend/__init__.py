@@ -15,10 +15,12 @@ from ggml_core.backend.interfaces import (
     DeviceType,
     Event,
 )
+from ggml_core.backend.kit import EMPTY_OPS, KernelTable, PluginHooks
 from ggml_core.backend.registry import PluginInfo, Registry, get_registry, reset_registry
 
 __all__ = [
     "API_VERSION",
+    "EMPTY_OPS",
     "ENTRY_POINT_GROUP",
     "Backend",
     "BackendReg",
@@ -31,6 +33,8 @@ __all__ = [
     "DeviceType",
     "Event",
     "HostBuffer",
+    "KernelTable",
+    "PluginHooks",
     "PluginInfo",
     "Registry",
     "get_registry",
