@@ -18,9 +18,12 @@ value heads of 128, d_conv 4; gated attention with 2 KV heads of 64, IMROPE on 1
 convolutions, l_cache 3). Their rows carry the model's name.
 
 Usage: ``python benchmarks/bench_e2e.py [--models llama,granitehybrid,qwen35,lfm2] [--types f32,q8_0,q4_0,q4_k]
-[--threads 1,2] [--n-gen 32] [--reps 3] [--rounds 2] [--json PATH] [--no-llama-cpp] [--keep DIR]``; the rows go
+[--threads 1,2] [--n-gen 32] [--reps 3] [--rounds 2] [--json PATH] [--no-llama-cpp] [--keep DIR]
+[--baseline-tree DIR]``; the rows go
 to ``benchmarks/results/bench_e2e.json`` as JSON (a bare ``--json`` prints them instead of the table); ``--keep``
-leaves the models in DIR (``bench-<model>-<type>.gguf``, for ``bench_prompt.py --model``)
+leaves the models in DIR (``bench-<model>-<type>.gguf``, for ``bench_prompt.py --model``); ``--baseline-tree``
+times a second source checkout of ggml-core (its own ``benchmarks/bench_e2e.py --one``) alternating with this one,
+so a change is measured before and after in one run.
 """
 
 from __future__ import annotations
@@ -237,14 +240,27 @@ def _matmul_floor(m: Any, reps: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def _ours(path: Path, threads: int, n_gen: int, reps: int) -> dict[str, Any] | None:
+def _tree_path(tree: Path) -> str:
+    """PYTHONPATH that makes a process import the core and every plugin from the source checkout ``tree``."""
+    plugins = sorted(str(p) for p in (tree / "plugins").iterdir() if any(p.glob("ggml_*/__init__.py")))
+    return os.pathsep.join([str(tree), *plugins])
+
+
+def _ours(path: Path, threads: int, n_gen: int, reps: int, tree: Path | None = None) -> dict[str, Any] | None:
+    """ggml-core's speed in a process of its own; from the checkout ``tree`` (its own bench script) when given."""
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         env[k] = str(threads)
-    cmd = [sys.executable, __file__, "--one", str(path), str(threads), "--n-gen", str(n_gen), "--reps", str(reps)]
+    script = __file__
+    if tree is not None:
+        env["PYTHONPATH"] = _tree_path(tree)
+        script = str(tree / "benchmarks" / "bench_e2e.py")
+    cmd = [sys.executable, script, "--one", str(path), str(threads), "--n-gen", str(n_gen), "--reps", str(reps)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        print(f"# ggml-core {path.name} x{threads} failed:\n{proc.stderr}", file=sys.stderr)
+        print(
+            f"# ggml-core{f' ({tree})' if tree else ''} {path.name} x{threads} failed:\n{proc.stderr}", file=sys.stderr
+        )
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -285,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternations of ggml-core and llama.cpp")
     ap.add_argument("--no-llama-cpp", action="store_true", help="ggml-core and the numpy floor only")
     ap.add_argument("--keep", type=Path, metavar="DIR", help="write the models into DIR and keep them there")
+    ap.add_argument(
+        "--baseline-tree",
+        type=Path,
+        metavar="DIR",
+        help="also time ggml-core from this source checkout (e.g. `git worktree add DIR REV`), alternating in the "
+        "same run: rows gain baseline tokens/s and the ratio to it",
+    )
     add_json_option(ap, "bench_e2e")
     ap.add_argument("--one", nargs=2, metavar=("MODEL", "THREADS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -320,11 +343,16 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             for th in (int(x) for x in args.threads.split(",")):
                 ours: list[dict[str, Any]] = []
+                base: list[dict[str, Any]] = []
                 theirs: dict[str, list[float]] = {"pp": [], "tg": []}
                 for _ in range(args.rounds):
                     r = _ours(path, th, args.n_gen, args.reps)
                     if r is not None:
                         ours.append(r)
+                    if args.baseline_tree is not None:
+                        b = _ours(path, th, args.n_gen, args.reps, args.baseline_tree)
+                        if b is not None:
+                            base.append(b)
                     if use_llama:
                         for k, v in llama_cpp_speed(path, th, args.n_gen, args.reps).items():
                             theirs[k] += v
@@ -338,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                     row[f"{k}_vs_floor"] = row[f"{k}_tokens_per_s"] / statistics.median(
                         r[f"floor_{k}_tokens_per_s"] for r in ours
                     )
+                    if base:
+                        row[f"baseline_{k}_tokens_per_s"] = statistics.median(v for b in base for v in b[f"{k}_all"])
+                        row[f"{k}_vs_baseline"] = row[f"{k}_tokens_per_s"] / row[f"baseline_{k}_tokens_per_s"]
                     if theirs[k]:
                         row[f"llama_cpp_{k}_tokens_per_s"] = statistics.median(theirs[k])
                         row[f"{k}_ratio"] = row[f"{k}_tokens_per_s"] / row[f"llama_cpp_{k}_tokens_per_s"]
@@ -347,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["row_splits"] = [sum(r["row_splits"][i] for r in ours) for i in range(3)]
                 rows.append(row)
                 print(f"# {model} {wtype} x{th}: {json.dumps(row)}", file=sys.stderr)
-    settings = {k: getattr(args, k) for k in ("models", "types", "threads", "n_gen", "reps", "rounds", "no_llama_cpp")}
+    keys = ("models", "types", "threads", "n_gen", "reps", "rounds", "no_llama_cpp")
+    settings: dict[str, Any] = {k: getattr(args, k) for k in keys}
+    settings["baseline_tree"] = str(args.baseline_tree) if args.baseline_tree else None
     write_json({"benchmark": "bench_e2e", "machine": machine(), "settings": settings, "rows": rows}, args.json)
     if args.json == "-":
         return 0
@@ -367,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         cells.append(f"{r['peak_rss_mb']:>12.0f} {r['load_average']:>5.1f}")
         print(" ".join(cells))
+    base_rows = [r for r in rows if "pp_vs_baseline" in r]
+    if base_rows:
+        print(f"\nagainst the baseline checkout {args.baseline_tree} (same run, alternating): tokens/s ratio")
+        for r in base_rows:
+            print(f"  {r['model']} {r['type']} x{r['threads']}: prompt {r['pp_vs_baseline']:.2f}x "
+                  f"({r['baseline_pp_tokens_per_s']:.1f} tok/s before), generation {r['tg_vs_baseline']:.2f}x "
+                  f"({r['baseline_tg_tokens_per_s']:.1f} tok/s before)")  # fmt: skip
     print("\nper generated token, ms (kernels by op; host = everything else):")
     for r in rows:
         parts = [f"{k} {v:.3f}" for k, v in r["decode_breakdown_ms"].items()]

@@ -22,7 +22,7 @@ so this is CPU-only against CPU-only. Before measuring, the project's packages a
 ``pip install`` does for a regular install): an editable install under ``PYTHONDONTWRITEBYTECODE=1`` would otherwise
 compile every module from source in every process (0.3-0.5 s here), which no installed copy does.
 
-The model comes from the test's cache (tests/test_models_gemma3_real.py fetches it); prints the CPU model and the
+The model comes from the test's cache (tests/models/test_models_gemma3_real.py fetches it); prints the CPU model and the
 load average. Usage: ``python benchmarks/bench_load.py [--reps 3] [--speed] [--threads N] [--json PATH]``;
 the results go to ``benchmarks/results/bench_load.json`` as JSON (a bare ``--json`` prints them).
 """
@@ -154,7 +154,7 @@ def main() -> int:
     add_json_option(ap, "bench_load")
     args = ap.parse_args()
     if not MODEL.is_file():
-        print(f"{MODEL} is missing: run tests/test_models_gemma3_real.py once to fetch it", file=sys.stderr)
+        print(f"{MODEL} is missing: run tests/models/test_models_gemma3_real.py once to fetch it", file=sys.stderr)
         return 2
     _byte_compile()
     info = machine()

@@ -10,7 +10,7 @@ machine without a GPU), and splits between them (``-ngl`` half and a quarter of 
 each placement's prompt and generation tokens/s and time, and ``default / best`` as a speed ratio (1.0: the default
 is the best; the expectation is >= 0.9). Prints the CPU model and load average, which move every number here.
 
-The model: Gemma 3 270M Q4_K_M from the tests' cache when present (tests/test_models_gemma3_real.py fetches it),
+The model: Gemma 3 270M Q4_K_M from the tests' cache when present (tests/models/test_models_gemma3_real.py fetches it),
 else the embedded default model. Usage: ``python benchmarks/bench_placement.py [--rounds 3] [--n-predict 32]
 [--model FILE] [--json PATH]``; the results go to ``benchmarks/results/bench_placement.json`` as JSON (a bare
 ``--json`` prints them).

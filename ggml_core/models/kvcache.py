@@ -214,7 +214,7 @@ class KVCache:
     def mask_into(self, out: np.ndarray, group: str, pos: np.ndarray) -> None:
         """:meth:`mask` written into ``out`` ``[n_tokens, n_kv]`` (float32 or float16; 0 and -inf are exact in
         both), without the intermediate float32 array. Kept apart from :meth:`mask`, the definition, which the
-        ``set_data`` path uses: tests/test_models_decode_inputs.py compares the two paths bit for bit."""
+        ``set_data`` path uses: tests/models/test_models_decode_inputs.py compares the two paths bit for bit."""
         if len(pos) == 1 and group != "swa" and pos[0] >= 0:  # a decode step: one comparison, one row
             row = out.reshape(-1)
             visible = self.cell_pos[group][: row.size].view(np.uint64) <= np.uint64(pos[0])  # empty (−1) is never

@@ -6,7 +6,7 @@ whose scale changes from block to block. Row length 512 is a multiple of every b
 
 Only exact arithmetic, ``np.linspace``, ``np.ldexp`` and numpy's ``Generator`` (uniform, normal, integers) are
 used, so the rows are the same on every platform; ``golden.json`` also records their digest. Both
-``tests/test_quants.py`` and ``regen.py`` build their inputs here.
+``tests/quants/test_quants.py`` and ``regen.py`` build their inputs here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Needs ggml-python (which builds ggml from source), e.g. ``pip install ggml-python==0.0.45`` (ggml 0.15.3). Run
 ``python tests/quant_vectors/regen.py`` from the repository root; it prints the digests and rewrites
-``golden.json`` next to this file. ``tests/test_quants.py`` recomputes the same digests from ggml-core's numpy
+``golden.json`` next to this file. ``tests/quants/test_quants.py`` recomputes the same digests from ggml-core's numpy
 code, so CI without ggml still checks every byte against what ggml produced here.
 
 Inputs (``inputs.make_rows()``): the edge rows of ``inputs.edge_rows()`` and ``inputs.N_RANDOM_ROWS`` random rows
