@@ -1,147 +1,248 @@
-"""The files ``ggml-core new-plugin`` writes: a plugin module assembled from per-op snippets, its packaging, tests.
+"""The files ``ggml-core new-plugin`` writes: a plugin package in the shape of every device plugin, its packaging,
+its tests.
+
+The package reads top to bottom as checks → kernels → buffers → device → registration: ``_platform.py`` (what the
+platform offers), ``ops/`` (``KERNELS``, a :class:`ggml_core.backend.KernelTable`, in ``ops/_arrays.py`` with the
+kernels' plumbing, and one module per op family), ``_buffers.py``, ``_device.py`` (the device and its backend) and
+``plugin.py`` (the registry and its hooks through :class:`ggml_core.backend.PluginHooks`; the entry point names
+it). The family modules are assembled from :data:`OP_SNIPPETS`.
 
 Placeholders are ``@@NAME@@`` (``Toy``), ``@@LOWER@@`` (``toy``), ``@@OPS@@`` (``ADD,MUL,SCALE``), ``@@OPS_LIST@@``
-(a list literal), ``@@OPS_WRAPPED@@`` and, in the module, ``@@CHECKS@@`` / ``@@KERNELS@@`` (the tables built
-from :data:`OP_SNIPPETS`).
+(a list literal), ``@@OPS_WRAPPED@@``, ``@@FAMILIES@@`` (the family modules, comma-separated) and, in a family
+module, ``@@DOC@@``, ``@@IMPORTS@@`` and ``@@KERNELS@@``.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["MODULE", "OP_SNIPPETS", "PYPROJECT", "README", "TEST_CONFORMANCE", "TEST_DEVICE"]
+__all__ = [
+    "BUFFERS",
+    "DEVICE",
+    "FAMILY",
+    "FAMILY_DOCS",
+    "INIT",
+    "OPS_ARRAYS",
+    "OPS_INIT",
+    "OP_SNIPPETS",
+    "PLATFORM",
+    "PLUGIN",
+    "PYPROJECT",
+    "README",
+    "TEST_CONFORMANCE",
+    "TEST_DEVICE",
+]
 
-#: op → (supports_op condition on ``node``, ``a`` = src[0], ``b`` = src[1]; kernel returning the result array)
-OP_SNIPPETS: Final[dict[str, tuple[str, str]]] = {
-    "ADD": ("_f32(node, a, b) and b.can_repeat_to(a)", "_array(node.src[0]) + _repeat(node.src[1], node.src[0])"),
-    "SUB": ("_f32(node, a, b) and b.can_repeat_to(a)", "_array(node.src[0]) - _repeat(node.src[1], node.src[0])"),
-    "MUL": ("_f32(node, a, b) and b.can_repeat_to(a)", "_array(node.src[0]) * _repeat(node.src[1], node.src[0])"),
-    "DIV": ("_f32(node, a, b) and b.can_repeat_to(a)", "_array(node.src[0]) / _repeat(node.src[1], node.src[0])"),
-    "SCALE": ("_f32(node, a)", "_array(node.src[0]) * _f(node, 0) + _f(node, 1)"),
-    "SQR": ("_f32(node, a)", "np.square(_array(node.src[0]))"),
-    "SQRT": ("_f32(node, a)", "np.sqrt(_array(node.src[0]))"),
-    "LOG": ("_f32(node, a)", "np.log(_array(node.src[0]))"),
-    "SIN": ("_f32(node, a)", "np.sin(_array(node.src[0]))"),
-    "COS": ("_f32(node, a)", "np.cos(_array(node.src[0]))"),
-    "SUM_ROWS": ("_f32(node, a)", "_array(node.src[0]).sum(axis=-1, keepdims=True, dtype=np.float64)"),
+#: op → (its family's module; exactly when the device computes it, a condition on ``node``, ``a`` = src[0] and
+#: ``b`` = src[1]; the kernel's body, returning the result as an array of the node's shape)
+OP_SNIPPETS: Final[dict[str, tuple[str, str, str]]] = {
+    "ADD": (
+        "elementwise",
+        "f32(node, a, b) and b.can_repeat_to(a)",
+        "return values(node.src[0]) + repeat(node.src[1], node.src[0])",
+    ),
+    "SUB": (
+        "elementwise",
+        "f32(node, a, b) and b.can_repeat_to(a)",
+        "return values(node.src[0]) - repeat(node.src[1], node.src[0])",
+    ),
+    "MUL": (
+        "elementwise",
+        "f32(node, a, b) and b.can_repeat_to(a)",
+        "return values(node.src[0]) * repeat(node.src[1], node.src[0])",
+    ),
+    "DIV": (
+        "elementwise",
+        "f32(node, a, b) and b.can_repeat_to(a)",
+        "return values(node.src[0]) / repeat(node.src[1], node.src[0])",
+    ),
+    "SCALE": ("elementwise", "f32(node, a)", "return values(node.src[0]) * param(node, 0) + param(node, 1)"),
+    "SQR": ("elementwise", "f32(node, a)", "return np.square(values(node.src[0]))"),
+    "SQRT": ("elementwise", "f32(node, a)", "return np.sqrt(values(node.src[0]))"),
+    "LOG": ("elementwise", "f32(node, a)", "return np.log(values(node.src[0]))"),
+    "SIN": ("elementwise", "f32(node, a)", "return np.sin(values(node.src[0]))"),
+    "COS": ("elementwise", "f32(node, a)", "return np.cos(values(node.src[0]))"),
+    "SUM_ROWS": ("reduce", "f32(node, a)", "return values(node.src[0]).sum(axis=-1, keepdims=True, dtype=np.float64)"),
     "MUL_MAT": (
-        "_f32(node, a, b) and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0",
-        "_mul_mat(node)",
+        "matmul",
+        "f32(node, a, b) and b.ne[2] % a.ne[2] == 0 and b.ne[3] % a.ne[3] == 0",
+        "x, y = values(node.src[0]), values(node.src[1])\n"
+        "x = np.repeat(np.repeat(x, y.shape[0] // x.shape[0], axis=0), y.shape[1] // x.shape[1], axis=1)\n"
+        "return y @ x.swapaxes(-1, -2)",
     ),
     "SOFT_MAX": (
-        "_f32(node, a) and node.src[1] is None and node.src[2] is None and node.op_param_f32(1) == 0.0",
-        "_soft_max(node)",
+        "attention",
+        "f32(node, a) and node.src[1] is None and node.src[2] is None and node.op_param_f32(1) == 0.0",
+        "x = values(node.src[0]) * param(node, 0)\n"
+        "e = np.exp(x - x.max(axis=-1, keepdims=True))\n"
+        "return e / e.sum(axis=-1, keepdims=True)",
     ),
-    "CPY": ("_f32(node, a, b)", "np.reshape(_array(node.src[0]), _shape(node))"),
-    "DUP": ("_f32(node, a)", "np.reshape(_array(node.src[0]), _shape(node))"),
-    "CONT": ("_f32(node, a)", "np.reshape(_array(node.src[0]), _shape(node))"),
+    "CPY": ("movement", "f32(node, a, b)", "return np.reshape(values(node.src[0]), shape(node))"),
+    "DUP": ("movement", "f32(node, a)", "return np.reshape(values(node.src[0]), shape(node))"),
+    "CONT": ("movement", "f32(node, a)", "return np.reshape(values(node.src[0]), shape(node))"),
 }
 
-MODULE: Final = '''"""@@NAME@@: a ggml-core backend plugin (written by ``ggml-core new-plugin``; now it is yours).
+#: the docstring of each op family's module
+FAMILY_DOCS: Final = {
+    "elementwise": "Elementwise ops in f32: binary ops with ggml's broadcasting, scaling, unary maps.",
+    "reduce": "Reductions in f32: sums along ne[0] (accumulated in f64).",
+    "matmul": "ggml's MUL_MAT: dst[.., m, n] = sum_k src0[.., n, k] * src1[.., m, k]; src0 repeats over dims 2 and 3.",
+    "attention": "SOFT_MAX (ext) without mask, sinks or ALiBi: softmax(a * scale) along ne[0].",
+    "movement": "Copies into the node's layout: CPY, DUP, CONT.",
+}
+
+INIT: Final = '''"""@@NAME@@: a ggml-core backend plugin (written by ``ggml-core new-plugin``; now it is yours).
 
 One device, ``@@NAME@@0``, with memory of its own: each buffer is a numpy byte array that the host cannot address,
-so the scheduler copies inputs in and results out, as for a discrete GPU. It computes its ops (CHECKS) in f32, on
-numpy views of that memory that follow ggml's byte strides (so views, permutes and transposes need no copy):
+so the scheduler copies inputs in and results out, as for a discrete GPU. It computes its ops in f32, on numpy
+views of that memory that follow ggml's byte strides (so views, permutes and transposes need no copy):
 @@OPS_WRAPPED@@.
 
-Read it top to bottom, as every plugin: checks -> kernels -> buffers -> backend -> device -> registration.
-To add an op: a condition in CHECKS, a kernel in KERNELS, and the op in tests/test_conformance.py.
+It has the shape of every ggml-core device plugin. Read it top to bottom, as checks -> kernels -> buffers ->
+device -> registration; a module imports only the ones above it:
+
+    _platform.py     checks: what the platform offers (here: one device and its memory)
+    ops/__init__.py  KERNELS and the import of every op family (importing ops registers all kernels)
+    ops/_arrays.py   the kernels' plumbing: the kernel table, numpy views of the device's memory
+    ops/<family>.py  one op family per module: @@FAMILIES@@
+    _buffers.py      the buffer type and its buffers
+    _device.py       the device and its backend
+    plugin.py        registration: the registry and its two hooks (the ``ggml.backends`` entry point names it)
+
+To add an op: a kernel in its family's module (a new module in ops/ for a new family, imported by
+ops/__init__.py) registered with ``@KERNELS.kernel(GGMLOp.X, supports=...)``, and the op in
+tests/test_conformance.py.
+"""
+
+from ggml_@@LOWER@@._device import @@NAME@@Backend, @@NAME@@Device
+from ggml_@@LOWER@@.plugin import @@NAME@@Reg, @@LOWER@@_reg
+
+__all__ = ["@@NAME@@Backend", "@@NAME@@Device", "@@NAME@@Reg", "@@LOWER@@_reg"]
+'''
+
+PLATFORM: Final = '''"""Checks: what the platform offers (here numpy memory stands in: one device, 1 GiB).
+
+A plugin for real hardware probes it here (imports its driver, lists its devices, reads their limits) and, when
+there is nothing to use, says why: ``ggml-core devices`` shows the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DeviceInfo", "probe"]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the platform reports about one device."""
+
+    index: int
+    memory: int
+
+
+def probe() -> tuple[list[DeviceInfo], str | None]:
+    """The devices found, or none and why."""
+    return [DeviceInfo(0, 1 << 30)], None
+'''
+
+OPS_INIT: Final = '''"""Graph node -> numpy kernel, one module per op family.
+
+Importing this package registers every family's kernels in KERNELS: the device asks ``KERNELS.supports(node)``,
+the backend computes a node with ``KERNELS.get(node)(node)``.
+"""
+
+from ggml_@@LOWER@@.ops import @@FAMILIES@@  # noqa: F401 - registers the kernels
+from ggml_@@LOWER@@.ops._arrays import KERNELS, Kernel, values
+
+__all__ = ["KERNELS", "Kernel", "values"]
+'''
+
+OPS_ARRAYS: Final = '''"""The kernels' plumbing: the kernel table, and numpy views of the device's memory.
+
+The views follow ggml's byte strides, so views, permutes and transposes need no copy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ggml_core import (
-    API_VERSION,
-    Backend,
-    BackendReg,
-    Buffer,
-    BufferType,
-    ComputeError,
-    Device,
-    DeviceType,
-    GGMLOp,
-    GGMLType,
-    Graph,
-    Tensor,
-    TensorFlag,
-    hookimpl,
-)
+from ggml_core import ComputeError, GGMLType, Tensor
+from ggml_core.backend import KernelTable
 
-# ---------------------------------------------------------------------------------------------- checks
+__all__ = ["KERNELS", "Kernel", "f32", "operands", "param", "repeat", "shape", "values"]
 
-#: ops that compute nothing: the node is a window on its source's memory (ggml_op_is_empty)
-VIEW_OPS = frozenset({GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE})
+#: a kernel: the node's result as an array of the node's shape (the backend writes it into the node's memory)
+Kernel = Callable[[Tensor], np.ndarray]
+
+#: op -> kernel; each family's module registers with ``@KERNELS.kernel(op, supports=predicate)``, where
+#: ``predicate(node)`` says exactly when the kernel computes the node correctly
+KERNELS: KernelTable[Kernel] = KernelTable("@@NAME@@")
 
 
-def _f32(*tensors: Tensor | None) -> bool:
+def f32(*tensors: Tensor | None) -> bool:
+    """True when every tensor is there and f32 (the one type these kernels read and write)."""
     return all(t is not None and t.type == GGMLType.F32 for t in tensors)
 
 
-#: op -> exactly when this device computes it correctly (node = the op's output, a/b = its first two operands)
-CHECKS: dict[GGMLOp, Callable[[Tensor, Tensor, Tensor], bool]] = {
-@@CHECKS@@
-}
-
-# ---------------------------------------------------------------------------------------------- kernels
+def operands(node: Tensor) -> tuple[Any, Any]:
+    """The node's first two operands for a support check (None where the op has fewer: test them with f32)."""
+    return node.src[0], node.src[1]
 
 
-def _shape(t: Tensor) -> tuple[int, int, int, int]:
+def shape(t: Tensor) -> tuple[int, int, int, int]:
     """numpy's shape of a tensor: (ne3, ne2, ne1, ne0), ne[0] fastest."""
     return (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
 
 
-def _array(t: Tensor) -> np.ndarray:
-    """A tensor's f32 elements as a numpy view of this device's memory (writable; ggml's byte strides)."""
-    buf = t.buffer
-    if not isinstance(buf, NumpyBuffer) or t.data_offset is None:
-        raise ComputeError(t, "@@NAME@@0", f"the tensor is not in @@NAME@@0 memory (buffer {buf!r})")
+def values(t: Tensor | None) -> np.ndarray:
+    """A tensor's f32 elements as a numpy view of the device's memory (writable; ggml's byte strides)."""
+    if t is None:
+        raise ComputeError(None, "@@NAME@@0", "an operand of the node is missing")
+    mem = getattr(t.buffer, "mem", None)
+    if not isinstance(mem, np.ndarray) or t.data_offset is None:
+        raise ComputeError(t, "@@NAME@@0", f"the tensor is not in @@NAME@@0 memory (buffer {t.buffer!r})")
     strides = (t.nb[3], t.nb[2], t.nb[1], t.nb[0])
-    return np.ndarray(_shape(t), np.float32, buffer=buf.mem, offset=t.data_offset, strides=strides)
+    return np.ndarray(shape(t), np.float32, buffer=mem, offset=t.data_offset, strides=strides)
 
 
-def _repeat(b: Tensor, like: Tensor) -> np.ndarray:
+def repeat(b: Tensor | None, like: Tensor | None) -> np.ndarray:
     """ggml's broadcasting: b tiles ``like`` an integer number of times along every dimension."""
-    return np.tile(_array(b), tuple(n // m for n, m in zip(_shape(like), _shape(b), strict=True)))
+    x, y = values(b), values(like)
+    return np.tile(x, tuple(n // m for n, m in zip(y.shape, x.shape, strict=True)))
 
 
-def _f(node: Tensor, i: int) -> np.float32:
+def param(node: Tensor, i: int) -> np.float32:
     """Float op parameter i (ggml stores op params as 16 int32; floats are bit-cast)."""
     return np.float32(node.op_param_f32(i))
+'''
 
+FAMILY: Final = '''"""@@DOC@@"""
 
-def _mul_mat(node: Tensor) -> np.ndarray:
-    """ggml's mul_mat: dst[.., m, n] = sum_k src0[.., n, k] * src1[.., m, k]; src0 repeats over dims 2 and 3."""
-    a, b = _array(node.src[0]), _array(node.src[1])  # type: ignore[arg-type]
-    a = np.repeat(np.repeat(a, b.shape[0] // a.shape[0], axis=0), b.shape[1] // a.shape[1], axis=1)
-    return b @ a.swapaxes(-1, -2)
+from __future__ import annotations
 
+import numpy as np
 
-def _soft_max(node: Tensor) -> np.ndarray:
-    """soft_max_ext without mask, sinks or ALiBi: softmax(a * scale) along ne[0]."""
-    x = _array(node.src[0]) * _f(node, 0)  # type: ignore[arg-type]
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+from ggml_core import GGMLOp, Tensor
+from ggml_@@LOWER@@.ops._arrays import @@IMPORTS@@
+@@KERNELS@@'''
 
+BUFFERS: Final = '''"""Buffers: the device's own memory, a private numpy byte array per buffer (never host memory)."""
 
-#: op -> the result as an array of the node's shape (written into the node's memory by _compute)
-KERNELS: dict[GGMLOp, Callable[[Tensor], np.ndarray]] = {
-@@KERNELS@@
-}
+from __future__ import annotations
 
+import numpy as np
 
-def _compute(node: Tensor) -> None:
-    _array(node)[...] = KERNELS[node.op](node)
+from ggml_core import Buffer, BufferType
 
-
-# ---------------------------------------------------------------------------------------------- buffers
+__all__ = ["NumpyBuffer", "NumpyBufferType"]
 
 
 class NumpyBuffer(Buffer):
-    """Device memory: a private numpy byte array (never handed out as host memory)."""
+    """Device memory: a private numpy byte array, ``mem``."""
 
     def __init__(self, buffer_type: BufferType, size: int) -> None:
         super().__init__(buffer_type, size)
@@ -159,9 +260,19 @@ class NumpyBufferType(BufferType):
 
     def _alloc(self, size: int) -> Buffer:
         return NumpyBuffer(self, size)
+'''
 
+DEVICE: Final = '''"""The device and its backend: ``@@NAME@@<i>``, its memory and ops; a synchronous stream."""
 
-# ---------------------------------------------------------------------------------------------- backend
+from __future__ import annotations
+
+from ggml_core import Backend, BufferType, Device, DeviceType, Graph, Tensor, TensorFlag
+from ggml_core.backend import EMPTY_OPS
+from ggml_@@LOWER@@._buffers import NumpyBufferType
+from ggml_@@LOWER@@._platform import DeviceInfo
+from ggml_@@LOWER@@.ops import KERNELS, values
+
+__all__ = ["@@NAME@@Backend", "@@NAME@@Device"]
 
 
 class @@NAME@@Backend(Backend):
@@ -169,25 +280,24 @@ class @@NAME@@Backend(Backend):
 
     def graph_compute_async(self, graph: Graph) -> None:
         for node in graph.nodes:
-            if node.op in VIEW_OPS or node.is_empty or not node.flags & TensorFlag.COMPUTE:
+            if node.op in EMPTY_OPS or node.is_empty or not node.flags & TensorFlag.COMPUTE:
                 continue  # views alias their source; empty tensors hold nothing; no COMPUTE flag: not asked for
-            _compute(node)
-
-
-# ---------------------------------------------------------------------------------------------- device
+            values(node)[...] = KERNELS.get(node)(node)
 
 
 class @@NAME@@Device(Device):
-    """``@@NAME@@0``: 1 GiB of numpy memory."""
+    """``@@NAME@@<i>``: numpy memory of its own."""
 
     type = DeviceType.GPU
 
-    def __init__(self) -> None:
-        super().__init__("@@NAME@@0", "@@NAME@@ device (numpy behind a private buffer; ggml-core new-plugin)")
-        self._buft = NumpyBufferType("@@NAME@@0", self, alignment=32)
+    def __init__(self, info: DeviceInfo) -> None:
+        name = f"@@NAME@@{info.index}"
+        super().__init__(name, "@@NAME@@ device (numpy behind a private buffer; ggml-core new-plugin)")
+        self.info = info
+        self._buft = NumpyBufferType(name, self, alignment=32)
 
     def memory(self) -> tuple[int, int]:
-        return 1 << 30, 1 << 30
+        return self.info.memory, self.info.memory
 
     def buffer_type(self) -> BufferType:
         return self._buft
@@ -196,23 +306,39 @@ class @@NAME@@Device(Device):
         return @@NAME@@Backend(self)
 
     def supports_op(self, op: Tensor) -> bool:
-        if op.op in VIEW_OPS:
-            return True
-        check = CHECKS.get(op.op)
-        return check is not None and check(op, op.src[0], op.src[1])  # type: ignore[arg-type]
+        return KERNELS.supports(op)
+'''
+
+PLUGIN: Final = '''"""Registration: the ``@@NAME@@`` registry and the two hooks the entry point finds here."""
+
+from __future__ import annotations
+
+from ggml_core import BackendReg, Device
+from ggml_core.backend import PluginHooks
+from ggml_@@LOWER@@._device import @@NAME@@Device
+from ggml_@@LOWER@@._platform import probe
+
+__all__ = ["HOOKS", "@@NAME@@Reg", "@@LOWER@@_reg"]
 
 
-# ---------------------------------------------------------------------------------------------- registration
+class @@NAME@@Reg(BackendReg):
+    """The ``@@NAME@@`` registry: the devices that ``_platform.probe`` finds."""
+
+    def __init__(self) -> None:
+        super().__init__("@@NAME@@", description="@@NAME@@ (ggml-core new-plugin)")
+
+    def enumerate_devices(self) -> list[Device]:
+        found, reason = probe()
+        if not found:
+            self.unavailable_reason = reason or "no @@NAME@@ device found"
+        return [@@NAME@@Device(info) for info in found]
 
 
-@hookimpl
-def ggml_api_version() -> int:
-    return API_VERSION
-
-
-@hookimpl
-def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
-    register(BackendReg("@@NAME@@", [@@NAME@@Device()], description="@@NAME@@ (ggml-core new-plugin)"))
+HOOKS = PluginHooks(@@NAME@@Reg)
+#: the process-wide @@NAME@@ registry
+@@LOWER@@_reg = HOOKS.reg
+ggml_api_version = HOOKS.ggml_api_version
+ggml_register_backends = HOOKS.ggml_register_backends
 '''
 
 PYPROJECT: Final = """[build-system]
@@ -230,10 +356,10 @@ dependencies = ["ggml-core", "numpy"]
 test = ["pytest>=7"]
 
 [project.entry-points."ggml.backends"]
-@@LOWER@@ = "ggml_@@LOWER@@"
+@@LOWER@@ = "ggml_@@LOWER@@.plugin"
 
 [tool.setuptools]
-packages = ["ggml_@@LOWER@@"]
+packages = ["ggml_@@LOWER@@", "ggml_@@LOWER@@.ops"]
 """
 
 README: Final = """# ggml-@@LOWER@@

@@ -1,8 +1,10 @@
 """``ggml-core new-plugin NAME``: write a ready backend plugin package (device ``NAME0``, numpy kernels, tests).
 
 The package installs as is (``pip install ./ggml-name``), passes ``ggml-core devices --check`` and the conformance
-suite on the ops it declares (``--ops``, default ADD,MUL,SCALE), and reads like every plugin: checks → kernels →
-buffers → backend → device → registration. It is a starting point: replace the numpy kernels with your hardware's.
+suite on the ops it declares (``--ops``, default ADD,MUL,SCALE), and has the shape of every device plugin: checks
+(``_platform.py``) → kernels (``ops/``, one module per op family, registered in a ``KernelTable``) → buffers →
+device and backend → registration (``plugin.py``, through ``PluginHooks``). It is a starting point: replace the
+numpy kernels with your hardware's.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ def add_parser(sub: Any, name: str) -> None:
 def write_plugin(name: str, directory: Path, ops: list[str]) -> Path:
     """Write the package ``directory/ggml-<name>`` and return its path; :class:`NewPluginError` on bad input."""
     from ggml_core.cli._plugin_template import (
-        MODULE,
+        BUFFERS,
+        DEVICE,
+        INIT,
         OP_SNIPPETS,
+        OPS_ARRAYS,
+        OPS_INIT,
+        PLATFORM,
+        PLUGIN,
         PYPROJECT,
         README,
         TEST_CONFORMANCE,
@@ -73,8 +81,7 @@ def write_plugin(name: str, directory: Path, ops: list[str]) -> Path:
     root = directory / f"ggml-{lower}"
     if root.exists() and any(root.iterdir()):
         raise NewPluginError(f"{root} already exists and is not empty; remove it or choose another --dir")
-    checks = "\n".join(_entry(f"GGMLOp.{op}: lambda node, a, b:", OP_SNIPPETS[op][0]) for op in ops)
-    kernels = "\n".join(_entry(f"GGMLOp.{op}: lambda node:", OP_SNIPPETS[op][1]) for op in ops)
+    families = _family_modules(ops)
     one_line = "[" + ", ".join(f'"{op}"' for op in ops) + "]"
     ops_list = one_line if len(one_line) < 60 else "[\n" + "".join(f'    "{op}",\n' for op in ops) + "]"
     subst = {
@@ -83,9 +90,18 @@ def write_plugin(name: str, directory: Path, ops: list[str]) -> Path:
         "@@OPS@@": ",".join(ops),
         "@@OPS_LIST@@": ops_list,
         "@@OPS_WRAPPED@@": textwrap.fill(", ".join(ops), 116),
+        "@@FAMILIES@@": ", ".join(sorted(families)),
     }
+    package = f"ggml_{lower}"
     files = {
-        f"ggml_{lower}/__init__.py": MODULE.replace("@@CHECKS@@", checks).replace("@@KERNELS@@", kernels),
+        f"{package}/__init__.py": INIT,
+        f"{package}/_platform.py": PLATFORM,
+        f"{package}/ops/__init__.py": OPS_INIT,
+        f"{package}/ops/_arrays.py": OPS_ARRAYS,
+        **{f"{package}/ops/{family}.py": text for family, text in families.items()},
+        f"{package}/_buffers.py": BUFFERS,
+        f"{package}/_device.py": DEVICE,
+        f"{package}/plugin.py": PLUGIN,
         "pyproject.toml": PYPROJECT,
         "README.md": README,
         "tests/test_conformance.py": TEST_CONFORMANCE,
@@ -100,10 +116,33 @@ def write_plugin(name: str, directory: Path, ops: list[str]) -> Path:
     return root
 
 
-def _entry(head: str, body: str) -> str:
-    """One dict entry of the module's CHECKS or KERNELS table, on one line when it fits in 120 columns."""
-    line = f"    {head} {body},"
-    return line if len(line) <= 120 else f"    {head} (\n        {body}\n    ),"
+def _family_modules(ops: list[str]) -> dict[str, str]:
+    """family → the text of its module in ``ops/``: a support check and a kernel per op, registered in KERNELS."""
+    from ggml_core.cli._plugin_template import FAMILY, FAMILY_DOCS, OP_SNIPPETS
+
+    bodies: dict[str, list[str]] = {}
+    for op in ops:
+        family, check, kernel = OP_SNIPPETS[op]
+        fn = op.lower()
+        body = textwrap.indent(kernel, "    ")
+        args = "a, b = operands(node)" if re.search(r"\bb\b", check) else "a = node.src[0]"
+        bodies.setdefault(family, []).append(
+            f"\n\ndef _{fn}_supported(node: Tensor) -> bool:\n"
+            f"    {args}\n"
+            f"    return bool({check})\n"
+            f"\n\n@KERNELS.kernel(GGMLOp.{op}, supports=_{fn}_supported)\n"
+            f"def {fn}(node: Tensor) -> np.ndarray:\n{body}\n"
+        )
+    out = {}
+    for family, parts in bodies.items():
+        code = "".join(parts)
+        used = [
+            n for n in ("f32", "operands", "param", "repeat", "shape", "values") if re.search(rf"(?<![\w.]){n}\(", code)
+        ]
+        imports = ", ".join(["KERNELS", *used])
+        text = FAMILY.replace("@@DOC@@", FAMILY_DOCS[family]).replace("@@IMPORTS@@", imports)
+        out[family] = text.replace("@@KERNELS@@", code)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,9 +1,10 @@
-"""The CUDA backend plugin: checks → kernels/programs → buffers → backend → device → registration.
+"""The CUDA backend plugin's registration; the plugin reads checks → kernels → buffers → device → registration.
 
 Read in that order: :mod:`ggml_cuda._driver` (the only module importing pycuda, and the checks that say why
 there is no device), :mod:`ggml_cuda._compile` / :mod:`ggml_cuda._programs` (``kernels/*.cu`` built per
-architecture), :mod:`ggml_cuda._memory` (buffer types, buffers, events), :mod:`ggml_cuda._stream` (the backend),
-:mod:`ggml_cuda._device`, then the registration below.
+architecture), :mod:`ggml_cuda.ops` (graph node → kernel launches, one module per op family),
+:mod:`ggml_cuda._buffers` (buffer types and buffers), :mod:`ggml_cuda._device` (the device, its backend and
+events), then the registration below.
 
 The ``CUDA`` registry is always registered. Its devices are enumerated lazily; when pycuda, the driver, a GPU or
 nvcc is missing it has none and :attr:`CUDAReg.unavailable_reason` says exactly why (``ggml-core devices``).
@@ -14,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ggml_core import API_VERSION, BackendReg, Device, hookimpl
+from ggml_core import BackendReg, Device
+from ggml_core.backend import PluginHooks
 
 if TYPE_CHECKING:  # the driver layer, nvcc lookup and devices load when the devices are enumerated
     from ggml_cuda._driver import Driver
     from ggml_cuda._programs import Compiler
 
-__all__ = ["CUDAReg", "cuda_reg"]
+__all__ = ["HOOKS", "CUDAReg", "cuda_reg", "ggml_api_version", "ggml_register_backends"]
 
 DriverLoader = Callable[[], "tuple[Driver | None, str | None]"]
 
@@ -114,24 +116,8 @@ class CUDAReg(BackendReg):
         return self._nvcc()
 
 
-_REG: CUDAReg | None = None
-
-
-def cuda_reg() -> CUDAReg:
-    """The process-wide CUDA registry."""
-    global _REG
-    if _REG is None:
-        _REG = CUDAReg()
-    return _REG
-
-
-@hookimpl
-def ggml_api_version() -> int:
-    """This plugin speaks the current plugin API."""
-    return API_VERSION
-
-
-@hookimpl
-def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
-    """Register the CUDA registry (its devices are enumerated on first use)."""
-    register(cuda_reg())
+HOOKS = PluginHooks(CUDAReg)
+#: the process-wide CUDA registry
+cuda_reg = HOOKS.reg
+ggml_api_version = HOOKS.ggml_api_version
+ggml_register_backends = HOOKS.ggml_register_backends

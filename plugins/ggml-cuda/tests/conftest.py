@@ -22,8 +22,7 @@ from fake_driver import FakeDriver, fake_compiler, fake_info
 
 import ggml_core as g
 from ggml_cuda._compile import CompileError, compile_module, find_nvcc, module_names
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._stream import CUDABackend
+from ggml_cuda._device import CUDABackend, CUDADevice
 
 
 def pytest_configure(config: pytest.Config) -> None:

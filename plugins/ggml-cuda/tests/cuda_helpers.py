@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import ggml_core as g
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._stream import CUDABackend, Step
+from ggml_cuda._device import CUDABackend, CUDADevice, Step
 from ggml_cuda.plugin import cuda_reg
 
 

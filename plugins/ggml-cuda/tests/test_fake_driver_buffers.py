@@ -13,9 +13,8 @@ from fake_driver import FakeDriver
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_cuda._device import CUDADevice, op_batch_size
-from ggml_cuda._memory import ALIGNMENT, CUDABuffer, PinnedBuffer
-from ggml_cuda._stream import CUDABackend
+from ggml_cuda._buffers import ALIGNMENT, CUDABuffer, PinnedBuffer
+from ggml_cuda._device import CUDABackend, CUDADevice, op_batch_size
 
 
 def _tensor(ctx: g.Context, n: int = 64, name: str = "t") -> g.Tensor:

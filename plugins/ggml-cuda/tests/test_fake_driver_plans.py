@@ -16,10 +16,9 @@ from fake_driver import FakeDriver
 import ggml_core as g
 from ggml_core import GGMLOp, GGMLType, GluOp, UnaryOp, ops
 from ggml_cuda._compile import KERNEL_DIR
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._stream import CUDABackend
-from ggml_cuda.ops import STATUS, Args, Launch, Scratch, pack_args, supports
-from ggml_cuda.ops._base import rows_grid
+from ggml_cuda._device import CUDABackend, CUDADevice
+from ggml_cuda.ops import KERNELS, STATUS, Args, Launch, Scratch, pack_args
+from ggml_cuda.ops._launch import rows_grid
 from ggml_cuda.ops.elementwise import GLU_CODES, MATH_CODES, UNARY_CODES
 from ggml_cuda.ops.matmul import K_QUANTS, MMVQ_TYPES, matmul_path, mvq_vec_width
 
@@ -359,7 +358,7 @@ def test_scratch_grows_after_synchronizing_and_drops_stale_plans(backend: CUDABa
 def test_unsupported_node_is_a_compute_error_naming_the_op(backend: CUDABackend) -> None:
     ctx = g.Context()
     node = ops.out_prod(ctx.new_tensor_2d("f32", 8, 4, "a"), ctx.new_tensor_2d("f32", 6, 4, "b"))
-    assert not supports(node)
+    assert not KERNELS.supports(node)
     graph = g.build_graph(node)
     g.alloc_ctx_tensors(ctx, backend)
     with pytest.raises(g.ComputeError, match="no kernel for OUT_PROD"):
@@ -422,7 +421,7 @@ def test_abort_callback_stops_before_the_next_node(backend: CUDABackend, driver:
     ],
 )
 def test_supports_op_decisions(build, expected: bool) -> None:  # type: ignore[no-untyped-def]
-    assert supports(build(g.Context())) is expected
+    assert KERNELS.supports(build(g.Context())) is expected
 
 
 def test_every_value_packs_to_bytes(backend: CUDABackend) -> None:

@@ -10,10 +10,9 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
+from ggml_cuda._buffers import CUDABuffer
 from ggml_cuda._compile import cache_dir
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._memory import CUDABuffer
-from ggml_cuda._stream import CUDABackend
+from ggml_cuda._device import CUDABackend, CUDADevice
 from ggml_cuda.ops.matmul import matmul_path
 
 pytestmark = pytest.mark.gpu

@@ -16,8 +16,7 @@ from fake_driver import FakeDriver, fake_compiler, fake_info, kernel_names
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_cuda._device import CUDADevice
-from ggml_cuda._stream import CUDABackend
+from ggml_cuda._device import CUDABackend, CUDADevice
 from ggml_cuda.ops import ARG_LAYOUT, Launch
 from ggml_cuda.ops.matmul import MMVQ_TYPES
 

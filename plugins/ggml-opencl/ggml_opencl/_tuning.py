@@ -18,60 +18,52 @@ so an edited kernel is tuned anew. ``GGML_OPENCL_TUNE``: ``1`` (default) uses th
 missing, ``0`` uses the device's default shapes without tuning or cache, ``force`` tunes again once per process
 and rewrites the cache.
 
+The configurations and shape classes are in :mod:`ggml_opencl._tuning_configs`, the notices on stderr in
+:mod:`ggml_opencl._notices`.
+
 Every configuration computes the same dot products over the same elements; only the order of the float additions
 differs, so a tuned result equals the default one to float rounding (the tests run every candidate).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import hashlib
 import json
 import os
 import re
 import statistics
-import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from importlib import resources
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import asdict, replace
 from typing import Any, Final
 
 import numpy as np
 
-from ggml_core import GGMLError, GGMLType
+from ggml_core import GGMLType
 from ggml_opencl._device_info import DeviceInfo
+from ggml_opencl._notices import announce_tuning, device_label, record_tuning
+from ggml_opencl._tuning_configs import (
+    ENV_MODE,
+    GEMM_SMALL_N,
+    SOURCE_DIGEST,
+    Config,
+    GemmConfig,
+    MvConfig,
+    cache_dir,
+    config_from_dict,
+    forced_config,
+    gemm_candidates,
+    gemm_class,
+    mv_candidates,
+    mv_class,
+    tuned_source,
+    tuning_mode,
+)
 
-__all__ = [
-    "BUDGET_S",
-    "BUILD_BUDGET_S",
-    "ENV_DIR",
-    "ENV_MODE",
-    "MV_MAX_COLUMNS",
-    "SOURCE_DIGEST",
-    "GemmConfig",
-    "MvConfig",
-    "Tuner",
-    "TuningError",
-    "announced_if_slow",
-    "cache_dir",
-    "forced",
-    "gemm_candidates",
-    "gemm_class",
-    "label_device",
-    "mv_candidates",
-    "mv_class",
-    "tuner_for",
-]
+__all__ = ["BUDGET_S", "BUILD_BUDGET_S", "Tuner", "tuner_for"]
 
-#: environment variable: ``1`` (default) cache + tune, ``0`` no tuning (default shapes), ``force`` re-tune
-ENV_MODE: Final = "GGML_OPENCL_TUNE"
-#: environment variable: where the tuning results are kept
-ENV_DIR: Final = "GGML_OPENCL_TUNING_DIR"
 #: seconds of timing rounds per kernel kind and shape class (builds and warm-up runs come on top)
 BUDGET_S: Final = 1.5
 #: a candidate must beat the default by this fraction to replace it (measurements are noisy)
@@ -80,263 +72,9 @@ _MARGIN: Final = 0.03
 BUILD_BUDGET_S: Final = 10.0
 _MIN_ROUNDS: Final = 3
 _MAX_ROUNDS: Final = 15
-#: N at and below which MUL_MAT uses k_mv; the first gemm shape class ends at _GEMM_SMALL_N
-MV_MAX_COLUMNS: Final = 16  # beyond ~16 columns packing the weights once beats re-reading them per pass
-_GEMM_SMALL_N: Final = 64
-#: weight rows per work-group of the row-block k_mv candidates
-_MV_BLOCK_ROWS: Final = 32
-#: seconds a kernel build may take before stderr says what is going on (a build the driver has cached is quicker)
-SLOW_BUILD_S: Final = 2.0
-
-
-class TuningError(GGMLError, ValueError):
-    """A tuning setting (environment variable) is invalid; the message names it and the accepted values."""
-
-    def __init__(self, variable: str, value: str, accepted: str) -> None:
-        super().__init__(f"{variable}={value!r} is not valid: use {accepted}")
-        self.variable = variable
-        self.value = value
-
-
-# ------------------------------------------------------------------------------------------------ configurations
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """``k_gemm``: a ``tn`` × ``tm`` tile per work-item (``tm`` floats: one vector, two float16 for 32), K unrolled
-    ``ku`` times, work-groups of ``ls``."""
-
-    tm: int
-    tn: int
-    ku: int
-    ls: tuple[int, int]
-
-    def defines(self) -> list[str]:
-        """Compiler defines of this configuration."""
-        return [f"-DGEMM_TM={self.tm}", f"-DGEMM_VW={min(self.tm, 16)}", f"-DGEMM_TN={self.tn}", f"-DGEMM_KU={self.ku}"]
-
-    def label(self) -> str:
-        """Short text for reports."""
-        return f"tile {self.tn}x{self.tm} ku{self.ku} wg {self.ls[0]}x{self.ls[1]}"
-
-
-@dataclass(frozen=True)
-class MvConfig:
-    """``k_mv``: ``rb`` blocks of ``r`` weight rows (one after the other) per work-group of ``ls`` items, ``nc``
-    activation columns per pass, accumulators of ``vw`` lanes (16 or 8)."""
-
-    r: int
-    nc: int
-    ls: int
-    rb: int = 1
-    vw: int = 16
-
-    @property
-    def rows_per_group(self) -> int:
-        """Weight rows one work-group computes."""
-        return self.r * self.rb
-
-    def defines(self) -> list[str]:
-        """Compiler defines of this configuration (the weight type is added by the tuner)."""
-        return [
-            f"-DMV_R={self.r}",
-            f"-DMV_NC={self.nc}",
-            f"-DMV_LS={self.ls}",
-            f"-DMV_RB={self.rb}",
-            f"-DMV_VW={self.vw}",
-        ]
-
-    def label(self) -> str:
-        """Short text for reports."""
-        extra = (f" x{self.rb} blocks" if self.rb > 1 else "") + (f" vec {self.vw}" if self.vw != 16 else "")
-        return f"rows {self.r}{extra} cols {self.nc} wg {self.ls}"
-
-
-Config = GemmConfig | MvConfig
-
-
-def _cpu_style(info: DeviceInfo) -> bool:
-    """Shapes for compilers that vectorise inside a work-item (one item per group), as ``_device_info`` chose."""
-    return tuple(info.gemm_ls) == (1, 1)
-
-
-def gemm_class(n_cols: int) -> str:
-    """The shape class of a GEMM with ``n_cols`` activation rows."""
-    return f"gemm/n<={_GEMM_SMALL_N}" if n_cols <= _GEMM_SMALL_N else f"gemm/n>{_GEMM_SMALL_N}"
-
-
-def mv_class(a_type: GGMLType, n_cols: int) -> str:
-    """The shape class of a matrix-vector product with ``a_type`` weights and ``n_cols`` (≤ 16) columns."""
-    return f"mv/{a_type.name}/n=1" if n_cols == 1 else f"mv/{a_type.name}/n<={MV_MAX_COLUMNS}"
-
-
-def gemm_candidates(info: DeviceInfo) -> list[GemmConfig]:
-    """The configurations tried for ``k_gemm`` on this device, the default (from its properties) first."""
-    default = GemmConfig(info.gemm_tm, info.gemm_tn, 1, (info.gemm_ls[0], info.gemm_ls[1]))
-    out = [default]
-    if _cpu_style(info):
-        width = max(4, min(16, info.vector_width))
-        regs = 32 if info.vector_width >= 16 else 16  # AVX-512 has 32 vector registers, AVX2/SSE 16
-        for tm, tns in ((2 * width, (6, 8, 12)), (width, (4, 8, 12, 16)), (max(4, width // 2), (8, 16))):
-            for tn in tns:
-                if tm // min(tm, info.vector_width) * tn <= regs - 4:  # accumulators stay in registers
-                    out.append(GemmConfig(tm, tn, 1, (1, 1)))
-        out.append(replace(default, ku=4))
-    else:
-        for tm, tn in ((4, 4), (4, 8), (8, 4), (8, 8)):
-            for side in (8, 16):
-                if side * side <= info.max_work_group:
-                    out.append(GemmConfig(tm, tn, 1, (side, side)))
-        out.append(replace(default, ku=4))
-    return _unique(out)
-
-
-def mv_candidates(info: DeviceInfo, n_cols: int) -> list[MvConfig]:
-    """The configurations tried for ``k_mv`` with ``n_cols`` columns, the default first."""
-    nc = 1 if n_cols == 1 else 4
-    out = [MvConfig(1, nc, info.mv_ls)]
-    if info.mv_ls == 1:  # one work-item per group: rows per item, or a few items per row with a local reduction
-        out += [MvConfig(r, nc, ls) for r, ls in ((2, 1), (4, 1), (8, 1), (2, 4))]
-        # row blocks: 32 rows per group one block after another (a CPU device pays for every group it runs), with
-        # 16- or 8-lane accumulators (8: half the registers per row, for 16-register AVX2)
-        out += [MvConfig(r, nc, 1, _MV_BLOCK_ROWS // r, vw) for r, vw in ((1, 16), (4, 16), (8, 16), (4, 8), (8, 8))]
-    else:
-        for ls in (32, 64, 128, 256) if n_cols == 1 else (32, 128):
-            if ls <= info.max_work_group:
-                out += [MvConfig(1, nc, ls), MvConfig(2, nc, ls)]
-        if n_cols == 1:  # batch 1: 8-lane accumulators (fewer registers, more groups resident), 4 row blocks
-            out += [MvConfig(1, nc, info.mv_ls, 1, 8), MvConfig(1, nc, info.mv_ls, 4)]
-    if n_cols > 1:
-        out.append(replace(out[0], nc=8))
-    return _unique(out)
-
-
-def _unique(items: Sequence[Config]) -> list[Any]:
-    seen: list[Any] = []
-    for c in items:
-        if c not in seen:
-            seen.append(c)
-    return seen
-
-
-def _from_dict(kind: str, d: Mapping[str, Any]) -> Config:
-    if kind == "gemm":
-        return GemmConfig(int(d["tm"]), int(d["tn"]), int(d["ku"]), (int(d["ls"][0]), int(d["ls"][1])))
-    return MvConfig(int(d["r"]), int(d["nc"]), int(d["ls"]), int(d.get("rb", 1)), int(d.get("vw", 16)))
-
-
-# ------------------------------------------------------------------------------------------------ settings
-
-
-def _mode(environ: Mapping[str, str]) -> str:
-    raw = environ.get(ENV_MODE, "1").strip().lower()
-    if raw in ("", "1", "on", "auto", "yes"):
-        return "auto"
-    if raw in ("0", "off", "no"):
-        return "off"
-    if raw == "force":
-        return "force"
-    raise TuningError(ENV_MODE, raw, "1 (tune once, cache), 0 (off) or force")
-
-
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where tuning results are kept: ``$GGML_OPENCL_TUNING_DIR`` or ``~/.cache/ggml-core/opencl-tuning``."""
-    env = os.environ if environ is None else environ
-    if env.get(ENV_DIR):
-        return Path(env[ENV_DIR])
-    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "ggml-core" / "opencl-tuning"
-
-
-_FORCED: dict[str, Config] = {}
-
-
-@contextlib.contextmanager
-def forced(**configs: Config) -> Iterator[None]:
-    """Use these configurations (``gemm=GemmConfig(...)``, ``mv=MvConfig(...)``) instead of tuned ones, in this
-    process, while the block runs — CLBlast's ``OverrideParameters``, used by the tests to run every candidate."""
-    old = dict(_FORCED)
-    _FORCED.update(configs)
-    try:
-        yield
-    finally:
-        _FORCED.clear()
-        _FORCED.update(old)
-
-
-# ------------------------------------------------------------------------------------------------ programs
-
-
-def _source(name: str) -> str:
-    return (resources.files("ggml_opencl") / "kernels" / name).read_text(encoding="utf-8")
-
-
-def _tuned_source(kind: str) -> str:
-    parts = ["common.cl", "quants.cl", "matmul_tuned.cl"] if kind == "mv" else ["common.cl", "matmul_tuned.cl"]
-    head = "#define DQ32_INLINE 1\n" if kind == "mv" else ""
-    return head + "\n".join(_source(p) for p in parts)
-
-
-#: digest of the tuned kernels' source: part of every cache key, so an edited kernel is tuned anew
-SOURCE_DIGEST: Final = hashlib.sha256((_tuned_source("gemm") + _tuned_source("mv")).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------------ the tuner
-
-
-# ------------------------------------------------------------------------------------------------ notices
-
-#: the registry's name of each device (``OpenCL0``), by its ``cl_device_id``, for the notices
-_LABELS: dict[int, str] = {}
-#: (device, shape class, seconds) of every tuning this process ran, for the summary at exit
-_TUNED_HERE: list[tuple[str, str, float]] = []
-_NOTICE_LOCK = threading.Lock()
-
-
-def label_device(cl_device: Any, name: str) -> None:
-    """Name a device in the notices (its registry name, ``OpenCL0``, rather than the driver's description)."""
-    _LABELS[int(cl_device.int_ptr)] = name
-
-
-def _say(message: str) -> None:
-    with contextlib.suppress(OSError, ValueError):  # stderr closed (at exit, or by an embedding program)
-        print(message, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def announced_if_slow(message: str, after_s: float = SLOW_BUILD_S) -> Iterator[None]:
-    """Print ``message`` on stderr when the block is still running after ``after_s`` seconds; nothing when it is
-    quicker (a kernel build the driver has cached). The driver's build releases the GIL, so the timer runs."""
-    timer = threading.Timer(after_s, _say, (message,))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-
-
-def _announce_tuning(label: str, where: Path) -> None:
-    """The first tuning a process runs on a device says so on stderr (tuning is skipped, and silent, when every
-    shape class it needs is cached); the process's exit says what was tuned and how long it took."""
-    with _NOTICE_LOCK:
-        if any(dev == label for dev, _, _ in _TUNED_HERE):
-            return
-        if not _TUNED_HERE:
-            atexit.register(_tuning_summary)
-        _TUNED_HERE.append((label, "", 0.0))
-    _say(
-        f"ggml-opencl: tuning {label}'s matrix kernels (once per kernel shape, ~{BUDGET_S:.0f}-"
-        f"{BUDGET_S + BUILD_BUDGET_S:.0f} s each; kept in {where}; {ENV_MODE}=0 skips it)"
-    )
-
-
-def _tuning_summary() -> None:
-    for label in dict.fromkeys(dev for dev, _, _ in _TUNED_HERE):
-        done = [(shape, s) for dev, shape, s in _TUNED_HERE if dev == label and shape]
-        if done:
-            names = ", ".join(shape for shape, _ in done)
-            _say(f"ggml-opencl: tuned {len(done)} kernel shapes on {label} in {sum(s for _, s in done):.1f} s: {names}")
 
 
 class Tuner:
@@ -366,14 +104,14 @@ class Tuner:
 
     def gemm(self, n_cols: int) -> tuple[GemmConfig, Any]:
         """(configuration, ``cl.Kernel``) of ``k_gemm`` for ``n_cols`` activation rows (a new kernel object)."""
-        cfg = _FORCED.get("gemm")
+        cfg = forced_config("gemm")
         if not isinstance(cfg, GemmConfig):
             cfg = self._choose("gemm", gemm_class(n_cols), gemm_candidates(self.info), None)
         return cfg, self._kernel("gemm", cfg, None)
 
     def mv(self, a_type: GGMLType, n_cols: int) -> tuple[MvConfig, Any]:
         """(configuration, ``cl.Kernel``) of ``k_mv`` for ``a_type`` weights and ``n_cols`` ≤ 16 columns."""
-        cfg = _FORCED.get("mv")
+        cfg = forced_config("mv")
         if not isinstance(cfg, MvConfig):
             cfg = self._choose("mv", mv_class(a_type, n_cols), mv_candidates(self.info, n_cols), a_type)
         k = self._kernel("mv", cfg, a_type)
@@ -403,7 +141,7 @@ class Tuner:
             prog = self._programs.get((kind, opts))
             if prog is None:
                 try:
-                    prog = cl.Program(self.context, _tuned_source(kind)).build(
+                    prog = cl.Program(self.context, tuned_source(kind)).build(
                         options=list(opts), devices=[self.cl_device]
                     )
                 except cl.Error as exc:
@@ -416,7 +154,7 @@ class Tuner:
     # ---- choosing ------------------------------------------------------------------------------------------
 
     def _choose(self, kind: str, shape: str, candidates: list[Any], a_type: GGMLType | None) -> Any:
-        mode = _mode(self._environ)
+        mode = tuning_mode(self._environ)
         default = candidates[0]
         if mode == "off":
             self.chosen[shape] = default
@@ -428,12 +166,16 @@ class Tuner:
                 return hit
             cfg = None if mode == "force" else self._cached(kind, key, candidates)
             if cfg is None:
-                label = _LABELS.get(int(self.cl_device.int_ptr), self.info.description)
-                _announce_tuning(label, self.cache_file.parent)
+                label = device_label(self.cl_device, self.info.description)
+                announce_tuning(
+                    label,
+                    f"ggml-opencl: tuning {label}'s matrix kernels (once per kernel shape, ~{BUDGET_S:.0f}-"
+                    f"{BUDGET_S + BUILD_BUDGET_S:.0f} s each; kept in {self.cache_file.parent}; {ENV_MODE}=0 skips "
+                    "it)",
+                )
                 t0 = time.perf_counter()
                 cfg, medians = self._tune(kind, candidates, a_type, shape)
-                with _NOTICE_LOCK:
-                    _TUNED_HERE.append((label, shape, time.perf_counter() - t0))
+                record_tuning(label, shape, time.perf_counter() - t0)
                 self.timings[shape] = medians
                 if medians:  # an untimed fallback to the default is not remembered
                     self._store(key, cfg, medians)
@@ -445,7 +187,7 @@ class Tuner:
         if not isinstance(entry, dict):
             return None
         try:
-            cfg = _from_dict(kind, entry["config"])
+            cfg = config_from_dict(kind, entry["config"])
         except (KeyError, TypeError, ValueError, IndexError):
             return None
         return cfg if cfg in candidates else None  # a configuration no longer offered is tuned anew
@@ -543,7 +285,7 @@ class _GemmBench:
         import pyopencl as cl
 
         self.m, self.k = 1024, 1024
-        self.n = 32 if shape.endswith(f"<={_GEMM_SMALL_N}") else 256
+        self.n = 32 if shape.endswith(f"<={GEMM_SMALL_N}") else 256
         rng = np.random.default_rng(0)
         flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
         self.a = cl.Buffer(tuner.context, flags, hostbuf=rng.uniform(-1, 1, self.m * self.k).astype(np.float32))

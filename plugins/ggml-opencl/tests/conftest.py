@@ -10,7 +10,7 @@ from ocl_helpers import no_device_reason, opencl_devices
 
 import ggml_core as g
 from ggml_core import Device
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import OpenCLDevice
 
 # Tuning times candidates (seconds per kernel kind): the tests run the device's default kernel shapes unless the
 # caller asks otherwise, and test_tuning.py runs every candidate configuration explicitly. A tuning cache the tests

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import ggml_core as g
-from ggml_opencl.plugin import OpenCLDevice, opencl_reg
+from ggml_opencl import OpenCLDevice, opencl_reg
 
 
 def opencl_devices() -> list[OpenCLDevice]:

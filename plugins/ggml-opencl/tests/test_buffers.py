@@ -7,7 +7,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import AllocationError, OutOfBoundsError, TensorError, ops
-from ggml_opencl.plugin import OpenCLBuffer, OpenCLBufferType, OpenCLDevice, OpenCLReg
+from ggml_opencl import OpenCLBuffer, OpenCLBufferType, OpenCLDevice, OpenCLReg
 
 
 def _tensor(dev: OpenCLDevice, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:

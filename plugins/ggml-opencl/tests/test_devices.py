@@ -12,8 +12,7 @@ from ocl_helpers import opencl_devices, run_python
 
 import ggml_core as g
 from ggml_core import DeviceType
-from ggml_opencl import plugin
-from ggml_opencl.plugin import OpenCLDevice, OpenCLReg, discover
+from ggml_opencl import OpenCLDevice, OpenCLReg, _programs, discover
 
 
 def test_devices_are_named_in_order_with_platform_and_device(ocl: OpenCLDevice) -> None:
@@ -74,7 +73,7 @@ def test_filter_by_index_and_name(ocl: OpenCLDevice) -> None:
 def test_a_device_that_fails_to_build_is_left_out_with_the_reason(
     ocl: OpenCLDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(plugin, "kernel_source", lambda: "kernel void broken( { }")
+    monkeypatch.setattr(_programs, "kernel_source", lambda: "kernel void broken( { }")
     reg = OpenCLReg(environ={})
     assert reg.devices == []
     reason = reg.unavailable_reason or ""
@@ -128,7 +127,7 @@ def test_two_devices_on_one_platform() -> None:
     code = textwrap.dedent(
         """
         import numpy as np, ggml_core as g
-        from ggml_opencl.plugin import OpenCLDevice
+        from ggml_opencl import OpenCLDevice
         devs = [d for d in g.devices() if isinstance(d, OpenCLDevice)]
         if len(devs) < 2:
             print("SKIP", [d.description for d in devs] or g.get_registry().get_reg("OpenCL").unavailable_reason)

@@ -6,7 +6,8 @@ import numpy as np
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_opencl.plugin import OpenCLDevice, kernel_source
+from ggml_opencl import OpenCLDevice
+from ggml_opencl._programs import kernel_source
 
 
 def _special_f32() -> np.ndarray:

@@ -10,7 +10,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core.testing import Case, Status, run_case, select
-from ggml_opencl.plugin import OpenCLDevice, OpenCLReg
+from ggml_opencl import OpenCLDevice, OpenCLReg
 
 OPS = "MUL_MAT,MUL_MAT_ID,SOFT_MAX,RMS_NORM,NORM,L2_NORM,GROUP_NORM,SUM,SUM_ROWS,MEAN,ADD,GELU,FLASH_ATTN_EXT,ROPE"
 

@@ -11,7 +11,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import OpenCLDevice
 
 sched = pytest.importorskip("ggml_core.sched", reason="the scheduler (ggml_core.sched) is not importable yet")
 

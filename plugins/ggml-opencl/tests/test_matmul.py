@@ -13,9 +13,9 @@ import ggml_core as g
 from ggml_core import GGMLType, ops
 from ggml_core.testing import Built, Case, Check, Status, run_case
 from ggml_core.testing.reference import matmul as ref
-from ggml_opencl import ops_matmul
-from ggml_opencl._dispatch import QUANT_TYPES
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import OpenCLDevice
+from ggml_opencl.ops import QUANT_TYPES
+from ggml_opencl.ops import matmul as ops_matmul
 
 T = GGMLType
 WEIGHTS = [T.F32, T.F16, T.BF16, *sorted(QUANT_TYPES)]

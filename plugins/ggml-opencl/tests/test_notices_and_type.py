@@ -19,8 +19,10 @@ from ggml_core import DeviceType, GGMLType
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.default_model import write_default_model
 from ggml_core.models.placement import default_devices
+from ggml_opencl import OpenCLDevice
+from ggml_opencl import _notices as notices
 from ggml_opencl import _tuning as tuning
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import _tuning_configs as configs
 
 
 def test_a_cpu_type_device_reports_accel(ocl: OpenCLDevice) -> None:
@@ -46,10 +48,10 @@ def test_named_cpu_type_device_still_takes_the_layers(ocl: OpenCLDevice, tmp_pat
 
 @pytest.fixture()
 def fresh_dir(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv(tuning.ENV_DIR, str(tmp_path))
-    monkeypatch.setenv(tuning.ENV_MODE, "1")
+    monkeypatch.setenv(configs.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(configs.ENV_MODE, "1")
     monkeypatch.setattr(tuning, "BUDGET_S", 0.05)
-    monkeypatch.setattr(tuning, "_TUNED_HERE", [])
+    monkeypatch.setattr(notices, "_TUNED_HERE", [])
     yield str(tmp_path)
 
 
@@ -63,20 +65,20 @@ def test_first_tuning_says_so_once_and_a_cached_one_says_nothing(
     lines = [ln for ln in err.splitlines() if ln.startswith("ggml-opencl: tuning")]
     assert len(lines) == 1, err  # one line for the device, however many shapes it tunes
     assert f"tuning {ocl.name}'s matrix kernels (once per kernel shape" in lines[0] and fresh_dir in lines[0]
-    assert [shape for dev, shape, _ in tuning._TUNED_HERE if shape] == ["mv/Q8_0/n=1", "gemm/n<=64"]
+    assert [shape for dev, shape, _ in notices._TUNED_HERE if shape] == ["mv/Q8_0/n=1", "gemm/n<=64"]
     # another process (a new tuner over the same cache) finds both results: silent
-    tuning._TUNED_HERE.clear()
+    notices._TUNED_HERE.clear()
     again = tuning.Tuner(ocl.context, ocl.cl_device, ocl.info)
     again.mv(GGMLType.Q8_0, 1)
     again.gemm(8)
-    assert capsys.readouterr().err == "" and tuning._TUNED_HERE == []
+    assert capsys.readouterr().err == "" and notices._TUNED_HERE == []
 
 
 def test_a_slow_block_is_announced_and_a_quick_one_is_not(capsys: pytest.CaptureFixture[str]) -> None:
-    with tuning.announced_if_slow("building the kernels", after_s=3600):
+    with notices.announced_if_slow("building the kernels", after_s=3600):
         pass
     assert capsys.readouterr().err == ""
-    with tuning.announced_if_slow("building the kernels", after_s=0.0):
+    with notices.announced_if_slow("building the kernels", after_s=0.0):
         time.sleep(2.0)  # generous: the timer thread needs only to be scheduled once
     assert capsys.readouterr().err == "building the kernels\n"
 
@@ -93,7 +95,7 @@ def test_the_exit_summary_lists_what_was_tuned(ocl: OpenCLDevice, tmp_path: Path
         tuning.tuner_for(d.context, d.cl_device, d.info).mv(GGMLType.Q8_0, 1)
         """
     )
-    env_over = {tuning.ENV_DIR: str(tmp_path), tuning.ENV_MODE: "1", "GGML_BACKENDS": "opencl,cpu"}
+    env_over = {configs.ENV_DIR: str(tmp_path), configs.ENV_MODE: "1", "GGML_BACKENDS": "opencl,cpu"}
     env = dict(os.environ, **env_over)
     first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr

@@ -11,7 +11,7 @@ import pytest
 import ggml_core as g
 from ggml_core import GGMLType, ops
 from ggml_core.testing.reference import recurrent as ref
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import OpenCLDevice
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 

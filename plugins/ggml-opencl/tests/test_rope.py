@@ -9,7 +9,7 @@ import pytest
 import ggml_core as g
 from ggml_core import GGMLType, ops
 from ggml_core.testing import Built, Case, Check, Status, run_case
-from ggml_opencl.plugin import OpenCLDevice
+from ggml_opencl import OpenCLDevice
 
 T = GGMLType
 NORMAL, NEOX, MROPE, VISION, IMROPE = 0, 2, 8, 24, 40

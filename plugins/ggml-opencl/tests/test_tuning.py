@@ -21,8 +21,9 @@ import ggml_core as g
 from ggml_core import GGMLType, ops
 from ggml_core.testing import Built, Case, Check, Status, run_case
 from ggml_core.testing.reference import matmul as ref
+from ggml_opencl import OpenCLDevice, OpenCLReg
 from ggml_opencl import _tuning as tuning
-from ggml_opencl.plugin import OpenCLDevice, OpenCLReg
+from ggml_opencl import _tuning_configs as configs
 
 T = GGMLType
 U = 2.0**-24
@@ -72,10 +73,10 @@ SHAPES = [(67, 33, 50), (33, 70, 129), (100, 17, 37), (17, 33, 3)]  # (M, N, K):
 
 def test_every_gemm_candidate_matches_numpy(device: OpenCLDevice) -> None:
     rng = np.random.default_rng(1)
-    cands = tuning.gemm_candidates(device.info)
+    cands = configs.gemm_candidates(device.info)
     assert len(cands) >= 4 and cands[0].ls == tuple(device.info.gemm_ls)
     for cfg in cands:
-        with tuning.forced(gemm=cfg):
+        with configs.forced(gemm=cfg):
             for m, n, k in SHAPES:
                 a = rng.standard_normal((m, k)).astype(np.float32)
                 b = rng.standard_normal((n, k)).astype(np.float32)
@@ -85,10 +86,10 @@ def test_every_gemm_candidate_matches_numpy(device: OpenCLDevice) -> None:
 @pytest.mark.parametrize("n", [1, 2, 7, 13])  # 13: passes of 4 or 8 columns with a partial last one
 def test_every_mv_candidate_matches_numpy(device: OpenCLDevice, n: int) -> None:
     rng = np.random.default_rng(2)
-    cands = tuning.mv_candidates(device.info, n)
+    cands = configs.mv_candidates(device.info, n)
     assert len(cands) >= 4 and cands[0].ls == device.info.mv_ls
     for cfg in cands:
-        with tuning.forced(mv=cfg):
+        with configs.forced(mv=cfg):
             for m, k in ((67, 50), (5, 129), (33, 3)):  # M not a multiple of the rows, K of 32 or 16
                 a = rng.standard_normal((m, k)).astype(np.float32)
                 b = rng.standard_normal((n, k)).astype(np.float32)
@@ -118,8 +119,8 @@ def test_weight_types_under_several_candidates_match_the_cpu(
     accumulators) against the CPU plugin."""
     k = 512 if w.block_size > 32 else 96
     tight = 1e-6 if w == T.Q4_1 else 1e-10  # ggml's Q4_1 dot adds the block minimum times a rounded sum
-    if n <= tuning.MV_MAX_COLUMNS:
-        cands = tuning.mv_candidates(device.info, n)
+    if n <= configs.MV_MAX_COLUMNS:
+        cands = configs.mv_candidates(device.info, n)
         picks = [
             cands[0],
             max(cands, key=lambda c: (c.r * c.ls, c.nc)),
@@ -129,10 +130,10 @@ def test_weight_types_under_several_candidates_match_the_cpu(
         ]
         forced = [{"mv": c} for c in dict.fromkeys(picks)]
     else:
-        cands = tuning.gemm_candidates(device.info)
+        cands = configs.gemm_candidates(device.info)
         forced = [{"gemm": cands[0]}, {"gemm": max(cands, key=lambda c: (c.tm * c.tn, c.ku))}]
     for cfg in forced:
-        with tuning.forced(**cfg):
+        with configs.forced(**cfg):
             r = run_case(_case(w, 37 if n > 1 else 70, n, k), device, reference=cpu)  # 70: 3 groups of 32 rows
         assert r.status == Status.OK, f"{w.name} n={n} {cfg}: {r.status.value} {r.message}"
         assert r.error is not None and r.error <= tight, f"{w.name} n={n} {cfg}: NMSE {r.error:.2e}"
@@ -144,21 +145,21 @@ def test_weight_types_under_several_candidates_match_the_cpu(
 @pytest.fixture()
 def fresh(ocl: OpenCLDevice, tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuning.Tuner]:
     """A tuner of this device with its own cache folder, tuning on, a short budget."""
-    monkeypatch.setenv(tuning.ENV_DIR, str(tmp_path))
-    monkeypatch.setenv(tuning.ENV_MODE, "1")
+    monkeypatch.setenv(configs.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(configs.ENV_MODE, "1")
     monkeypatch.setattr(tuning, "BUDGET_S", 0.05)
     yield tuning.Tuner(ocl.context, ocl.cl_device, ocl.info)
 
 
 def test_tuning_picks_a_candidate_and_caches_it(fresh: tuning.Tuner, ocl: OpenCLDevice) -> None:
     cfg, kernel = fresh.mv(T.Q8_0, 1)
-    assert cfg in tuning.mv_candidates(ocl.info, 1)
+    assert cfg in configs.mv_candidates(ocl.info, 1)
     assert kernel.function_name == "k_mv"
     data = json.loads(fresh.cache_file.read_text())
     assert ocl.info.name in data["device"] and str(ocl.cl_device.driver_version).strip() in data["device"]
     ((key, entry),) = data["entries"].items()
-    assert key.startswith("mv/Q8_0/n=1/") and tuning.SOURCE_DIGEST in key
-    assert set(entry["medians_ms"]) <= {c.label() for c in tuning.mv_candidates(ocl.info, 1)}
+    assert key.startswith("mv/Q8_0/n=1/") and configs.SOURCE_DIGEST in key
+    assert set(entry["medians_ms"]) <= {c.label() for c in configs.mv_candidates(ocl.info, 1)}
     assert entry["label"] == cfg.label()
     # another process (a new tuner) reads the choice back instead of timing again
     again = tuning.Tuner(ocl.context, ocl.cl_device, ocl.info)
@@ -172,11 +173,11 @@ def test_cached_choice_is_used_and_force_retunes(
     data = json.loads(fresh.cache_file.read_text())
     ((key, entry),) = data["entries"].items()
     assert key.startswith("gemm/n>64/")
-    pick = tuning.gemm_candidates(ocl.info)[-1]  # a cache entry written by hand is obeyed
+    pick = configs.gemm_candidates(ocl.info)[-1]  # a cache entry written by hand is obeyed
     entry["config"] = dataclasses.asdict(pick)
     fresh.cache_file.write_text(json.dumps(data))
     assert tuning.Tuner(ocl.context, ocl.cl_device, ocl.info).gemm(100)[0] == pick
-    monkeypatch.setenv(tuning.ENV_MODE, "force")
+    monkeypatch.setenv(configs.ENV_MODE, "force")
     forced_tuner = tuning.Tuner(ocl.context, ocl.cl_device, ocl.info)
     forced_tuner.gemm(100)
     assert set(forced_tuner.timings) == {"gemm/n>64"}  # timed again despite the entry
@@ -185,9 +186,9 @@ def test_cached_choice_is_used_and_force_retunes(
 def test_off_uses_the_default_and_writes_nothing(
     fresh: tuning.Tuner, ocl: OpenCLDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(tuning.ENV_MODE, "0")
-    assert fresh.gemm(3)[0] == tuning.gemm_candidates(ocl.info)[0]
-    assert fresh.mv(T.F32, 1)[0] == tuning.mv_candidates(ocl.info, 1)[0]
+    monkeypatch.setenv(configs.ENV_MODE, "0")
+    assert fresh.gemm(3)[0] == configs.gemm_candidates(ocl.info)[0]
+    assert fresh.mv(T.F32, 1)[0] == configs.mv_candidates(ocl.info, 1)[0]
     assert not fresh.cache_file.exists()
 
 
@@ -196,28 +197,28 @@ def test_stale_or_corrupt_cache_entries_are_tuned_anew(fresh: tuning.Tuner, ocl:
     fresh.cache_file.write_text("{not json")
     with pytest.warns(UserWarning, match="unreadable OpenCL tuning cache"):
         cfg = fresh.mv(T.F32, 1)[0]
-    assert cfg in tuning.mv_candidates(ocl.info, 1)
+    assert cfg in configs.mv_candidates(ocl.info, 1)
     data = json.loads(fresh.cache_file.read_text())  # rewritten whole
     (entry,) = data["entries"].values()
     entry["config"] = {"r": 3, "nc": 1, "ls": 1}  # not a candidate (an older kernel's): ignored
     fresh.cache_file.write_text(json.dumps(data))
     other = tuning.Tuner(ocl.context, ocl.cl_device, ocl.info)
-    assert other.mv(T.F32, 1)[0] in tuning.mv_candidates(ocl.info, 1) and other.timings
+    assert other.mv(T.F32, 1)[0] in configs.mv_candidates(ocl.info, 1) and other.timings
 
 
 def test_a_bad_mode_is_named(fresh: tuning.Tuner, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tuning.ENV_MODE, "fastest")
-    with pytest.raises(tuning.TuningError, match=r"GGML_OPENCL_TUNE='fastest'.*1 .*0 .*force"):
+    monkeypatch.setenv(configs.ENV_MODE, "fastest")
+    with pytest.raises(configs.TuningError, match=r"GGML_OPENCL_TUNE='fastest'.*1 .*0 .*force"):
         fresh.gemm(100)
 
 
 def test_cache_dir_follows_the_environment(tmp_path: object) -> None:
-    assert tuning.cache_dir({"GGML_OPENCL_TUNING_DIR": "/x/y"}).as_posix() == "/x/y"
-    assert tuning.cache_dir({"XDG_CACHE_HOME": "/c"}).as_posix() == "/c/ggml-core/opencl-tuning"
-    assert tuning.cache_dir({}).name == "opencl-tuning"
+    assert configs.cache_dir({"GGML_OPENCL_TUNING_DIR": "/x/y"}).as_posix() == "/x/y"
+    assert configs.cache_dir({"XDG_CACHE_HOME": "/c"}).as_posix() == "/c/ggml-core/opencl-tuning"
+    assert configs.cache_dir({}).name == "opencl-tuning"
 
 
 def test_shape_classes() -> None:
-    assert tuning.gemm_class(9) == tuning.gemm_class(64) != tuning.gemm_class(65)
-    assert tuning.mv_class(T.Q4_0, 1) != tuning.mv_class(T.Q4_0, 2) == tuning.mv_class(T.Q4_0, 16)
-    assert tuning.mv_class(T.Q4_0, 1) != tuning.mv_class(T.Q8_0, 1)
+    assert configs.gemm_class(9) == configs.gemm_class(64) != configs.gemm_class(65)
+    assert configs.mv_class(T.Q4_0, 1) != configs.mv_class(T.Q4_0, 2) == configs.mv_class(T.Q4_0, 16)
+    assert configs.mv_class(T.Q4_0, 1) != configs.mv_class(T.Q8_0, 1)

@@ -1,4 +1,5 @@
-"""Checks: what wgpu reports about its adapters, and which of them become devices (``GGML_WEBGPU_ADAPTERS``).
+"""Checks: wgpu itself, what it reports about its adapters, which of them become devices (``GGML_WEBGPU_ADAPTERS``)
+and the limits a device is opened with.
 
 Never raises: a missing wgpu, an adapter without properties or a filter that selects nothing are reasons, shown
 by ``ggml-core devices`` and ``ggml-core plugins``.
@@ -6,13 +7,58 @@ by ``ggml-core devices`` and ``ggml-core plugins``.
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ggml_core import DeviceType
 
-__all__ = ["ADAPTER_TYPES", "AdapterInfo", "Discovery", "adapter_info", "discover"]
+__all__ = ["ADAPTER_TYPES", "AdapterInfo", "Discovery", "Limits", "adapter_info", "discover", "import_wgpu"]
+
+
+def _runtime_dir() -> None:
+    """Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid" on every enumeration when it is unset (CI, cron,
+    containers): point it at a private per-user directory, as a login session would. A set one is left alone."""
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    path = os.path.join(tempfile.gettempdir(), f"ggml-webgpu-runtime-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        if os.stat(path).st_uid == os.getuid():
+            os.environ["XDG_RUNTIME_DIR"] = path
+    except OSError:
+        pass
+
+
+_runtime_dir()
+#: ``wgpu`` before the first device enumeration imports it (:func:`import_wgpu`)
+_NOT_IMPORTED: Final = object()
+#: the wgpu module, None when it cannot be imported; imported by the first enumeration, not by loading the plugin
+#: (it parses wgpu-native's C header: 0.2-0.6 s that a placement on other devices does not pay)
+wgpu: Any = _NOT_IMPORTED
+#: why wgpu is not importable (None: imported, or not tried yet)
+_IMPORT_ERROR: str | None = None
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_wgpu() -> Any:
+    """wgpu, imported once (None, with ``_IMPORT_ERROR`` saying why, when it cannot be: ImportError, or wgpu-native
+    failing to load); a value set beforehand (tests put a fake or None there) is kept."""
+    global wgpu, _IMPORT_ERROR
+    with _IMPORT_LOCK:
+        if wgpu is _NOT_IMPORTED:
+            try:
+                import wgpu as _wgpu
+
+                wgpu = _wgpu
+            except Exception as exc:  # noqa: BLE001 - ImportError, or wgpu-native failing to load
+                wgpu = None
+                _IMPORT_ERROR = f"wgpu is not importable: {type(exc).__name__}: {exc} (pip install wgpu)"
+        return wgpu
+
 
 #: wgpu adapter types -> ggml device types; a CPU adapter (lavapipe, WARP) is an ACCEL, never the default device
 ADAPTER_TYPES: Final = {
@@ -79,11 +125,12 @@ def _selected(info: AdapterInfo, tokens: Sequence[str]) -> bool:
     return any(int(t) == info.index if t.isdigit() else t.lower() in desc for t in tokens)
 
 
-def discover(wgpu: Any, environ: Mapping[str, str], import_error: str | None = None) -> Discovery:
-    """Every adapter of the ``wgpu`` module (honouring GGML_WEBGPU_ADAPTERS); never raises."""
+def discover(environ: Mapping[str, str]) -> Discovery:
+    """Every wgpu adapter (honouring GGML_WEBGPU_ADAPTERS); never raises."""
     out = Discovery()
+    wgpu = import_wgpu()
     if wgpu is None:
-        out.reason = import_error or "wgpu is not importable (pip install wgpu)"
+        out.reason = _IMPORT_ERROR or "wgpu is not importable (pip install wgpu)"
         return out
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
@@ -114,3 +161,16 @@ def discover(wgpu: Any, environ: Mapping[str, str], import_error: str | None = N
         else:
             out.reason = "no usable wgpu adapter"
     return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What binders need to know about the device: binding and dispatch limits."""
+
+    max_binding: int
+    offset_alignment: int
+    max_groups: int = 65535
+
+    def __post_init__(self) -> None:
+        # descriptors are u32 byte offsets: a window must stay below 2^31 bytes
+        object.__setattr__(self, "max_binding", min(self.max_binding, 2**31 - 4) // 4 * 4)

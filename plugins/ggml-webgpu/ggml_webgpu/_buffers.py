@@ -14,26 +14,27 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 
-from ggml_core import AllocationError, Buffer, BufferType, HostBuffer
-
-if TYPE_CHECKING:
-    from ggml_webgpu.plugin import WebGPUDevice
+from ggml_core import AllocationError, Buffer, BufferType, Device, HostBuffer
 
 __all__ = [
+    "ALIGNMENT",
     "STAGE_CHUNK",
     "STAGE_MIN",
     "StagingRing",
     "WebGPUBuffer",
+    "WebGPUBufferDevice",
     "WebGPUBufferType",
     "WebGPUHostBuffer",
     "WebGPUHostBufferType",
     "usage",
 ]
 
+#: alignment of tensors inside a buffer (ggml-webgpu uses the storage offset alignment; 256 covers every adapter)
+ALIGNMENT: Final = 256
 #: bytes of one staging buffer (the ring holds STAGE_SLOTS of them, created on first use)
 STAGE_CHUNK: Final = 8 * 2**20
 STAGE_SLOTS: Final = 2
@@ -110,10 +111,34 @@ class StagingRing:
             self._slots, self._mapped = [], []
 
 
+class WebGPUBufferDevice(Device):
+    """A WebGPU device as its buffers see it: the GPU device, its queue and staging ring (the device opens on first
+    use of any of them), and the bytes allocated in its buffers. :class:`ggml_webgpu._device.WebGPUDevice` is the
+    one implementation."""
+
+    #: bytes allocated in this device's buffers (wgpu has no free-memory query)
+    allocated = 0
+
+    @property
+    def gpu(self) -> Any:
+        """The wgpu ``GPUDevice``."""
+        raise NotImplementedError("a WebGPU device provides its GPUDevice")
+
+    @property
+    def queue(self) -> Any:
+        """The device's queue."""
+        raise NotImplementedError("a WebGPU device provides its queue")
+
+    @property
+    def staging(self) -> StagingRing:
+        """The mapped upload buffers every large write goes through."""
+        raise NotImplementedError("a WebGPU device provides its staging ring")
+
+
 class WebGPUBufferType(BufferType):
     """``WebGPU<i>``: storage buffers of one device, at most the adapter's largest buffer each."""
 
-    device: WebGPUDevice
+    device: WebGPUBufferDevice
 
     def _alloc(self, size: int) -> Buffer:
         dev = self.device
@@ -213,7 +238,7 @@ class WebGPUHostBuffer(HostBuffer):
 class WebGPUHostBufferType(BufferType):
     """``WebGPU<i>_Host``: host memory for tensors that are uploaded to the device (``host_buffer_type``)."""
 
-    def __init__(self, device: WebGPUDevice) -> None:
+    def __init__(self, device: Device) -> None:
         super().__init__(f"{device.name}_Host", device, alignment=64, is_host=True)
 
     def _alloc(self, size: int) -> Buffer:

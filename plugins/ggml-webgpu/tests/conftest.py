@@ -9,7 +9,7 @@ from wgpu_helpers import no_device_reason, webgpu_devices
 
 import ggml_core as g
 from ggml_core import Device
-from ggml_webgpu.plugin import WebGPUDevice
+from ggml_webgpu import WebGPUDevice
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ComputeError, OutOfBoundsError, TensorError, ops
-from ggml_webgpu.plugin import WebGPUBuffer, WebGPUDevice
+from ggml_webgpu import WebGPUBuffer, WebGPUDevice
 
 
 def _tensor(dev: g.Device, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:

@@ -7,8 +7,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import DeviceType
-from ggml_webgpu import plugin
-from ggml_webgpu.plugin import ADAPTER_TYPES, AdapterInfo, WebGPUDevice, WebGPUReg, discover
+from ggml_webgpu import ADAPTER_TYPES, AdapterInfo, WebGPUDevice, WebGPUReg, _adapters, _buffers, discover
 
 
 def test_devices_are_named_in_order_with_their_api(wdev: WebGPUDevice) -> None:
@@ -41,7 +40,7 @@ def test_props_show_limits_and_features(wdev: WebGPUDevice) -> None:
     assert extra["max-storage-buffer-binding-size"] >= 2**20
     assert extra["binding window"] <= extra["max-storage-buffer-binding-size"]
     assert set(extra["features"].split(", ")) == set(wdev.info.features)
-    assert wdev.buffer_type().alignment == plugin.ALIGNMENT
+    assert wdev.buffer_type().alignment == _buffers.ALIGNMENT
     assert wdev.buffer_type().max_size == int(wdev.gpu.limits["max-buffer-size"])
 
 
@@ -61,8 +60,8 @@ def test_a_bad_binding_override_is_reported() -> None:
 
 
 def test_missing_wgpu_gives_zero_devices_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugin, "wgpu", None)
-    monkeypatch.setattr(plugin, "_IMPORT_ERROR", "wgpu is not importable: ModuleNotFoundError (pip install wgpu)")
+    monkeypatch.setattr(_adapters, "wgpu", None)
+    monkeypatch.setattr(_adapters, "_IMPORT_ERROR", "wgpu is not importable: ModuleNotFoundError (pip install wgpu)")
     reg = WebGPUReg({})
     assert reg.devices == []
     assert "pip install wgpu" in (reg.unavailable_reason or "")
@@ -77,7 +76,7 @@ def test_no_adapter_gives_zero_devices_with_the_reason(monkeypatch: pytest.Monke
     class _FakeWgpu:
         gpu = _NoAdapters()
 
-    monkeypatch.setattr(plugin, "wgpu", _FakeWgpu())
+    monkeypatch.setattr(_adapters, "wgpu", _FakeWgpu())
     reg = WebGPUReg({})
     assert reg.devices == []
     assert "no adapter" in (reg.unavailable_reason or "")

@@ -10,8 +10,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_webgpu import _f16, _shaders
-from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
+from ggml_webgpu import WebGPUDevice, WebGPUReg, _f16, _shaders
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_webgpu.plugin import WebGPUBackend, WebGPUDevice
+from ggml_webgpu import WebGPUBackend, WebGPUDevice
 
 NORMS: dict[str, Callable[[g.Tensor], g.Tensor]] = {
     "rms_norm": lambda x: ops.rms_norm(x, 1e-6),

@@ -16,8 +16,8 @@ import pytest
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
-from ggml_webgpu.ops_matmul import SGEMM_MIN_COLUMNS
-from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
+from ggml_webgpu import WebGPUDevice, WebGPUReg
+from ggml_webgpu.ops.matmul import SGEMM_MIN_COLUMNS
 
 Build = Callable[[g.Context], tuple[g.Tensor, dict[g.Tensor, bytes]]]
 

@@ -14,8 +14,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_webgpu import _buffers
-from ggml_webgpu.plugin import DeviceOpenError, WebGPUDevice, WebGPUHostBuffer, WebGPUReg
+from ggml_webgpu import DeviceOpenError, WebGPUDevice, WebGPUHostBuffer, WebGPUReg, _buffers
 
 
 def test_listing_devices_opens_no_adapter(wdev: WebGPUDevice) -> None:

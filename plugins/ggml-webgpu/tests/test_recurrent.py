@@ -12,7 +12,7 @@ import pytest
 import ggml_core as g
 from ggml_core import GGMLType, ops
 from ggml_core.testing.reference import recurrent as ref
-from ggml_webgpu.plugin import WebGPUDevice
+from ggml_webgpu import WebGPUDevice
 
 F32, I32 = GGMLType.F32, GGMLType.I32
 

@@ -15,7 +15,7 @@ from wgpu_helpers import no_device_reason, webgpu_devices
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
-from ggml_webgpu.plugin import WebGPUDevice, WebGPUReg
+from ggml_webgpu import WebGPUDevice, WebGPUReg
 
 WINDOW = 65536
 

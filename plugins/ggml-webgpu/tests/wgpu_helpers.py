@@ -6,7 +6,7 @@ import os
 import tempfile
 
 import ggml_core as g
-from ggml_webgpu.plugin import WebGPUDevice, webgpu_reg
+from ggml_webgpu import WebGPUDevice, webgpu_reg
 
 # wgpu-native warns on stderr when XDG_RUNTIME_DIR is unset; a private temporary folder silences it
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))

@@ -13,7 +13,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
-from ggml_cuda.ops._base import MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, binder, rows_grid, src, type_id
+from ggml_cuda.ops._launch import KERNELS, MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, rows_grid, src, type_id
 
 __all__ = ["FA_MAX_HEAD", "alibi_bases", "rope_constants", "yarn_corr_dims"]
 
@@ -47,7 +47,7 @@ def _soft_max_ok(node: Tensor) -> bool:
     )
 
 
-@binder(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
+@KERNELS.kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
 def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, mask, sinks = src(node, 0), node.src[1], node.src[2]
     scale, max_bias = node.op_param_f32(0), node.op_param_f32(1)
@@ -101,7 +101,7 @@ def _rope_ok(node: Tensor) -> bool:
     )
 
 
-@binder(GGMLOp.ROPE, supports=_rope_ok)
+@KERNELS.kernel(GGMLOp.ROPE, supports=_rope_ok)
 def _bind_rope(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     c = rope_constants(node)
@@ -135,7 +135,7 @@ def _flash_attn_ok(node: Tensor) -> bool:
     )
 
 
-@binder(GGMLOp.FLASH_ATTN_EXT, supports=_flash_attn_ok)
+@KERNELS.kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_attn_ok)
 def _bind_flash_attn(node: Tensor, ctx: BindContext) -> list[Launch]:
     q, k, v, mask, sinks = src(node, 0), src(node, 1), src(node, 2), node.src[3], node.src[4]
     scale, max_bias, softcap = node.op_param_f32(0), node.op_param_f32(1), node.op_param_f32(2)

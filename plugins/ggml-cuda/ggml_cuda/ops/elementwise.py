@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, UnaryOp
-from ggml_cuda.ops._base import Args, BindContext, Launch, binder, rows_grid, src, type_id
+from ggml_cuda.ops._launch import KERNELS, Args, BindContext, Launch, rows_grid, src, type_id
 
 __all__ = ["FLOAT_TYPES", "GLU_CODES", "MATH_CODES", "UNARY_CODES", "unary_code_and_params"]
 
@@ -71,7 +71,7 @@ def _binary_ok(node: Tensor) -> bool:
     return a.type in FLOAT_TYPES and b.type in FLOAT_TYPES and node.type in FLOAT_TYPES and b.can_repeat_to(node)
 
 
-@binder(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, GGMLOp.ADD1, supports=_binary_ok)
+@KERNELS.kernel(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, GGMLOp.ADD1, supports=_binary_ok)
 def _bind_binary(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, b = src(node, 0), src(node, 1)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(b)).ptr(ctx.ptr(node)).tdesc(a).tdesc(b).tdesc(node)
@@ -112,7 +112,7 @@ def unary_code_and_params(node: Tensor) -> tuple[int, tuple[float, float, float,
     return code, (0.0, 0.0, 0.0, 0.0)
 
 
-@binder(GGMLOp.UNARY, *MATH_CODES, supports=_unary_ok)
+@KERNELS.kernel(GGMLOp.UNARY, *MATH_CODES, supports=_unary_ok)
 def _bind_unary(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
     code, params = unary_code_and_params(node)
@@ -139,7 +139,7 @@ def _glu_ok(node: Tensor) -> bool:
     )
 
 
-@binder(GGMLOp.GLU, supports=_glu_ok)
+@KERNELS.kernel(GGMLOp.GLU, supports=_glu_ok)
 def _bind_glu(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, b = src(node, 0), node.src[1]
     op = GLU_CODES[GluOp(node.op_param_i32(0))]
@@ -165,7 +165,7 @@ def _diag_mask_ok(node: Tensor) -> bool:
     return a.type == GGMLType.F32 and node.type == GGMLType.F32 and a.ne == node.ne
 
 
-@binder(GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO, supports=_diag_mask_ok)
+@KERNELS.kernel(GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO, supports=_diag_mask_ok)
 def _bind_diag_mask(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
     value = float("-inf") if node.op == GGMLOp.DIAG_MASK_INF else 0.0

@@ -17,14 +17,14 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import (
+from ggml_cuda.ops._launch import (
+    KERNELS,
     MAX_GRID_Y,
     STATUS,
     Args,
     BindContext,
     Launch,
     Scratch,
-    binder,
     rows_grid,
     src,
     type_id,
@@ -82,7 +82,7 @@ def _packed_desc(t: Tensor, esize: int) -> tuple[tuple[int, ...], tuple[int, ...
     return ne, (nb0, nb1, nb1 * ne[1], nb1 * ne[1] * ne[2])
 
 
-@binder(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
 def _bind_mul_mat(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, b = src(node, 0), src(node, 1)
     path = matmul_path(a.type, b.ne[1], ctx.compute_capability)
@@ -208,7 +208,7 @@ def _mul_mat_id_ok(node: Tensor) -> bool:
     )
 
 
-@binder(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
 def _bind_mul_mat_id(node: Tensor, ctx: BindContext) -> list[Launch]:
     """One matrix-vector product per (expert slot, token): out[:, e, t] = as[:, :, ids[e, t]] · b[:, e % b1, t].
 

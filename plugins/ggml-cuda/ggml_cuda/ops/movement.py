@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import STATUS, Args, BindContext, Launch, binder, flat_grid, rows_grid, src, type_id
+from ggml_cuda.ops._launch import KERNELS, STATUS, Args, BindContext, Launch, flat_grid, rows_grid, src, type_id
 
 __all__ = ["DEQUANT_TYPES", "QUANTIZE_TYPES"]
 
@@ -65,7 +65,7 @@ def _copy_ok(node: Tensor) -> bool:
     return _copy_kind(src(node, 0), node) is not None
 
 
-@binder(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
+@KERNELS.kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
 def _bind_copy(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
     kind = _copy_kind(a, node)
@@ -103,7 +103,7 @@ def _get_rows_ok(node: Tensor) -> bool:
     return (a.type in FLOAT_TYPES or a.type in DEQUANT_TYPES) and node.type == GGMLType.F32
 
 
-@binder(GGMLOp.GET_ROWS, supports=_get_rows_ok)
+@KERNELS.kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
 def _bind_get_rows(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, idx = src(node, 0), src(node, 1)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(idx)).ptr(ctx.ptr(node)).tdesc(a).tdesc(idx).tdesc(node)
@@ -121,7 +121,7 @@ def _set_rows_ok(node: Tensor) -> bool:
     return node.type in QUANTIZE_TYPES and node.is_contiguous_rows and b.ne[0] % 32 == 0
 
 
-@binder(GGMLOp.SET_ROWS, supports=_set_rows_ok)
+@KERNELS.kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
 def _bind_set_rows(node: Tensor, ctx: BindContext) -> list[Launch]:
     b, idx = src(node, 0), src(node, 1)
     args = Args().ptr(ctx.ptr(b)).ptr(ctx.ptr(idx)).ptr(ctx.ptr(node)).tdesc(b).tdesc(idx).tdesc(node)

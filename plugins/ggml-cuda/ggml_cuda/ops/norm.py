@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import MAX_GRID_X, Args, BindContext, Launch, binder, src
+from ggml_cuda.ops._launch import KERNELS, MAX_GRID_X, Args, BindContext, Launch, src
 
 __all__: list[str] = []
 
@@ -23,7 +23,7 @@ def _block_for(n: int) -> int:
     return 1024 if n >= 4096 else (256 if n >= 256 else 32 * max(1, -(-n // 32)))
 
 
-@binder(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_f32_same_shape)
+@KERNELS.kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_f32_same_shape)
 def _bind_norm_rows(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(node)).tdesc(a).tdesc(node)
@@ -32,7 +32,7 @@ def _bind_norm_rows(node: Tensor, ctx: BindContext) -> list[Launch]:
     return [Launch.of(MODULE, "k_norm_rows", grid, (_block_for(a.ne[0]), 1, 1), args)]
 
 
-@binder(GGMLOp.GROUP_NORM, supports=_f32_same_shape)
+@KERNELS.kernel(GGMLOp.GROUP_NORM, supports=_f32_same_shape)
 def _bind_group_norm(node: Tensor, ctx: BindContext) -> list[Launch]:
     a = src(node, 0)
     n_groups = node.op_param_i32(0)

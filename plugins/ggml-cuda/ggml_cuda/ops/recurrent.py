@@ -11,7 +11,7 @@ from typing import Final
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_cuda.ops._base import STATUS, Args, BindContext, Launch, binder, flat_grid
+from ggml_cuda.ops._launch import KERNELS, STATUS, Args, BindContext, Launch, flat_grid
 
 __all__: list[str] = []
 
@@ -47,14 +47,14 @@ def _args(node: Tensor, ctx: BindContext) -> Args:
     return args
 
 
-@binder(GGMLOp.SSM_CONV, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_CONV, supports=_all_f32)
 def _bind_ssm_conv(node: Tensor, ctx: BindContext) -> list[Launch]:
     args = _args(node, ctx).tdesc(node).i64(node.nelements)
     grid, block = flat_grid(node.nelements)
     return [Launch.of(MODULE, "k_ssm_conv", grid, block, args)]
 
 
-@binder(GGMLOp.SSM_SCAN, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
 def _bind_ssm_scan(node: Tensor, ctx: BindContext) -> list[Launch]:
     x = _operands(node)[1]
     n = x.ne[0] * x.ne[1] * x.ne[3]
@@ -63,7 +63,7 @@ def _bind_ssm_scan(node: Tensor, ctx: BindContext) -> list[Launch]:
     return [Launch.of(MODULE, "k_ssm_scan", grid, block, args)]
 
 
-@binder(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
 def _bind_gated_delta_net(node: Tensor, ctx: BindContext) -> list[Launch]:
     v = _operands(node)[2]
     n = v.ne[0] * v.ne[1] * v.ne[3]
@@ -73,7 +73,7 @@ def _bind_gated_delta_net(node: Tensor, ctx: BindContext) -> list[Launch]:
     return [Launch.of(MODULE, "k_gated_delta_net", grid, block, args)]
 
 
-@binder(GGMLOp.RWKV_WKV7, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
 def _bind_rwkv_wkv7(node: Tensor, ctx: BindContext) -> list[Launch]:
     srcs = _operands(node)
     k, state = srcs[2], srcs[6]

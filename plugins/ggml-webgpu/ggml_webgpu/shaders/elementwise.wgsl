@@ -1,6 +1,6 @@
 // ggml-webgpu: elementwise kernels, one invocation per destination element; every operand is addressed through
 // its own strides, so views and ggml's repeat-broadcasting (index modulo the operand's extent) need no copies.
-// Op words: [OP] n, [OP+1] code, [OP+2..] types and float parameters (see ops_elementwise.py).
+// Op words: [OP] n, [OP+1] code, [OP+2..] types and float parameters (see ops/elementwise.py).
 
 fn gelu_tanh(x: f32) -> f32 {
     let c = 0.7978845608028654;

@@ -1,8 +1,9 @@
-"""Op → kernel plumbing: the binder table, kernel arguments in C layout, launch geometry, scratch memory.
+"""Op → kernel plumbing: the kernel table, kernel arguments in C layout, launch geometry, scratch memory.
 
-A *binder* turns one graph node into the kernel launches that compute it: ``bind(node, ctx) -> [Launch]``. Binding
-happens once per graph (the backend caches plans); a launch's arguments are already resolved to device pointers,
-except scratch memory, which is placed after every node of the graph has said how much it needs.
+A kernel in :data:`KERNELS` is a *binder*: it turns one graph node into the kernel launches that compute it,
+``KERNELS.get(node)(node, ctx) -> [Launch]``. Binding happens once per graph (the backend caches plans); a launch's
+arguments are already resolved to device pointers, except scratch memory, which is placed after every node of the
+graph has said how much it needs.
 
 Arguments are typed so that packing follows the C ABI of the kernels' parameter lists: ``P`` a pointer, ``i`` an
 ``int``, ``q`` a ``long long``, ``f`` a ``float`` and ``T`` a :c:type:`TDesc` (``long long ne[4], nb[4]``, passed
@@ -17,22 +18,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+from ggml_core import GGMLType, Tensor, TensorError
+from ggml_core.backend import KernelTable
 
 __all__ = [
     "ARG_LAYOUT",
+    "KERNELS",
     "STATUS",
     "Args",
     "BindContext",
     "Binder",
     "Launch",
     "Scratch",
-    "bind",
-    "binder",
     "flat_grid",
     "pack_args",
     "rows_grid",
-    "supports",
+    "src",
     "type_id",
 ]
 
@@ -208,51 +209,13 @@ def type_id(t: GGMLType) -> int:
     return int(t)
 
 
-# ================================================================================================ binder table
+# ================================================================================================ kernel table
 
+#: a CUDA kernel: turns one graph node into the launches that compute it
 Binder = Callable[[Tensor, BindContext], list[Launch]]
-Supports = Callable[[Tensor], bool]
 
-_BINDERS: dict[GGMLOp, Binder] = {}
-_SUPPORTS: dict[GGMLOp, Supports] = {}
-
-#: ops that run no kernel
-NO_KERNEL: Final = frozenset({GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE})
-
-
-def binder(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
-    """Register a binder for ``ops`` with its support predicate."""
-
-    def deco(fn: Binder) -> Binder:
-        for op in ops:
-            _BINDERS[op] = fn
-            _SUPPORTS[op] = supports
-        return fn
-
-    return deco
-
-
-def supports(node: Tensor) -> bool:
-    """True when a kernel exists for ``node``'s op, types and layouts."""
-    if node.op in NO_KERNEL:
-        return True
-    pred = _SUPPORTS.get(node.op)
-    if pred is None:
-        return False
-    try:
-        return bool(pred(node))
-    except Exception:  # noqa: BLE001 - a predicate must never take the host down; unknown means unsupported
-        return False
-
-
-def bind(node: Tensor, ctx: BindContext) -> list[Launch]:
-    """The launches computing ``node`` (empty for view ops); raises ``NotImplementedError`` naming the op."""
-    if node.op in NO_KERNEL or node.is_empty:
-        return []
-    fn = _BINDERS.get(node.op)
-    if fn is None or not supports(node):
-        raise NotImplementedError(f"the CUDA plugin has no kernel for {node.op_desc} with these operand types")
-    return fn(node, ctx)
+#: op → binder; each op family's module registers with ``@KERNELS.kernel(op, ..., supports=pred)``, ``pred(node)``
+KERNELS: KernelTable[Binder] = KernelTable("CUDA")
 
 
 def src(node: Tensor, i: int) -> Tensor:

@@ -1,4 +1,7 @@
-"""Memory: the device buffer type (cuMemAlloc), the pinned host buffer type, their buffers, and events.
+"""Memory: the device buffer type (cuMemAlloc), the pinned host buffer type and their buffers.
+
+A buffer type knows its device as a :class:`ggml_core.Device` and reaches the GPU through the driver layer and the
+device's ordinal, so this module sits below :mod:`ggml_cuda._device`, which makes the buffer types.
 
 The public :class:`ggml_core.Buffer` methods check every offset and size before these hooks run, so a hook only
 ever sees ranges inside its buffer. An allocation that does not fit raises :class:`ggml_core.AllocationError`
@@ -7,15 +10,12 @@ naming the device, the size asked and the free memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from ggml_core import AllocationError, Backend, Buffer, BufferType, Event, HostBuffer, TensorError
-from ggml_cuda._driver import DriverCallError
+from ggml_core import AllocationError, Buffer, BufferType, Device, HostBuffer, TensorError
+from ggml_cuda._driver import Driver, DriverCallError
 
-if TYPE_CHECKING:
-    from ggml_cuda._device import CUDADevice
-
-__all__ = ["ALIGNMENT", "CUDABuffer", "CUDABufferType", "CUDAEvent", "CUDAHostBufferType", "PinnedBuffer"]
+__all__ = ["ALIGNMENT", "CUDABuffer", "CUDABufferType", "CUDAHostBufferType", "PinnedBuffer"]
 
 #: tensor alignment inside device buffers (ggml uses 128; 256 keeps every row start 16-byte aligned for wide loads)
 ALIGNMENT: Final = 256
@@ -29,7 +29,9 @@ class CUDABuffer(Buffer):
 
     def __init__(self, buffer_type: CUDABufferType, handle: Any, size: int) -> None:
         super().__init__(buffer_type, size)
-        self.device: CUDADevice = buffer_type.cuda_device
+        self.device: Device = buffer_type.cuda_device
+        #: the driver layer and the device's ordinal, through which the memory is reached
+        self.driver, self.ordinal = buffer_type.driver, buffer_type.ordinal
         self.handle = handle
         self.ptr = int(handle) if handle is not None else 0
 
@@ -40,25 +42,21 @@ class CUDABuffer(Buffer):
             raise TensorError(self.name, f"{what} failed: {exc}") from exc
 
     def _write(self, offset: int, data: memoryview) -> None:
-        d = self.device
-        self._driver_call("host-to-device copy", d.driver.copy_htod, d.ordinal, self.ptr + offset, data, None)
+        self._driver_call("host-to-device copy", self.driver.copy_htod, self.ordinal, self.ptr + offset, data, None)
 
     def _read(self, offset: int, out: memoryview) -> None:
-        d = self.device
-        self._driver_call("device-to-host copy", d.driver.copy_dtoh, d.ordinal, out, self.ptr + offset, None)
+        self._driver_call("device-to-host copy", self.driver.copy_dtoh, self.ordinal, out, self.ptr + offset, None)
 
     def _fill(self, offset: int, size: int, value: int) -> None:
-        d = self.device
-        self._driver_call("memset", d.driver.memset, d.ordinal, self.ptr + offset, value, size, None)
+        self._driver_call("memset", self.driver.memset, self.ordinal, self.ptr + offset, value, size, None)
 
     def _copy_from(self, src: Buffer, src_offset: int, dst_offset: int, size: int) -> bool:
-        d = self.device
         if isinstance(src, CUDABuffer):
-            if src.device is d:
+            if src.device is self.device:
                 self._driver_call(
                     "device-to-device copy",
-                    d.driver.copy_dtod,
-                    d.ordinal,
+                    self.driver.copy_dtod,
+                    self.ordinal,
                     self.ptr + dst_offset,
                     src.ptr + src_offset,
                     size,
@@ -67,10 +65,10 @@ class CUDABuffer(Buffer):
             else:
                 self._driver_call(
                     "peer copy",
-                    d.driver.copy_peer,
-                    d.ordinal,
+                    self.driver.copy_peer,
+                    self.ordinal,
                     self.ptr + dst_offset,
-                    src.device.ordinal,
+                    src.ordinal,
                     src.ptr + src_offset,
                     size,
                     None,
@@ -84,8 +82,7 @@ class CUDABuffer(Buffer):
 
     def _free(self) -> None:
         if self.handle is not None:
-            d = self.device
-            self._driver_call("cuMemFree", d.driver.free, d.ordinal, self.handle)
+            self._driver_call("cuMemFree", self.driver.free, self.ordinal, self.handle)
             self.handle = None
             self.ptr = 0
 
@@ -96,18 +93,25 @@ class CUDABuffer(Buffer):
 
 
 class CUDABufferType(BufferType):
-    """``CUDA<n>``: device memory of one GPU (plain cuMemAlloc, never managed memory)."""
+    """``CUDA<n>``: device memory of one GPU (plain cuMemAlloc, never managed memory).
 
-    def __init__(self, device: CUDADevice) -> None:
+    :param device: the GPU's device
+    :param driver: the driver layer
+    :param ordinal: the GPU's driver ordinal
+    """
+
+    def __init__(self, device: Device, driver: Driver, ordinal: int) -> None:
         super().__init__(device.name, device, alignment=ALIGNMENT, is_host=False)
         self.cuda_device = device
+        self.driver = driver
+        self.ordinal = ordinal
 
     def _alloc(self, size: int) -> Buffer:
         d = self.cuda_device
         if size == 0:
             return CUDABuffer(self, None, 0)
         try:
-            handle = d.driver.alloc(d.ordinal, size)
+            handle = self.driver.alloc(self.ordinal, size)
         except DriverCallError as exc:
             free = _free_memory(d)
             if exc.out_of_memory:
@@ -116,7 +120,7 @@ class CUDABufferType(BufferType):
         return CUDABuffer(self, handle, size)
 
 
-def _free_memory(d: CUDADevice) -> int | None:
+def _free_memory(d: Device) -> int | None:
     try:
         return d.memory()[0]
     except Exception:  # noqa: BLE001 - the allocation error is what matters; free memory is a detail
@@ -139,44 +143,13 @@ class PinnedBuffer(HostBuffer):
 class CUDAHostBufferType(BufferType):
     """``CUDA_Host``: pinned (page-locked, portable) host memory for fast uploads to any CUDA device."""
 
-    def __init__(self, device: CUDADevice) -> None:
+    def __init__(self, device: Device, driver: Driver) -> None:
         super().__init__("CUDA_Host", device, alignment=64, is_host=True)
-        self.cuda_device = device
+        self.driver = driver
 
     def _alloc(self, size: int) -> Buffer:
         try:
-            mem = self.cuda_device.driver.alloc_host(size)
+            mem = self.driver.alloc_host(size)
         except DriverCallError as exc:
             raise AllocationError("CUDA_Host", size, None, f"cannot pin host memory ({exc})") from exc
         return PinnedBuffer(self, mem)
-
-
-# ================================================================================================ events
-
-
-class CUDAEvent(Event):
-    """A CUDA event: recorded on a CUDA backend's stream, waited on by another stream or by the host."""
-
-    def __init__(self, device: CUDADevice) -> None:
-        super().__init__(device)
-        self.cuda_device = device
-        self.handle = device.driver.event_create(device.ordinal)
-
-    def record(self, backend: Backend) -> None:
-        """Record at the current end of ``backend``'s stream (a CUDA backend of any device)."""
-        stream = getattr(backend, "stream", None)
-        if stream is None:
-            raise TensorError(backend.name, "a CUDA event can only be recorded on a CUDA backend's stream")
-        self.cuda_device.driver.event_record(backend.device.ordinal, self.handle, stream)  # type: ignore[attr-defined]
-
-    def synchronize(self) -> None:
-        """Block the host until the recorded work is done."""
-        self.cuda_device.driver.event_synchronize(self.cuda_device.ordinal, self.handle)
-
-    def wait(self, backend: Backend) -> None:
-        """Make ``backend``'s stream wait (a CUDA backend), or block the host (any other backend)."""
-        stream = getattr(backend, "stream", None)
-        if stream is None:
-            self.synchronize()
-            return
-        self.cuda_device.driver.stream_wait_event(backend.device.ordinal, stream, self.handle)  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_webgpu._dispatch import Dispatch, Launcher, Limits, f32, fits, groups_1d, kernel, slot, src
+from ggml_webgpu.ops._dispatch import KERNELS, Dispatch, Launcher, Limits, f32, fits, groups_1d, slot, src
 
 __all__: list[str] = []
 
@@ -66,7 +66,7 @@ def _load(
     return Dispatch("recurrent.load", groups_1d(n), slots, [n, *shape[:3], first, *gather])
 
 
-@kernel(GGMLOp.SSM_CONV, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_CONV, supports=_all_f32)
 def _bind_ssm_conv(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     sx, c = src(node, 0), src(node, 1)
     n = node.nelements
@@ -80,7 +80,7 @@ def _scan(launcher: Launcher, node: Tensor, name: str, operands: Sequence[Tensor
     return Dispatch(f"recurrent.{name}", groups_1d(words[0]), (a, b, c, slot(launcher, node), e, f), words)
 
 
-@kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
 def _bind_ssm_scan(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     s, x, dt, a, b, c, ids = (src(node, i) for i in range(7))
     head_dim, n_head, _, n_s = x.ne
@@ -89,7 +89,7 @@ def _bind_ssm_scan(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     return [load, _scan(launcher, node, "ssm_scan", (x, dt, a, b, c), words)]
 
 
-@kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
 def _bind_gated_delta_net(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     q, k, v, g, beta, state = (src(node, i) for i in range(6))
     size, heads, n_t, n_s = v.ne
@@ -99,7 +99,7 @@ def _bind_gated_delta_net(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     return [load, _scan(launcher, node, "gated_delta_net", (q, k, v, g, beta), words)]
 
 
-@kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
 def _bind_rwkv_wkv7(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     r, w, k, v, a, b, state = (src(node, i) for i in range(7))
     size, heads, n_tokens = k.ne[:3]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor, TensorFlag
-from ggml_webgpu._dispatch import (
+from ggml_webgpu.ops._dispatch import (
+    KERNELS,
     Dispatch,
     Launcher,
     Limits,
     f32,
     fits,
     groups_1d,
-    kernel,
     slot,
     src,
 )
@@ -33,7 +33,7 @@ def _norm_ok(limits: Limits, node: Tensor) -> bool:
     return a.type == T.F32 and node.type == T.F32 and a.ne == node.ne and fits(limits, a, node)
 
 
-@kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_norm_ok)
+@KERNELS.kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_norm_ok)
 def _bind_norm(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     words = [node.nrows, _NORMS[node.op], f32(node.op_param_f32(0)), 0]
@@ -79,7 +79,7 @@ def _sum_rows_ok(limits: Limits, node: Tensor) -> bool:
     return a.type == T.F32 and node.type == T.F32 and fits(limits, a, node)
 
 
-@kernel(GGMLOp.SUM_ROWS, GGMLOp.MEAN, supports=_sum_rows_ok)
+@KERNELS.kernel(GGMLOp.SUM_ROWS, GGMLOp.MEAN, supports=_sum_rows_ok)
 def _bind_sum_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     words = [a.nrows, int(node.op == GGMLOp.MEAN)]
@@ -91,7 +91,7 @@ def _sort_ok(limits: Limits, node: Tensor) -> bool:
     return a.type == T.F32 and node.type == T.I32 and a.ne[0] <= SORT_MAX_ROW and fits(limits, a, node)
 
 
-@kernel(GGMLOp.ARGSORT, GGMLOp.TOP_K, supports=_sort_ok)
+@KERNELS.kernel(GGMLOp.ARGSORT, GGMLOp.TOP_K, supports=_sort_ok)
 def _bind_sort(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     desc = node.op == GGMLOp.TOP_K or node.op_param_i32(0) == 1
@@ -111,7 +111,7 @@ def _f32_in(limits: Limits, node: Tensor) -> bool:
     return a.type == T.F32 and node.type == want and fits(limits, a, node)
 
 
-@kernel(GGMLOp.ARGMAX, GGMLOp.CUMSUM, GGMLOp.SUM, supports=_f32_in)
+@KERNELS.kernel(GGMLOp.ARGMAX, GGMLOp.CUMSUM, GGMLOp.SUM, supports=_f32_in)
 def _bind_scan(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     slots = (slot(launcher, a), None, None, slot(launcher, node))

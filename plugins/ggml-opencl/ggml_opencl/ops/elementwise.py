@@ -8,7 +8,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, UnaryOp
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, float4, kernel, mem_of, targs, targs_view
+from ggml_opencl.ops._dispatch import FLOAT_TYPES, KERNELS, Launcher, Thunk, enqueue, float4, mem_of, targs, targs_view
 
 __all__: list[str] = []
 
@@ -92,7 +92,7 @@ def _repeats_flat(a: Tensor, b: Tensor) -> bool:
     return all(n == 1 for n in b.ne[d:])
 
 
-@kernel(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, GGMLOp.ADD1, supports=_binary_ok)
+@KERNELS.kernel(GGMLOp.ADD, GGMLOp.SUB, GGMLOp.MUL, GGMLOp.DIV, GGMLOp.ADD1, supports=_binary_ok)
 def _bind_binary(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _src(node, 0), _src(node, 1)
     code = np.int32(_BINARY_CODES[node.op])
@@ -137,7 +137,7 @@ def _map_code(node: Tensor) -> tuple[int, list[float]]:
     return _MAP_CODES[node.op], []
 
 
-@kernel(GGMLOp.UNARY, *_MAP_CODES, supports=_map_ok)
+@KERNELS.kernel(GGMLOp.UNARY, *_MAP_CODES, supports=_map_ok)
 def _bind_map(launcher: Launcher, node: Tensor) -> Thunk:
     a = _src(node, 0)
     code, params = _map_code(node)
@@ -166,7 +166,7 @@ def _glu_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.GLU, supports=_glu_ok)
+@KERNELS.kernel(GGMLOp.GLU, supports=_glu_ok)
 def _bind_glu(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _src(node, 0), node.src[1]
     op = GluOp(node.op_param_i32(0))
@@ -196,7 +196,7 @@ def _add_id_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
+@KERNELS.kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
 def _bind_add_id(launcher: Launcher, node: Tensor) -> Thunk:
     a, b, ids = _src(node, 0), _src(node, 1), _src(node, 2)
     args = [

@@ -17,8 +17,11 @@ import numpy as np
 
 from ggml_core import ComputeError, GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import (
+from ggml_opencl._tuning import Tuner, tuner_for
+from ggml_opencl._tuning_configs import MV_MAX_COLUMNS
+from ggml_opencl.ops._dispatch import (
     FLOAT_TYPES,
+    KERNELS,
     QUANT_TYPES,
     Launcher,
     Thunk,
@@ -26,7 +29,6 @@ from ggml_opencl._dispatch import (
     enqueue,
     enqueue_nd,
     int4,
-    kernel,
     local_mem,
     long4,
     mem_of,
@@ -34,7 +36,6 @@ from ggml_opencl._dispatch import (
     targs,
     targs_view,
 )
-from ggml_opencl._tuning import MV_MAX_COLUMNS, Tuner, tuner_for
 
 
 def cl_copy(queue: Any, host: np.ndarray, mem: Any, offset: int) -> None:
@@ -103,7 +104,7 @@ def _elems(nb: int, what: str, node: Tensor) -> int:
     return nb // 4
 
 
-@kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
 def _bind_mul_mat(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
@@ -231,7 +232,7 @@ def _mul_mat_id_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
 def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> Thunk:
     a, b, ids = node.src[0], node.src[1], node.src[2]
     assert a is not None and b is not None and ids is not None
@@ -325,7 +326,7 @@ def _out_prod_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.OUT_PROD, supports=_out_prod_ok)
+@KERNELS.kernel(GGMLOp.OUT_PROD, supports=_out_prod_ok)
 def _bind_out_prod(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None

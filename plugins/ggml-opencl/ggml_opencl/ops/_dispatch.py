@@ -1,9 +1,10 @@
-"""Kernel dispatch: the op table, tensor arguments for kernels, launch helpers.
+"""Kernel dispatch: the kernel table, tensor arguments for kernels, launch helpers.
 
-A *binder* turns one graph node into a thunk that enqueues its kernel(s): ``bind(backend, node) -> thunk``.
-Binding resolves buffers, offsets, shapes and kernel objects once; the backend caches thunks per graph. Each op
-family lives in its own ``ops_*`` module and registers binders with :func:`kernel`, each with a support
-predicate ``supports(info, node)`` that says exactly which types and layouts its kernel handles.
+A kernel in :data:`KERNELS` is a *binder*: it turns one graph node into a thunk that enqueues its kernel(s),
+``KERNELS.get(node)(backend, node) -> thunk``. Binding resolves buffers, offsets, shapes and kernel objects once;
+the backend caches thunks per graph. Each op family lives in its own module of :mod:`ggml_opencl.ops` and
+registers its binders with a support predicate ``supports(info, node)`` that says exactly which types and layouts
+its kernel handles; the device asks ``KERNELS.supports(node, info)``.
 """
 
 from __future__ import annotations
@@ -14,31 +15,30 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
-from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+from ggml_core import GGMLType, Tensor, TensorError
+from ggml_core.backend import KernelTable
 
 if TYPE_CHECKING:
     from ggml_opencl._device_info import DeviceInfo
 
 __all__ = [
     "FLOAT_TYPES",
+    "KERNELS",
     "QUANT_TYPES",
     "Binder",
     "Launcher",
     "Supports",
     "Thunk",
-    "bind",
     "chain",
     "enqueue",
     "enqueue_nd",
     "float4",
     "int4",
     "int8",
-    "kernel",
     "local_mem",
     "long4",
     "mem_of",
     "roundup",
-    "supports",
     "targs",
     "targs_view",
 ]
@@ -99,47 +99,9 @@ QUANT_TYPES: Final = frozenset(
     }
 )
 
-_BINDERS: dict[GGMLOp, Binder] = {}
-_SUPPORTS: dict[GGMLOp, Supports] = {}
-
-
-def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
-    """Register a binder for ``ops`` with its support predicate."""
-
-    def deco(fn: Binder) -> Binder:
-        for op in ops:
-            _BINDERS[op] = fn
-            _SUPPORTS[op] = supports
-        return fn
-
-    return deco
-
-
-def supports(info: DeviceInfo, node: Tensor) -> bool:
-    """True when a kernel exists for ``node`` and handles its types and layouts on this device."""
-    if node.op in (GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE):
-        return True
-    pred = _SUPPORTS.get(node.op)
-    if pred is None:
-        return False
-    try:
-        return bool(pred(info, node))
-    except Exception:  # noqa: BLE001 - a predicate never takes the host down; unknown means unsupported
-        return False
-
-
-def bind(launcher: Launcher, node: Tensor) -> Thunk:
-    """The thunk enqueueing ``node``'s kernels (``NotImplementedError`` naming the op when there is none)."""
-    binder = _BINDERS.get(node.op)
-    if binder is None:
-        raise NotImplementedError(f"the OpenCL plugin has no kernel for {node.op_desc}")
-    if not supports(launcher.info, node):
-        types = ", ".join(s.type.traits.name for s in node.src if s is not None)
-        raise NotImplementedError(
-            f"{launcher.name} does not support {node.op_desc} with these operands ({types} -> "
-            f"{node.type.traits.name}); let the scheduler place it on another device"
-        )
-    return binder(launcher, node)
+#: op → binder; each op family's module registers with ``@KERNELS.kernel(op, ..., supports=pred)``, where
+#: ``pred(info, node)`` says exactly which types and layouts its kernel handles on a device
+KERNELS: KernelTable[Binder] = KernelTable("OpenCL")
 
 
 # ------------------------------------------------------------------------------------------------ arguments

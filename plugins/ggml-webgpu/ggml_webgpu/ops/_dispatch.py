@@ -1,9 +1,9 @@
-"""Kernel dispatch: the op table, tensor operands (bound windows + descriptors), dispatch records.
+"""Kernel dispatch: the kernel table, tensor operands (bound windows + descriptors), dispatch records.
 
-A *binder* turns one graph node into a list of :class:`Dispatch` records (kernel, workgroup count, operand
-windows, op words); the backend records them into one compute pass. Each binder is registered with
-:func:`kernel` together with its support predicate ``supports(limits, node)``, which says exactly which types,
-layouts and sizes its kernel handles.
+A kernel in :data:`KERNELS` is a *binder*: it turns one graph node into a list of :class:`Dispatch` records
+(kernel, workgroup count, operand windows, op words); the backend records them into one compute pass. Each binder
+is registered together with its support predicate ``supports(limits, node)``, which says exactly which types,
+layouts and sizes its kernel handles; the device asks ``KERNELS.supports(node, limits)``.
 
 Operands are bound as windows of a device buffer: the window starts at the tensor's first byte rounded down to
 the device's storage offset alignment and must fit the largest storage binding; the kernel receives the tensor's
@@ -18,10 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ggml_core import GGMLOp, GGMLType, Tensor, TensorError
+from ggml_core import GGMLType, Tensor, TensorError
+from ggml_core.backend import KernelTable
+from ggml_webgpu._adapters import Limits
 
 __all__ = [
     "FLOAT_TYPES",
+    "KERNELS",
     "QUANT_TYPES",
     "Binder",
     "Dispatch",
@@ -29,18 +32,15 @@ __all__ = [
     "Limits",
     "Slot",
     "Supports",
-    "bind",
     "elementwise",
     "extent",
     "f32",
     "fits",
     "groups_1d",
-    "kernel",
     "raw_slot",
     "row_windows",
     "slot",
     "src",
-    "supports",
 ]
 
 #: plain float element types the kernels read and write (f16 and bf16 converted with integer arithmetic)
@@ -69,19 +69,6 @@ QUANT_TYPES: Final = frozenset(
 )
 #: invocations per workgroup of every kernel (WG in common.wgsl)
 WG: Final = 64
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What binders need to know about the device: binding and dispatch limits."""
-
-    max_binding: int
-    offset_alignment: int
-    max_groups: int = 65535
-
-    def __post_init__(self) -> None:
-        # descriptors are u32 byte offsets: a window must stay below 2^31 bytes
-        object.__setattr__(self, "max_binding", min(self.max_binding, 2**31 - 4) // 4 * 4)
 
 
 @dataclass(frozen=True)
@@ -126,64 +113,9 @@ class Launcher(Protocol):
 Binder = Callable[[Launcher, Tensor], list[Dispatch]]
 Supports = Callable[[Limits, Tensor], bool]
 
-_BINDERS: dict[GGMLOp, Binder] = {}
-_SUPPORTS: dict[GGMLOp, Supports] = {}
-_VIEWS: Final = (GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE)
-
-
-def kernel(*ops: GGMLOp, supports: Supports) -> Callable[[Binder], Binder]:
-    """Register a binder for ``ops`` with its support predicate."""
-
-    def deco(fn: Binder) -> Binder:
-        for op in ops:
-            _BINDERS[op] = fn
-            _SUPPORTS[op] = supports
-        return fn
-
-    return deco
-
-
-#: the modules whose binders register themselves with :func:`kernel`; imported on the first support question or
-#: bind (they import the core's op builders, which listing devices does not need)
-_FAMILIES: Final = ("ops_attention", "ops_elementwise", "ops_matmul", "ops_movement", "ops_recurrent", "ops_rows")
-_loaded = False
-
-
-def _load_binders() -> None:
-    global _loaded
-    if not _loaded:
-        import importlib
-
-        for family in _FAMILIES:
-            importlib.import_module(f"ggml_webgpu.{family}")
-        _loaded = True
-
-
-def supports(limits: Limits, node: Tensor) -> bool:
-    """True when a kernel exists for ``node`` and handles its types, layouts and sizes on this device."""
-    if node.op in _VIEWS:
-        return True
-    _load_binders()
-    pred = _SUPPORTS.get(node.op)
-    if pred is None:
-        return False
-    try:
-        return bool(pred(limits, node))
-    except Exception:  # noqa: BLE001 - a predicate never takes the host down; unknown means unsupported
-        return False
-
-
-def bind(launcher: Launcher, node: Tensor) -> list[Dispatch]:
-    """The dispatches computing ``node`` (``NotImplementedError`` naming the op when there is no kernel)."""
-    _load_binders()
-    binder = _BINDERS.get(node.op)
-    if binder is None or not supports(launcher.limits, node):
-        types = ", ".join(s.type.traits.name for s in node.src if s is not None)
-        raise NotImplementedError(
-            f"{launcher.name} has no kernel for {node.op_desc} with these operands ({types} -> "
-            f"{node.type.traits.name}); let the scheduler place it on another device"
-        )
-    return binder(launcher, node)
+#: op → binder; each op family's module registers with ``@KERNELS.kernel(op, ..., supports=pred)``, where
+#: ``pred(limits, node)`` says exactly which types, layouts and sizes its kernel handles
+KERNELS: KernelTable[Binder] = KernelTable("WebGPU")
 
 
 # ------------------------------------------------------------------------------------------------ operands

@@ -9,14 +9,14 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import rope_yarn_corr_dims
-from ggml_webgpu._dispatch import (
+from ggml_webgpu.ops._dispatch import (
+    KERNELS,
     Dispatch,
     Launcher,
     Limits,
     f32,
     fits,
     groups_1d,
-    kernel,
     slot,
     src,
 )
@@ -47,7 +47,7 @@ def _soft_max_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
+@KERNELS.kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
 def _bind_soft_max(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, mask, sinks = src(node, 0), node.src[1], node.src[2]
     max_bias = node.op_param_f32(1)
@@ -100,7 +100,7 @@ def _rope_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.ROPE, supports=_rope_ok)
+@KERNELS.kernel(GGMLOp.ROPE, supports=_rope_ok)
 def _bind_rope(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
@@ -155,7 +155,7 @@ def _flash_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
+@KERNELS.kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
 def _bind_flash(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     q, k, v, mask, sinks = src(node, 0), src(node, 1), src(node, 2), node.src[3], node.src[4]
     scale, max_bias, softcap = (node.op_param_f32(i) for i in range(3))

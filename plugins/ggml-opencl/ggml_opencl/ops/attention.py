@@ -10,7 +10,7 @@ import numpy as np
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import Launcher, Thunk, enqueue, enqueue_nd, int4, kernel, local_mem, targs
+from ggml_opencl.ops._dispatch import KERNELS, Launcher, Thunk, enqueue, enqueue_nd, int4, local_mem, targs
 
 __all__ = ["alibi_params", "yarn_corr_dims"]
 
@@ -47,7 +47,7 @@ def _soft_max_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
+@KERNELS.kernel(GGMLOp.SOFT_MAX, supports=_soft_max_ok)
 def _bind_soft_max(launcher: Launcher, node: Tensor) -> Thunk:
     a, mask, sinks = node.src[0], node.src[1], node.src[2]
     assert a is not None
@@ -99,7 +99,7 @@ def _rope_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.ROPE, supports=_rope_ok)
+@KERNELS.kernel(GGMLOp.ROPE, supports=_rope_ok)
 def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
     a, pos, ff = node.src[0], node.src[1], node.src[2]
     assert a is not None and pos is not None
@@ -138,7 +138,7 @@ def _f32_same(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and a.type == GGMLType.F32 and node.type == GGMLType.F32 and a.ne == node.ne
 
 
-@kernel(GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO, supports=_f32_same)
+@KERNELS.kernel(GGMLOp.DIAG_MASK_INF, GGMLOp.DIAG_MASK_ZERO, supports=_f32_same)
 def _bind_diag_mask(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -167,7 +167,7 @@ def _flash_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
+@KERNELS.kernel(GGMLOp.FLASH_ATTN_EXT, supports=_flash_ok)
 def _bind_flash(launcher: Launcher, node: Tensor) -> Thunk:
     q, k, v, mask, sinks = node.src[0], node.src[1], node.src[2], node.src[3], node.src[4]
     assert q is not None and k is not None and v is not None

@@ -9,7 +9,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, chain, enqueue, int8, kernel, targs, targs_view
+from ggml_opencl.ops._dispatch import FLOAT_TYPES, KERNELS, Launcher, Thunk, chain, enqueue, int8, targs, targs_view
 
 __all__: list[str] = []
 
@@ -71,7 +71,7 @@ def _params(node: Tensor) -> tuple[list[int], float, float]:
     return [], 0.0, 0.0
 
 
-@kernel(*_MODES, supports=_layout_ok)
+@KERNELS.kernel(*_MODES, supports=_layout_ok)
 def _bind_layout(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0] if node.src[0] is not None else node
     b = node.src[1] if node.src[1] is not None else a
@@ -106,7 +106,7 @@ def _set_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.SET, GGMLOp.ACC, supports=_set_ok)
+@KERNELS.kernel(GGMLOp.SET, GGMLOp.ACC, supports=_set_ok)
 def _bind_set(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None

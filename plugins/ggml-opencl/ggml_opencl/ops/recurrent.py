@@ -10,7 +10,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import Launcher, Thunk, enqueue, kernel, targs
+from ggml_opencl.ops._dispatch import KERNELS, Launcher, Thunk, enqueue, targs
 
 __all__: list[str] = []
 
@@ -29,14 +29,14 @@ def _operands(node: Tensor, n: int) -> list[Tensor]:
     return srcs
 
 
-@kernel(GGMLOp.SSM_CONV, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_CONV, supports=_all_f32)
 def _bind_ssm_conv(launcher: Launcher, node: Tensor) -> Thunk:
     sx, c = _operands(node, 2)
     args = [*targs(launcher, sx), *targs(launcher, c), *targs(launcher, node)]
     return enqueue(launcher, "k_ssm_conv", node.nelements, args)
 
 
-@kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.SSM_SCAN, supports=_all_f32)
 def _bind_ssm_scan(launcher: Launcher, node: Tensor) -> Thunk:
     srcs = _operands(node, 7)
     x = srcs[1]
@@ -50,7 +50,7 @@ def _bind_ssm_scan(launcher: Launcher, node: Tensor) -> Thunk:
     return enqueue(launcher, "k_ssm_scan", x.ne[0] * x.ne[1] * x.ne[3], args)
 
 
-@kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.GATED_DELTA_NET, supports=_all_f32)
 def _bind_gated_delta_net(launcher: Launcher, node: Tensor) -> Thunk:
     srcs = _operands(node, 6)
     v = srcs[2]
@@ -58,7 +58,7 @@ def _bind_gated_delta_net(launcher: Launcher, node: Tensor) -> Thunk:
     return enqueue(launcher, "k_gated_delta_net", v.ne[0] * v.ne[1] * v.ne[3], args)
 
 
-@kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
+@KERNELS.kernel(GGMLOp.RWKV_WKV7, supports=_all_f32)
 def _bind_rwkv_wkv7(launcher: Launcher, node: Tensor) -> Thunk:
     srcs = _operands(node, 7)
     k, state = srcs[2], srcs[6]

@@ -10,7 +10,7 @@ import numpy as np
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import SortOrder
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, enqueue_nd, kernel, local_mem, targs
+from ggml_opencl.ops._dispatch import FLOAT_TYPES, KERNELS, Launcher, Thunk, enqueue, enqueue_nd, local_mem, targs
 
 __all__ = ["SORT_MAX_ROW"]
 
@@ -24,7 +24,7 @@ def _float_src(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and a.type in FLOAT_TYPES and node.type in FLOAT_TYPES
 
 
-@kernel(GGMLOp.SUM, GGMLOp.SUM_ROWS, GGMLOp.MEAN, supports=_float_src)
+@KERNELS.kernel(GGMLOp.SUM, GGMLOp.SUM_ROWS, GGMLOp.MEAN, supports=_float_src)
 def _bind_sum(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -46,14 +46,14 @@ def _f32_src(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and a.type == GGMLType.F32
 
 
-@kernel(GGMLOp.CUMSUM, supports=lambda info, node: _f32_src(info, node) and node.type == GGMLType.F32)
+@KERNELS.kernel(GGMLOp.CUMSUM, supports=lambda info, node: _f32_src(info, node) and node.type == GGMLType.F32)
 def _bind_cumsum(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
     return enqueue(launcher, "k_cumsum", a.nrows, [*targs(launcher, a), *targs(launcher, node)])
 
 
-@kernel(GGMLOp.ARGMAX, supports=lambda info, node: _f32_src(info, node) and node.type == GGMLType.I32)
+@KERNELS.kernel(GGMLOp.ARGMAX, supports=lambda info, node: _f32_src(info, node) and node.type == GGMLType.I32)
 def _bind_argmax(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -65,7 +65,7 @@ def _count_equal_ok(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and b is not None and a.type == b.type == GGMLType.I32 and node.type == GGMLType.I64
 
 
-@kernel(GGMLOp.COUNT_EQUAL, supports=_count_equal_ok)
+@KERNELS.kernel(GGMLOp.COUNT_EQUAL, supports=_count_equal_ok)
 def _bind_count_equal(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
@@ -78,7 +78,7 @@ def _sort_ok(info: DeviceInfo, node: Tensor) -> bool:
     return _f32_src(info, node) and node.type == GGMLType.I32 and a is not None and a.ne[0] <= SORT_MAX_ROW
 
 
-@kernel(GGMLOp.ARGSORT, GGMLOp.TOP_K, supports=_sort_ok)
+@KERNELS.kernel(GGMLOp.ARGSORT, GGMLOp.TOP_K, supports=_sort_ok)
 def _bind_sort(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None

@@ -6,8 +6,9 @@ import math
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_webgpu._dispatch import (
+from ggml_webgpu.ops._dispatch import (
     FLOAT_TYPES,
+    KERNELS,
     QUANT_TYPES,
     Dispatch,
     Launcher,
@@ -16,7 +17,6 @@ from ggml_webgpu._dispatch import (
     f32,
     fits,
     groups_1d,
-    kernel,
     row_windows,
     slot,
     src,
@@ -56,7 +56,7 @@ def _blocks(t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (t.ne[0] // bs, *t.ne[1:]), t.nb
 
 
-@kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
+@KERNELS.kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
 def _bind_copy(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     if node.type in QUANTIZE_TYPES and a.type in FLOAT_TYPES:
@@ -92,7 +92,7 @@ def _get_rows_ok(limits: Limits, node: Tensor) -> bool:
     return a.type in FLOAT_TYPES and node.type in FLOAT_TYPES
 
 
-@kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
+@KERNELS.kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
 def _bind_get_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), src(node, 1)
     out: list[Dispatch] = []
@@ -119,7 +119,7 @@ def _set_rows_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
+@KERNELS.kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
 def _bind_set_rows(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     b, c = src(node, 0), src(node, 1)
     slots = (slot(launcher, b), slot(launcher, c), None, slot(launcher, node))
@@ -148,7 +148,7 @@ def _gather_ok(limits: Limits, node: Tensor) -> bool:
     return True
 
 
-@kernel(*_GATHER, supports=_gather_ok)
+@KERNELS.kernel(*_GATHER, supports=_gather_ok)
 def _bind_gather(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), node.src[1]
     mode = _GATHER[node.op]

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_webgpu._dispatch import (
+from ggml_webgpu.ops._dispatch import (
+    KERNELS,
     Dispatch,
     Launcher,
     Limits,
     Slot,
     fits,
     groups_1d,
-    kernel,
     raw_slot,
     row_windows,
     slot,
@@ -85,7 +85,7 @@ def _a_windows_ok(limits: Limits, a: Tensor) -> bool:
     return True
 
 
-@kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT, supports=_mul_mat_ok)
 def _bind_mul_mat(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), src(node, 1)
     k, n, b2, b3 = a.ne[0], b.ne[1], b.ne[2], b.ne[3]
@@ -152,7 +152,7 @@ def _mul_mat_id_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
+@KERNELS.kernel(GGMLOp.MUL_MAT_ID, supports=_mul_mat_id_ok)
 def _bind_mul_mat_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b, ids = src(node, 0), src(node, 1), src(node, 2)
     k, b1, n_tok = a.ne[0], b.ne[1], b.ne[2]

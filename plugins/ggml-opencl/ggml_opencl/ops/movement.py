@@ -8,7 +8,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, QUANT_TYPES, Launcher, Thunk, enqueue, kernel, targs
+from ggml_opencl.ops._dispatch import FLOAT_TYPES, KERNELS, QUANT_TYPES, Launcher, Thunk, enqueue, targs
 
 __all__: list[str] = []
 
@@ -38,7 +38,7 @@ def _copy_ok(info: DeviceInfo, node: Tensor) -> bool:
     return False
 
 
-@kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
+@KERNELS.kernel(GGMLOp.CPY, GGMLOp.DUP, GGMLOp.CONT, supports=_copy_ok)
 def _bind_copy(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -71,7 +71,7 @@ def _get_rows_ok(info: DeviceInfo, node: Tensor) -> bool:
     return (a.type in FLOAT_TYPES or a.type in QUANT_TYPES) and node.type == GGMLType.F32
 
 
-@kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
+@KERNELS.kernel(GGMLOp.GET_ROWS, supports=_get_rows_ok)
 def _bind_get_rows(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = node.src[0], node.src[1]
     assert a is not None and b is not None
@@ -103,7 +103,7 @@ def _set_rows_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
+@KERNELS.kernel(GGMLOp.SET_ROWS, supports=_set_rows_ok)
 def _bind_set_rows(launcher: Launcher, node: Tensor) -> Thunk:
     b, c = node.src[0], node.src[1]
     assert b is not None and c is not None

@@ -8,7 +8,7 @@ import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import Launcher, Thunk, enqueue_nd, kernel, local_mem, targs
+from ggml_opencl.ops._dispatch import KERNELS, Launcher, Thunk, enqueue_nd, local_mem, targs
 
 __all__: list[str] = []
 
@@ -20,7 +20,7 @@ def _f32_rows(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and a.type == GGMLType.F32 and node.type == GGMLType.F32 and a.ne == node.ne
 
 
-@kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_f32_rows)
+@KERNELS.kernel(GGMLOp.NORM, GGMLOp.RMS_NORM, GGMLOp.L2_NORM, supports=_f32_rows)
 def _bind_norm(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -35,7 +35,7 @@ def _bind_norm(launcher: Launcher, node: Tensor) -> Thunk:
     return enqueue_nd(launcher, "k_norm_rows", (node.nrows * ls,), (ls,), args)
 
 
-@kernel(GGMLOp.GROUP_NORM, supports=_f32_rows)
+@KERNELS.kernel(GGMLOp.GROUP_NORM, supports=_f32_rows)
 def _bind_group_norm(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None

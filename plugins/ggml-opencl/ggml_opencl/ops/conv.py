@@ -8,7 +8,7 @@ import numpy as np
 from ggml_core import GGMLOp, GGMLType, Tensor
 from ggml_core.ops import SCALE_FLAG_ALIGN_CORNERS, SCALE_FLAG_ANTIALIAS, ScaleMode
 from ggml_opencl._device_info import DeviceInfo
-from ggml_opencl._dispatch import FLOAT_TYPES, Launcher, Thunk, enqueue, float4, int8, kernel, targs
+from ggml_opencl.ops._dispatch import FLOAT_TYPES, KERNELS, Launcher, Thunk, enqueue, float4, int8, targs
 
 __all__: list[str] = []
 
@@ -30,7 +30,7 @@ def _im2col_ok(info: DeviceInfo, node: Tensor) -> bool:
     return b is not None and b.type in FLOAT_TYPES and node.type in (T.F32, T.F16)
 
 
-@kernel(GGMLOp.IM2COL, supports=_im2col_ok)
+@KERNELS.kernel(GGMLOp.IM2COL, supports=_im2col_ok)
 def _bind_im2col(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [
@@ -49,7 +49,7 @@ def _conv_ok(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and b is not None and a.type in (T.F32, T.F16) and b.type == T.F32 and node.type == T.F32
 
 
-@kernel(GGMLOp.CONV_2D, supports=_conv_ok)
+@KERNELS.kernel(GGMLOp.CONV_2D, supports=_conv_ok)
 def _bind_conv_2d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [
@@ -68,14 +68,14 @@ def _conv_dw_ok(info: DeviceInfo, node: Tensor) -> bool:
     return _conv_ok(info, node) and a is not None and a.type == T.F32
 
 
-@kernel(GGMLOp.CONV_2D_DW, supports=_conv_dw_ok)
+@KERNELS.kernel(GGMLOp.CONV_2D_DW, supports=_conv_dw_ok)
 def _bind_conv_2d_dw(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [_params(node, 6), *targs(launcher, a), *targs(launcher, b), *targs(launcher, node)]
     return enqueue(launcher, "k_conv_2d_dw", node.nelements, args)
 
 
-@kernel(GGMLOp.CONV_TRANSPOSE_1D, supports=_conv_ok)
+@KERNELS.kernel(GGMLOp.CONV_TRANSPOSE_1D, supports=_conv_ok)
 def _bind_conv_transpose_1d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [
@@ -88,7 +88,7 @@ def _bind_conv_transpose_1d(launcher: Launcher, node: Tensor) -> Thunk:
     return enqueue(launcher, "k_conv_transpose_1d", node.nelements, args)
 
 
-@kernel(GGMLOp.CONV_TRANSPOSE_2D, supports=_conv_ok)
+@KERNELS.kernel(GGMLOp.CONV_TRANSPOSE_2D, supports=_conv_ok)
 def _bind_conv_transpose_2d(launcher: Launcher, node: Tensor) -> Thunk:
     a, b = _srcs(node)
     args = [
@@ -106,7 +106,7 @@ def _pool_ok(info: DeviceInfo, node: Tensor) -> bool:
     return a is not None and a.type in (T.F32, T.F16) and node.type == T.F32
 
 
-@kernel(GGMLOp.POOL_1D, GGMLOp.POOL_2D, supports=_pool_ok)
+@KERNELS.kernel(GGMLOp.POOL_1D, GGMLOp.POOL_2D, supports=_pool_ok)
 def _bind_pool(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None
@@ -133,7 +133,7 @@ def _upscale_ok(info: DeviceInfo, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.UPSCALE, supports=_upscale_ok)
+@KERNELS.kernel(GGMLOp.UPSCALE, supports=_upscale_ok)
 def _bind_upscale(launcher: Launcher, node: Tensor) -> Thunk:
     a = node.src[0]
     assert a is not None

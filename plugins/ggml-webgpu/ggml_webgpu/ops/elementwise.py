@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Final
 
 from ggml_core import GGMLOp, GGMLType, GluOp, Tensor, UnaryOp
-from ggml_webgpu._dispatch import (
+from ggml_webgpu.ops._dispatch import (
     FLOAT_TYPES,
+    KERNELS,
     Dispatch,
     Launcher,
     Limits,
@@ -14,7 +15,6 @@ from ggml_webgpu._dispatch import (
     f32,
     fits,
     groups_1d,
-    kernel,
     slot,
     src,
 )
@@ -55,7 +55,7 @@ def _repeats_flat(a: Tensor, b: Tensor) -> bool:
     return all(n == 1 for n in b.ne[d:])
 
 
-@kernel(*_BINARY, supports=_binary_ok)
+@KERNELS.kernel(*_BINARY, supports=_binary_ok)
 def _bind_binary(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), src(node, 1)
     if _flat_f32(a, b, node) and _repeats_flat(a, b):
@@ -113,7 +113,7 @@ def _map_ok(limits: Limits, node: Tensor) -> bool:
     return node.op != GGMLOp.UNARY or UnaryOp(node.op_param_i32(0)) in UNARY_SUPPORTED
 
 
-@kernel(GGMLOp.UNARY, *_MAPS, supports=_map_ok)
+@KERNELS.kernel(GGMLOp.UNARY, *_MAPS, supports=_map_ok)
 def _bind_map(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a = src(node, 0)
     code = node.op_param_i32(0) if node.op == GGMLOp.UNARY else _MAPS[node.op]
@@ -147,7 +147,7 @@ def _glu_ok(limits: Limits, node: Tensor) -> bool:
     )
 
 
-@kernel(GGMLOp.GLU, supports=_glu_ok)
+@KERNELS.kernel(GGMLOp.GLU, supports=_glu_ok)
 def _bind_glu(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b = src(node, 0), node.src[1]
     op = GluOp(node.op_param_i32(0))
@@ -171,7 +171,7 @@ def _add_id_ok(limits: Limits, node: Tensor) -> bool:
     return a.type == b.type == node.type == T.F32 and ids.type == T.I32 and fits(limits, a, b, ids, node)
 
 
-@kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
+@KERNELS.kernel(GGMLOp.ADD_ID, supports=_add_id_ok)
 def _bind_add_id(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, b, ids = src(node, 0), src(node, 1), src(node, 2)
     return [elementwise("elementwise.add_id", launcher, node, [launcher.error_code(node)], a=a, b=b, c=ids)]
