@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._placement_args import list_devices
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model
-    from ggml_core.models.bufts import describe_weights
+    from ggml_core.models.plan.bufts import describe_weights
 
     if args.list_devices:
         use_rpc_servers(args.rpc)

@@ -175,7 +175,7 @@ def model_params(
     device list: GPUs and RPC devices, the CPU as the host); ``--device A,B`` spreads it over devices by name."""
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import ModelParams, PlacementRequest
-    from ggml_core.models.autosplit import Workload
+    from ggml_core.models.params import Workload
 
     use_rpc_servers(getattr(args, "rpc", None))  # before any device is enumerated
     extras = placement_extras(args)
@@ -262,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model, open_gguf
     from ggml_core.models.hparams import read_hparams
-    from ggml_core.models.runner import check_context
+    from ggml_core.models.params import check_context
     from ggml_core.models.tokenizer import load_tokenizer
 
     if args.list_devices:
