@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ggml_core.cli._args import INT32_MAX, int_in, output_file
-from ggml_core.cli.run import add_model_args, model_params, resolve_model_path
+from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
 
 __all__ = ["add_parser", "run"]
 
