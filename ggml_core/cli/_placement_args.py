@@ -13,11 +13,11 @@ from typing import Any, TextIO
 
 from ggml_core.cli._args import INT32_MAX, int_in
 
-#: llama.cpp's defaults, as ``ggml_core.models.fit`` has them (not imported here: parsing stays light)
+#: llama.cpp's defaults, as ``ggml_core.models.params`` has them (not imported here: parsing stays light)
 DEFAULT_FIT_TARGET_MIB = 1024
 DEFAULT_FIT_CTX = 4096
 
-#: ``--split-mode`` values (``ggml_core.models.placement.SPLIT_MODES``, spelled out here: parsing stays light)
+#: ``--split-mode`` values (``ggml_core.models.params.SPLIT_MODES``, spelled out here: parsing stays light)
 SPLIT_MODE_CHOICES = ("none", "layer", "auto", "tensor")
 SPLIT_MODE_HELP = (
     "how to share the model; layer: whole layers per device; none: all on --main-gpu; auto: layers from each "
@@ -131,7 +131,7 @@ def placement_extras(args: argparse.Namespace) -> dict[str, Any]:
 
     Order as llama.cpp's: ``-ot`` items, then ``--cpu-moe``, then ``--n-cpu-moe`` (the first matching pattern wins).
     """
-    from ggml_core.models.bufts import moe_overrides, parse_overrides
+    from ggml_core.models.plan.bufts import moe_overrides, parse_overrides
 
     overrides = []
     for text in getattr(args, "override_tensor", None) or []:
@@ -141,7 +141,7 @@ def placement_extras(args: argparse.Namespace) -> dict[str, Any]:
     n_cpu_moe = getattr(args, "n_cpu_moe", None)
     if n_cpu_moe is not None:
         overrides += moe_overrides(n_cpu_moe)
-    from ggml_core.models.fit import FitParams
+    from ggml_core.models.params import FitParams
 
     target = getattr(args, "fit_target", None)
     fit = FitParams(
@@ -162,7 +162,7 @@ def list_devices(out: TextIO | None = None) -> int:
     here each line also says whether the default placement uses the device."""
     from ggml_core.backend.interfaces import DeviceType
     from ggml_core.backend.registry import get_registry
-    from ggml_core.models.placement import default_devices
+    from ggml_core.models.plan.placement import default_devices
 
     out = out or sys.stdout
     devs = [d for d in get_registry().devices() if d.type != DeviceType.CPU]

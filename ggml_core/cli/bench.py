@@ -223,7 +223,7 @@ def _tests(args: argparse.Namespace) -> list[_Test]:
 
 
 def _measure_all(args: argparse.Namespace, on_result: Callable[[BenchResult], None]) -> Any:
-    from ggml_core.cli.run import resolve_model_path
+    from ggml_core.cli._model_args import resolve_model_path
 
     tests = _tests(args)
     if args.model:

@@ -17,7 +17,7 @@ def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
     from ggml_core.cli._args import INT32_MAX, int_in, utf8_text
     from ggml_core.cli._llama_args import add_chat_args, add_sampling_args, text_file
-    from ggml_core.cli.run import add_model_args
+    from ggml_core.cli._model_args import add_model_args
 
     p = sub.add_parser(name, help="chat with a GGUF model through its chat template (stdin lines, streamed replies)")
     add_model_args(p)
@@ -38,7 +38,7 @@ def add_parser(sub: Any, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """The chat loop (the embedded default model when no file is given, as for ``run``)."""
     from ggml_core.cli._llama_args import check_combination
-    from ggml_core.cli.run import resolve_model_path
+    from ggml_core.cli._model_args import resolve_model_path
 
     problem = check_combination(args)
     if problem is not None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace, path: Any, is_default: bool) -> int:
     from ggml_core.cli._llama_args import chat_template, decoder, print_verbose, process_escapes, sampler_from_args
-    from ggml_core.cli.run import model_params
+    from ggml_core.cli._model_args import model_params
     from ggml_core.models import Model, open_gguf
     from ggml_core.models.chat import end_of_turn_ids
 

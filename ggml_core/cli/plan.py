@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from ggml_core.cli._args import INT32_MAX, int_in, output_file
-from ggml_core.cli.run import add_model_args, model_params, resolve_model_path
+from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
 
 __all__ = ["add_parser", "run"]
 
@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._placement_args import list_devices
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model
-    from ggml_core.models.bufts import describe_weights
+    from ggml_core.models.plan.bufts import describe_weights
 
     if args.list_devices:
         use_rpc_servers(args.rpc)

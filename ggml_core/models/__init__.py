@@ -3,7 +3,8 @@ tokenizers, and the embedded default model.
 
 - :mod:`.gguf_header` / :mod:`.gguf_file`: the bounded header walk (the reader itself), values from the memory map
 - :mod:`.hparams`: hyperparameters from ``{arch}.*`` metadata
-- :mod:`.placement`: which device holds which layer, and the fit check
+- :mod:`.params`: :class:`ModelParams`, the request (placement, context, ``--fit``, ``--split-mode auto``)
+- :mod:`.plan`: which device holds which layer and weight, ``--fit``, ``--split-mode auto``, the whole plan
 - :mod:`.weights`: the weights' names and shapes; zero-copy CPU binding and streamed uploads
 - :mod:`.kvcache`: the cache (full and sliding-window layer groups, as llama.cpp's iSWA)
 - :mod:`.graph`, :mod:`.blocks`, :mod:`.arch`: the graph frame, the shared blocks, one module per family
@@ -19,8 +20,9 @@ from ggml_core.models.gguf_header import HeaderInfo, TensorInfo, read_header
 from ggml_core.models.graph import BuiltGraph, GraphBuilder, build_graph
 from ggml_core.models.hparams import HParams, read_hparams, supported_archs
 from ggml_core.models.kvcache import KV_TYPES, KVCache
-from ggml_core.models.placement import SPLIT_MODES, DeviceShare, Placement, PlacementRequest, plan_placement
-from ggml_core.models.runner import GenerationResult, Model, ModelParams
+from ggml_core.models.params import SPLIT_MODES, ModelParams, PlacementRequest
+from ggml_core.models.plan.placement import DeviceShare, Placement, plan_placement
+from ggml_core.models.runner import GenerationResult, Model
 from ggml_core.models.sampling import Sampler, SamplerParams
 
 __all__ = [

@@ -31,7 +31,7 @@ from ggml_core._types import GGMLType, as_type, row_size
 from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Buffer
 from ggml_core.models.hparams import HParams
-from ggml_core.models.placement import Placement
+from ggml_core.models.plan.placement import Placement
 from ggml_core.ops import cont, reshape_2d, set_rows, transpose, view_3d
 
 __all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "state_bytes_per_layer", "swa_cache_size"]
@@ -136,7 +136,7 @@ class KVCache:
             cache.clear_positions()
             return cache
         if not alloc:
-            from ggml_core.models.bufts import bind_probe
+            from ggml_core.models.plan.bufts import bind_probe
 
             for name, ctx in ctxs.items():
                 for t in ctx:

@@ -17,54 +17,27 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Concatenate, Final, ParamSpec, TextIO, TypeVar
 
 import numpy as np
 
-from ggml_core import ops
-from ggml_core._context import Context
 from ggml_core._errors import ModelInUseError
-from ggml_core._types import as_type
-from ggml_core.backend.registry import get_registry
+from ggml_core.alloc import pad
 from ggml_core.models.arch import Architecture, get_architecture
-from ggml_core.models.autosplit import Workload, plan_auto
-from ggml_core.models.bufts import (
-    PROBE_TOKENS,
-    KVInfo,
-    ProbeShapes,
-    WeightInfo,
-    _ProbeBuffer,
-    assign_weights,
-)
 from ggml_core.models.executor import Executor
-from ggml_core.models.fit import FitParams, fit_model
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams, read_hparams
-from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
-from ggml_core.models.placement import (
-    Placement,
-    PlacementRequest,
-    plan_placement,
-    resolve_devices,
-)
+from ggml_core.models.kvcache import KVCache, swa_cache_size
+from ggml_core.models.params import KV_PAD, ModelParams, check_context, default_n_ctx
+from ggml_core.models.plan.placement import Placement
+from ggml_core.models.plan.planner import flash_attn_auto, plan_model
 from ggml_core.models.sampling import Sampler
-from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, slot_nbytes, weight_specs
+from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, weight_specs
 
-__all__ = [
-    "KV_PAD",
-    "GenerationResult",
-    "Model",
-    "ModelParams",
-    "check_context",
-    "compute_estimate",
-    "default_n_ctx",
-    "flash_attn_auto",
-]
+__all__ = ["GenerationResult", "Model"]
 
-#: the cache window a graph attends over is padded to a multiple of this many cells (llama.cpp uses 256)
-KV_PAD: Final = 256
 #: graphs kept allocated at once (a decode graph and a few prompt-chunk shapes)
 GRAPH_CACHE: Final = 4
 #: up to this many token ids are checked one by one in Python (numpy's temporaries cost ~10 µs a decode step)
@@ -85,65 +58,6 @@ def _light_exit() -> None:
     if not _exit_light:
         _exit_light.append(True)
         atexit.register(gc.freeze)
-
-
-@dataclass(frozen=True)
-class ModelParams:
-    """How to load and run a model (the CLI's flags)."""
-
-    placement: PlacementRequest = field(default_factory=PlacementRequest)
-    #: KV cache cells (the context size); None: :func:`default_n_ctx`
-    n_ctx: int | None = None
-    kv_type: str = "f16"
-    #: FLASH_ATTN_EXT instead of SOFT_MAX attention; None: llama.cpp's ``-fa auto`` (on when every layer's device
-    #: runs it, see :func:`flash_attn_auto`)
-    flash_attn: bool | None = False
-    batch_size: int = 512
-    n_threads: int | None = None
-    #: show the upload progress bar and MB/s
-    progress: bool = True
-    #: None: use the scheduler when available
-    use_scheduler: bool | None = None
-    check_fit: bool = True
-    #: False (``--no-op-offload``): ops with host weights never move to a device
-    op_offload: bool = True
-    #: sliding-window layers keep the whole context instead of their window (llama.cpp's ``--swa-full``)
-    swa_full: bool = False
-    #: ``--fit``: context and offloaded layers chosen to fit each device's free memory (models/fit.py)
-    fit: FitParams = field(default_factory=FitParams)
-    #: what ``--split-mode auto`` optimises for: prompt and generated tokens (models/autosplit.py)
-    workload: Workload = field(default_factory=Workload)
-
-
-def default_n_ctx(hp: HParams) -> int:
-    """The context size used when none is given: the training context, at most 4096."""
-    return min(hp.n_ctx_train, 4096)
-
-
-def check_context(n_prompt: int, n_predict: int, n_ctx: int) -> None:
-    """ValueError unless a prompt of ``n_prompt`` tokens and ``n_predict`` generated ones fit ``n_ctx`` cells.
-
-    The last generated token is sampled, never decoded, so it needs no cell.
-    """
-    if n_predict < 0:
-        raise ValueError(f"--n-predict must be >= 0, got {n_predict}")
-    if n_prompt + max(n_predict - 1, 0) > n_ctx:
-        raise ValueError(
-            f"{n_prompt} prompt token{'s' * (n_prompt != 1)} + {n_predict} to generate do not fit in the "
-            f"{n_ctx}-cell context "
-            f"(use --ctx-size {n_prompt + max(n_predict - 1, 0)} or more, or a smaller --n-predict)"
-        )
-
-
-def compute_estimate(hp: HParams, n_batch: int, n_ctx: int) -> int:
-    """A rough size of one device's compute buffer for a batch of ``n_batch`` tokens (bytes)."""
-    n_kv = min(n_ctx, _round_up(n_ctx, KV_PAD))
-    live = 4 * hp.n_embd + 3 * hp.n_ff + hp.n_vocab + 2 * hp.n_head * n_kv
-    return 4 * n_batch * live + 4 * 2**20
-
-
-def _round_up(n: int, m: int) -> int:
-    return (n + m - 1) // m * m
 
 
 @dataclass
@@ -249,7 +163,7 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        _params, placement = _plan(f, hp, specs, params)
+        _params, placement = plan_model(f, hp, specs, params)
         return f, hp, placement
 
     @classmethod
@@ -272,10 +186,10 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        params, placement = _plan(f, hp, specs, params)
+        params, placement = plan_model(f, hp, specs, params)
         state_of = None
         if placement.split_mode == "tensor":  # SOFT_MAX attention, V by rows: see models/tensor_parallel.py
-            from ggml_core.models.tensor_parallel import split_states
+            from ggml_core.models.tensor_parallel import split_states  # imported on use: it loads the scheduler
 
             state_of = split_states(f, hp, placement.tensor_shares)
             params = replace(params, flash_attn=False)
@@ -379,7 +293,7 @@ class Model:
 
     def n_kv_for(self, n_cells: int) -> int:
         """The padded cache window for ``n_cells`` used cells."""
-        return min(self.kv.kv_size, _round_up(n_cells, KV_PAD))
+        return min(self.kv.kv_size, pad(n_cells, KV_PAD))
 
     def graph(self, n_tokens: int, n_kv: int, all_logits: bool) -> BuiltGraph:
         """The (cached) graph of one batch shape."""
@@ -511,112 +425,3 @@ class Model:
                 last = self.decode([tok])[-1]
         result.gen_seconds = time.perf_counter() - t1
         return result
-
-
-def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
-    """llama.cpp's ``--flash-attn auto``: FLASH_ATTN_EXT when the device of every layer runs it on that layer's
-    cache (as llama.cpp checks that no FLASH_ATTN_EXT node left its layer's device), else SOFT_MAX attention.
-
-    The op is probed on stand-ins (a 512-token batch over 256 cells of ``kv_type``, the cache bound to a zero-size
-    buffer of its device's buffer type); a device whose ``supports_op`` raises counts as not supporting it. On the
-    CPU it is on, as in llama.cpp, whose CPU backend runs FLASH_ATTN_EXT.
-    """
-    t = as_type(kv_type)
-    n_kv = KV_PAD
-    seen: dict[tuple[int, int], bool] = {}
-    for il in range(hp.n_layer):
-        dev, kv_dev = placement.device_of(il), placement.kv_device_of(il)
-        key = (id(dev), id(kv_dev))
-        if key not in seen:
-            with Context("probe flash_attn") as ctx:
-                q = ctx.new_tensor("f32", (hp.head_dim_k, PROBE_TOKENS, hp.n_head), "probe_q")
-                k = ctx.new_tensor(t, (hp.head_dim_k, n_kv, hp.n_head_kv), "probe_k")
-                v = ctx.new_tensor(t, (hp.head_dim_v, n_kv, hp.n_head_kv), "probe_v")
-                mask = ctx.new_tensor("f16", (n_kv, PROBE_TOKENS), "probe_mask")
-                node = ops.flash_attn_ext(q, k, v, mask, 1.0, 0.0, hp.attn_softcap)
-            for c in (k, v):
-                c.buffer, c.data_offset = _ProbeBuffer(kv_dev.buffer_type(), 0), 0
-            try:
-                seen[key] = bool(dev.supports_op(node))
-            except Exception:  # noqa: BLE001 - a plugin's predicate failing means "no", as the scheduler treats it
-                seen[key] = False
-        if not seen[key]:
-            return False
-    return True
-
-
-def _plan(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> tuple[ModelParams, Placement]:
-    """The placement, fitted to the devices' memory (``--fit``; the chosen context and layers are in the returned
-    params), or with ``--fit off`` only checked against it (``check_fit=False``: not even that).
-
-    A placement that names its devices (``--device CPU``) enumerates only the registries that can provide them
-    (:meth:`Registry.enumerating_only`): the CPU alone does not import pyopencl or wgpu. Buffer-type overrides
-    (``-ot``) may name any device's buffer type, so they keep the full listing.
-    """
-    names = params.placement.devices if not params.placement.overrides else None
-    with get_registry().enumerating_only(names):
-        return _plan_scoped(f, hp, specs, params)
-
-
-def _plan_scoped(
-    f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams
-) -> tuple[ModelParams, Placement]:
-    if params.placement.split_mode == "tensor":  # the meta device's shares: --fit does not choose them
-        from ggml_core.models.tensor_parallel import plan_tensor
-
-        req = params.placement
-        return params, plan_tensor(
-            hp, req, params.flash_attn, params.check_fit, lambda: _plan_once(f, hp, specs, params)
-        )
-    auto = None
-    if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
-        n_ctx = params.n_ctx or default_n_ctx(hp)
-        w = params.workload
-        work = replace(w, n_batch=params.batch_size, n_kv=min(n_ctx, _round_up(w.n_prompt + w.n_gen, KV_PAD)))
-        params, auto = plan_auto(f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), work)
-    if params.check_fit:  # --fit on adjusts; --fit off only checks, with the same measurements
-        params, placement = fit_model(
-            f, hp, specs, params, lambda p: _plan_once(f, hp, specs, p), layers_open=auto is not None
-        )
-    else:
-        placement = _plan_once(f, hp, specs, params)
-    if auto is not None:
-        placement.auto, placement.split_mode = auto, "auto"
-        placement.notes.insert(0, f"--split-mode auto: {auto.describe()}")
-    return params, placement
-
-
-def _plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelParams) -> Placement:
-    n_ctx = params.n_ctx or default_n_ctx(hp)
-    if n_ctx <= 0:
-        raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
-    if params.kv_type not in ("f16", "f32"):
-        raise ValueError(f"--kv-type must be f16 or f32, got {params.kv_type!r}")
-    # per layer on average: sliding-window layers keep only their window
-    swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
-    n_swa_layers = sum(hp.is_swa(il) for il in range(hp.n_layer))
-    cells = (n_ctx * (hp.n_layer - n_swa_layers) + swa * n_swa_layers + hp.n_layer - 1) // hp.n_layer
-    kv_layer = kv_bytes_per_layer(hp, cells, params.kv_type)
-    compute = compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx)
-    req = params.placement
-    placement = plan_placement(req, hp.n_layer, slot_bytes(f, specs), kv_layer, compute, check_fit=False)
-    shapes = ProbeShapes(hp.head_dim_k, hp.n_head, hp.n_rot, hp.rope_type, hp.n_expert_used if hp.is_moe else 1)
-    infos = [
-        WeightInfo(
-            s.name, s.slot, f.tensor_info(s.source).type, f.tensor_info(s.source).ne, slot_nbytes(f, s), s.source
-        )
-        for s in specs
-    ]
-    kv = KVInfo(as_type(params.kv_type), hp.n_embd_k_gqa, hp.n_embd_v_gqa, n_ctx, not params.flash_attn)
-    assign_weights(placement, infos, shapes, req.overrides, kv, kv_offload=req.kv_offload)
-    cpu = placement.slot_device[-1]
-    items = [
-        (c.device, c.slot, c.nbytes, c.buft is cpu.buffer_type() and placement.maps(cpu))
-        for c in placement.weights.values()
-    ]
-    placement.account(items, kv_layer, compute, resolve_devices(req.devices))
-    if placement.split_mode == "tensor":  # the shards and KV heads of each device instead
-        from ggml_core.models.tensor_parallel import account
-
-        account(placement, f, hp, specs, kv_layer, compute)
-    return placement

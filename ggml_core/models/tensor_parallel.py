@@ -32,7 +32,8 @@ from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import BuiltGraph
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
-from ggml_core.models.placement import INPUT_SLOT, Placement, PlacementRequest
+from ggml_core.models.params import PlacementRequest
+from ggml_core.models.plan.placement import INPUT_SLOT, Placement
 from ggml_core.models.progress import Progress
 from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
 from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states

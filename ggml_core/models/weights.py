@@ -21,7 +21,7 @@ from ggml_core.alloc import alloc_ctx_tensors, pad
 from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, Device
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
-from ggml_core.models.placement import INPUT_SLOT, Placement
+from ggml_core.models.plan.placement import INPUT_SLOT, Placement
 from ggml_core.models.progress import Progress
 
 __all__ = [

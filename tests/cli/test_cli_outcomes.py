@@ -104,7 +104,7 @@ def test_a_context_past_the_training_context_warns(tiny: Path, capsys: pytest.Ca
 
 
 def test_auto_split_note_has_no_empty_brackets() -> None:
-    from ggml_core.models.autosplit import AutoChoice
+    from ggml_core.models.plan.autosplit import AutoChoice
 
     text = AutoChoice([get_registry().get_device("CPU")], [4], 100.0, 10.0).describe()
     assert "()" not in text and not text.endswith("measured ") and text.startswith("CPU 4 slots: predicted pp 100.0")

@@ -40,7 +40,7 @@ def _tiny(tmp_path: Path, wtype: str = "f32") -> tuple[Path, dict[str, np.ndarra
 def test_default_model_is_placed_like_any_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """llama.cpp's default device list (GPUs and RPC devices; the CPU is the host): CPU-backed devices such as PoCL
     or lavapipe are not used unless named, so on a machine without a GPU everything runs on the CPU plugin."""
-    from ggml_core.models.placement import default_devices
+    from ggml_core.models.plan.placement import default_devices
 
     info = _json(capsys, "run", "--json", "--temp", "0", "-n", "5", "--ignore-eos")
     names = {d["name"] for d in info["devices"] if d["layers"]}

@@ -302,8 +302,8 @@ def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, d
     per-expert biases, SOFT_MAX (its sinks source) for the sinks; the CPU runs every one of those probes."""
     import ggml_core as gc
     from ggml_core.models import open_gguf
-    from ggml_core.models.bufts import ProbeShapes, consumer_op
     from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.plan.bufts import ProbeShapes, consumer_op
     from ggml_core.models.weights import weight_specs
 
     path, _ = model

@@ -15,7 +15,7 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 from ggml_core import GGMLOp
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
-from ggml_core.models.bufts import moe_overrides
+from ggml_core.models.plan.bufts import moe_overrides
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
 

@@ -18,7 +18,7 @@ import ggml_core as g
 from ggml_core import DeviceType, GGMLType
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.default_model import write_default_model
-from ggml_core.models.placement import default_devices
+from ggml_core.models.plan.placement import default_devices
 from ggml_opencl import OpenCLDevice
 from ggml_opencl import _notices as notices
 from ggml_opencl import _tuning as tuning

@@ -29,7 +29,7 @@ def test_a_cpu_adapter_is_never_preferred_over_the_cpu(wdev: WebGPUDevice, cpu: 
         pytest.skip(f"{wdev.name} is a {wdev.info.adapter_type} adapter, not a CPU one")
     assert wdev.type == DeviceType.ACCEL
     assert g.get_registry().devices_by_type(DeviceType.CPU)[0] is cpu
-    from ggml_core.models.placement import resolve_devices
+    from ggml_core.models.plan.placement import resolve_devices
 
     assert wdev not in resolve_devices(None)
 

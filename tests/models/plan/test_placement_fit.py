@@ -21,8 +21,9 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 from ggml_core import AllocationError, GGMLOp
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf, read_hparams, scheduler_available
-from ggml_core.models.fit import FitParams, measure
-from ggml_core.models.runner import _plan_once
+from ggml_core.models.params import FitParams
+from ggml_core.models.plan.fit import measure
+from ggml_core.models.plan.planner import plan_once
 from ggml_core.models.weights import weight_specs
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
@@ -77,7 +78,7 @@ def test_measured_needs_equal_what_a_load_allocates(devices: Callable[..., list[
         f = open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
-        m = measure(f, hp, specs, _plan_once(f, hp, specs, params), params)
+        m = measure(f, hp, specs, plan_once(f, hp, specs, params), params)
         assert dev.allocated == 0  # measuring allocated nothing
         real = _allocated_by_load(path, params, [dev])
         assert real is not None
@@ -185,9 +186,9 @@ def test_fit_shrinks_an_unset_context_to_the_largest_that_fits(
 
 def test_cli_defaults_are_the_library_defaults() -> None:
     from ggml_core.cli import _placement_args as cli
-    from ggml_core.models import fit
+    from ggml_core.models import params
 
-    assert (cli.DEFAULT_FIT_TARGET_MIB, cli.DEFAULT_FIT_CTX) == (fit.DEFAULT_FIT_TARGET_MIB, fit.DEFAULT_FIT_CTX)
+    assert (cli.DEFAULT_FIT_TARGET_MIB, cli.DEFAULT_FIT_CTX) == (params.DEFAULT_FIT_TARGET_MIB, params.DEFAULT_FIT_CTX)
     assert FitParams() == FitParams(True, (1024,), 4096)  # llama.cpp: --fit on, -fitt 1024, -fitc 4096
 
 

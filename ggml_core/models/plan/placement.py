@@ -13,7 +13,8 @@ ggml-core extension: without ``-ngl`` it takes its ``--tensor-split`` share of t
 ``-ngl N`` the N offloaded slots go to the other devices only and the CPU holds the rest.
 
 Which buffer type holds each weight, and where each layer's KV cache lives, is decided afterwards weight by weight
-(:func:`ggml_core.models.bufts.assign_weights`); :meth:`Placement.account` then sizes the shares from those choices.
+(:func:`ggml_core.models.plan.bufts.assign_weights`); :meth:`Placement.account` then sizes the shares from those
+choices.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from typing import Any, Final
 from ggml_core._errors import AllocationError, DeviceNotFoundError
 from ggml_core.backend.interfaces import Device, DeviceType
 from ggml_core.backend.registry import get_registry
+from ggml_core.models.params import SPLIT_MODES, PlacementRequest
 
 __all__ = [
     "INPUT_SLOT",
-    "SPLIT_MODES",
     "DeviceShare",
     "Placement",
-    "PlacementRequest",
     "default_devices",
     "fit_check",
     "is_rpc",
@@ -41,30 +41,7 @@ __all__ = [
     "resolve_devices",
 ]
 
-SPLIT_MODES: Final = ("none", "layer", "auto", "tensor")
 INPUT_SLOT: Final = -1
-
-
-@dataclass(frozen=True)
-class PlacementRequest:
-    """What the user asked for (the CLI flags)."""
-
-    #: device names in order (``--device OpenCL0,RPC0``); None: llama.cpp's default list; ``["none"]``: no offload
-    devices: Sequence[str] | None = None
-    #: slots to offload (``--n-gpu-layers``); None: all of them
-    n_gpu_layers: int | None = None
-    split_mode: str = "layer"
-    #: share per device (``--tensor-split 3,1``); None: proportional to free memory
-    tensor_split: Sequence[float] | None = None
-    #: index into ``devices`` of the main device for ``--split-mode none``
-    main_device: int = 0
-    #: ``-ot``/``--cpu-moe``/``--n-cpu-moe`` buffer type overrides (:class:`~ggml_core.models.bufts.BuftOverride`)
-    overrides: Sequence[Any] = ()
-    #: False (``--no-kv-offload``): every layer's KV cache in host memory
-    kv_offload: bool = True
-    #: False (``--no-mmap``): the CPU's weights are read into buffers of their own, not used in place from the
-    #: memory-mapped file
-    mmap: bool = True
 
 
 @dataclass
@@ -123,7 +100,7 @@ class DeviceShare:
 class Placement:
     """The placement plan: a device per slot and each device's share, offload devices first, the CPU last.
 
-    After :func:`~ggml_core.models.bufts.assign_weights`, ``weights`` holds every weight's buffer type and the
+    After :func:`~ggml_core.models.plan.bufts.assign_weights`, ``weights`` holds every weight's buffer type and the
     reason, ``kv_device`` each layer's KV cache device and ``notes`` what was changed from the request and why.
     """
 
@@ -131,11 +108,11 @@ class Placement:
     slot_device: dict[int, Device]
     shares: list[DeviceShare]
     split_mode: str
-    #: weight name -> :class:`~ggml_core.models.bufts.WeightChoice`
+    #: weight name -> :class:`~ggml_core.models.plan.bufts.WeightChoice`
     weights: dict[str, Any] = field(default_factory=dict)
     kv_device: dict[int, Device] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    #: ``--split-mode auto``'s choice and prediction (:class:`~ggml_core.models.autosplit.AutoChoice`), else None
+    #: ``--split-mode auto``'s choice and prediction (:class:`~ggml_core.models.plan.autosplit.AutoChoice`), else None
     auto: Any = None
     #: the request's ``mmap``: whether the CPU's weights may be used in place from the mapped file
     mmap: bool = True

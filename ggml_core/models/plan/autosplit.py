@@ -35,26 +35,32 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 import numpy as np
 
+from ggml_core._context import Context
 from ggml_core._errors import GGMLError
-from ggml_core.backend.interfaces import Device, DeviceType
-from ggml_core.models.placement import resolve_devices
-
-if TYPE_CHECKING:
-    from ggml_core.models.gguf_file import GGUFFile
-    from ggml_core.models.hparams import HParams
-    from ggml_core.models.placement import Placement
-    from ggml_core.models.runner import ModelParams
-    from ggml_core.models.weights import WeightSpec
+from ggml_core._types import as_type
+from ggml_core.alloc import alloc_ctx_tensors
+from ggml_core.backend.interfaces import BufferUsage, Device, DeviceType
+from ggml_core.backend.registry import get_registry
+from ggml_core.models.arch import get_architecture
+from ggml_core.models.executor import Executor
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.graph import BuiltGraph, GraphBuilder, graph_size_for
+from ggml_core.models.hparams import HParams
+from ggml_core.models.kvcache import KVCache, swa_cache_size
+from ggml_core.models.params import KV_PAD, ModelParams, Workload
+from ggml_core.models.plan.bufts import ProbeShapes, device_bufts, host_bufts, kv_supported, select_buft
+from ggml_core.models.plan.fit import measure
+from ggml_core.models.plan.placement import Placement, resolve_devices
+from ggml_core.models.weights import ModelWeights, WeightSpec
 
 __all__ = [
     "TIME_BUDGET_S",
     "AutoChoice",
     "DeviceSpeed",
-    "Workload",
     "choose_split",
     "plan_auto",
     "timing_cache_path",
@@ -84,21 +90,6 @@ class DeviceSpeed:
     def xfer(self, nbytes: int) -> float:
         """Seconds to move ``nbytes`` between this device and the host."""
         return 0.0 if nbytes <= 0 else self.latency_s + nbytes / self.bytes_per_s
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What the run will do: prompt tokens, generated tokens, prompt batch, cells attended over."""
-
-    n_prompt: int = 512
-    n_gen: int = 128
-    n_batch: int = 512
-    n_kv: int = 512
-
-    @property
-    def batch(self) -> int:
-        """Tokens of one prompt batch."""
-        return max(1, min(self.n_batch, self.n_prompt))
 
 
 @dataclass
@@ -315,18 +306,6 @@ class _Timer:
 
     def layer(self, dev: Device, n_tokens: int, n_kv: int, share: float) -> float:
         """Median seconds of one layer over ``n_tokens`` attending over ``n_kv`` cells (``share``: of the budget)."""
-        from ggml_core._context import Context
-        from ggml_core._types import as_type
-        from ggml_core.alloc import alloc_ctx_tensors
-        from ggml_core.backend.interfaces import BufferUsage
-        from ggml_core.backend.registry import get_registry
-        from ggml_core.models.arch import get_architecture
-        from ggml_core.models.bufts import ProbeShapes, device_bufts, host_bufts, kv_supported, select_buft
-        from ggml_core.models.executor import Executor
-        from ggml_core.models.graph import BuiltGraph, GraphBuilder, graph_size_for
-        from ggml_core.models.kvcache import KVCache, swa_cache_size
-        from ggml_core.models.weights import ModelWeights
-
         hp = replace(self.hp, n_layer=1)
         cpu = get_registry().devices_by_type(DeviceType.CPU)[0]
         shapes = ProbeShapes(hp.head_dim_k, hp.n_head, hp.n_rot, hp.rope_type, hp.n_expert_used if hp.is_moe else 1)
@@ -353,7 +332,7 @@ class _Timer:
                 weights.buffers.append(buf)
                 for t, s in items:
                     t.set_bytes(bytes(self.f.tensor_bytes(s.source)))
-            swa = swa_cache_size(hp, n_kv, n_tokens, 256)
+            swa = swa_cache_size(hp, n_kv, n_tokens, KV_PAD)
             kv = KVCache.create(
                 hp,
                 cast(Any, _KVAt(kv_dev)),
@@ -431,9 +410,6 @@ class _Timer:
     @staticmethod
     def xfer(dev: Device) -> tuple[float, float]:
         """(latency seconds, bytes per second) of one host <-> device copy."""
-        from ggml_core._context import Context
-        from ggml_core.alloc import alloc_ctx_tensors
-
         ctx = Context("autosplit: transfer")
         small = ctx.new_tensor("i8", (_SMALL,), "small")
         large = ctx.new_tensor("i8", (_LARGE,), "large")
@@ -537,9 +513,6 @@ def plan_auto(
 ) -> tuple[ModelParams, AutoChoice | None]:
     """``--split-mode auto`` resolved into ``-sm layer`` with ``-ngl`` and ``-ts`` (None choice: nothing to choose,
     every layer on the CPU because there is no offload device)."""
-    from ggml_core.backend.registry import get_registry
-    from ggml_core.models.fit import measure
-
     req = params.placement
     if req.n_gpu_layers is not None or req.tensor_split is not None:
         raise ValueError("--split-mode auto chooses -ngl and -ts itself: leave them out, or use --split-mode layer")

@@ -27,58 +27,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from ggml_core._context import Context
 from ggml_core._errors import AllocationError
 from ggml_core.alloc import pad
 from ggml_core.backend.interfaces import Backend, BufferUsage, Device, DeviceType
-from ggml_core.models.bufts import bind_probe
-from ggml_core.models.placement import INPUT_SLOT, Placement, fit_check, resolve_devices
+from ggml_core.models.arch import get_architecture
+from ggml_core.models.executor import pin_attention
+from ggml_core.models.gguf_file import GGUFFile
+from ggml_core.models.graph import build_graph, graph_size_for
+from ggml_core.models.hparams import HParams
+from ggml_core.models.kvcache import KVCache, swa_cache_size
+from ggml_core.models.params import KV_PAD, ModelParams, default_n_ctx
+from ggml_core.models.plan.bufts import bind_probe
+from ggml_core.models.plan.placement import INPUT_SLOT, Placement, fit_check, resolve_devices
+from ggml_core.models.weights import ModelWeights, WeightSpec
 
-if TYPE_CHECKING:
-    from ggml_core.models.gguf_file import GGUFFile
-    from ggml_core.models.hparams import HParams
-    from ggml_core.models.runner import ModelParams
-    from ggml_core.models.weights import WeightSpec
+__all__ = ["Measured", "fit_model", "measure"]
 
-__all__ = ["DEFAULT_FIT_CTX", "DEFAULT_FIT_TARGET_MIB", "FitParams", "Measured", "fit_model", "measure"]
-
-#: llama.cpp's ``--fit-target`` default (MiB kept free on each device)
-DEFAULT_FIT_TARGET_MIB: Final = 1024
-#: llama.cpp's ``--fit-ctx`` default (the smallest context --fit may choose)
-DEFAULT_FIT_CTX: Final = 4096
 #: context sizes --fit chooses are multiples of this (the KV window padding)
 _CTX_STEP: Final = 256
 _MIB: Final = 2**20
-
-
-@dataclass(frozen=True)
-class FitParams:
-    """``--fit``, ``--fit-target``, ``--fit-ctx``."""
-
-    enabled: bool = True
-    #: MiB kept free per offload device, in device-list order; a single value is used for every device
-    target_mib: tuple[int, ...] = (DEFAULT_FIT_TARGET_MIB,)
-    #: the smallest context --fit may choose when no context was given
-    min_ctx: int = DEFAULT_FIT_CTX
-    #: what the user changes to make the given context smaller (``run`` sizes it from -n when -c is not given)
-    ctx_flag: str = "--ctx-size"
-
-    def margins(self, devices: Sequence[Device]) -> dict[str, int]:
-        """Bytes to keep free per offload device name; ValueError when the count matches neither 1 nor the list."""
-        t = list(self.target_mib)
-        if any(v < 0 for v in t):
-            raise ValueError(f"--fit-target needs MiB values >= 0, got {','.join(map(str, t))}")
-        if len(t) == 1:
-            t = t * len(devices)
-        elif len(t) != len(devices):
-            names = ", ".join(d.name for d in devices) or "none"
-            raise ValueError(
-                f"--fit-target has {len(t)} values for {len(devices)} offload devices ({names}); give one value "
-                "for all of them or one per device"
-            )
-        return {d.name: v * _MIB for d, v in zip(devices, t, strict=True)}
 
 
 @dataclass
@@ -86,7 +56,7 @@ class Measured:
     """One placement measured: per device name the bytes it needs and has; per slot the offload bytes."""
 
     placement: Placement
-    params: Any
+    params: ModelParams
     n_ctx: int
     #: device name -> (weights + KV cache + compute buffer bytes, free bytes less the margin)
     need: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -141,13 +111,7 @@ def measure(
 
     Sets every share's ``weight_bytes``, ``kv_bytes`` and ``compute_bytes`` to the measured values.
     """
-    from ggml_core.models.arch import get_architecture
-    from ggml_core.models.executor import pin_attention
-    from ggml_core.models.graph import build_graph, graph_size_for
-    from ggml_core.models.kvcache import KVCache, swa_cache_size
-    from ggml_core.models.runner import KV_PAD, default_n_ctx
-    from ggml_core.models.weights import ModelWeights
-    from ggml_core.sched import Scheduler
+    from ggml_core.sched import Scheduler  # imported on use, as the executor does: loading the models stays light
 
     n_ctx = params.n_ctx or default_n_ctx(hp)
     cpu = placement.slot_device[INPUT_SLOT]
@@ -311,8 +275,6 @@ def fit_model(
 
     :raises AllocationError: nothing the user left unset makes it fit (the message says what would)
     """
-    from ggml_core.models.runner import default_n_ctx
-
     fit = _Fitter(f, hp, specs, params, plan_once)
     try:
         return _fit(fit, params, default_n_ctx(hp), layers_open)
