@@ -21,8 +21,7 @@ import numpy as np
 from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._graph import Graph
-from ggml_core._tensor import Tensor
-from ggml_core.backend.interfaces import Buffer
+from ggml_core._tensor import Tensor, TensorBuffer
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
 from ggml_core.models.weights import ModelWeights
@@ -48,7 +47,7 @@ class BuiltGraph:
     #: per-run state owned by the executor (allocation, scheduler bookkeeping)
     state: dict[str, object] = field(default_factory=dict)
     #: per tensor name: (buffer, byte offset, the buffer's host array, a flat writable view) of the last allocation
-    _views: dict[str, tuple[Buffer, int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _views: dict[str, tuple[TensorBuffer, int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def host_view(self, t: Tensor) -> np.ndarray | None:
         """A flat zero-copy view of ``t``'s memory when it is contiguous host memory, else None.
