@@ -27,7 +27,7 @@ from ggml_core._context import Context
 from ggml_core._errors import ModelInUseError
 from ggml_core._types import as_type
 from ggml_core.backend.registry import get_registry
-from ggml_core.models.arch import Architecture, get_architecture
+from ggml_core.models.arch import Architecture, get_architecture, read_hparams, weight_specs
 from ggml_core.models.autosplit import Workload, plan_auto
 from ggml_core.models.bufts import (
     PROBE_TOKENS,
@@ -41,7 +41,7 @@ from ggml_core.models.executor import Executor
 from ggml_core.models.fit import FitParams, fit_model
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
-from ggml_core.models.hparams import HParams, read_hparams
+from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.placement import (
     Placement,
@@ -50,7 +50,7 @@ from ggml_core.models.placement import (
     resolve_devices,
 )
 from ggml_core.models.sampling import Sampler
-from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, slot_nbytes, weight_specs
+from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, slot_bytes, slot_nbytes
 
 __all__ = [
     "KV_PAD",
