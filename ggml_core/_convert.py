@@ -1,26 +1,59 @@
-"""Conversions between numpy arrays and a tensor's bytes (used by Tensor.set_data / to_numpy / numpy_view)."""
+"""Conversions between numpy arrays and a tensor's bytes (used by Tensor.set_data / to_numpy / numpy_view).
+
+The conversions read a tensor's layout only (type, shape, strides, offset): :class:`TensorLayout` names what they
+read, so that this module sits below :mod:`ggml_core._tensor`, which implements it and calls down into it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ggml_core._errors import TensorDataError, TensorError
 from ggml_core._types import GGMLType
 
-if TYPE_CHECKING:
-    from ggml_core._tensor import Tensor
-
-__all__ = ["as_array", "from_bytes", "np_shape", "strided_view", "to_bytes"]
+__all__ = ["TensorLayout", "as_array", "from_bytes", "np_shape", "strided_view", "to_bytes"]
 
 
-def np_shape(t: Tensor) -> tuple[int, int, int, int]:
+class TensorLayout(Protocol):
+    """What a conversion reads of a tensor (:class:`~ggml_core.Tensor` has all of it)."""
+
+    @property
+    def type(self) -> GGMLType:
+        """Element type."""
+
+    @property
+    def ne(self) -> tuple[int, int, int, int]:
+        """Elements per dimension, ``ne[0]`` fastest."""
+
+    @property
+    def nb(self) -> tuple[int, int, int, int]:
+        """Stride in bytes per dimension."""
+
+    @property
+    def data_offset(self) -> int | None:
+        """Byte offset of element 0 in the tensor's buffer, once bound."""
+
+    @property
+    def nelements(self) -> int:
+        """Total number of elements."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes from the first to one past the last element, following the strides."""
+
+    @property
+    def row_size(self) -> int:
+        """Bytes of one contiguous row of ``ne[0]`` elements."""
+
+
+def np_shape(t: TensorLayout) -> tuple[int, int, int, int]:
     """The numpy shape of a tensor: ``(ne3, ne2, ne1, ne0)``."""
     return (t.ne[3], t.ne[2], t.ne[1], t.ne[0])
 
 
-def as_array(data: object, t: Tensor) -> np.ndarray:
+def as_array(data: object, t: TensorLayout) -> np.ndarray:
     """``data`` as a numeric numpy array for tensor ``t``: TensorDataError for ragged lists and non-numeric data."""
     try:
         array = np.asarray(data)
@@ -33,7 +66,7 @@ def as_array(data: object, t: Tensor) -> np.ndarray:
     return array
 
 
-def _check_range(flat: np.ndarray, dt: np.dtype, t: Tensor) -> None:
+def _check_range(flat: np.ndarray, dt: np.dtype, t: TensorLayout) -> None:
     """Refuse values that the cast to ``dt`` would wrap (integers) or overflow to inf (floats)."""
     if flat.size == 0 or np.can_cast(flat.dtype, dt, "safe"):
         return
@@ -56,7 +89,7 @@ def _check_range(flat: np.ndarray, dt: np.dtype, t: Tensor) -> None:
             )
 
 
-def to_bytes(array: np.ndarray, t: Tensor) -> np.ndarray:
+def to_bytes(array: np.ndarray, t: TensorLayout) -> np.ndarray:
     """Convert ``array`` to the bytes of a contiguous tensor ``t`` (uint8, length ``t.nbytes``).
 
     Values are checked against the type first: integers outside an integer type's range and finite floats beyond
@@ -83,7 +116,7 @@ def to_bytes(array: np.ndarray, t: Tensor) -> np.ndarray:
     return np.ascontiguousarray(flat, dtype=dt).view(np.uint8).reshape(-1)
 
 
-def from_bytes(raw: np.ndarray, t: Tensor, *, dequantize: bool = True) -> np.ndarray:
+def from_bytes(raw: np.ndarray, t: TensorLayout, *, dequantize: bool = True) -> np.ndarray:
     """Turn the bytes ``raw`` covering ``t``'s extent (``t.nbytes`` long) into a new array of ``t``'s numpy shape."""
     view = _strided(raw, 0, t)
     tt = t.type
@@ -96,7 +129,7 @@ def from_bytes(raw: np.ndarray, t: Tensor, *, dequantize: bool = True) -> np.nda
     return np.array(view)
 
 
-def strided_view(host: np.ndarray, t: Tensor) -> np.ndarray:
+def strided_view(host: np.ndarray, t: TensorLayout) -> np.ndarray:
     """A zero-copy view of ``t`` inside the host byte array ``host`` (plain types only)."""
     if t.type.is_quantized:
         raise TensorError(t, "quantized tensors have no element view; use to_numpy()")
@@ -104,7 +137,7 @@ def strided_view(host: np.ndarray, t: Tensor) -> np.ndarray:
     return _strided(host, t.data_offset, t)
 
 
-def _strided(raw: np.ndarray, offset: int, t: Tensor) -> np.ndarray:
+def _strided(raw: np.ndarray, offset: int, t: TensorLayout) -> np.ndarray:
     tt = t.type
     if offset + t.nbytes > raw.size:
         raise TensorError(t, f"needs bytes up to {offset + t.nbytes}, its memory has {raw.size}")

@@ -3,6 +3,10 @@
 A tensor never owns memory. It is *described* in a :class:`~ggml_core.Context` and later *bound* to a backend
 buffer (``buffer`` + ``data_offset``) by an allocator. ``ne[0]`` varies fastest: a contiguous tensor
 ``ne=[ne0, ne1, ne2, ne3]`` is byte-identical to a C-contiguous numpy array of shape ``(ne3, ne2, ne1, ne0)``.
+
+The context and the buffer live in layers above this one (the context creates tensors, the buffer's methods take
+them): a tensor refers to them through the protocols :class:`TensorOwner` and :class:`TensorBuffer`, which
+:class:`~ggml_core.Context` and :class:`~ggml_core.Buffer` implement.
 """
 
 from __future__ import annotations
@@ -11,19 +15,27 @@ import enum
 import itertools
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
+from ggml_core import _convert
 from ggml_core._errors import BufferFreedError, TensorError
 from ggml_core._types import GGMLType
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp, GluOp, UnaryOp
 
-if TYPE_CHECKING:
-    from ggml_core._context import Context
-    from ggml_core.backend.interfaces import Buffer
-
-__all__ = ["MAX_BYTES", "MAX_DIMS", "MAX_NAME", "MAX_NE", "MAX_OP_PARAMS", "MAX_SRC", "Tensor", "TensorFlag"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DIMS",
+    "MAX_NAME",
+    "MAX_NE",
+    "MAX_OP_PARAMS",
+    "MAX_SRC",
+    "Tensor",
+    "TensorBuffer",
+    "TensorFlag",
+    "TensorOwner",
+]
 
 MAX_DIMS: Final = 4
 MAX_SRC: Final = 10
@@ -45,6 +57,69 @@ class TensorFlag(enum.IntFlag):
     PARAM = 4  #: trainable parameter
     LOSS = 8  #: defines a loss
     COMPUTE = 16  #: must be computed (set by build_forward_expand on every node it reaches)
+
+
+class TensorOwner(Protocol):
+    """The context a tensor is described in (a :class:`~ggml_core.Context`), as a tensor sees it: a name."""
+
+    name: str
+
+
+class TensorBuffer(Protocol):
+    """The memory a tensor is bound to (a :class:`~ggml_core.Buffer`), as code holding the tensor uses it.
+
+    The tensor-level half of :class:`~ggml_core.Buffer`: its state and its bounds-checked tensor accesses. Code that
+    needs the buffer's type or device asks :func:`ggml_core.backend.interfaces.buffer_of` for the Buffer itself.
+    """
+
+    @property
+    def name(self) -> str:
+        """The buffer type's name."""
+
+    @property
+    def freed(self) -> bool:
+        """True once the memory was released."""
+
+    @property
+    def is_host(self) -> bool:
+        """True when the memory is host memory with ggml's standard layout."""
+
+    @property
+    def usage(self) -> int:
+        """What the buffer holds (a :class:`~ggml_core.BufferUsage`)."""
+
+    def host_array(self) -> np.ndarray | None:
+        """The whole buffer as a writable uint8 numpy array, for host buffers; None otherwise."""
+
+    def init_tensor(self, tensor: Tensor) -> None:
+        """Called when a tensor is bound to the buffer."""
+
+    def set_tensor(self, t: Tensor, data: memoryview, offset: int = 0) -> None:
+        """Write ``data`` at byte ``offset`` of ``t``."""
+
+    def get_tensor(self, t: Tensor, out: memoryview, offset: int = 0) -> None:
+        """Fill ``out`` from byte ``offset`` of ``t``."""
+
+    def set_tensor_2d(
+        self,
+        t: Tensor,
+        data: memoryview | bytes | bytearray,
+        offset: int,
+        size: int,
+        n_copies: int,
+        stride_tensor: int,
+        stride_data: int,
+    ) -> None:
+        """Write ``n_copies`` rows of ``size`` bytes into ``t`` (see :meth:`ggml_core.Buffer.set_tensor_2d`)."""
+
+    def memset_tensor(self, t: Tensor, value: int, offset: int = 0, size: int | None = None) -> None:
+        """Set bytes of ``t`` to ``value``."""
+
+    def cpy_tensor(self, src: Tensor, dst: Tensor) -> bool:
+        """Copy ``src`` into ``dst`` (in this buffer) directly if this pair supports it."""
+
+    def _tensor_span(self, t: Tensor, offset: int, size: int) -> int:
+        """The buffer offset of bytes ``offset .. offset + size`` of ``t``, bounds-checked."""
 
 
 class Tensor:
@@ -73,7 +148,7 @@ class Tensor:
     )
 
     #: owning context
-    ctx: Context | None
+    ctx: TensorOwner | None
     #: element type
     type: GGMLType
     #: number of elements per dimension, ne[0] fastest
@@ -93,7 +168,7 @@ class Tensor:
     #: byte offset of this view inside view_src
     view_offs: int
     #: the buffer holding the data, once allocated
-    buffer: Buffer | None
+    buffer: TensorBuffer | None
     #: byte offset of element 0 inside ``buffer`` (ggml's ``data`` pointer, relative to the buffer)
     data_offset: int | None
     #: free slot for backends (ggml's ``extra``)
@@ -103,7 +178,7 @@ class Tensor:
 
     def __init__(
         self,
-        ctx: Context | None,
+        ctx: TensorOwner | None,
         type: GGMLType,
         ne: Sequence[int],
         *,
@@ -378,7 +453,7 @@ class Tensor:
         """True once bound to a buffer."""
         return self.buffer is not None and self.data_offset is not None
 
-    def _require_allocated(self) -> Buffer:
+    def _require_allocated(self) -> TensorBuffer:
         if self.buffer is None or self.data_offset is None:
             raise TensorError(
                 self,
@@ -412,8 +487,6 @@ class Tensor:
         Raises :class:`~ggml_core.TensorDataError` for values the type cannot hold (integers out of range, finite
         floats that would become inf) and for non-numeric data (object, string, complex arrays).
         """
-        from ggml_core import _convert
-
         if not self.is_contiguous:
             raise TensorError(self, "set_data needs a contiguous tensor; copy into a contiguous tensor instead")
         raw = _convert.to_bytes(_convert.as_array(array, self), self)
@@ -425,19 +498,15 @@ class Tensor:
         Plain types come back in their own dtype (F16 as float16, BF16 as float32); quantized types are
         dequantized to float32, or returned as raw rows of bytes with ``dequantize=False``.
         """
-        from ggml_core import _convert
-
         raw = np.frombuffer(self.get_bytes(), dtype=np.uint8)
         return _convert.from_bytes(raw, self, dequantize=dequantize)
 
     def numpy_view(self) -> np.ndarray:
         """A zero-copy numpy view of a tensor in host memory (raises for device buffers and quantized types)."""
-        from ggml_core import _convert
-
         buf = self._require_allocated()
         host = buf.host_array()
         if host is None:
-            raise TensorError(self, f"lives in {buf.buffer_type.name} memory, which is not host memory; use to_numpy()")
+            raise TensorError(self, f"lives in {buf.name} memory, which is not host memory; use to_numpy()")
         return _convert.strided_view(host, self)
 
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from ggml_core._errors import AllocationError, GraphError
-from ggml_core._tensor import Tensor, TensorFlag
+from ggml_core._tensor import Tensor, TensorBuffer, TensorFlag
 from ggml_core.alloc._dyn import DynAllocator
 from ggml_core.alloc._liveness import Plan, TensorAlloc, buffer_ids, plan_graph, shapes, structure
-from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage
+from ggml_core.backend.interfaces import Buffer, BufferType, BufferUsage, buffer_of
 from ggml_core.ops._enum import GGMLOp
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class GraphAllocator:
         feeding back) are respected.
         """
         base = t.view_src if t.view_src is not None else t
-        buf = base.buffer
+        buf = buffer_of(base)
         if buf is None or buf in self._own:
             return None
         if buf.usage == BufferUsage.COMPUTE and (base.op != GGMLOp.NONE or int(base.flags) & _INPUT):
@@ -380,7 +380,7 @@ class GraphAllocator:
         self._bound.clear()
 
 
-def _carried_input(t: Tensor, cur: Buffer | None) -> bytearray | None:
+def _carried_input(t: Tensor, cur: TensorBuffer | None) -> bytearray | None:
     """The bytes of a graph input that leaves another allocator's compute buffer for this one, else None.
 
     A graph allocated by one allocator (a :class:`GraphAllocator`, another scheduler) and then computed by a

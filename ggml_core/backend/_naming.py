@@ -20,6 +20,7 @@ __all__ = [
     "is_first_party",
     "load_order_key",
     "normalize_device_id",
+    "normalize_dist",
     "reserved_owner",
 ]
 
@@ -35,13 +36,14 @@ FIRST_PARTY: Final[dict[str, str]] = {
 _PCI: Final = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
 
 
-def _norm_dist(distribution: str | None) -> str:
+def normalize_dist(distribution: str | None) -> str:
+    """A distribution name in PEP 503's normal form (runs of ``-_.`` as one ``-``, lower case); "" for None."""
     return re.sub(r"[-_.]+", "-", distribution or "").lower()
 
 
 def is_first_party(distribution: str | None) -> bool:
     """True for the project's own plugin distributions."""
-    return _norm_dist(distribution) in FIRST_PARTY
+    return normalize_dist(distribution) in FIRST_PARTY
 
 
 def reserved_owner(name: str) -> str | None:
@@ -61,14 +63,14 @@ def may_use(name: str, distribution: str | None) -> str | None:
     loses a clash to the owner, which loads first.
     """
     owner = reserved_owner(name)
-    if owner is None or distribution is None or _norm_dist(distribution) == owner:
+    if owner is None or distribution is None or normalize_dist(distribution) == owner:
         return None
     return owner
 
 
 def load_order_key(distribution: str | None, entry_point: str, value: str) -> tuple[int, str, str, str]:
     """Stable load order: first-party distributions first, then by distribution name, entry-point name, value."""
-    return (0 if is_first_party(distribution) else 1, _norm_dist(distribution), entry_point, value)
+    return (0 if is_first_party(distribution) else 1, normalize_dist(distribution), entry_point, value)
 
 
 def normalize_device_id(device_id: str | None) -> str:

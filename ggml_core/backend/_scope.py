@@ -22,7 +22,7 @@ import contextvars
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
-from ggml_core.backend._naming import _norm_dist, reserved_owner
+from ggml_core.backend._naming import normalize_dist, reserved_owner
 
 __all__ = ["CPU_OWNER", "applied", "current", "in_scope", "lifted", "scope_owners"]
 
@@ -54,7 +54,7 @@ def in_scope(distribution: str | None, owners: Iterable[str]) -> bool:
     """A registry of a plugin from ``distribution`` is enumerated under a scope of ``owners``."""
     if distribution is None:
         return True
-    return _norm_dist(distribution) in set(owners)
+    return normalize_dist(distribution) in set(owners)
 
 
 #: the scope in effect: (the registry it applies to, its owners)

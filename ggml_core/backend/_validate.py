@@ -274,11 +274,18 @@ _TYPES: Final[dict[str, tuple[type, bool]]] = {
 }
 
 
-def guarded_call(dev: Device, hook: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call an accepted device's ``hook``; a raise or a bad answer is reported and replaced (see the module doc)."""
+def guarded_call(
+    report: Callable[[str, str], None],
+    dev: Device,
+    hook: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Call an accepted device's ``hook``; a raise or a bad answer is given to ``report`` (where, problem) and
+    replaced (see the module doc). The registry binds ``report`` and installs the rest as the device's guard."""
     from ggml_core.backend._deadline import sigint_count
 
-    report: Callable[[str, str], None] = dev._boundary  # type: ignore[assignment]
     problem: str | None
     sigints = sigint_count()
     try:

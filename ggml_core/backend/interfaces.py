@@ -45,6 +45,7 @@ __all__ = [
     "DeviceProps",
     "DeviceType",
     "Event",
+    "buffer_of",
 ]
 
 #: the plugin API version of this ggml-core; a plugin declaring another one is not loaded
@@ -363,14 +364,15 @@ class Buffer:
 
     def cpy_tensor(self, src: Tensor, dst: Tensor) -> bool:
         """Copy ``src`` (any buffer) into ``dst`` (this buffer) directly if this pair supports it."""
-        if src.buffer is None or src.data_offset is None:
+        src_buf = buffer_of(src)
+        if src_buf is None or src.data_offset is None:
             raise TensorError(src, "source is not allocated")
         n = src.nbytes
         if n != dst.nbytes:
             raise TensorError(dst, f"copy needs equal sizes: source has {n} bytes, destination {dst.nbytes}")
         start = self._tensor_span(dst, 0, n)
-        src.buffer._tensor_span(src, 0, n)
-        return bool(n == 0 or self._copy_from(src.buffer, src.data_offset, start, n))
+        src_buf._tensor_span(src, 0, n)
+        return bool(n == 0 or self._copy_from(src_buf, src.data_offset, start, n))
 
     def clear(self, value: int = 0) -> None:
         """Set every byte of the buffer to ``value``."""
@@ -637,10 +639,25 @@ def check_graph_memory(graph: Graph) -> None:
             raise BufferFreedError(t, buf)
 
 
+def buffer_of(t: Tensor) -> Buffer | None:
+    """``t.buffer`` as the :class:`Buffer` it is (None before ``t`` is allocated), for code that needs its type.
+
+    The tensor layer, below this one, types ``Tensor.buffer`` by its :class:`~ggml_core._tensor.TensorBuffer`
+    protocol; tensors are bound by :meth:`Buffer.alloc_tensor`, so the object is a Buffer.
+    """
+    buf = t.buffer
+    if buf is None or isinstance(buf, Buffer):
+        return buf
+    raise TensorError(
+        t, f"is bound to a {type(buf).__name__}, not a ggml_core.Buffer; bind it with Buffer.alloc_tensor"
+    )
+
+
 def _buffer_of(t: Tensor) -> Buffer:
-    if t.buffer is None:
+    buf = buffer_of(t)
+    if buf is None:
         raise TensorError(t, "has no memory; allocate it first")
-    return t.buffer
+    return buf
 
 
 # ================================================================================================ devices
@@ -659,8 +676,9 @@ class Device:
     #: True for the host CPU seen through another API (an OpenCL CPU device such as PoCL's): the default placement
     #: does not prefer it over the CPU plugin (it would compete for the same cores); it is used when named
     host_cpu: bool = False
-    #: set by the registry when it accepts the device: reports a bad answer of a guarded hook (see _validate)
-    _boundary: Callable[[str, str], None] | None = None
+    #: set by the registry when it accepts the device: runs a guarded hook, checks its answer and reports a bad one
+    #: (``backend._validate.guarded_call``), called as ``_boundary(device, hook, fn, args, kwargs)``
+    _boundary: Callable[[Device, str, Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Guard the hooks a plugin overrides: once the registry accepted a device, their answers are checked."""
@@ -751,11 +769,10 @@ _GUARDED_HOOKS: Final = (
 def _guard(hook: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def guarded(self: Device, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self, "_boundary", None) is None:  # not (yet) accepted by a registry: a plain call
+        boundary = getattr(self, "_boundary", None)
+        if boundary is None:  # not (yet) accepted by a registry: a plain call
             return fn(self, *args, **kwargs)
-        from ggml_core.backend._validate import guarded_call
-
-        return guarded_call(self, hook, fn, args, kwargs)
+        return boundary(self, hook, fn, args, kwargs)
 
     guarded._ggml_guarded = True  # type: ignore[attr-defined]
     return guarded

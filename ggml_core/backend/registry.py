@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib.metadata as importlib_metadata
 import os
 import threading
@@ -30,6 +31,7 @@ from ggml_core.backend._validate import (
     check_buffer_type,
     check_reg,
     describe_exc,
+    guarded_call,
     probe_device,
     safe_repr,
     safe_str,
@@ -482,7 +484,7 @@ class Registry:
         self._call_buft_hooks(dev, name)
         key = self._order_key(dev, e, self._entries.index(e), len(found))
         taken[name.lower()] = (dev, who)
-        dev._boundary = self._reporter(who, name)
+        dev._boundary = functools.partial(guarded_call, self._reporter(who, name))
         found.append((key, dev))
 
     def _reporter(self, info: PluginInfo, name: str) -> Callable[[str, str], None]:

@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ggml_core.models import Model, open_gguf
-    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.arch import read_hparams
     from ggml_core.models.tokenizer import load_tokenizer
 
     if args.list_devices:

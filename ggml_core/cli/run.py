@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model, open_gguf
-    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.arch import read_hparams
     from ggml_core.models.params import check_context
     from ggml_core.models.tokenizer import load_tokenizer
 

@@ -13,12 +13,12 @@ tokenizers, and the embedded default model.
 - :mod:`.sampling`, :mod:`.tokenizer`, :mod:`.default_model`
 """
 
-from ggml_core.models.arch import ARCHITECTURES, Architecture, get_architecture
+from ggml_core.models.arch import ARCHITECTURES, Architecture, get_architecture, read_hparams, supported_archs
 from ggml_core.models.executor import Executor, scheduler_available
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.gguf_header import HeaderInfo, TensorInfo, read_header
 from ggml_core.models.graph import BuiltGraph, GraphBuilder, build_graph
-from ggml_core.models.hparams import HParams, read_hparams, supported_archs
+from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KV_TYPES, KVCache
 from ggml_core.models.params import SPLIT_MODES, ModelParams, PlacementRequest
 from ggml_core.models.plan.placement import DeviceShare, Placement, plan_placement

@@ -1,6 +1,7 @@
 """The blocks families are built from, as llama.cpp's ``llm_graph_context::build_*`` helpers.
 
-- :func:`rms_norm`: ``rms_norm(x) * w`` (Gemma's ``(1 + w)``: llama.cpp's converter stores ``1 + w``, so it is this)
+- :func:`rms_norm`: ``rms_norm(x) * w`` (Gemma's ``(1 + w)``: llama.cpp's converter stores ``1 + w``, so it is this;
+  defined with the frame in :mod:`ggml_core.models.graph`, which norms the output with it)
 - :func:`qkv`: the q/k/v projections with optional biases, per-head QK-norm and rope (NORMAL or NEOX, the layer's
   base, ``rope_freqs`` frequency factors)
 - :func:`attention`: the cache writes and GQA attention over the layer's cache group (full, or sliding window),
@@ -22,8 +23,9 @@ from ggml_core import ops
 from ggml_core._errors import OpError
 from ggml_core._tensor import Tensor
 from ggml_core._types import GGMLType
-from ggml_core.models.graph import GraphBuilder
+from ggml_core.models.graph import GraphBuilder, rms_norm
 from ggml_core.models.hparams import HParams
+from ggml_core.models.weights import LayerWeight
 
 __all__ = [
     "ATTENTION_NODE",
@@ -40,14 +42,6 @@ __all__ = [
     "rope",
     "shared_expert",
 ]
-
-#: (name inside ``blk.{il}.``, ggml ne, True for an f32 vector)
-LayerWeight = tuple[str, tuple[int, ...], bool]
-
-
-def rms_norm(g: GraphBuilder, x: Tensor, w: Tensor) -> Tensor:
-    """``rms_norm(x) * w`` over ne[0] (per head for a 3-D ``[head_dim, n_head, n_tokens]``)."""
-    return ops.mul(ops.rms_norm(x, g.hp.rms_eps), w)
 
 
 def rope(g: GraphBuilder, il: int, t: Tensor) -> Tensor:

@@ -8,29 +8,27 @@ group the mask and the cells to write) are graph inputs, so the graph depends on
 outputs) and is reused from token to token; :meth:`BuiltGraph.write_inputs` writes them straight into the graph's
 host memory (views made once per allocation), and :meth:`BuiltGraph.read_logits` copies the logits out once.
 A family's layer (``build_layer`` in :mod:`ggml_core.models.arch`) is written with the
-blocks of :mod:`ggml_core.models.blocks` over a :class:`GraphBuilder`.
+blocks of :mod:`ggml_core.models.blocks` over a :class:`GraphBuilder`; the frame takes the family as a
+:class:`LayerFamily`, what it uses of an :class:`~ggml_core.models.arch.Architecture`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ggml_core import ops
 from ggml_core._context import Context
 from ggml_core._graph import Graph
-from ggml_core._tensor import Tensor
-from ggml_core.backend.interfaces import Buffer
+from ggml_core._tensor import Tensor, TensorBuffer
 from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache
 from ggml_core.models.weights import ModelWeights
 
-if TYPE_CHECKING:
-    from ggml_core.models.arch import Architecture
-
-__all__ = ["BuiltGraph", "GraphBuilder", "build_graph", "graph_size_for"]
+__all__ = ["BuiltGraph", "GraphBuilder", "LayerFamily", "build_graph", "graph_size_for", "rms_norm"]
 
 
 @dataclass
@@ -48,7 +46,7 @@ class BuiltGraph:
     #: per-run state owned by the executor (allocation, scheduler bookkeeping)
     state: dict[str, object] = field(default_factory=dict)
     #: per tensor name: (buffer, byte offset, the buffer's host array, a flat writable view) of the last allocation
-    _views: dict[str, tuple[Buffer, int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _views: dict[str, tuple[TensorBuffer, int, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def host_view(self, t: Tensor) -> np.ndarray | None:
         """A flat zero-copy view of ``t``'s memory when it is contiguous host memory, else None.
@@ -219,8 +217,25 @@ class GraphBuilder:
         return ops.view_2d(t, t.ne[0], 1, t.nb[1], (self.n_tokens - 1) * t.nb[1])
 
 
+def rms_norm(g: GraphBuilder, x: Tensor, w: Tensor) -> Tensor:
+    """``rms_norm(x) * w`` over ne[0] (per head for a 3-D ``[head_dim, n_head, n_tokens]``)."""
+    return ops.mul(ops.rms_norm(x, g.hp.rms_eps), w)
+
+
+class LayerFamily(Protocol):
+    """What the frame uses of a model family (:class:`~ggml_core.models.arch.Architecture` has it)."""
+
+    @property
+    def build_layer(self) -> Callable[[GraphBuilder, int, Tensor], Tensor]:
+        """The graph of layer ``il``: residual stream in, residual stream out."""
+
+    @property
+    def frame_norm(self) -> Callable[[GraphBuilder, Tensor, str], Tensor] | None:
+        """The frame's norm where it is not ``rms_norm(x)·output_norm``."""
+
+
 def build_graph(
-    arch: Architecture,
+    arch: LayerFamily,
     hp: HParams,
     w: ModelWeights,
     kv: KVCache,
@@ -234,8 +249,6 @@ def build_graph(
 
     Every intermediate lives in a fresh context of its own (``with ctx:``), never in the weights' or the cache's.
     """
-    from ggml_core.models.blocks import rms_norm
-
     with Context(f"{hp.arch} batch {n_tokens}x{n_kv}") as ctx:
         g = GraphBuilder(
             ctx, hp, w, kv, n_tokens, n_kv, all_logits=all_logits, flash_attn=flash_attn, graph_size=graph_size_for(hp)

@@ -1,8 +1,10 @@
 """Hyperparameters of a model, read from GGUF metadata (``{arch}.*`` keys) and checked.
 
-The keys every family shares (sizes, heads, rope, norm epsilon) are read here; what a family adds (biases, QK-norm,
-sliding-window layers, softcapping, embedding scale) its module in :mod:`ggml_core.models.arch` reads through
-:meth:`~ggml_core.models.arch.Architecture.read` and passes back as overrides of :class:`HParams`' defaults.
+The keys every family shares (sizes, heads, rope, norm epsilon) are read here (:func:`read_shared_hparams`); what a
+family adds (biases, QK-norm, sliding-window layers, softcapping, embedding scale) its module in
+:mod:`ggml_core.models.arch` reads through :meth:`~ggml_core.models.arch.Architecture.read` and passes back as
+overrides of :class:`HParams`' defaults. :func:`ggml_core.models.arch.read_hparams` finds a file's family and does
+both.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Final
 import numpy as np
 
 from ggml_core._errors import GGUFError
-from ggml_core._text import text_repr
 from ggml_core.models.gguf_file import GGUFFile
 
 __all__ = [
@@ -21,10 +22,9 @@ __all__ = [
     "MAX_LAYERS",
     "HParams",
     "get_f32",
-    "read_hparams",
     "read_moe_routing",
+    "read_shared_hparams",
     "read_ssm",
-    "supported_archs",
     "swa_pattern",
     "yarn_attn_factor",
 ]
@@ -343,35 +343,24 @@ def read_ssm(f: GGUFFile, hp: HParams, *, group_count: bool) -> HParams:
     )
 
 
-def supported_archs() -> dict[str, int]:
-    """Architecture name → rope mode, for every registered family."""
-    from ggml_core.models.arch import ARCHITECTURES
+def read_shared_hparams(f: GGUFFile, arch_name: str, *, rope_type: int, recurrent: bool, moe: bool) -> HParams:
+    """Read and check the keys every family shares; GGUFError naming the file and key on anything missing or absurd.
 
-    return {name: a.rope_type for name, a in ARCHITECTURES.items()}
-
-
-def read_hparams(f: GGUFFile) -> HParams:
-    """Read and check the hyperparameters; GGUFError naming the file and key on anything missing or absurd."""
-    from ggml_core.models.arch import ARCHITECTURES
-
-    arch_name = f.get_str("general.architecture")
-    arch = ARCHITECTURES.get(arch_name)
-    if arch is None:
-        raise GGUFError(
-            f.path,
-            "metadata 'general.architecture'",
-            f"{text_repr(arch_name)} is not supported (supported: {', '.join(ARCHITECTURES)}; see 'ggml-core models')",
-        )
+    :param arch_name: the file's ``general.architecture`` (the prefix of its keys)
+    :param rope_type: the family's rope mode
+    :param recurrent: the family has recurrent layers (attention heads and FFN width may then be 0)
+    :param moe: the family has a mixture-of-experts variant (else ``expert_count`` must be 0)
+    """
     k = arch_name + "."
     n_embd = f.get_int(k + "embedding_length", minimum=1)
     n_layer = f.get_int(k + "block_count", minimum=1)
     if n_layer > MAX_LAYERS:
         raise GGUFError(f.path, f"metadata '{k}block_count'", f"{n_layer} layers is over the limit of {MAX_LAYERS}")
     # a recurrent family may have no attention and no FFN (mamba2: head_count and feed_forward_length are 0)
-    least = 0 if arch.recurrent else 1
+    least = 0 if recurrent else 1
     n_ff, ff_layers = _ff_widths(f, k + "feed_forward_length", n_layer, least)
-    n_head = f.get_int(k + "attention.head_count", 0 if arch.recurrent else None, minimum=least)
-    n_head_kv, recurrent = _kv_heads(f, k + "attention.head_count_kv", n_head, n_layer, arch.recurrent)
+    n_head = f.get_int(k + "attention.head_count", 0 if recurrent else None, minimum=least)
+    n_head_kv, recurrent_layers = _kv_heads(f, k + "attention.head_count_kv", n_head, n_layer, recurrent)
     if n_head == 0:  # no attention anywhere: no heads to check
         n_head_kv = 0
     if n_head and n_head % n_head_kv:
@@ -420,7 +409,7 @@ def read_hparams(f: GGUFFile) -> HParams:
     n_expert_used = f.get_int(k + "expert_used_count", 0, minimum=0)
     if n_expert and not 0 < n_expert_used <= n_expert:
         raise GGUFError(f.path, f"metadata '{k}expert_used_count'", f"{n_expert_used} must be in 1..{n_expert}")
-    if n_expert and not arch.moe:
+    if n_expert and not moe:
         raise GGUFError(f.path, f"metadata '{k}expert_count'", f"mixture of experts is not supported for {arch_name}")
     if not f.has_tensor("token_embd.weight"):
         raise GGUFError(f.path, "tensor 'token_embd.weight'", "is missing (every model needs its token embeddings)")
@@ -432,7 +421,7 @@ def read_hparams(f: GGUFFile) -> HParams:
         raise GGUFError(f.path, "tensor 'token_embd.weight'", "has 0 rows: the vocabulary is empty")
     if n_vocab != embd.ne[1]:
         raise GGUFError(f.path, f"metadata '{k}vocab_size'", f"{n_vocab} differs from token_embd's {embd.ne[1]} rows")
-    hp = HParams(
+    return HParams(
         arch=arch_name,
         n_vocab=n_vocab,
         n_ctx_train=n_ctx_train,
@@ -444,7 +433,7 @@ def read_hparams(f: GGUFFile) -> HParams:
         head_dim_k=head_dim_k,
         head_dim_v=head_dim_v,
         n_rot=n_rot,
-        rope_type=arch.rope_type,
+        rope_type=rope_type,
         rope_freq_base=freq_base,
         rope_freq_scale=freq_scale,
         rope_ext_factor=ext_factor,
@@ -456,7 +445,6 @@ def read_hparams(f: GGUFFile) -> HParams:
         rms_eps=rms_eps,
         n_expert=n_expert,
         n_expert_used=n_expert_used,
-        recurrent_layers=recurrent,
+        recurrent_layers=recurrent_layers,
         n_ff_layers=ff_layers,
     )
-    return arch.read(f, hp)

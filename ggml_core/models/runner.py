@@ -24,17 +24,17 @@ import numpy as np
 
 from ggml_core._errors import ModelInUseError
 from ggml_core.alloc import pad
-from ggml_core.models.arch import Architecture, get_architecture
+from ggml_core.models.arch import Architecture, get_architecture, read_hparams, weight_specs
 from ggml_core.models.executor import Executor
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
-from ggml_core.models.hparams import HParams, read_hparams
+from ggml_core.models.hparams import HParams
 from ggml_core.models.kvcache import KVCache, swa_cache_size
 from ggml_core.models.params import KV_PAD, ModelParams, check_context, default_n_ctx
 from ggml_core.models.plan.placement import Placement
 from ggml_core.models.plan.planner import flash_attn_auto, plan_model
 from ggml_core.models.sampling import Sampler
-from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights, weight_specs
+from ggml_core.models.weights import ModelWeights, WeightSpec, load_weights
 
 __all__ = ["GenerationResult", "Model"]
 

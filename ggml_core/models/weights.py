@@ -26,17 +26,22 @@ from ggml_core.models.progress import Progress
 
 __all__ = [
     "UPLOAD_CHUNK",
+    "LayerWeight",
     "ModelWeights",
     "UploadStat",
     "WeightSpec",
+    "family_weight_specs",
     "load_weights",
     "slot_bytes",
     "slot_nbytes",
-    "weight_specs",
 ]
 
 #: bytes per upload call when streaming weights to a device
 UPLOAD_CHUNK: Final = 16 * 2**20
+
+
+#: one tensor of a layer: (name inside ``blk.{il}.``, ggml ne, True for an f32 vector)
+LayerWeight = tuple[str, tuple[int, ...], bool]
 
 
 @dataclass(frozen=True)
@@ -61,20 +66,31 @@ def _strip(ne: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def weight_specs(f: GGUFFile, hp: HParams) -> list[WeightSpec]:
-    """Every weight of the model with its expected shape; GGUFError naming the tensor when one is missing or wrong."""
-    from ggml_core.models.arch import get_architecture
+def family_weight_specs(
+    f: GGUFFile,
+    hp: HParams,
+    layer_weights: Callable[[HParams, int], list[LayerWeight]],
+    *,
+    frame_norm: bool,
+    output_norm: str,
+) -> list[WeightSpec]:
+    """Every weight of a model of a family with its expected shape; GGUFError naming the tensor when one is missing
+    or wrong.
 
-    arch = get_architecture(hp.arch)
+    :param layer_weights: the family's tensors of layer ``il``
+    :param frame_norm: the family norms the frame with its own LayerNorm (``token_embd_norm`` and the output norm's
+        bias are weights too)
+    :param output_norm: the file's name of the final norm's weight
+    """
     e, nl = hp.n_embd, hp.n_layer
     specs = [WeightSpec("token_embd.weight", "token_embd.weight", INPUT_SLOT, (e, hp.n_vocab))]
-    if arch.frame_norm is not None:  # the embeddings' norm (weight, bias): on the first layer's device, as llama.cpp
+    if frame_norm:  # the embeddings' norm (weight, bias): on the first layer's device, as llama.cpp
         specs += [WeightSpec(f"token_embd_norm.{n}", f"token_embd_norm.{n}", 0, (e,), True) for n in _WB]
     for il in range(nl):
         b = f"blk.{il}."
-        specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in arch.layer_weights(hp, il)]
-    specs.append(WeightSpec("output_norm.weight", arch.output_norm, nl, (e,), True))  # the file's name for it
-    if arch.frame_norm is not None:
+        specs += [WeightSpec(b + n, b + n, il, ne, vec) for n, ne, vec in layer_weights(hp, il)]
+    specs.append(WeightSpec("output_norm.weight", output_norm, nl, (e,), True))  # the file's name for it
+    if frame_norm:
         specs.append(WeightSpec("output_norm.bias", "output_norm.bias", nl, (e,), True))
     # no output matrix: the embeddings are tied (used again as lm_head)
     out_src = "output.weight" if f.has_tensor("output.weight") else "token_embd.weight"

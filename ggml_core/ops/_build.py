@@ -22,7 +22,7 @@ def ctx_of(op: str, t: Tensor) -> Context:
     current = current_context()
     if current is not None:
         return current
-    if t.ctx is None:
+    if not isinstance(t.ctx, Context):  # None, or a tensor made outside any Context
         raise OpError(op, "operand belongs to no context; create tensors with Context.new_tensor", [t])
     return t.ctx
 

@@ -25,24 +25,42 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import numpy as np
 
 from ggml_core._errors import ComputeError, GGMLError, TensorError
 from ggml_core._tensor import Tensor, TensorFlag
+from ggml_core.alloc._gallocr import GraphAllocator
 from ggml_core.alloc._liveness import same_layout
-from ggml_core.backend.interfaces import BufferUsage, Event
+from ggml_core.backend.interfaces import Backend, BufferUsage, Event
 from ggml_core.ops._enum import GGMLOp
 
 if TYPE_CHECKING:
-    from ggml_core.sched._scheduler import Scheduler
     from ggml_core.sched._split import Split, SplitResult
 
-__all__ = ["EvalCallback", "compute_splits", "poison", "tensor_copy"]
+__all__ = ["EvalCallback", "SchedState", "compute_splits", "poison", "tensor_copy"]
 
 #: ``cb(tensor, ask) -> bool``: with ask=True "do you want this node's data?", with ask=False "here it is; go on?"
 EvalCallback = Callable[[Tensor, bool], bool]
+
+
+class SchedState(Protocol):
+    """What running the splits uses of a :class:`~ggml_core.Scheduler`."""
+
+    #: the backends, by index
+    backends: list[Backend]
+    #: per backend, per copy slot: the event of its last split there (None without events)
+    events: list[list[Event | None]]
+    #: the compute-memory allocator (which nodes it owns decides what a failure poisons)
+    allocator: GraphAllocator
+    #: the callback that watches (and may cancel) the computation
+    eval_callback: EvalCallback | None
+    #: copy only the experts a batch selects of a host expert weight
+    partial_expert_copy: bool
+    #: bytes copied between backends (added to while running)
+    bytes_copied: int
+
 
 #: the byte every float type reads as NaN (and every signed integer as -1)
 POISON = 0xFF
@@ -89,7 +107,7 @@ def poison(owned: Callable[[Tensor], bool], nodes: Iterable[Tensor]) -> list[str
     return errors
 
 
-def _sync_event_or(event: Event | None, sched: Scheduler, b: int) -> None:
+def _sync_event_or(event: Event | None, sched: SchedState, b: int) -> None:
     if event is not None:
         event.synchronize()
     else:
@@ -101,7 +119,7 @@ def _sync_event_or(event: Event | None, sched: Scheduler, b: int) -> None:
 _EXPERT_PAD: Final = 512
 
 
-def _used_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, node: Tensor) -> np.ndarray:
+def _used_experts(sched: SchedState, res: SplitResult, split: Split, k: int, node: Tensor) -> np.ndarray:
     """The expert ids the MUL_MAT_ID ``node`` reads, sorted, unique; read from the ids' own backend when they are a
     later input of this split (not copied yet)."""
     ids = node.src[2]
@@ -121,7 +139,7 @@ def _used_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, node
     return np.unique(flat[idx])
 
 
-def _copy_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, inp: Tensor, cpy: Tensor) -> int | None:
+def _copy_experts(sched: SchedState, res: SplitResult, split: Split, k: int, inp: Tensor, cpy: Tensor) -> int | None:
     """Copy only the used experts of ``inp`` into ``cpy``; bytes copied, or None when this input is not such a case."""
     graph = split.graph
     if not sched.partial_expert_copy or graph is None or not graph.nodes:
@@ -153,7 +171,7 @@ def _copy_experts(sched: Scheduler, res: SplitResult, split: Split, k: int, inp:
     return copied
 
 
-def _copy_inputs(sched: Scheduler, res: SplitResult, split: Split) -> None:
+def _copy_inputs(sched: SchedState, res: SplitResult, split: Split) -> None:
     b = split.backend_id
     be = sched.backends[b]
     c = res.cur_copy
@@ -191,7 +209,7 @@ def _copy_inputs(sched: Scheduler, res: SplitResult, split: Split) -> None:
             ) from exc
 
 
-def _compute(sched: Scheduler, split: Split, cb: EvalCallback | None) -> int:
+def _compute(sched: SchedState, split: Split, cb: EvalCallback | None) -> int:
     """Compute one split; returns -1 when done, else the index of the first node not computed (cancelled)."""
     be = sched.backends[split.backend_id]
     graph = split.graph
@@ -217,7 +235,7 @@ def _compute(sched: Scheduler, split: Split, cb: EvalCallback | None) -> int:
     return -1
 
 
-def compute_splits(sched: Scheduler, res: SplitResult) -> bool:
+def compute_splits(sched: SchedState, res: SplitResult) -> bool:
     """Run every split of ``res``; False when the eval callback cancelled (remaining results poisoned)."""
     prev = -1
     c = res.cur_copy
@@ -249,7 +267,7 @@ def _nodes(split: Split) -> list[Tensor]:
     return split.graph.nodes if split.graph is not None else []
 
 
-def _fail(sched: Scheduler, res: SplitResult, k: int, start: int, exc: Exception, backend: str) -> None:
+def _fail(sched: SchedState, res: SplitResult, k: int, start: int, exc: Exception, backend: str) -> None:
     """Synchronise what can be, poison results from split ``k`` on, and raise a ComputeError naming the culprit."""
     for be in sched.backends:
         with contextlib.suppress(Exception):  # the original error is the one to report

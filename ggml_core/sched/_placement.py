@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from ggml_core._errors import UnsupportedOpError
 from ggml_core._tensor import Tensor, TensorFlag
-from ggml_core.backend.interfaces import Backend, Buffer, BufferType, BufferUsage
+from ggml_core.backend.interfaces import Backend, Buffer, BufferType, BufferUsage, buffer_of
 from ggml_core.ops._enum import VIEW_OPS, GGMLOp
 
 if TYPE_CHECKING:
@@ -138,10 +138,11 @@ class Placer:
             return -1, ""
         last = len(self.backends) - 1
         for i, src in enumerate(t.src):
-            if src is None or src.buffer is None or src.buffer.usage != BufferUsage.WEIGHTS:
+            buf = None if src is None else buffer_of(src)
+            if buf is None or buf.usage != BufferUsage.WEIGHTS:
                 continue
-            sb = self._from_buffer(src.buffer, t)
-            if self.op_offload and sb == last and src.buffer.is_host:
+            sb = self._from_buffer(buf, t)
+            if self.op_offload and sb == last and buf.is_host:
                 for b in range(sb):
                     if self.supports(b, t) and self.backends[b].offload_op(t):
                         return b, "1.off"

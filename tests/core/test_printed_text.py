@@ -128,7 +128,7 @@ def test_unknown_architecture_name_is_escaped_and_bounded(tmp_path: Path) -> Non
     from gguf import GGUFWriter
 
     from ggml_core.models import open_gguf
-    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.arch import read_hparams
 
     path = tmp_path / "arch.gguf"
     writer = GGUFWriter(str(path), "\x1b[31mfake" + "a" * 10_000)

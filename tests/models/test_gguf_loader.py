@@ -14,9 +14,9 @@ from tiny_models import TinyConfig, random_weights, write_model
 
 from ggml_core import BufferUsage, DeviceNotFoundError, GGMLType, get_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf
-from ggml_core.models.hparams import read_hparams
+from ggml_core.models.arch import read_hparams, weight_specs
 from ggml_core.models.plan.placement import Placement
-from ggml_core.models.weights import UPLOAD_CHUNK, load_weights, weight_specs
+from ggml_core.models.weights import UPLOAD_CHUNK, load_weights
 
 
 def _shape(t: GGMLType) -> tuple[int, int]:

@@ -302,9 +302,8 @@ def test_placement_probes_the_ops_that_read_gpt_oss_weights(model: tuple[Path, d
     per-expert biases, SOFT_MAX (its sinks source) for the sinks; the CPU runs every one of those probes."""
     import ggml_core as gc
     from ggml_core.models import open_gguf
-    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.arch import read_hparams, weight_specs
     from ggml_core.models.plan.bufts import ProbeShapes, consumer_op
-    from ggml_core.models.weights import weight_specs
 
     path, _ = model
     f = open_gguf(path)
@@ -349,7 +348,7 @@ def test_sliding_window_pattern_from_the_file_matches_llama_cpp(tmp_path: Path) 
 def test_bad_gpt_oss_metadata_is_a_one_line_error(tmp_path: Path, kw: dict[str, object], field: str) -> None:
     from ggml_core import GGUFError
     from ggml_core.models import open_gguf
-    from ggml_core.models.hparams import read_hparams
+    from ggml_core.models.arch import read_hparams
 
     path = write_gpt_oss(tmp_path / "bad.gguf", gpt_oss_weights(0), **kw)  # type: ignore[arg-type]
     with pytest.raises(GGUFError, match=field.replace(".", r"\.")) as exc:

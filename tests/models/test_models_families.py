@@ -21,8 +21,8 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 
 from ggml_core import GGUFError
 from ggml_core.models import ARCHITECTURES, Model, ModelParams, PlacementRequest
+from ggml_core.models.arch import read_hparams
 from ggml_core.models.gguf_file import open_gguf
-from ggml_core.models.hparams import read_hparams
 
 CPU_ONLY = PlacementRequest(devices=["CPU"])
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40]

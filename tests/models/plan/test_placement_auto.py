@@ -24,9 +24,9 @@ import ggml_core.models.plan.autosplit as auto
 from ggml_core.backend.interfaces import Device
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf, read_hparams, scheduler_available
+from ggml_core.models.arch import weight_specs
 from ggml_core.models.params import FitParams, Workload
 from ggml_core.models.plan.autosplit import DeviceSpeed, choose_split
-from ggml_core.models.weights import weight_specs
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
 

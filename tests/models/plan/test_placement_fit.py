@@ -21,10 +21,10 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 from ggml_core import AllocationError, GGMLOp
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf, read_hparams, scheduler_available
+from ggml_core.models.arch import weight_specs
 from ggml_core.models.params import FitParams
 from ggml_core.models.plan.fit import measure
 from ggml_core.models.plan.planner import plan_once
-from ggml_core.models.weights import weight_specs
 
 pytestmark = pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
 
