@@ -8,7 +8,7 @@ Bounds: the one-device run on the CPU, f32 weights within 1e-4 (the all-reduce s
 weights (q8_0, gpt-oss's MXFP4 experts) within 1e-3. Gemma's GEGLU reads ggml's f16 GELU table at f16(gate): a
 float32 difference of the reordered sums that moves a gate across an f16 rounding step moves that GELU output by one
 f16 step, so gemma2/gemma3 take tests/test_models_families.py's bounds, relative to the largest logit: 2e-4 (f32)
-and 1e-3 (q8_0); measured on CPU + RPC up to 3e-5 of the largest logit. (The mirrored single KV head alone, in a
+and 1e-3 (q8_0); measured up to 3.7e-5 of the largest logit. (The mirrored single KV head alone, in a
 llama or qwen3 model without GELU, stays within 4e-7.)
 """
 
