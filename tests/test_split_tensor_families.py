@@ -23,7 +23,7 @@ from test_gpt_oss import SEED, gpt_oss_weights, write_gpt_oss
 from test_sched_llama import opencl_backend
 from tiny_models import TinyConfig, random_weights, write_model
 
-from ggml_core import get_registry
+from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.tensor_parallel import FAMILIES
@@ -196,3 +196,24 @@ def test_recurrent_and_hybrid_families_are_refused_by_name(tmp_path: Path, famil
     supported = ", ".join(FAMILIES)
     with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is {family} \("):
         _run(path, ["CPU", opencl_backend().device.name])
+
+
+def test_fit_chooses_shares_that_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenCL0 first (it holds the mirrored output matrix) with 6 MB free, the CPU with 7 MB: shares by free memory
+    (0.46) overfill OpenCL0; ``--fit on`` re-chooses them from each device's room (2 of 8 KV heads there), and the
+    logits are the one-device ones; an explicit ``--tensor-split`` is kept and refused."""
+    second = opencl_backend().device.name
+    cfg = TinyConfig(n_layer=3, n_head=8, n_head_kv=8, n_embd=128, n_ff=256, n_vocab=512)
+    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 1), "f32")
+    one, _ = _run(path, ["CPU"])
+    for name, free in ((second, 6_000_000), ("CPU", 7_000_000)):
+        monkeypatch.setattr(get_registry().get_device(name), "memory", lambda free=free: (free, free))
+    got, m = _run(path, [second, "CPU"])
+    owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+    assert owner is not None
+    assert owner.state(m.weights["blk.0.attn_k.weight"]) == SplitState.split(1, (32, 96))
+    assert any(n.startswith("--fit: tensor split shares from each device's free memory") for n in m.placement.notes)
+    assert all(s.total_bytes <= s.device.memory()[0] for s in m.placement.shares)
+    assert np.abs(got - one).max() <= TOL["f32"]
+    with pytest.raises(AllocationError, match=rf"device {second}: .*its -sm tensor share does not fit"):
+        _run(path, [second, "CPU"], (1, 1))

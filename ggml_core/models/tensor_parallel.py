@@ -28,6 +28,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Final, TextIO
 
 from ggml_core._context import Context
@@ -42,7 +43,17 @@ from ggml_core.models.progress import Progress
 from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
 from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
 
-__all__ = ["SUPPORTED", "TensorParallel", "account", "check_supported", "fit_check", "plan_tensor", "split_states"]
+__all__ = [
+    "FAMILIES",
+    "SUPPORTED",
+    "TensorParallel",
+    "account",
+    "check_supported",
+    "fit_check",
+    "fit_shares",
+    "plan_tensor",
+    "split_states",
+]
 
 #: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
 #: and each expert by width), each checked against the one-device logits (tests/test_split_tensor_families.py)
@@ -68,16 +79,67 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
 
 
 def plan_tensor(
-    hp: HParams, req: PlacementRequest, flash_attn: bool | None, check_fit: bool, plan_once: Callable[[], Placement]
+    hp: HParams,
+    req: PlacementRequest,
+    flash_attn: bool | None,
+    check_fit: bool,
+    plan_once: Callable[[PlacementRequest], Placement],
 ) -> Placement:
-    """The ``-sm tensor`` placement (``plan_once``: the runner's planning), after :func:`check_supported`; with
-    ``check_fit``, every device's share checked against its free memory (:func:`fit_check`)."""
+    """The ``-sm tensor`` placement (``plan_once``: the runner's planning of a request), after
+    :func:`check_supported`; with ``check_fit`` (``--fit on``) and no ``--tensor-split``, shares that fit each
+    device's free memory (:func:`fit_shares`), then every device's share checked against it (:func:`fit_check`)."""
     given = {"--flash-attn on": flash_attn is True, "--no-kv-offload": not req.kv_offload}
     check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
-    placement = plan_once()
+    placement = plan_once(req)
     if check_fit:
+        if req.tensor_split is None:
+            placement = fit_shares(placement, req, plan_once)
         fit_check(placement)
     return placement
+
+
+def _over(placement: Placement) -> bool:
+    return any(s.total_bytes > s.device.memory()[0] for s in placement.shares)
+
+
+def fit_shares(
+    placement: Placement, req: PlacementRequest, plan_once: Callable[[PlacementRequest], Placement]
+) -> Placement:
+    """``placement`` if every device's share fits its free memory; else the shares re-chosen from each device's
+    room: a second plan with the overfull devices' shares halved gives, per device, the bytes that grow with
+    its share (shards and KV heads) and those that do not (mirrored weights, compute), and the new shares are the
+    devices' capacities ``(free - fixed) / growing``, in proportion. Rounding to whole heads and blocks may still
+    leave a device over: :func:`fit_check` says so."""
+    if not _over(placement):
+        return placement
+    devs = placement.tensor_devices
+    free = [d.memory()[0] for d in devs]
+
+    def fractions(p: Placement) -> list[float]:
+        total = sum(p.tensor_shares)
+        return [w / total for w in p.tensor_shares]
+
+    def totals(p: Placement) -> list[int]:
+        by_name = {s.name: s.total_bytes for s in p.shares}
+        return [by_name.get(d.name, 0) for d in devs]
+
+    fa, ta = fractions(placement), totals(placement)
+    scaled = [f / 2 if t > fr else f for f, fr, t in zip(fa, free, ta, strict=True)]  # a step of whole units
+    second = plan_once(replace(req, tensor_split=scaled))
+    fb, tb = fractions(second), totals(second)
+    caps = []
+    for a, b, x, y, fr in zip(fa, fb, ta, tb, free, strict=True):
+        growing = (x - y) / (a - b) if a != b else 0.0
+        if growing <= 0:  # its bytes do not follow its share here: no estimate, no change
+            caps.append(a)
+            continue
+        caps.append(max(0.0, (fr - (x - a * growing)) / growing))
+    if sum(caps) <= 0:
+        return placement
+    refit = plan_once(replace(req, tensor_split=caps))
+    split = ", ".join(f"{d.name} {f:.2f}" for d, f in zip(devs, fractions(refit), strict=True))
+    refit.notes.append(f"--fit: tensor split shares from each device's free memory: {split}")
+    return refit
 
 
 #: the row-parallel FFN matrices: their columns (the FFN's width) split in whole quantization blocks
