@@ -1,17 +1,22 @@
 """``--split-mode tensor``: one model's weights split over several devices through the meta device
 (:class:`ggml_core.sched.MetaDevice`), each device computing its share of every layer.
 
-The dense ``llama`` family only (:func:`check_supported` names the family of any other model). The weights take the
-states of :func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` and ``ffn_gate``/``ffn_up``
-split by output rows, ``attn_output`` and ``ffn_down`` by input columns (their products are partial sums, all-reduced
-after each), the rest (embeddings, norms, the output matrix) mirrored: loaded once, on the first device. KV heads
-are divided by ``--tensor-split`` (each device keeps its query heads' group with their KV head; a count that does
-not divide gives an uneven split), the feed-forward width in whole quantization blocks of ``ffn_down``.
+The families of :data:`FAMILIES` (attention and FFN or mixture-of-experts blocks; :func:`check_supported` names the
+family of any other model, such as the recurrent and hybrid ones). The weights take the states of
+:func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` (and their biases) and
+``ffn_gate``/``ffn_up`` split by output rows, ``attn_output`` and ``ffn_down`` by input columns (their products are
+partial sums, all-reduced once after the attention and once after the FFN), attention sinks by head; each expert of
+a mixture of experts split as a dense FFN (``ffn_{gate,up}_exps`` by rows, ``ffn_down_exps`` by columns, the
+per-expert biases alike), the shared expert too; the rest (embeddings, norms, routers, the output matrix) mirrored:
+loaded once, on the first device. KV heads are divided by ``--tensor-split`` (each device keeps its query heads' group
+with their KV head; a count that does not divide gives an uneven split; a single KV head is mirrored, cache and
+all, and the query heads divided instead), the feed-forward widths in whole quantization blocks of ``ffn_down``.
 
-The KV cache splits by KV heads as well: its tensors are made without memory and the meta device allocates each
-device's heads of every row on that device. V is stored by rows as K (not transposed: a transposed row mixes every
-head, which no device could hold alone), read through a contiguous transpose as llama.cpp does without flash
-attention; attention is the SOFT_MAX path (the meta device has no FLASH_ATTN_EXT rule).
+The KV cache splits by KV heads as well (sliding-window layers' rings alike): its tensors are made without memory
+and the meta device allocates each device's heads of every row on that device. V is stored by rows as K (not
+transposed: a transposed row mixes every head, which no device could hold alone), read through a contiguous
+transpose as llama.cpp does without flash attention; attention is the SOFT_MAX path (the meta device has no
+FLASH_ATTN_EXT rule).
 
 Each batch shape's graph is split once (:meth:`TensorParallel.split`) and cached with the graph; the first split
 allocates the shards, and every later one reuses them (``split_graph(..., reuse=)``).
@@ -23,6 +28,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Final, TextIO
 
 from ggml_core._context import Context
@@ -38,10 +44,22 @@ from ggml_core.models.progress import Progress
 from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
 from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
 
-__all__ = ["SUPPORTED", "TensorParallel", "account", "check_supported", "fit_check", "plan_tensor", "split_states"]
+__all__ = [
+    "FAMILIES",
+    "SUPPORTED",
+    "TensorParallel",
+    "account",
+    "check_supported",
+    "fit_check",
+    "fit_shares",
+    "plan_tensor",
+    "split_states",
+]
 
-#: the families ``-sm tensor`` runs
-SUPPORTED: Final = "llama (dense)"
+#: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
+#: and each expert by width), each checked against the one-device logits (tests/sched/test_split_tensor_families.py)
+FAMILIES: Final = ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "dots1", "gemma2", "gemma3", "gpt-oss")
+SUPPORTED: Final = ", ".join(FAMILIES)
 
 
 def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
@@ -54,7 +72,7 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
         kind += " (recurrent layers)"
     elif hp.has_swa:
         kind += " (sliding-window layers)"
-    if hp.arch != "llama" or hp.is_moe or hp.has_recurrent or hp.has_swa or hp.qkv_bias or hp.attn_softcap:
+    if hp.arch not in FAMILIES or hp.has_recurrent:
         raise SplitError(None, f"-sm tensor supports: {SUPPORTED}; this model is {kind}")
     for flag, given in flags.items():
         if given:
@@ -62,16 +80,71 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
 
 
 def plan_tensor(
-    hp: HParams, req: PlacementRequest, flash_attn: bool | None, check_fit: bool, plan_once: Callable[[], Placement]
+    hp: HParams,
+    req: PlacementRequest,
+    flash_attn: bool | None,
+    check_fit: bool,
+    plan_once: Callable[[PlacementRequest], Placement],
 ) -> Placement:
-    """The ``-sm tensor`` placement (``plan_once``: the runner's planning), after :func:`check_supported`; with
-    ``check_fit``, every device's share checked against its free memory (:func:`fit_check`)."""
+    """The ``-sm tensor`` placement (``plan_once``: the runner's planning of a request), after
+    :func:`check_supported`; with ``check_fit`` (``--fit on``) and no ``--tensor-split``, shares that fit each
+    device's free memory (:func:`fit_shares`), then every device's share checked against it (:func:`fit_check`)."""
     given = {"--flash-attn on": flash_attn is True, "--no-kv-offload": not req.kv_offload}
     check_supported(hp, given | {"-ot, --cpu-moe or --n-cpu-moe": bool(req.overrides)})
-    placement = plan_once()
+    placement = plan_once(req)
     if check_fit:
+        if req.tensor_split is None:
+            placement = fit_shares(placement, req, plan_once)
         fit_check(placement)
     return placement
+
+
+def _over(placement: Placement) -> bool:
+    return any(s.total_bytes > s.device.memory()[0] for s in placement.shares)
+
+
+def fit_shares(
+    placement: Placement, req: PlacementRequest, plan_once: Callable[[PlacementRequest], Placement]
+) -> Placement:
+    """``placement`` if every device's share fits its free memory; else the shares re-chosen from each device's
+    room: a second plan with the overfull devices' shares halved gives, per device, the bytes that grow with
+    its share (shards and KV heads) and those that do not (mirrored weights, compute), and the new shares are the
+    devices' capacities ``(free - fixed) / growing``, in proportion. Rounding to whole heads and blocks may still
+    leave a device over: :func:`fit_check` says so."""
+    if not _over(placement):
+        return placement
+    devs = placement.tensor_devices
+    free = [d.memory()[0] for d in devs]
+
+    def fractions(p: Placement) -> list[float]:
+        total = sum(p.tensor_shares)
+        return [w / total for w in p.tensor_shares]
+
+    def totals(p: Placement) -> list[int]:
+        by_name = {s.name: s.total_bytes for s in p.shares}
+        return [by_name.get(d.name, 0) for d in devs]
+
+    fa, ta = fractions(placement), totals(placement)
+    scaled = [f / 2 if t > fr else f for f, fr, t in zip(fa, free, ta, strict=True)]  # a step of whole units
+    second = plan_once(replace(req, tensor_split=scaled))
+    fb, tb = fractions(second), totals(second)
+    caps = []
+    for a, b, x, y, fr in zip(fa, fb, ta, tb, free, strict=True):
+        growing = (x - y) / (a - b) if a != b else 0.0
+        if growing <= 0:  # its bytes do not follow its share here: no estimate, no change
+            caps.append(a)
+            continue
+        caps.append(max(0.0, (fr - (x - a * growing)) / growing))
+    if sum(caps) <= 0:
+        return placement
+    refit = plan_once(replace(req, tensor_split=caps))
+    split = ", ".join(f"{d.name} {f:.2f}" for d, f in zip(devs, fractions(refit), strict=True))
+    refit.notes.append(f"--fit: tensor split shares from each device's free memory: {split}")
+    return refit
+
+
+#: the row-parallel FFN matrices: their columns (the FFN's width) split in whole quantization blocks
+_DOWN = ("ffn_down", "ffn_down_exps", "ffn_down_shexp")
 
 
 def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf:
@@ -79,11 +152,21 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
     in whole blocks of ``ffn_down``'s quantization type."""
     granule = 1
     for il in range(hp.n_layer):
-        granule = math.lcm(granule, f.tensor_info(f"blk.{il}.ffn_down.weight").type.block_size)
+        for name in _DOWN:
+            if f.has_tensor(key := f"blk.{il}.{name}.weight"):
+                granule = math.lcm(granule, f.tensor_info(key).type.block_size)
     if hp.head_dim_k != hp.head_dim_v:
         raise SplitError(None, f"-sm tensor needs equal K and V head widths, got {hp.head_dim_k} and {hp.head_dim_v}")
+    # one KV head: every device computes it and reads the one cache (on the first device); the query heads split
+    mirror_kv = hp.n_head_kv == 1 < len(proportions)
     return llama_split_states(
-        proportions, n_head=hp.n_head, n_head_kv=hp.n_head_kv, head_dim=hp.head_dim_k, n_ff=hp.n_ff, ff_granule=granule
+        proportions,
+        n_head=hp.n_head,
+        n_head_kv=hp.n_head_kv,
+        head_dim=hp.head_dim_k,
+        n_ff=hp.n_ff,
+        ff_granule=granule,
+        mirror_kv=mirror_kv,
     )
 
 
@@ -96,7 +179,7 @@ def account(
     compute: int,
 ) -> None:
     """Each device's share of a ``-sm tensor`` placement: its shards of every split weight and its KV heads of every
-    layer's cache; the mirrored weights where :func:`~ggml_core.models.bufts.assign_weights` put them."""
+    layer's cache; the mirrored weights where :func:`~ggml_core.models.plan.bufts.assign_weights` put them."""
     state_of = split_states(f, hp, placement.tensor_shares)
     devs = placement.tensor_devices
     cpu = placement.slot_device[INPUT_SLOT]
@@ -116,13 +199,17 @@ def account(
             placement.weights.pop(s.name, None)
     placement.account(items, kv_layer, compute, devs)
     kv = state_of(ctx.new_tensor("f32", (hp.n_embd_k_gqa, 1), "cache_k_l0"))
-    assert kv is not None
-    by_name = dict(zip((d.name for d in devs), kv.sizes, strict=True))
+    # the KV heads' widths per device; a mirrored cache (one KV head) is the first device's
+    widths = kv.sizes if kv is not None else (hp.n_embd_k_gqa, *(0 for _ in devs[1:]))
+    by_name = dict(zip((d.name for d in devs), widths, strict=True))
     for share in placement.shares:
-        heads = by_name.get(share.name, 0)
-        share.kv_layers = list(range(hp.n_layer)) if heads else []
-        share.layers = list(range(hp.n_layer)) if heads else []  # a part of every layer
-        share.kv_bytes = kv_layer * hp.n_layer * heads // hp.n_embd_k_gqa
+        if share.name not in by_name:
+            share.kv_layers, share.layers, share.kv_bytes = [], [], 0
+            continue
+        width = by_name[share.name]
+        share.kv_layers = list(range(hp.n_layer)) if width else []
+        share.layers = list(range(hp.n_layer))  # a part of every layer
+        share.kv_bytes = kv_layer * hp.n_layer * width // hp.n_embd_k_gqa
 
 
 def fit_check(placement: Placement) -> None:

@@ -3,9 +3,10 @@
 A tensor is *mirrored* (every device may read the whole tensor), *split* along one axis (device ``d`` holds
 ``sizes[d]`` consecutive indices of that axis, in device order) or *partial* (every device holds a tensor of the
 full shape, and the logical tensor is their sum). :func:`shard_sizes` divides a count of units (heads, rows,
-quantization blocks) by proportions; :func:`llama_split_states` gives a dense llama-style model's weights their
-states: q/k/v/gate/up split by output rows (column-parallel), o/down by input columns (row-parallel, their
-products partial), everything else mirrored.
+quantization blocks) by proportions; :func:`llama_split_states` gives a llama-style model's weights (llama.cpp's
+tensor names: dense, or with experts) their states: q/k/v/gate/up split by output rows (column-parallel, their
+biases alike), o/down by input columns (row-parallel, their products partial), attention sinks by heads, each
+expert as a dense FFN, everything else mirrored.
 """
 
 from __future__ import annotations
@@ -108,52 +109,95 @@ def shard_sizes(n_units: int, proportions: Sequence[float], what: str = "units")
     return tuple(sizes)
 
 
-#: weight name (llama.cpp's GGUF names) → (axis, which split) for the dense llama family
-_LLAMA_WEIGHTS = {
-    "attn_q": (1, "q"),
-    "attn_k": (1, "kv"),
-    "attn_v": (1, "kv"),
-    "attn_output": (0, "q"),
-    "ffn_gate": (1, "ff"),
-    "ffn_up": (1, "ff"),
-    "ffn_down": (0, "ff"),
+#: weight name (llama.cpp's GGUF names, ``.weight`` or ``.bias``) → (axis, which split): column-parallel
+#: projections by output rows (axis 1; their biases along axis 0), row-parallel ones by input columns (axis 0)
+_WEIGHTS = {
+    ("attn_q", "weight"): (1, "q"),
+    ("attn_k", "weight"): (1, "kv"),
+    ("attn_v", "weight"): (1, "kv"),
+    ("attn_q", "bias"): (0, "q"),
+    ("attn_k", "bias"): (0, "kv"),
+    ("attn_v", "bias"): (0, "kv"),
+    ("attn_output", "weight"): (0, "q"),
+    ("attn_sinks", "weight"): (0, "heads"),
+    ("ffn_gate", "weight"): (1, "ff"),
+    ("ffn_up", "weight"): (1, "ff"),
+    ("ffn_down", "weight"): (0, "ff"),
+    # a mixture of experts: each expert split as the dense FFN, ``[n_embd, n_ff, n_expert]`` by its n_ff
+    ("ffn_gate_exps", "weight"): (1, "ff"),
+    ("ffn_up_exps", "weight"): (1, "ff"),
+    ("ffn_down_exps", "weight"): (0, "ff"),
+    ("ffn_gate_exps", "bias"): (0, "ff"),
+    ("ffn_up_exps", "bias"): (0, "ff"),
+    ("ffn_gate_shexp", "weight"): (1, "ff"),
+    ("ffn_up_shexp", "weight"): (1, "ff"),
+    ("ffn_down_shexp", "weight"): (0, "ff"),
 }
+#: split only with the KV heads (a device holding all of them sees no difference)
+_KV_ROLES = ("kv",)
 _CACHE = re.compile(r"^cache_[kv]_l\d+$")
-_BLOCK_WEIGHT = re.compile(r"^blk\.\d+\.(\w+)\.weight$|^blk\.\d+\.(\w+)$")
+_BLOCK_TENSOR = re.compile(r"^blk\.\d+\.(\w+)(?:\.(weight|bias))?$")
 
 
 def llama_split_states(
-    proportions: Sequence[float], *, n_head: int, n_head_kv: int, head_dim: int, n_ff: int, ff_granule: int = 1
+    proportions: Sequence[float],
+    *,
+    n_head: int,
+    n_head_kv: int,
+    head_dim: int,
+    n_ff: int,
+    ff_granule: int = 1,
+    mirror_kv: bool = False,
 ) -> Callable[[Tensor], SplitState | None]:
-    """The split state of each weight of a dense llama-style model over devices in ``proportions``.
+    """The split state of each weight of a llama-style model (llama.cpp's tensor names) over devices in
+    ``proportions``.
 
     KV heads are divided first (each device keeps whole groups of query heads with their KV head, so the KV cache
-    splits by KV heads too); the feed-forward width in units of ``ff_granule`` (a quantization block size, so
-    row-parallel ``ffn_down`` splits at block boundaries). Names are llama.cpp's (``blk.<i>.attn_q.weight``, or
-    without ``.weight``; KV caches ``cache_k_l<i>``/``cache_v_l<i>``, one row per cell, split by KV heads); other
-    tensors answer None (mirrored).
+    splits by KV heads too); with ``mirror_kv`` (one KV head, more devices) K, V and the cache are mirrored and the
+    query heads are divided. Feed-forward widths (the dense FFN's ``n_ff``, each expert's, the shared expert's: the
+    extent of each tensor) in units of ``ff_granule`` (a quantization block size, so row-parallel ``ffn_down``
+    splits at block boundaries). Names: ``blk.<i>.attn_q.weight`` (or without ``.weight``), biases
+    ``blk.<i>.attn_q.bias``, attention sinks (one per head), experts ``ffn_{gate,up,down}_exps`` with their biases
+    (``ffn_down_exps.bias``, added after the sum, mirrored), shared experts ``*_shexp``; KV caches
+    ``cache_k_l<i>``/``cache_v_l<i>``, one row per cell. Other tensors answer None (mirrored).
     """
     if n_head % n_head_kv:
         raise SplitError(None, f"{n_head} heads are not a multiple of {n_head_kv} KV heads")
+    if mirror_kv and n_head_kv != 1:
+        raise SplitError(None, f"only a single KV head can be mirrored, this model has {n_head_kv}")
     if n_ff % ff_granule:
         raise SplitError(None, f"feed-forward width {n_ff} is not a multiple of its block size {ff_granule}")
     group = n_head // n_head_kv
-    kv = shard_sizes(n_head_kv, proportions, "KV heads")
-    ff = shard_sizes(n_ff // ff_granule, proportions, f"feed-forward blocks of {ff_granule}")
+    if mirror_kv:
+        heads = shard_sizes(n_head, proportions, "heads")
+        kv: tuple[int, ...] = ()
+    else:
+        kv = shard_sizes(n_head_kv, proportions, "KV heads")
+        heads = tuple(h * group for h in kv)
     sizes = {
-        "q": tuple(h * group * head_dim for h in kv),
+        "q": tuple(h * head_dim for h in heads),
         "kv": tuple(h * head_dim for h in kv),
-        "ff": tuple(u * ff_granule for u in ff),
+        "heads": heads,
     }
+    ff_sizes: dict[int, tuple[int, ...]] = {}
+
+    def ff(width: int) -> tuple[int, ...]:
+        got = ff_sizes.get(width)
+        if got is None:
+            if width % ff_granule:
+                raise SplitError(None, f"feed-forward width {width} is not a multiple of its block size {ff_granule}")
+            units = shard_sizes(width // ff_granule, proportions, f"feed-forward blocks of {ff_granule}")
+            got = ff_sizes[width] = tuple(u * ff_granule for u in units)
+        return got
 
     def state_of(t: Tensor) -> SplitState | None:
         if _CACHE.match(t.name):
-            return SplitState.split(0, sizes["kv"])
-        m = _BLOCK_WEIGHT.match(t.name)
-        role = _LLAMA_WEIGHTS.get((m.group(1) or m.group(2)) if m else "")
-        if role is None:
+            return None if mirror_kv else SplitState.split(0, sizes["kv"])
+        m = _BLOCK_TENSOR.match(t.name)
+        role = _WEIGHTS.get((m.group(1), m.group(2) or "weight")) if m else None
+        if role is None or (mirror_kv and role[1] in _KV_ROLES):
             return None
         axis, which = role
-        return SplitState.split(axis, sizes[which])
+        return SplitState.split(axis, ff(t.ne[axis]) if which == "ff" else sizes[which])
 
     return state_of

@@ -1,7 +1,8 @@
 """``--split-mode tensor``: a tiny llama's every layer split over two devices through the meta device gives the
 one-device logits (and the float64 numpy reference of tests/tiny_models.py), over CPU + OpenCL0 and over CPU + an
 RPC server on loopback, for a prompt batch and token by token; uneven ``--tensor-split`` and head counts split
-unevenly; other families and impossible splits are refused by name; the CLI end to end."""
+unevenly (one KV head mirrored); other families and impossible splits are refused by name; the CLI end to end.
+The other families: tests/sched/test_split_tensor_families.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.models.tensor_parallel import SUPPORTED
 from ggml_core.sched import SplitError, SplitKind, SplitState
+from ggml_core.testing.recurrent_models import MambaConfig, mamba2_weights, write_mamba2
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33]
 CFG = TinyConfig(n_layer=3)
@@ -166,22 +169,26 @@ def test_heads_that_do_not_divide_split_unevenly(tmp_path: Path) -> None:
     assert np.abs(got - one).max() <= 1e-4
 
 
-def test_more_devices_than_kv_heads_is_a_clear_error(tmp_path: Path) -> None:
+def test_one_kv_head_over_two_devices_is_mirrored(tmp_path: Path) -> None:
+    """Fewer KV heads than devices: the one KV head (and its cache) mirrored, the query heads split 2 + 2."""
     second = _opencl_or_skip()
     cfg = CFG.with_(n_head_kv=1)
-    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 1), "f32")
-    with pytest.raises(SplitError, match="cannot split 1 KV heads over 2 devices"):
-        _run(path, _tensor(["CPU", second]), step=False)
+    w = random_weights(cfg, 1)
+    path = write_model(tmp_path / "m.gguf", cfg, w, "f32")
+    one, _ = _run(path, PlacementRequest(devices=["CPU"]), step=True)
+    got, m = _run(path, _tensor(["CPU", second]), step=True)
+    owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+    assert owner is not None and owner.state(m.weights["blk.0.attn_q.weight"]) == SplitState.split(1, (32, 32))
+    assert owner.state(m.weights["blk.0.attn_v.weight"]).kind is SplitKind.MIRRORED
+    assert np.abs(got - one).max() <= 1e-4
+    assert np.abs(got - reference_logits(cfg, w, TOKENS, "f32", "f32")).max() <= 1e-3
 
 
-@pytest.mark.parametrize(
-    ("cfg", "kind"),
-    [(TinyConfig(n_expert=4, n_expert_used=2), "llama \\(mixture of experts\\)"), (TinyConfig(arch="qwen3"), "qwen3")],
-    ids=["llama-moe", "qwen3"],
-)
-def test_other_families_are_refused_by_name(tmp_path: Path, cfg: TinyConfig, kind: str) -> None:
-    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 2), "f32")
-    with pytest.raises(SplitError, match=rf"^-sm tensor supports: llama \(dense\); this model is {kind}$"):
+def test_other_families_are_refused_by_name(tmp_path: Path) -> None:
+    path = write_mamba2(tmp_path / "m.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 2))
+    with pytest.raises(
+        SplitError, match=rf"^-sm tensor supports: {SUPPORTED}; this model is mamba2 \(recurrent layers\)$"
+    ):
         Model.load(path, ModelParams(placement=_tensor(["CPU", "CPU"]), n_ctx=64, progress=False))
 
 
@@ -230,11 +237,10 @@ def test_cli_run_and_plan(tmp_path: Path) -> None:
     tp = planned["tensor_parallel"]
     assert tp["n_all_reduces"] == 2 * CFG.n_layer and tp["split_tensors"]["cache_v_l2"] == "split(axis 0: 16+16)"
     assert set(tp["shard_bytes"]) == {"CPU", second} and all(v > 0 for v in tp["shard_bytes"].values())
-    moe = TinyConfig(n_expert=4, n_expert_used=2)
-    bad = write_model(tmp_path / "moe.gguf", moe, random_weights(moe, 1), "f32")
+    bad = write_mamba2(tmp_path / "mamba2.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 1))
     r = _cli("run", str(bad), "-sm", "tensor", "--device", f"CPU,{second}", "--tokens", "1,2")
     assert r.returncode != 0
-    assert "-sm tensor supports: llama (dense); this model is llama (mixture of experts)" in r.stderr
+    assert f"-sm tensor supports: {SUPPORTED}; this model is mamba2 (recurrent layers)" in r.stderr
     assert "Traceback" not in r.stderr
 
 

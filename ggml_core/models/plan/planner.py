@@ -90,7 +90,11 @@ def _plan_scoped(
 
         req = params.placement
         return params, plan_tensor(
-            hp, req, params.flash_attn, params.check_fit, lambda: plan_once(f, hp, specs, params)
+            hp,
+            req,
+            params.flash_attn,
+            params.check_fit,
+            lambda r: plan_once(f, hp, specs, replace(params, placement=r)),
         )
     auto = None
     if params.placement.split_mode == "auto":  # the split from measured speeds, then fitted like any request
