@@ -12,7 +12,8 @@ Layout (names carry this process's id, so that beds of parallel runs never meet)
 - Hosts reach each other (server-to-server copies) through a second relay per host, listening in the hub at
   ``10.231.i.1:50053`` (:attr:`Host.peer_address`, given to ggml-core servers as ``--peer-address``): it holds each
   chunk for twice the host's delay, the two links a path between two hosts of this star crosses (the bench gives
-  every host the same link), and the bytes pass both hosts' rates.
+  every host the same link), or for ``peer_delay`` (hosts near each other, far from the client); the bytes pass
+  both hosts' rates.
 - The rate is a ``tc ... tbf`` qdisc on both ends of each veth pair (each direction).
 - A server is started in its namespace with ``ip netns exec``; :meth:`NetBed.partition` sets a host's link down
   (or has its relay drop everything).
@@ -78,6 +79,7 @@ class Host:
     server: subprocess.Popen[bytes] | None = None
     relay: subprocess.Popen[str] | None = None
     peer_relay: subprocess.Popen[str] | None = None
+    peer_delay: float = 0.0  # one-way, from the other hosts
     log: Path | None = None
     veth: tuple[str, str] = ("", "")  # (hub end, host end)
 
@@ -198,13 +200,17 @@ class NetBed:
         link: Link,
         server: ServerArgv = ggml_core_server,
         env: dict[str, str] | None = None,
+        peer_delay: float | None = None,
     ) -> Host:
         """A host namespace behind ``link``, running ``server(address, port, peer_address)`` (argv), reachable at the
-        returned host's ``endpoint``. Any failure tears the whole bed down and raises :class:`NetBedError`."""
+        returned host's ``endpoint``; other hosts reach it with ``peer_delay`` seconds each way (default twice the
+        link's delay: the star's path through the hub). Any failure tears the whole bed down and raises
+        :class:`NetBedError`."""
         if len(self.hosts) >= MAX_HOSTS:
             raise NetBedError(f"a bed holds at most {MAX_HOSTS} hosts")
         i = len(self.hosts)
         host = Host(i, f"{self.tag}h{i}", f"10.231.{i}.2", link, veth=(f"{self.tag}a{i}", f"{self.tag}b{i}"))
+        host.peer_delay = 2 * link.delay if peer_delay is None else peer_delay
         self.hosts.append(host)
         try:
             self._wire(host)
@@ -249,7 +255,7 @@ class NetBed:
         if not line.startswith("relay "):
             raise NetBedError(f"host {host.index}: the relay did not start")
         host.endpoint = line.split()[1]
-        host.peer_relay = self._relay(host, ["ip", "netns", "exec", self.hub], 2 * host.link.delay, host.peer_address)
+        host.peer_relay = self._relay(host, ["ip", "netns", "exec", self.hub], host.peer_delay, host.peer_address)
         assert host.peer_relay.stdout is not None
         if not host.peer_relay.stdout.readline().startswith("relay "):
             raise NetBedError(f"host {host.index}: the peer relay did not start")
