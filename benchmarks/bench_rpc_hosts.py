@@ -1,16 +1,19 @@
 """RPC across hosts: a model split over 2 and 3 server hosts behind (delay, rate) links, ggml-core's client with
-ggml-core's servers and with llama.cpp's ``ggml-rpc-server``.
+ggml-core's servers (with server-to-server copies, and without: ``--no-peer-copy``) and with llama.cpp's
+``ggml-rpc-server``.
 
 Usage (as root, with iproute2): ``python benchmarks/bench_rpc_hosts.py [--hosts 2,3] [--prompt 64] [--tokens 64]
 [--repeat 5] [--model PATH] [--json PATH]``; the results also go to ``benchmarks/results/bench_rpc_hosts.json``.
 
-The hosts are network namespaces on this machine (``ggml_rpc.testing.NetBed``): each server runs in its own
-namespace behind a veth pair with a ``tbf`` rate on both ends and a relay that holds each chunk for the link's delay
-in each direction (a round trip costs twice the delay). Links: (0.1 ms, 10 Gbit/s), (1 ms, 1 Gbit/s), (5 ms,
-100 Mbit/s). The model (the embedded default model unless ``--model``) is split by layers over the hosts' devices
-(equal shares; the client's CPU holds none). For each link and host count, one bed holds the hosts of every kind of
-server (``n`` each) and the placements are loaded at once and measured in rotation, so that the load of the shared
-machine hits them alike. Per pairing, after a warm-up prompt and two decode steps:
+The hosts are network namespaces on this machine (``ggml_rpc.testing.NetBed``): each server runs in its own namespace
+behind a veth pair with a ``tbf`` rate on both ends and a relay that holds each chunk for the link's delay in each
+direction (a round trip costs twice the delay); servers reach each other (server-to-server copies) through a relay
+holding each chunk for twice the delay, the two links between two hosts of this star. Links: (0.1 ms, 10 Gbit/s), (1 ms,
+1 Gbit/s), (5 ms, 100 Mbit/s), and (5 ms, 100 Mbit/s) to hosts 0.1 ms apart (a rack far from the client). The model (the
+embedded default model unless ``--model``) is split by layers over the hosts' devices (equal shares; the client's CPU
+holds none). For each link and host count, one bed holds the hosts of every kind of server (``n`` each) and the
+placements are loaded at once and measured in rotation, so that the load of the shared machine hits them alike. Per
+pairing, after a warm-up prompt and two decode steps:
 
 - prompt tokens/s: ``--prompt`` tokens over the median of ``--repeat`` prompts (each one batch);
 - generation tokens/s: one over the median time of ``--tokens`` decode steps, one token each;
@@ -29,16 +32,17 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.default_model import write_default_model
 from ggml_rpc import disconnect_all
-from ggml_rpc.testing import Link, NetBed, ggml_core_server, llama_cpp_server, netbed_unavailable
+from ggml_rpc.testing import Link, NetBed, ServerArgv, ggml_core_server, llama_cpp_server, netbed_unavailable
 
 LINKS = (Link(0.0001, 10_000_000_000), Link(0.001, 1_000_000_000), Link(0.005, 100_000_000))
+#: the client far from the hosts, the hosts near each other (a rack reached over a slow link)
+CLUSTER, CLUSTER_PEER_DELAY = Link(0.005, 100_000_000), 0.0001
 LLAMA_SERVER = Path.home() / ".cache" / "ggml-core" / "llama-rpc-server-0c1e570" / "ggml-rpc-server"
 
 
@@ -102,13 +106,27 @@ def measure(
     }
 
 
+def _relayed(address: str, port: int, peer: str = "") -> list[str]:
+    """``ggml-core rpc-server`` without server-to-server copies: activations go through the client (as with
+    llama.cpp's server)."""
+    return [*ggml_core_server(address, port), "--no-peer-copy"]
+
+
 def on_bed(
-    model_path: Path, link: Link, n: int, servers: dict[str, Callable[[str, int], Sequence[str]]], **kw: int
+    model_path: Path,
+    link: Link,
+    n: int,
+    servers: dict[str, ServerArgv],
+    peer_delay: float | None = None,
+    **kw: int,
 ) -> dict[str, dict[str, float]]:
-    """``measure`` with the model over ``n`` hosts behind ``link`` for each kind of server (``n`` hosts each, all in
-    one bed and measured in rotation)."""
+    """``measure`` with the model over ``n`` hosts behind ``link`` (``peer_delay`` apart: default the star's two
+    links) for each kind of server (``n`` hosts each, all in one bed and measured in rotation)."""
     with NetBed() as bed:
-        hosts = {name: [bed.add_host(link, server) for _ in range(n)] for name, server in servers.items()}
+        hosts = {
+            name: [bed.add_host(link, server, peer_delay=peer_delay) for _ in range(n)]
+            for name, server in servers.items()
+        }
         os.environ["GGML_RPC_SERVERS"] = ",".join(h.endpoint for hs in hosts.values() for h in hs)
         reset_registry()
         try:
@@ -147,19 +165,21 @@ def main() -> int:
     local = measure(model_path, {"CPU": ["CPU"]}, **kw)["CPU"]
     out.add("local", "CPU alone", **local)
     print(f"  CPU alone: prompt {local['prompt_tok_s']:.0f} tok/s, generation {local['gen_tok_s']:.1f} tok/s")
-    servers: dict[str, Callable[[str, int], Sequence[str]]] = {"ggml-core rpc-server": ggml_core_server}
+    servers: dict[str, ServerArgv] = {"ggml-core rpc-server": ggml_core_server, "ggml-core, relayed": _relayed}
     if LLAMA_SERVER.is_file():
         servers["llama.cpp ggml-rpc-server"] = llama_cpp_server(LLAMA_SERVER)
     else:
         print(f"  (no llama.cpp server at {LLAMA_SERVER}: run the RPC interop test once to build it)")
-    print(f"  {'link':22}{'hosts':>6} {'server':28}{'pp tok/s':>10}{'tg tok/s':>10}{'RT/tok':>8}{'sent/tok':>10}"
+    print(f"  {'link':38}{'hosts':>6} {'server':28}{'pp tok/s':>10}{'tg tok/s':>10}{'RT/tok':>8}{'sent/tok':>10}"
           f"{'recv/tok':>10}")  # fmt: skip
-    for link in LINKS:
+    for link, peer_delay in [*((link, None) for link in LINKS), (CLUSTER, CLUSTER_PEER_DELAY)]:
+        where = str(link) if peer_delay is None else f"{link}, hosts {peer_delay * 1e3:g} ms apart"
         for n in (int(x) for x in args.hosts.split(",")):
-            for name, r in on_bed(model_path, link, n, servers, **kw).items():
-                out.add(str(link), f"{n} hosts, {name}", link_delay_ms=link.delay * 1e3, link_rate_bit_s=link.rate,
-                        hosts=n, server=name, client="ggml-core", **r)  # fmt: skip
-                print(f"  {link!s:22}{n:>6} {name:28}{r['prompt_tok_s']:10.0f}{r['gen_tok_s']:10.1f}"
+            for name, r in on_bed(model_path, link, n, servers, peer_delay, **kw).items():
+                out.add(where, f"{n} hosts, {name}", link_delay_ms=link.delay * 1e3, link_rate_bit_s=link.rate,
+                        peer_delay_ms=(2 * link.delay if peer_delay is None else peer_delay) * 1e3, hosts=n,
+                        server=name, client="ggml-core", **r)  # fmt: skip
+                print(f"  {where:38}{n:>6} {name:28}{r['prompt_tok_s']:10.0f}{r['gen_tok_s']:10.1f}"
                       f"{r['round_trips_per_token']:8.1f}{r['bytes_sent_per_token']:10.0f}"
                       f"{r['bytes_received_per_token']:10.0f}")  # fmt: skip
     out.write_json(args.json)

@@ -89,6 +89,20 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--hello-timeout", type=positive, default=10.0, help="seconds for the whole HELLO (10)")
     p.add_argument("--cache-max", type=positive, default=8192.0, help="MiB the --cache-dir may hold (8192; LRU)")
     p.add_argument(
+        "--cache-min",
+        type=float_in(0.0, None),
+        default=10.0,
+        help="MiB a tensor must pass to be cached (10, as llama.cpp; ggml-core clients ask for every larger weight)",
+    )
+    p.add_argument(
+        "--peer-address",
+        metavar="HOST:PORT",
+        help="where other ggml-core servers reach this one for server-to-server copies (default: --host:--port)",
+    )
+    p.add_argument(
+        "--no-peer-copy", action="store_true", help="take no part in server-to-server copies (as llama.cpp's server)"
+    )
+    p.add_argument(
         "--token",
         metavar="FILE",
         help="require the secret in FILE from every client before HELLO (clients: GGML_RPC_TOKEN_FILE; "
@@ -106,12 +120,19 @@ def run(args: argparse.Namespace) -> int:
 
     from ggml_core.backend.registry import get_registry
     from ggml_rpc._security import read_token, server_context
+    from ggml_rpc.client import parse_endpoint
     from ggml_rpc.protocol import PROTO_VERSION, RPCConfigError
     from ggml_rpc.server import RPCServer, ServerLimits, default_devices
 
     if (args.tls_cert is None) != (args.tls_key is None):
         print(f"ggml-core {args.command}: error: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    if args.peer_address is not None:
+        try:
+            parse_endpoint(args.peer_address)
+        except ValueError as exc:
+            print(f"ggml-core {args.command}: error: --peer-address: {exc}", file=sys.stderr)
+            return 2
     try:
         token = read_token(str(args.token), "token file (--token)") if args.token is not None else None
         tls = server_context(str(args.tls_cert), str(args.tls_key)) if args.tls_cert is not None else None
@@ -146,14 +167,16 @@ def run(args: argparse.Namespace) -> int:
         min_rate=args.min_rate * 1024,
         hello_timeout=args.hello_timeout,
         cache_max_bytes=int(args.cache_max * 2**20),
+        cache_min_bytes=int(args.cache_min * 2**20),
     )
     warning = loopback_warning(args.host, token=token is not None, tls=tls is not None)
     if warning:
         print(warning, file=sys.stderr)
     cache_dir = str(args.cache_dir) if args.cache_dir is not None else None
     server = RPCServer(
-        devices, args.host, args.port, cache_dir=cache_dir, limits=limits, n_threads=args.threads, token=token, tls=tls
-    )
+        devices, args.host, args.port, cache_dir=cache_dir, limits=limits, n_threads=args.threads, token=token,
+        tls=tls, peer_copy=not args.no_peer_copy, peer_address=args.peer_address,
+    )  # fmt: skip
     try:
         server.bind()
     except OSError as exc:  # address in use, not an address of this machine, a privileged port
@@ -166,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  endpoint    : {'tls://' if tls is not None else ''}{server.address}")
     print(f"  token       : {'required' if token is not None else 'none'}")
     print(f"  local cache : {args.cache_dir or 'n/a'}")
+    print(f"  peer copies : {server.peers.address or 'off'}")
     print("  devices     :")
     for i, d in enumerate(devices):
         free, total = d.memory()

@@ -29,13 +29,18 @@ from typing import Final
 
 from ggml_rpc._security import TLS_SCHEME, TOKEN_FILE_ENV, client_context, client_token
 from ggml_rpc.protocol import (
+    CAPS_MAGIC,
     FIXED_RESPONSE_SIZE,
     GGML_CORE_MARK,
     GGML_CORE_TLS_REQUIRED,
     GGML_CORE_TOKEN_REQUIRED,
+    HELLO_CAPS,
     HELLO_CAPS_SIZE,
+    PEER_ADDRESS_MAX,
+    PEER_KEY_SIZE,
     PROTO_VERSION,
     Auth,
+    Caps,
     Cmd,
     RPCAuthError,
     RPCError,
@@ -146,6 +151,15 @@ class Connection:
         self.version: tuple[int, int, int] = (0, 0, 0)
         #: True when the server is a ggml-core server (it understands the extension commands)
         self.ggml_core = False
+        #: what a ggml-core server offers (its HELLO answer's capabilities), and the smallest tensor its cache keeps
+        self.caps = Caps.NONE
+        self.cache_min = 0
+        #: True when the server advertised its capabilities (a ggml-core server; llama.cpp's send none)
+        self.advertised = False
+        #: this connection's peer key and the server's peer address (EXT_PEER_INFO, asked once), and the last
+        #: ticket given to a peer copy into this connection
+        self._peer: tuple[bytes, bytes] | None = None
+        self._ticket = 0
         #: the last GRAPH_COMPUTE payload sent per remote device (GRAPH_RECOMPUTE when the next one is equal)
         self.last_graph: dict[int, bytes] = {}
         #: commands sent so far, by name (for benchmarks and tests)
@@ -154,6 +168,8 @@ class Connection:
         self.round_trips = 0
         self.bytes_sent = 0
         self.bytes_received = 0
+        #: weight bytes the server took from its tensor cache instead of receiving them (SET_TENSOR_HASH hits)
+        self.weights_cached = 0
         #: commands sent since the last answer (to name them if the server fails)
         self._unanswered: list[str] = []
         #: requests sent by :meth:`request_later` whose answers are still unread, in order: (command, where the
@@ -165,6 +181,9 @@ class Connection:
         #: observe or overwrite them), and the remote address ranges those writes will cover
         self._feeds: list[Connection] = []
         self._pending_spans: list[tuple[int, int]] = []
+        #: connections whose servers were asked to send data to this one's (peer copies) since its last answer: a
+        #: missing answer here is blamed on one of them when it has not answered those commands either
+        self._peer_sources: list[Connection] = []
         self._sock: socket.socket | None = None
         self._connect()
 
@@ -243,6 +262,10 @@ class Connection:
                 "use matching versions of the server and ggml-rpc",
             )
         self.ggml_core = rsp[3] == GGML_CORE_MARK
+        magic, caps, cache_min = HELLO_CAPS.unpack_from(rsp, 4)
+        if self.ggml_core and magic == CAPS_MAGIC:
+            self.caps, self.cache_min = Caps(caps & (Caps.PEER_COPY | Caps.TENSOR_CACHE)), cache_min
+            self.advertised = True
         sock.settimeout(self.timeout)
 
     def _tls_handshake(self, sock: socket.socket) -> socket.socket:
@@ -452,8 +475,13 @@ class Connection:
                 read(sock, got, deadline + min(got, 2**50) / MIN_RATE)  # (read checks the size first)
                 self.bytes_received += 8 + got
             except (OSError, EOFError) as exc:
+                blame = self._silent_source() if isinstance(exc, TimeoutError) else None
+                if blame is not None:
+                    self._fail(cmd, EOFError(f"waited for data from {blame.endpoint}, which failed"))
+                    raise blame from exc
                 raise self._fail(cmd, exc, limit) from exc
             self._unanswered.clear()
+            self._peer_sources.clear()
 
     def request_later(
         self,
@@ -461,18 +489,19 @@ class Connection:
         parts: Sequence[bytes | bytearray | memoryview],
         out: memoryview,
         then: Callable[[], None],
-        into: Connection,
-        span: tuple[int, int],
+        into: Connection | None,
+        span: tuple[int, int] = (0, 0),
     ) -> None:
         """Send a request whose answer (exactly ``out.nbytes`` bytes) is read only when needed — before this
         connection sends anything else, or before ``into`` does — and then run ``then`` (which writes it to
         ``into``, at the remote addresses ``span``). Requests sent this way one after another are answered in one
-        round trip together.
+        round trip together. Without ``into`` (an acknowledgement nothing waits for) the answer is read before
+        this connection's next answered request.
 
         At most :data:`MAX_DUE_BYTES` of answers are left unread at a time (the earlier ones are read first), so
         that a server never blocks writing answers that this client is not reading.
         """
-        self._settle(own=self._due_bytes + out.nbytes > MAX_DUE_BYTES)
+        self._settle(own=self._due_bytes + 8 + out.nbytes > MAX_DUE_BYTES)
         with self.lock:
             sock = self._live(cmd)
             self._unanswered.append(cmd.name)
@@ -485,15 +514,33 @@ class Connection:
             self.bytes_sent += _FRAME_HEAD + size
             self._reads_due.append((cmd, out, len(self._unanswered)))
             self._after_reads.append(then)
-            self._due_bytes += out.nbytes
+            self._due_bytes += 8 + out.nbytes  # (its size on the wire: what the socket buffers hold)
+        if into is None:
+            return
         with into.lock:
             into._pending_spans.append(span)
             if self not in into._feeds:
                 into._feeds.append(self)
 
-    def read_due(self) -> None:
+    def peer_source(self, source: Connection) -> None:
+        """Note that ``source``'s server was asked to send data to this server (a peer copy)."""
+        with self.lock:
+            if source not in self._peer_sources:
+                self._peer_sources.append(source)
+
+    def _silent_source(self) -> RPCError | None:
+        """Of the servers asked to send data here since the last answer, one that has not answered those commands
+        within a moment (they were due long ago) — the one to blame when this server does not answer: its error."""
+        for source in self._peer_sources:
+            try:
+                source.read_due(limit=0.2)
+            except RPCError as exc:
+                return exc
+        return None
+
+    def read_due(self, limit: float | None = None) -> None:
         """Read the answers of the requests sent by :meth:`request_later` (one wait for all of them: one round
-        trip), then run what follows each."""
+        trip), then run what follows each. ``limit``: seconds to wait for them (default :attr:`timeout`)."""
         with self.lock:
             if not self._reads_due:
                 return
@@ -504,7 +551,7 @@ class Connection:
             try:
                 sock = self._live(cmd)
                 self.round_trips += 1
-                deadline = time.monotonic() + self.timeout
+                deadline = time.monotonic() + (self.timeout if limit is None else limit)
                 for item in due:
                     cmd, out = item[0], item[1]
                     got = _U64.unpack(recv_exact(sock, 8, deadline))[0]
@@ -542,6 +589,18 @@ class Connection:
             pending = self._unanswered
             if pending and (not graphs_only or "GRAPH_COMPUTE" in pending or "GRAPH_RECOMPUTE" in pending):
                 self.request(Cmd.DEVICE_COUNT)
+
+    def peer_ticket(self) -> tuple[bytes, bytes, int]:
+        """For a copy from another server into this one: this connection's peer key, the address at which the
+        other server reaches this one (both asked once, one round trip), and a new ticket."""
+        with self.lock:
+            if self._peer is None:
+                raw = self.request_variable(Cmd.EXT_PEER_INFO, [], PEER_KEY_SIZE + PEER_ADDRESS_MAX)
+                if len(raw) <= PEER_KEY_SIZE:
+                    raise self.protocol_error(Cmd.EXT_PEER_INFO, f"answered EXT_PEER_INFO with {len(raw)} bytes")
+                self._peer = (raw[:PEER_KEY_SIZE], raw[PEER_KEY_SIZE:])
+            self._ticket += 1
+            return self._peer[0], self._peer[1], self._ticket
 
     def forget_graphs(self) -> None:
         """The server dropped its stored graphs (a buffer was freed): the next compute sends the whole graph."""

@@ -49,10 +49,13 @@ from ggml_rpc.client import MAX_DUE_BYTES, Connection, connection, endpoint_key
 from ggml_rpc.protocol import (
     EXT_DEVICE_INFO_MAX,
     HASH_THRESHOLD,
+    PEER_RECV,
+    PEER_SEND_HEADER,
     RPC_TENSOR,
     SET_TENSOR_HEADER,
     U32_MAX,
     U64_MAX,
+    Caps,
     Cmd,
     RPCConfigError,
     RPCError,
@@ -160,18 +163,32 @@ class RPCBuffer(Buffer):
 
     # ---- tensor access: the real tensor goes on the wire, as ggml's client sends it ------------------------
 
+    def _hash_first(self, n: int) -> bool:
+        """Whether a weight write of ``n`` bytes asks the server's cache first (SET_TENSOR_HASH, one round trip).
+
+        llama.cpp's servers: over 10 MiB, as llama.cpp's client. A ggml-core server says in HELLO whether it has a
+        cache and the smallest tensor it keeps: over that size when it has one, never when it has none.
+        """
+        if self.usage != BufferUsage.WEIGHTS or not _fnv.fast():
+            return False
+        conn = self.conn
+        if not conn.advertised:  # llama.cpp's server
+            return n > HASH_THRESHOLD
+        return bool(conn.caps & Caps.TENSOR_CACHE) and n > conn.cache_min
+
     def set_tensor(self, t: Tensor, data: memoryview, offset: int = 0) -> None:
-        """SET_TENSOR (after SET_TENSOR_HASH for weights over 10 MiB when the hash is fast here)."""
+        """SET_TENSOR, after SET_TENSOR_HASH for weights the server's cache may hold (:meth:`_hash_first`)."""
         mv = memoryview(data).cast("B")
         self._tensor_span(t, offset, mv.nbytes)
         if not mv.nbytes:
             return
         rt = serialize_tensor(t, self.conn)
         cache_flag = 0
-        if mv.nbytes > HASH_THRESHOLD and self.usage == BufferUsage.WEIGHTS and _fnv.fast():
+        if self._hash_first(mv.nbytes):
             digest = _fnv.fnv1a64(mv)
             hit = self.conn.request(Cmd.SET_TENSOR_HASH, [rt, _U64.pack(offset), _U64.pack(digest)])
             if hit[0]:
+                self.conn.weights_cached += mv.nbytes
                 return
             cache_flag = 1
         start = self.base + (t.data_offset or 0) + offset
@@ -311,10 +328,14 @@ class RPCBackend(Backend):
         """
 
     def cpy_tensor_async(self, src_backend: Backend, src: Tensor, dst: Tensor) -> bool:
-        """A copy from a tensor of another server into one of this device (a split's input): the GET_TENSOR goes at
-        once, and its answer is read — together with those of the copies queued after it, in one round trip — when
-        either connection next sends anything, and then written here with SET_TENSOR. False (the scheduler's
-        blocking copy) for any other pair, and for copies over :data:`~ggml_rpc.client.MAX_DUE_BYTES`."""
+        """A copy from a tensor of another server into one of this device (a split's input).
+
+        Between two ggml-core servers that take peer copies, the source server sends the bytes to this one itself:
+        EXT_PEER_SEND to it, EXT_PEER_RECV here, neither answered (no round trip, no byte through this process).
+        Otherwise the GET_TENSOR goes at once, and its answer is read — together with those of the copies queued
+        after it, in one round trip — when either connection next sends anything, and then written here with
+        SET_TENSOR. False (the scheduler's blocking copy) for any other pair, and for such relayed copies over
+        :data:`~ggml_rpc.client.MAX_DUE_BYTES`."""
         sbuf, dbuf = src.buffer, dst.buffer
         n = src.nbytes
         if (
@@ -322,7 +343,7 @@ class RPCBackend(Backend):
             or not isinstance(dbuf, RPCBuffer)
             or sbuf.conn is dbuf.conn
             or dbuf.conn is not self.device.conn
-            or not 0 < n <= MAX_DUE_BYTES
+            or n <= 0
             or n != dst.nbytes
             or src.data_offset is None
             or dst.data_offset is None
@@ -330,9 +351,20 @@ class RPCBackend(Backend):
             return False
         sbuf._tensor_span(src, 0, n)
         dbuf._tensor_span(dst, 0, n)
+        start = dbuf.base + dst.data_offset
+        if sbuf.conn.caps & dbuf.conn.caps & Caps.PEER_COPY:
+            key, address, ticket = dbuf.conn.peer_ticket()
+            head = PEER_SEND_HEADER.pack(serialize_tensor(src, sbuf.conn), 0, n, ticket, key)
+            ack = memoryview(bytearray(1))
+            sbuf.conn.request_later(Cmd.EXT_PEER_SEND, [head, address], ack, _no_op, None)
+            recv = PEER_RECV.pack(serialize_tensor(dst, dbuf.conn), 0, n, ticket)
+            dbuf.conn.peer_source(sbuf.conn)
+            dbuf.conn.send(Cmd.EXT_PEER_RECV, [recv], (start, start + n))
+            return True
+        if n > MAX_DUE_BYTES:
+            return False
         staged = memoryview(bytearray(n))
         request = [serialize_tensor(src, sbuf.conn), _U64.pack(0), _U64.pack(n)]
-        start = dbuf.base + dst.data_offset
         write = lambda: dbuf.set_tensor(dst, staged)  # noqa: E731
         sbuf.conn.request_later(Cmd.GET_TENSOR, request, staged, write, dbuf.conn, (start, start + n))
         return True
@@ -342,6 +374,10 @@ class RPCBackend(Backend):
         work is done, and reports a failed graph itself."""
         super().graph_compute(graph)
         self.device.conn.sync(graphs_only=True)
+
+
+def _no_op() -> None:
+    pass
 
 
 # ================================================================================================ device

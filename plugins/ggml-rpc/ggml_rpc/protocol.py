@@ -8,8 +8,11 @@ Written from the measured wire format (``shared/reference/ggml-rpc-v7.md``) and 
 
 The first command of a connection is HELLO. There are no error frames: a server that dislikes a message closes
 the connection. A ggml-core server marks its HELLO answer with :data:`GGML_CORE_MARK` in the padding byte, which
-llama.cpp's client ignores; only then does a ggml-core client use the two extension commands (device info and
-``supports_op``), which llama.cpp's server would refuse.
+llama.cpp's client ignores; only then does a ggml-core client use the extension commands (device info,
+``supports_op``, server-to-server copies), which llama.cpp's server would refuse. To a client whose HELLO carried
+all-zero capability bytes (plain TCP, as every client without RDMA sends), a ggml-core server answers capability
+bytes of its own (:data:`HELLO_CAPS`: :data:`CAPS_MAGIC`, :class:`Caps` flags, the tensor cache's minimum size);
+llama.cpp's clients look at the answer's bytes only when their own were not zero (RDMA), so they never see them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ggml_core import GGMLError, GGMLOp
 from ggml_core._tensor import MAX_DIMS, MAX_NAME, MAX_OP_PARAMS, MAX_SRC
 
 __all__ = [
+    "CAPS_MAGIC",
     "EXT_DEVICE_INFO_MAX",
     "FIXED_REQUEST_SIZE",
     "FIXED_RESPONSE_SIZE",
@@ -34,7 +38,12 @@ __all__ = [
     "GGML_CORE_TOKEN_REQUIRED",
     "GGML_OP_COUNT",
     "HASH_THRESHOLD",
+    "HELLO_CAPS",
     "HELLO_CAPS_SIZE",
+    "PEER_ADDRESS_MAX",
+    "PEER_KEY_SIZE",
+    "PEER_RECV",
+    "PEER_SEND_HEADER",
     "PROTO_VERSION",
     "RPC_TENSOR",
     "RPC_TENSOR_SIZE",
@@ -43,6 +52,7 @@ __all__ = [
     "U32_MAX",
     "U64_MAX",
     "Auth",
+    "Caps",
     "Cmd",
     "RPCAuthError",
     "RPCConfigError",
@@ -68,6 +78,15 @@ if len(GGMLOp) != GGML_OP_COUNT:  # ggml's static_assert: a changed op enum need
 
 #: bytes of ``conn_caps`` in HELLO (all zero: plain TCP)
 HELLO_CAPS_SIZE: Final = 24
+#: a ggml-core server's HELLO answer capabilities: magic, :class:`Caps` flags, the smallest tensor its cache keeps
+HELLO_CAPS: Final = struct.Struct("<4sIQ8x")
+assert HELLO_CAPS.size == 24
+#: the first bytes of a ggml-core server's answer capabilities
+CAPS_MAGIC: Final = b"gcx1"
+#: bytes of the key that lets a peer server deliver data to one connection (EXT_PEER_INFO)
+PEER_KEY_SIZE: Final = 16
+#: the most bytes of a peer address (``host:port`` or ``tls://host:port``)
+PEER_ADDRESS_MAX: Final = 300
 #: the HELLO answer's padding byte from a ggml-core server (llama.cpp's servers send 0)
 GGML_CORE_MARK: Final = 0xC7
 #: the HELLO answer's padding byte from a ggml-core server that requires a token and got HELLO without one (it
@@ -114,6 +133,25 @@ class Cmd(enum.IntEnum):
     EXT_DEVICE_INFO = 0xC0  #: ggml-core: ``u32 device`` → UTF-8 JSON (name, description, type)
     EXT_SUPPORTS_OP = 0xC1  #: ggml-core: ``u32 device, rpc_tensor op, rpc_tensor srcs[10]`` → ``u8``
     EXT_AUTH = 0xC2  #: ggml-core, before HELLO and only with a token configured: ``token`` → ``u8`` (:class:`Auth`)
+    #: ggml-core: empty → ``u8 key[16], address`` (UTF-8): how a peer server reaches this connection
+    EXT_PEER_INFO = 0xC3
+    #: ggml-core, to the source server: ``rpc_tensor src, u64 offset, u64 size, u64 ticket, u8 key[16], address``
+    #: → ``u8 1``, then the server sends those bytes of ``src`` to the peer at ``address`` (EXT_PEER_PUT); the client
+    #: reads the answer whenever convenient (it tells which server failed when a copy never arrives)
+    EXT_PEER_SEND = 0xC4
+    #: ggml-core, between servers: ``u8 key[16], u64 ticket, data`` → none; held for the connection of ``key``
+    EXT_PEER_PUT = 0xC5
+    #: ggml-core, to the destination server: ``rpc_tensor dst, u64 offset, u64 size, u64 ticket`` → none; waits for
+    #: the ticket's data from the peer and writes it into ``dst``
+    EXT_PEER_RECV = 0xC6
+
+
+class Caps(enum.IntFlag):
+    """What a ggml-core server offers (its HELLO answer's capability flags)."""
+
+    NONE = 0
+    PEER_COPY = 1  #: EXT_PEER_INFO/SEND/PUT/RECV: copies between two such servers go from host to host
+    TENSOR_CACHE = 2  #: a tensor cache (``--cache-dir``): SET_TENSOR_HASH can hit for tensors over its minimum
 
 
 class Auth(enum.IntEnum):
@@ -205,6 +243,10 @@ NULL_TENSOR: Final = bytes(RPC_TENSOR_SIZE)
 
 #: SET_TENSOR's header after the rpc_tensor: ``u8 cache_flag, u64 offset``
 SET_TENSOR_HEADER: Final = struct.Struct("<BQ")
+#: EXT_PEER_SEND's fixed part: ``rpc_tensor src, u64 offset, u64 size, u64 ticket, u8 key[16]`` (the address follows)
+PEER_SEND_HEADER: Final = struct.Struct(f"<{RPC_TENSOR_SIZE}sQQQ{PEER_KEY_SIZE}s")
+#: EXT_PEER_RECV: ``rpc_tensor dst, u64 offset, u64 size, u64 ticket``
+PEER_RECV: Final = struct.Struct(f"<{RPC_TENSOR_SIZE}sQQQ")
 
 
 # ================================================================================================ message sizes
@@ -229,6 +271,8 @@ FIXED_REQUEST_SIZE: Final[dict[Cmd, int]] = {
     Cmd.MEMSET_TENSOR: RPC_TENSOR_SIZE + 17,
     Cmd.EXT_DEVICE_INFO: 4,
     Cmd.EXT_SUPPORTS_OP: 4 + (1 + MAX_SRC) * RPC_TENSOR_SIZE,
+    Cmd.EXT_PEER_INFO: 0,
+    Cmd.EXT_PEER_RECV: RPC_TENSOR_SIZE + 24,
 }
 
 #: payload sizes of fixed-size responses (GET_TENSOR answers exactly the bytes asked for; EXT_DEVICE_INFO varies)
@@ -244,6 +288,7 @@ FIXED_RESPONSE_SIZE: Final[dict[Cmd, int]] = {
     Cmd.HELLO: 4 + HELLO_CAPS_SIZE,
     Cmd.DEVICE_COUNT: 4,
     Cmd.EXT_SUPPORTS_OP: 1,
+    Cmd.EXT_PEER_SEND: 1,
     Cmd.EXT_AUTH: 1,
 }
 

@@ -38,6 +38,7 @@ def test_rpc_server_command_serves_until_stopped() -> None:
         text = "".join(lines)
         assert "protocol v7.0.0" in text and "local cache : n/a" in text and "0: CPU" in text, text
         assert "grants 100 MiB" in text, text  # --max-memory: the budget all clients share
+        assert "peer copies : 127.0.0.1:" in text, text  # other servers reach it at its bound address
         endpoint = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("endpoint"))
         assert endpoint.startswith("127.0.0.1:")  # loopback unless told otherwise
         conn = Connection(endpoint, timeout=10)
@@ -58,6 +59,17 @@ def test_limits_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and f"argument {flag}: must be a finite number in (0.0, inf]" in err, err
+
+
+def test_the_peer_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    from ggml_core.cli import main
+
+    assert main(["rpc-server", "--port", "0", "--peer-address", "nowhere"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--peer-address: RPC endpoint 'nowhere': expected HOST:PORT" in err, err
+    with pytest.raises(SystemExit):
+        main(["rpc-server", "--port", "0", "--cache-min", "-1"])
+    assert "argument --cache-min" in capsys.readouterr().err
 
 
 def test_a_server_without_any_device_says_to_install_ggml_cpu(

@@ -26,7 +26,7 @@ from rpc_helpers import rel, run_layer, split_logits
 from ggml_core import Device, GGMLOp, GGMLType
 from ggml_core.models import scheduler_available
 from ggml_core.models.default_model import write_default_model
-from ggml_rpc import RPCDevice, RPCReg, _fnv
+from ggml_rpc import RPCDevice, RPCReg, _fnv, add_server
 from ggml_rpc.server import RPCServer, ServerLimits
 
 
@@ -105,6 +105,36 @@ def test_model_split_over_cpu_and_llama_cpp_server(
     # ggml's kernels on the remote side sum in their own order: float32 rounding over 4 layers
     assert rel(prompt, cpu_prompt) < 1e-4 and rel(steps, cpu_steps) < 1e-4
     assert np.argmax(prompt, -1).tolist() == np.argmax(cpu_prompt, -1).tolist()
+
+
+@pytest.mark.skipif(not scheduler_available(), reason="the scheduler (ggml_core.sched) is not installed")
+@pytest.mark.parametrize("order", ["ours first", "llama.cpp's first"])
+def test_a_split_over_our_server_and_llama_cpp_s_relays_the_activations(
+    llama_server: str,
+    make_server: Callable[..., RPCServer],
+    rpc_registry: Callable[..., list[str]],
+    tmp_path: Path,
+    order: str,
+) -> None:
+    """llama.cpp's server advertises no peer copies: the activations between it and ours go through the client
+    (GET_TENSOR, then SET_TENSOR), in either direction, and the logits are the local run's."""
+    from ggml_core import get_registry
+
+    path = write_default_model(tmp_path / "default.gguf")
+    _, local_steps, _ = split_logits(path, ["CPU"], None)
+    ours = make_server()
+    names = rpc_registry(ours)
+    registry = get_registry()
+    theirs = add_server(llama_server, registry)
+    names.append(registry.get_reg(theirs).devices[0].name)
+    if order != "ours first":
+        names.reverse()
+    _, steps, m = split_logits(path, names, [1, 1])
+    assert {s.name for s in m.placement.shares if s.layers} == set(names)
+    conns = [dev.conn for dev in (registry.get_device(n) for n in names) if isinstance(dev, RPCDevice)]
+    assert not any(c.counts["EXT_PEER_SEND"] or c.counts["EXT_PEER_RECV"] for c in conns)
+    assert conns[0].counts["GET_TENSOR"] > 0  # the first server's outputs were read by the client
+    assert rel(steps, local_steps) < 1e-4  # (ggml's kernels on llama.cpp's side sum in their own order)
 
 
 def test_llama_cpp_client_against_our_server(

@@ -118,11 +118,12 @@ def test_rpc_flag_alone_adds_the_servers_devices_to_the_default_list(
 def _two_servers(
     make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
 ) -> tuple[list[str], list]:
-    """Two servers in the registry: their device names and the client's connections to them."""
+    """Two servers in the registry that copy nothing to each other (as llama.cpp's): their device names and the
+    client's connections to them."""
     from ggml_core import get_registry
     from ggml_rpc import RPCDevice
 
-    names = rpc_registry(make_server(), make_server())
+    names = rpc_registry(make_server(peer_copy=False), make_server(peer_copy=False))
     conns = []
     for n in names:
         dev = get_registry().get_device(n)

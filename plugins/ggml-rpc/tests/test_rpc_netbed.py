@@ -79,6 +79,10 @@ def test_logits_over_two_hosts_equal_the_local_run(
         names = [get_registry().get_reg(f"RPC[{h.endpoint}]").devices[0].name for h in two_hosts.hosts]
         prompt, steps, m = split_logits(model_path, names, [1, 1])
         assert {s.name for s in m.placement.shares if s.layers} == set(names)
+        first, second = (get_registry().get_device(n).conn for n in names)  # type: ignore[attr-defined]
+        # the activations went from host to host (through the bed's peer relay), none through this client
+        assert first.counts["EXT_PEER_SEND"] > 0 and second.counts["EXT_PEER_RECV"] == first.counts["EXT_PEER_SEND"]
+        assert first.counts["GET_TENSOR"] == 0 and first.bytes_received < 4096, first.counts
     finally:
         disconnect_all()
         monkeypatch.delenv("GGML_RPC_SERVERS")

@@ -4,8 +4,9 @@
 0c1e570's ggml-rpc client through ggml's public API: ten LLaMA-style graphs, each computed twice, the second time
 as GRAPH_RECOMPUTE) talking to a fresh ggml-core server serving the CPU. Handles and base addresses are
 per-connection counters, so a fresh server answers the replayed frames exactly as it did then: every answer must
-match the recorded one byte for byte, except the memory figures (this machine's, not the recording machine's) and
-computed values (compared as float32 with a tolerance, so that kernel improvements do not break the test)."""
+match the recorded one byte for byte, except the memory figures (this machine's, not the recording machine's),
+computed values (compared as float32 with a tolerance, so that kernel improvements do not break the test) and
+HELLO's capability bytes (the recorded server advertised none; this one advertises server-to-server copies)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from rpc_helpers import RawClient
 
-from ggml_rpc.protocol import FIXED_RESPONSE_SIZE, RPC_TENSOR_SIZE, Cmd
+from ggml_rpc.protocol import CAPS_MAGIC, FIXED_RESPONSE_SIZE, HELLO_CAPS, RPC_TENSOR_SIZE, Caps, Cmd
 from ggml_rpc.server import RPCServer
 
 SESSION = Path(__file__).parent / "data" / "llama_cpp_client_session.bin.gz"
@@ -75,6 +76,9 @@ def test_replay_of_llama_cpp_client_frames(server: RPCServer) -> None:
                     free, total = struct.unpack("<QQ", got)
                     # both figures are this machine's (the recording's were the recording machine's)
                     assert 0 < free <= total
+                elif cmd == Cmd.HELLO:
+                    assert got[:4] == want[:4] and want[4:] == bytes(24)  # version and mark as recorded
+                    assert HELLO_CAPS.unpack(got[4:]) == (CAPS_MAGIC, Caps.PEER_COPY, 0)
                 elif cmd == Cmd.GET_TENSOR:
                     np.testing.assert_allclose(np.frombuffer(got, "<f4"), np.frombuffer(want, "<f4"), 1e-5, 1e-6)
                 else:

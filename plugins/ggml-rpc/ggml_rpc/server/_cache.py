@@ -15,6 +15,7 @@ import re
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Final
 
@@ -79,6 +80,37 @@ class TensorCache:
         with self._lock:
             self._lru.pop(name, None)
         return None
+
+    def load(
+        self, path: Path, digest: int, room: int, write: Callable[[int, memoryview], None], stage: memoryview
+    ) -> bool:
+        """Copy the cache file ``path`` through ``write(offset, chunk)`` in chunks of ``stage``, hashing it on the
+        way; False when it is not usable (larger than ``room`` bytes, unreadable, short, or not of ``digest``).
+
+        A file whose hash turns out wrong leaves the tensor partly written; the answer 'not cached' makes the
+        client send the data itself, which overwrites it.
+        """
+        try:
+            with path.open("rb") as f:
+                n = os.fstat(f.fileno()).st_size
+                if n > room:
+                    return False
+                h, at = _fnv.FNV_OFFSET, 0
+                while at < n:
+                    chunk = stage[: min(stage.nbytes, n - at)]
+                    if f.readinto(chunk) != chunk.nbytes:
+                        return False
+                    if _fnv.fast():
+                        h = _fnv.fnv1a64(chunk, h)
+                    write(at, chunk)
+                    at += chunk.nbytes
+        except OSError as exc:
+            log.warning("cache file %s could not be read: %s", path, exc)
+            return False
+        if _fnv.fast() and h != digest:
+            log.warning("cache file %s does not hold the data of its hash; ignored", path)
+            return False
+        return True
 
     def writer(self, n: int) -> CacheWriter | None:
         """A writer for ``n`` bytes of data about to arrive, or None when they are not to be cached."""

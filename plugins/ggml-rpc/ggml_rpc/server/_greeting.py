@@ -37,10 +37,16 @@ _U64: Final = struct.Struct("<Q")
 _TLS_HANDSHAKE: Final = 0x16
 
 
-def greet(sock: socket.socket, token: bytes | None, tls: ssl.SSLContext | None, timeout: float) -> socket.socket:
+def greet(
+    sock: socket.socket, token: bytes | None, tls: ssl.SSLContext | None, timeout: float, caps: bytes
+) -> socket.socket:
     """TLS, the token and HELLO on a new connection, within ``timeout`` seconds for each stage however the bytes
-    trickle; returns the socket to serve on (wrapped in TLS when ``tls`` is given). Raises :class:`Refused`."""
-    return _Greeting(sock, timeout).run(token, tls)
+    trickle; returns the socket to serve on (wrapped in TLS when ``tls`` is given). Raises :class:`Refused`.
+
+    ``caps`` (:data:`HELLO_CAPS_SIZE` bytes) are this server's capabilities, answered to a client whose HELLO had
+    all-zero capabilities; a client that sent others (llama.cpp's RDMA) is answered zeros, which keeps it on TCP.
+    """
+    return _Greeting(sock, timeout).run(token, tls, caps)
 
 
 class _Greeting:
@@ -55,7 +61,7 @@ class _Greeting:
     def answer(self, payload: bytes) -> None:
         send_all(self.sock, _U64.pack(len(payload)) + payload, self.deadline)
 
-    def run(self, token: bytes | None, tls: ssl.SSLContext | None) -> socket.socket:
+    def run(self, token: bytes | None, tls: ssl.SSLContext | None, caps: bytes) -> socket.socket:
         if tls is not None:
             self.tls(tls)
         self.deadline = time.monotonic() + self.timeout  # the whole HELLO, however it trickles
@@ -70,8 +76,8 @@ class _Greeting:
         if cmd != Cmd.HELLO:
             hint = " (a TLS handshake: this server has no TLS; start it with --tls-cert/--tls-key)"
             raise Refused(f"the first command must be HELLO (14), got {cmd}{hint if cmd == _TLS_HANDSHAKE else ''}")
-        self.hello_body()
-        self.answer(bytes([*PROTO_VERSION, GGML_CORE_MARK]) + bytes(HELLO_CAPS_SIZE))
+        theirs = self.hello_body()
+        self.answer(bytes([*PROTO_VERSION, GGML_CORE_MARK]) + (caps if not any(theirs) else bytes(HELLO_CAPS_SIZE)))
         return self.sock
 
     def tls(self, context: ssl.SSLContext) -> None:
@@ -92,11 +98,12 @@ class _Greeting:
         except ssl.SSLError as exc:
             raise Refused(f"TLS handshake failed ({exc.reason or exc})") from None
 
-    def hello_body(self) -> None:
+    def hello_body(self) -> bytearray:
+        """The rest of HELLO; returns the client's connection capabilities (RDMA: TCP only here)."""
         (size,) = _U64.unpack(self.read(8))
         if size != HELLO_CAPS_SIZE:
             raise Refused(f"HELLO of {size} bytes, protocol 7 has {HELLO_CAPS_SIZE}: the client needs protocol 7.x")
-        self.read(size)  # connection capabilities (RDMA); TCP only here, so ignored
+        return self.read(size)
 
     def read_token(self) -> bytes:
         (size,) = _U64.unpack(self.read(8))

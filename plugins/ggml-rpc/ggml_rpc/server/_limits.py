@@ -66,6 +66,12 @@ class ServerLimits:
     cache_max_bytes: int = 8 * _GIB
     #: tensors are cached only when larger than this (llama.cpp's HASH_THRESHOLD, 10 MiB)
     cache_min_bytes: int = HASH_THRESHOLD
+    #: bytes that peer servers may have delivered to one connection and it has not taken yet (server-to-server
+    #: copies of activations)
+    max_peer_bytes: int = 256 << 20
+    #: seconds EXT_PEER_RECV waits for its data from the source server, on top of its size at ``min_rate`` (the
+    #: source sends it after computing the graph before it, so this bounds that graph's time too)
+    peer_timeout: float = 300.0
 
     @property
     def max_graph_bytes(self) -> int:

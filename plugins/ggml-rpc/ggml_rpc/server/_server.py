@@ -22,8 +22,11 @@ from collections.abc import Iterator, Sequence
 from typing import Final
 
 from ggml_core import Device, DeviceType
+from ggml_rpc._security import TLS_SCHEME
+from ggml_rpc.protocol import CAPS_MAGIC, HELLO_CAPS, Caps
 from ggml_rpc.server._cache import TensorCache
 from ggml_rpc.server._limits import Budget, ServerLimits, default_budget
+from ggml_rpc.server._peer import PeerHub
 from ggml_rpc.server._session import Session
 
 __all__ = ["DEFAULT_PORT", "RPCServer", "default_devices", "is_loopback"]
@@ -62,9 +65,13 @@ class RPCServer:
     :param n_threads: threads for each backend (None: the backends' default)
     :param token: a shared secret every client must send before HELLO (None: none, as llama.cpp)
     :param tls: serve TLS only, with this server context (None: plain TCP, as llama.cpp)
+    :param peer_copy: take part in server-to-server copies with other ggml-core servers (advertised in HELLO)
+    :param peer_address: ``host:port`` at which other servers reach this one (default: the bound address; a
+        server bound to a wildcard address needs it for peer copies)
 
     Shared state: :attr:`memory` (one :class:`Budget` per device: buffers granted and kernel scratch),
-    :attr:`graph_memory` (decoded and stored graphs), :attr:`cache` (the tensor cache, or None), :attr:`stats`.
+    :attr:`graph_memory` (decoded and stored graphs), :attr:`cache` (the tensor cache, or None), :attr:`peers`
+    (server-to-server copies), :attr:`stats`.
     """
 
     def __init__(
@@ -78,6 +85,8 @@ class RPCServer:
         n_threads: int | None = None,
         token: bytes | None = None,
         tls: ssl.SSLContext | None = None,
+        peer_copy: bool = True,
+        peer_address: str | None = None,
     ) -> None:
         if not devices:
             raise ValueError("RPCServer needs at least one device")
@@ -96,6 +105,9 @@ class RPCServer:
         self.memory = [Budget(f"{d.name} memory", default_budget(d.memory()[1], lim)) for d in self.devices]
         #: server memory spent decoding and storing graphs, over all connections
         self.graph_memory = Budget("graph memory", lim.graph_memory)
+        self._peer_copy, self._peer_address = peer_copy, peer_address
+        #: server-to-server copies (its address is set when the server binds)
+        self.peers = PeerHub(None, lim.max_peer_bytes)
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
         self._device_locks = [threading.RLock() for _ in self.devices]
@@ -130,7 +142,20 @@ class RPCServer:
         sock.settimeout(0.2)
         self._listener = sock
         self.host, self.port = sock.getsockname()[:2]
+        self.peers.address = self._advertised()
         return self.host, self.port
+
+    def _advertised(self) -> str | None:
+        """The address other servers use for peer copies (None: peer copies off)."""
+        if not self._peer_copy:
+            return None
+        address = self._peer_address
+        if address is None:
+            if self.host in ("0.0.0.0", "::"):
+                log.info("peer copies off: bound to %s; give --peer-address HOST:PORT to take part", self.host)
+                return None
+            address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return f"{TLS_SCHEME}{address}" if self.tls is not None and not address.startswith(TLS_SCHEME) else address
 
     @property
     def address(self) -> str:
@@ -224,6 +249,15 @@ class RPCServer:
             return len(self._sessions)
 
     # ----------------------------------------------------------------------------------------------- shared state
+
+    @property
+    def hello_caps(self) -> bytes:
+        """The capability bytes of the HELLO answer: peer copies when on, the cache and its minimum when there is
+        one."""
+        caps = Caps.PEER_COPY if self.peers.enabled else Caps.NONE
+        if self.cache is not None:
+            caps |= Caps.TENSOR_CACHE
+        return HELLO_CAPS.pack(CAPS_MAGIC, caps, self.cache.min_bytes if self.cache is not None else 0)
 
     def count(self, what: str) -> None:
         """Count one served command (or event) in :attr:`stats`."""

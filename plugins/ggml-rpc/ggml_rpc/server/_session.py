@@ -11,6 +11,11 @@ Time: the whole HELLO must arrive within ``hello_timeout``; every later message,
 No device lock is ever held across network I/O: data for host memory is received into and sent from the
 connection's own buffer (no other connection can name it); data for other devices goes through a staging chunk
 of ``staging_chunk`` bytes, each chunk copied under the device lock. A slow client slows only itself.
+
+Server-to-server copies (:mod:`._peer`): EXT_PEER_SEND sends a tensor's bytes to another ggml-core server over a
+connection this session opens (once per peer address, as a client of that server); EXT_PEER_PUT, on a connection
+from such a peer, leaves them in the mailbox of the connection its key names; EXT_PEER_RECV takes them from this
+connection's mailbox (waiting at most the message deadline) and writes them into a tensor.
 """
 
 from __future__ import annotations
@@ -18,17 +23,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
+import select
 import socket
+import ssl
 import struct
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ggml_core import AllocationError, Backend, Context, Device, GGMLError, Graph, Tensor
-from ggml_rpc import _fnv
 from ggml_rpc.protocol import (
     FIXED_REQUEST_SIZE,
+    PEER_RECV,
     RPC_TENSOR_SIZE,
     SET_TENSOR_HEADER,
     Cmd,
@@ -39,12 +44,11 @@ from ggml_rpc.protocol import (
 )
 from ggml_rpc.server._graph import build_graph, parse_graph
 from ggml_rpc.server._greeting import greet
+from ggml_rpc.server._peer import PeerPort, parse_peer_send
 from ggml_rpc.server._rebuild import rebuild_node
+from ggml_rpc.server._state import ServerState
 from ggml_rpc.server._validate import BufferTable, Refused, Remote, check_layout, extent
 from ggml_rpc.server._work import graph_scratch
-
-if TYPE_CHECKING:
-    from ggml_rpc.server._server import RPCServer
 
 __all__ = ["Session"]
 
@@ -59,7 +63,7 @@ _SET_HEAD: Final = RPC_TENSOR_SIZE + SET_TENSOR_HEADER.size
 class Session:
     """Serves one connection of ``server`` on ``sock`` until the client leaves or a message is refused."""
 
-    def __init__(self, server: RPCServer, sock: socket.socket, peer: str) -> None:
+    def __init__(self, server: ServerState, sock: socket.socket, peer: str) -> None:
         self.server = server
         self.sock = sock
         self.peer = peer
@@ -74,13 +78,19 @@ class Session:
         #: when the message being read began and must be complete (monotonic seconds)
         self._begun = self._deadline = 0.0
         self._staging: bytearray | None = None
+        #: this connection's side of server-to-server copies
+        self.peer_port = PeerPort(
+            server.peers, server.token, server.tls is not None, self.limits.frame_timeout, self.limits.hello_timeout
+        )
 
     # ----------------------------------------------------------------------------------------------- loop
 
     def run(self) -> None:
         """Serve until the end; never raises."""
         try:
-            self.sock = greet(self.sock, self.server.token, self.server.tls, self.limits.hello_timeout)
+            self.sock = greet(
+                self.sock, self.server.token, self.server.tls, self.limits.hello_timeout, self.server.hello_caps
+            )
             while self._one():
                 self.commands += 1
         except Refused as exc:
@@ -108,6 +118,7 @@ class Session:
 
     def close(self) -> None:
         """Free this connection's buffers (returning their bytes to the budget) and close its socket."""
+        self.peer_port.close()
         self._forget_graphs()
         for rec in self.buffers:
             with contextlib.suppress(Exception):
@@ -187,6 +198,10 @@ class Session:
             self._set_tensor(size)
         elif cmd == Cmd.GRAPH_COMPUTE:
             self._graph_compute(size)
+        elif cmd == Cmd.EXT_PEER_SEND:
+            self._peer_send(size)
+        elif cmd == Cmd.EXT_PEER_PUT:
+            self._peer_put(size)
         else:
             raise Refused(f"command {cmd.name} ({int(cmd)}) is not accepted")
         return True
@@ -215,6 +230,13 @@ class Session:
         x = Tensor(ctx, t, rt.ne, nb=rt.nb, name=rt.name_str)
         x.buffer, x.data_offset = rec.buffer, off
         return x, rec, n
+
+    def _bytes_of(self, rt: RpcTensor, offset: int, n: int, what: str) -> tuple[Remote, int]:
+        """The buffer record of ``rt`` and where its ``n`` bytes from ``offset`` start in it (checked)."""
+        t, rec, limit = self._tensor(rt, what)
+        self._range(what, rt, offset, n, limit)
+        assert t.data_offset is not None
+        return rec, t.data_offset + offset
 
     def _range(self, what: str, rt: RpcTensor, offset: int, size: int, limit: int) -> None:
         if offset > limit or size > limit - offset:
@@ -347,56 +369,30 @@ class Session:
         rt = RpcTensor.unpack_from(p)
         offset, digest = _2U64.unpack_from(p, RPC_TENSOR_SIZE)
         t, rec, limit = self._tensor(rt, "SET_TENSOR_HASH")
-        path = self.server.cache.lookup(digest) if self.server.cache is not None else None
-        if path is None:
+        cache = self.server.cache
+        path = cache.lookup(digest) if cache is not None else None
+        if cache is None or path is None:
             self._respond(b"\0")
             return
-        try:
-            ok = self._load_cached(path, rt, rec, t, offset, limit, digest)
-        except OSError as exc:
-            log.warning("cache file %s could not be read: %s", path, exc)
-            ok = False
+        assert t.data_offset is not None
+        start = t.data_offset
+
+        def write(at: int, chunk: memoryview) -> None:
+            with self._lock(rec):
+                rec.buffer.write(start + offset + at, chunk)
+
+        ok = cache.load(path, digest, limit - offset if offset <= limit else -1, write, self._staging_chunk())
         if ok:
             self.server.count("cache hits")
             log.info("%s: %r served from the cache (%s)", self.peer, rt.name_str, path.name)
+        else:
+            log.info("%s: cached %s not used for tensor %r; answered 'not cached'", self.peer, path, rt.name_str)
         self._respond(b"\1" if ok else b"\0")
-
-    def _load_cached(
-        self, path: Path, rt: RpcTensor, rec: Remote, t: Tensor, offset: int, limit: int, digest: int
-    ) -> bool:
-        """Copy a cache file into the tensor in staging chunks, hashing it on the way (False: not usable).
-
-        A file whose hash turns out wrong leaves the tensor partly written; the answer 'not cached' makes the
-        client send the data itself, which overwrites it.
-        """
-        assert t.data_offset is not None
-        with path.open("rb") as f:
-            n = os.fstat(f.fileno()).st_size
-            if offset > limit or n > limit - offset:
-                log.info("%s: cached %s does not fit tensor %r; answered 'not cached'", self.peer, path, rt.name_str)
-                return False
-            h, stage, at = _fnv.FNV_OFFSET, self._staging_chunk(), 0
-            while at < n:
-                chunk = stage[: min(stage.nbytes, n - at)]
-                if f.readinto(chunk) != chunk.nbytes:
-                    return False
-                if _fnv.fast():
-                    h = _fnv.fnv1a64(chunk, h)
-                with self._lock(rec):
-                    rec.buffer.write(t.data_offset + offset + at, chunk)
-                at += chunk.nbytes
-        if _fnv.fast() and h != digest:
-            log.warning("cache file %s does not hold the data of its hash; ignored", path)
-            return False
-        return True
 
     def _get_tensor(self, p: bytearray) -> None:
         rt = RpcTensor.unpack_from(p)
         offset, n = _2U64.unpack_from(p, RPC_TENSOR_SIZE)
-        t, rec, limit = self._tensor(rt, "GET_TENSOR")
-        self._range("GET_TENSOR", rt, offset, n, limit)
-        assert t.data_offset is not None
-        start = t.data_offset + offset
+        rec, start = self._bytes_of(rt, offset, n, "GET_TENSOR")
         host = rec.buffer.host_array()
         if host is not None:  # sent from this connection's own memory, without a lock
             self._respond(host[start : start + n].data)
@@ -548,6 +544,56 @@ class Session:
             ok = False
         self._respond(b"\1" if ok else b"\0")
 
+    # ----------------------------------------------------------------------------------------------- peer copies
+
+    def _hung_up(self) -> bool:
+        """True when the client has closed the connection (or it broke); read nothing."""
+        if isinstance(self.sock, ssl.SSLSocket):
+            return False  # (no peeking under TLS: such a wait ends at its deadline)
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            return bool(readable) and self.sock.recv(1, socket.MSG_PEEK) == b""  # (readable: recv does not wait)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except (OSError, ValueError):
+            return True
+
+    def _peers_on(self, what: str) -> None:
+        if not self.server.peers.enabled:
+            raise Refused(f"{what}: this server does not take part in server-to-server copies (--no-peer-copy)")
+
+    def _peer_info(self, _: bytearray) -> None:
+        self._peers_on("EXT_PEER_INFO")
+        self._respond(self.peer_port.info())
+
+    def _peer_send(self, size: int) -> None:
+        self._peers_on("EXT_PEER_SEND")
+        raw, offset, n, ticket, key, address = parse_peer_send(size, self._read)
+        rec, start = self._bytes_of(RpcTensor.unpack_from(raw), offset, n, "EXT_PEER_SEND")
+        host = rec.buffer.host_array()
+        if host is not None:  # sent from this connection's own memory, without a lock
+            data: bytes | memoryview = memoryview(host[start : start + n].data).cast("B")
+        else:
+            with self._lock(rec):
+                data = rec.buffer.read(start, n)
+        self._respond(b"\1")  # before sending: it says this server got this far, whatever becomes of the peer
+        self.peer_port.send(address, key, ticket, data)
+        self.server.count("peer bytes sent")
+
+    def _peer_put(self, size: int) -> None:
+        self._peers_on("EXT_PEER_PUT")
+        self.peer_port.put(size, self._read)
+        self.server.count("peer bytes received")
+
+    def _peer_recv(self, p: bytearray) -> None:
+        raw, offset, n, ticket = PEER_RECV.unpack(p)
+        rt = RpcTensor.unpack_from(raw)
+        rec, start = self._bytes_of(rt, offset, n, "EXT_PEER_RECV")
+        deadline = time.monotonic() + self.limits.peer_timeout + n / self.limits.min_rate
+        data = self.peer_port.take(ticket, n, deadline, repr(rt.name_str), self._hung_up)
+        with self._fill_lock(rec):
+            rec.buffer.write(start, memoryview(data))
+
 
 _FIXED: Final = {
     Cmd.ALLOC_BUFFER: Session._alloc_buffer,
@@ -567,4 +613,6 @@ _FIXED: Final = {
     Cmd.MEMSET_TENSOR: Session._memset_tensor,
     Cmd.EXT_DEVICE_INFO: Session._device_info,
     Cmd.EXT_SUPPORTS_OP: Session._supports_op,
+    Cmd.EXT_PEER_INFO: Session._peer_info,
+    Cmd.EXT_PEER_RECV: Session._peer_recv,
 }

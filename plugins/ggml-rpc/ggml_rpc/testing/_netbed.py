@@ -9,6 +9,11 @@ Layout (names carry this process's id, so that beds of parallel runs never meet)
   interface, address or route. The client reaches host ``i`` through relay ``i``, a process listening on loopback
   that opens its upstream connection inside the hub namespace (:mod:`._relay`) and holds each chunk for the link's
   one-way delay in each direction (this kernel has no ``netem``): a round trip costs twice the delay.
+- Hosts reach each other (server-to-server copies) through a second relay per host, listening in the hub at
+  ``10.231.i.1:50053`` (:attr:`Host.peer_address`, given to ggml-core servers as ``--peer-address``): it holds each
+  chunk for twice the host's delay, the two links a path between two hosts of this star crosses (the bench gives
+  every host the same link), or for ``peer_delay`` (hosts near each other, far from the client); the bytes pass
+  both hosts' rates.
 - The rate is a ``tc ... tbf`` qdisc on both ends of each veth pair (each direction).
 - A server is started in its namespace with ``ip netns exec``; :meth:`NetBed.partition` sets a host's link down
   (or has its relay drop everything).
@@ -35,8 +40,10 @@ from ._relay import open_in_netns
 
 __all__ = ["Host", "Link", "NetBed", "NetBedError", "ggml_core_server", "llama_cpp_server", "netbed_unavailable"]
 
-MAX_HOSTS = 8
+MAX_HOSTS = 12
 SERVER_PORT = 50052
+#: the port of each host's peer relay (in the hub, on the hub's address towards the host)
+PEER_PORT = 50053
 #: seconds any one ``ip``/``tc`` command may take
 COMMAND_TIMEOUT = 20.0
 #: seconds a server may take to start listening (a first start may compile kernels)
@@ -71,8 +78,15 @@ class Host:
     endpoint: str = ""  # what the client connects to (the relay, on loopback)
     server: subprocess.Popen[bytes] | None = None
     relay: subprocess.Popen[str] | None = None
+    peer_relay: subprocess.Popen[str] | None = None
+    peer_delay: float = 0.0  # one-way, from the other hosts
     log: Path | None = None
     veth: tuple[str, str] = ("", "")  # (hub end, host end)
+
+    @property
+    def peer_address(self) -> str:
+        """Where the other hosts reach this one (its peer relay in the hub)."""
+        return f"10.231.{self.index}.1:{PEER_PORT}"
 
     @property
     def pid(self) -> int | None:
@@ -134,15 +148,24 @@ def _stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None) -> None:
         proc.wait(10)
 
 
-def ggml_core_server(address: str, port: int, threads: int = 1) -> list[str]:
-    """``ggml-core rpc-server`` serving the CPU on ``address:port``."""
-    return [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--host", address, "--port", str(port),
+#: a server's command line from the address and port it serves on and the address other hosts reach it at
+ServerArgv = Callable[[str, int, str], Sequence[str]]
+
+
+def ggml_core_server(address: str, port: int, peer: str = "", threads: int = 1) -> list[str]:
+    """``ggml-core rpc-server`` serving the CPU on ``address:port`` (reached by other hosts at ``peer``)."""
+    argv = [sys.executable, "-m", "ggml_core.cli", "rpc-server", "--host", address, "--port", str(port),
             "--device", "CPU", "--threads", str(threads)]  # fmt: skip
+    return [*argv, "--peer-address", peer] if peer else argv
 
 
-def llama_cpp_server(exe: str | os.PathLike[str]) -> Callable[[str, int], list[str]]:
+def llama_cpp_server(exe: str | os.PathLike[str]) -> ServerArgv:
     """llama.cpp's ``ggml-rpc-server`` at ``exe``, serving on ``address:port`` with one thread."""
-    return lambda address, port: [os.fspath(exe), "-H", address, "-p", str(port), "-t", "1"]
+
+    def argv(address: str, port: int, peer: str = "") -> list[str]:
+        return [os.fspath(exe), "-H", address, "-p", str(port), "-t", "1"]
+
+    return argv
 
 
 class NetBed:
@@ -175,19 +198,23 @@ class NetBed:
     def add_host(
         self,
         link: Link,
-        server: Callable[[str, int], Sequence[str]] = ggml_core_server,
+        server: ServerArgv = ggml_core_server,
         env: dict[str, str] | None = None,
+        peer_delay: float | None = None,
     ) -> Host:
-        """A host namespace behind ``link``, running ``server(address, port)`` (argv), reachable at the returned
-        host's ``endpoint``. Any failure tears the whole bed down and raises :class:`NetBedError`."""
+        """A host namespace behind ``link``, running ``server(address, port, peer_address)`` (argv), reachable at the
+        returned host's ``endpoint``; other hosts reach it with ``peer_delay`` seconds each way (default twice the
+        link's delay: the star's path through the hub). Any failure tears the whole bed down and raises
+        :class:`NetBedError`."""
         if len(self.hosts) >= MAX_HOSTS:
             raise NetBedError(f"a bed holds at most {MAX_HOSTS} hosts")
         i = len(self.hosts)
         host = Host(i, f"{self.tag}h{i}", f"10.231.{i}.2", link, veth=(f"{self.tag}a{i}", f"{self.tag}b{i}"))
+        host.peer_delay = 2 * link.delay if peer_delay is None else peer_delay
         self.hosts.append(host)
         try:
             self._wire(host)
-            self._start(host, list(server(host.address, SERVER_PORT)), env)
+            self._start(host, list(server(host.address, SERVER_PORT, host.peer_address)), env)
         except BaseException:
             self.close()
             raise
@@ -202,6 +229,7 @@ class NetBed:
             _ip("-n", ns, "addr", "add", addr, "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
             _tbf(ns, dev, host.link.rate)
+        _ip("-n", host.netns, "route", "add", "10.231.0.0/16", "via", f"10.231.{i}.1")  # the other hosts, via the hub
 
     def _start(self, host: Host, argv: list[str], env: dict[str, str] | None) -> None:
         host.log = self._dir / f"host{host.index}.log"
@@ -221,17 +249,23 @@ class NetBed:
                     raise NetBedError(f"host {host.index}: the server is not listening after {START_TIMEOUT:g} s: "
                                       f"{exc}; {self.log_tail(host)}") from None  # fmt: skip
                 time.sleep(0.1)
-        relay = subprocess.Popen(
-            [sys.executable, "-m", "ggml_rpc.testing._relay", "--netns", self.hub,
-             "--target", f"{host.address}:{SERVER_PORT}", "--delay", repr(host.link.delay)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
-        host.relay = relay
-        assert relay.stdout is not None
-        line = relay.stdout.readline()  # the relay prints its endpoint at once (or exits)
+        host.relay = self._relay(host, [], host.link.delay)
+        assert host.relay.stdout is not None
+        line = host.relay.stdout.readline()  # the relay prints its endpoint at once (or exits)
         if not line.startswith("relay "):
             raise NetBedError(f"host {host.index}: the relay did not start")
         host.endpoint = line.split()[1]
+        host.peer_relay = self._relay(host, ["ip", "netns", "exec", self.hub], host.peer_delay, host.peer_address)
+        assert host.peer_relay.stdout is not None
+        if not host.peer_relay.stdout.readline().startswith("relay "):
+            raise NetBedError(f"host {host.index}: the peer relay did not start")
+
+    def _relay(self, host: Host, prefix: list[str], delay: float, listen: str = "127.0.0.1:0") -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*prefix, sys.executable, "-m", "ggml_rpc.testing._relay", "--netns", self.hub,
+             "--target", f"{host.address}:{SERVER_PORT}", "--delay", repr(delay), "--listen", listen],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
 
     def log_tail(self, host: Host, n: int = 2000) -> str:
         """The end of the host's server log."""
@@ -246,7 +280,9 @@ class NetBed:
             _ip("-n", host.netns, "link", "set", host.veth[1], "down")
             _ip("-n", self.hub, "link", "set", host.veth[0], "down")
         elif how == "relay" and host.relay is not None:
-            os.kill(host.relay.pid, signal.SIGUSR1)
+            for relay in (host.relay, host.peer_relay):
+                if relay is not None:
+                    os.kill(relay.pid, signal.SIGUSR1)
         else:
             raise ValueError(f"partition how={how!r}: 'link' or 'relay'")
 
@@ -257,9 +293,11 @@ class NetBed:
         self._closed = True
         for host in self.hosts:
             _stop(host.relay)
+            _stop(host.peer_relay)
             _stop(host.server)
-            if host.relay is not None and host.relay.stdout is not None:
-                host.relay.stdout.close()
+            for relay in (host.relay, host.peer_relay):
+                if relay is not None and relay.stdout is not None:
+                    relay.stdout.close()
         for ns in reversed(self.namespaces):
             _ip("netns", "del", ns, check=False)
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -2,10 +2,11 @@
 ``netem``), and enters a network namespace to reach its target.
 
 Run as ``python -m ggml_rpc.testing._relay --netns NS --target HOST:PORT --delay SECONDS``: it listens on
-127.0.0.1 (an ephemeral port, printed as ``relay 127.0.0.1:PORT``) in the namespace it was started in, and opens
-each upstream connection inside ``NS``. SIGUSR1 makes it drop everything from then on (a partition: connections stay
-open, no byte passes either way). At most :data:`MAX_CONNECTIONS` connections at once; each chunk is at most
-:data:`CHUNK` bytes, and at most :data:`MAX_HELD` bytes are held per direction (the reader waits beyond that).
+127.0.0.1 (an ephemeral port, printed as ``relay 127.0.0.1:PORT``; ``--listen HOST:PORT`` for another address) in
+the namespace it was started in, and opens each upstream connection inside ``NS``. SIGUSR1 makes it drop everything
+from then on (a partition: connections stay open, no byte passes either way). At most :data:`MAX_CONNECTIONS`
+connections at once; each chunk is at most :data:`CHUNK` bytes, and at most :data:`MAX_HELD` bytes are held per
+direction (the reader waits beyond that).
 """
 
 from __future__ import annotations
@@ -166,11 +167,13 @@ def main() -> int:
     ap.add_argument("--netns", required=True)
     ap.add_argument("--target", required=True, help="HOST:PORT inside the namespace")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds each chunk is held, in each direction")
+    ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (default 127.0.0.1, any port)")
     args = ap.parse_args()
     host, port = args.target.rsplit(":", 1)
+    listen_host, listen_port = args.listen.rsplit(":", 1)
     signal.signal(signal.SIGUSR1, lambda *_: _dropping.set())
-    listener = socket.create_server(("127.0.0.1", 0))
-    print(f"relay 127.0.0.1:{listener.getsockname()[1]}", flush=True)
+    listener = socket.create_server((listen_host, int(listen_port)))
+    print(f"relay {listen_host}:{listener.getsockname()[1]}", flush=True)
     _serve(listener, args.netns, (host, int(port)), max(0.0, args.delay))
     return 0
 
