@@ -64,7 +64,7 @@ tok = int(np.argmax(m.process_prompt(ids)[-1]))
 t4 = time.perf_counter()
 numba = 0.0
 try:
-    from ggml_cpu.kernels.qdot import _jit
+    from ggml_cpu.jit import _jit
     numba = _jit.import_seconds() + sum(_jit.compile_seconds().values())
 except (ImportError, AttributeError):
     pass

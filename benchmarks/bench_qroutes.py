@@ -1,11 +1,11 @@
 """Quantized products by route: block kernels, dequantized tiles + SGEMM, repacked weights, timed in turn in one run.
 
-For each weight type and activation-row count, ``qdot.qmatmul(route="block")``, ``"tile"`` and ``"packed"`` (the
-repacked weights of ``qdot.repack``; where they are not compiled it falls back to the tiles) on the same
+For each weight type and activation-row count, ``quant.qmatmul(route="block")``, ``"tile"`` and ``"packed"`` (the
+repacked weights of ``quant.repack``; where they are not compiled it falls back to the tiles) on the same
 arrays (512 × 512, 1536 × 512 and 512 × 1536 weights, the 512-wide bench model's shapes), one thread: medians of
 the process's CPU time in ms (all its threads; time spent waiting for a busy core is not counted, so the routes
 compare fairly on a shared machine) and the ratios tile / block and packed / block (above 1: the block kernels are
-faster). This is the measurement behind ``qdot.vec_rows_limit`` (the row count up to which a type takes the block
+faster). This is the measurement behind ``quant.vec_rows_limit`` (the row count up to which a type takes the block
 kernels). Prints the CPU model and load.
 
 Usage: ``python benchmarks/bench_qroutes.py [--types q4_0,q8_0,q4_k] [--rows 1,13,128,512] [--repeat 9] [--json PATH]``;
@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     add_json_option(ap, "bench_qroutes")
     args = ap.parse_args(argv)
     results = Results("bench_qroutes", {k: v for k, v in vars(args).items() if k != "json"})
-    from ggml_cpu.kernels import qdot
+    from ggml_cpu import quant
 
-    qdot.set_threads(1)
+    quant.set_threads(1)
     info = results.data["machine"]
     print(f"# CPU: {info['cpu']} ({info['cores']} cores), load average {info['load_average']}; one thread")
     print(
@@ -70,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                 x = r.standard_normal((n, k)).astype(np.float32)
                 out = np.empty((n, m), np.float32)
                 block, tile, packed = paired_cpu_ms(
-                    lambda: qdot.qmatmul(w, t, x, out, route="block"),  # noqa: B023 - called right here
-                    lambda: qdot.qmatmul(w, t, x, out, route="tile"),  # noqa: B023
-                    lambda: qdot.qmatmul(w, t, x, out, route="packed"),  # noqa: B023
+                    lambda: quant.qmatmul(w, t, x, out, route="block"),  # noqa: B023 - called right here
+                    lambda: quant.qmatmul(w, t, x, out, route="tile"),  # noqa: B023
+                    lambda: quant.qmatmul(w, t, x, out, route="packed"),  # noqa: B023
                     repeat=args.repeat,
                 )
                 shape = f"{m}x{k}"
-                limit = qdot.vec_rows_limit(t)
+                limit = quant.vec_rows_limit(t)
                 results.add(name, shape, rows=n, block_ms=block, tile_ms=tile, packed_ms=packed, rows_limit=limit)
                 print(
                     f"{name:6} {n:5} {shape:>10} {block:9.3f} {tile:9.3f} {packed:9.3f} {tile / block:9.2f}x"

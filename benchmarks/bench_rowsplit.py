@@ -2,7 +2,7 @@
 
 For each weight type and shape (the bench model's 512 × 512, 1536 × 512, 512 × 1536, 4096 × 512; Gemma 3's
 2048 × 640 and its 262,144 × 640 output projection with ``--big``) the three variants of
-``ggml_cpu.kernels.qdot.product.BlockProduct`` are timed alternately in the same run (``rounds`` × a median of
+``ggml_cpu.quant.product.BlockProduct`` are timed alternately in the same run (``rounds`` × a median of
 ``calls`` calls; the best round is printed) with the weights' GB/s, next to numpy reading the same bytes
 (``u64.sum()``) for the big shape. Every variant's result is checked equal to one thread's first.
 
@@ -42,7 +42,8 @@ def main() -> int:
     add_json_option(ap, "bench_rowsplit")
     args = ap.parse_args()
     results = Results("bench_rowsplit", {k: v for k, v in vars(args).items() if k != "json"})
-    from ggml_cpu.kernels.qdot import _jit, _spin, product
+    from ggml_cpu.jit import _jit, _spin
+    from ggml_cpu.quant import product
 
     if not _jit.enabled():
         print(f"compiled kernels are off: {_jit.disabled_reason()}", file=sys.stderr)

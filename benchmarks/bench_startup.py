@@ -24,7 +24,7 @@ milliseconds per process) are printed with the results.
 ``--cold`` measures instead the first ``ggml-core run`` after an install: ``run -n 4 --temp 0`` (the embedded
 model; ``run GGUF --tokens 2 -n 1`` for each ``--model``) with an empty numba cache (``NUMBA_CACHE_DIR`` a new
 folder), then the same command again on the cache it filled. It prints every compiled CPU kernel (the CPU plugin's
-:func:`ggml_cpu.kernels.qdot.compile_log`): when it was built (the phase: import, enumeration, model load, graph
+:func:`ggml_cpu.quant.compile_log`): when it was built (the phase: import, enumeration, model load, graph
 planning or the first graph compute, from its callers; and seconds after the process started), how long it took,
 and whether it came from the cache; then wall time, numba's import, the sum of compile times and peak RSS of each
 run. Results go to ``benchmarks/results/startup_cold.json`` unless ``--json`` says otherwise.
@@ -123,7 +123,7 @@ try:
     from ggml_core.cli import main
     rc = main(sys.argv[2:])
 finally:
-    q = sys.modules.get("ggml_cpu.kernels.qdot")
+    q = sys.modules.get("ggml_cpu.quant")
     log = q.compile_log() if q is not None else []
     for e in log:
         e["start"] -= t0

@@ -15,7 +15,7 @@ HEAVY = (
     "ggml_core.sched",
     "ggml_core.models",
     "ggml_core.ops.attention",
-    "ggml_cpu.kernels",
+    "ggml_cpu.ops",
     "ggml_cpu.engine",
     "ggml_opencl.ops",
     "ggml_cuda._device",

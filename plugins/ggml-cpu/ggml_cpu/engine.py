@@ -1,7 +1,7 @@
 """The CPU backend's execution engine: plan a graph once, then replay it (the CPU analogue of a CUDA graph).
 
 **Planning** resolves every tensor of a graph to a numpy view of its buffer and binds each node to its kernel
-(``bind(node) -> thunk``, see :mod:`ggml_cpu.kernels`). **Replaying** calls the thunks in order, inside one
+(``bind(node) -> thunk``, see :mod:`ggml_cpu.ops`). **Replaying** calls the thunks in order, inside one
 ``np.errstate`` (ggml's float arithmetic is silent: overflow gives inf, as in C) — nothing else happens per node
 unless an abort callback is set.
 
@@ -24,9 +24,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag
-from ggml_cpu import kernels
-from ggml_cpu.kernels import compiled, matmul, qdot
+from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag, UnsupportedOpError
+from ggml_cpu import ops, quant
+from ggml_cpu.ops import matmul
+from ggml_cpu.ops.fused import bind_pair
 from ggml_cpu.threads import Threads
 
 __all__ = ["Engine", "Plan", "describe"]
@@ -114,9 +115,9 @@ class Engine:
         self.n_plans = 0
 
     def _bind(self, node: Tensor) -> Thunk:
-        if node.op == GGMLOp.MUL_MAT and kernels.supports(node):
+        if node.op == GGMLOp.MUL_MAT and ops.KERNELS.supports(node):
             return matmul.bind_mul_mat(node, self.weights_cache)
-        return kernels.bind(node)
+        return ops.KERNELS.get(node)(node)
 
     def plan(self, graph: Graph) -> Plan:
         """The graph's plan: the cached one while valid, else a new one."""
@@ -131,11 +132,11 @@ class Engine:
                 continue
             try:
                 nxt = nodes[i + 1] if i + 1 < len(nodes) else None
-                pair = compiled.bind_pair(node, nxt, graph.use_counts) if nxt is not None and _computed(nxt) else None
+                pair = bind_pair(node, nxt, graph.use_counts) if nxt is not None and _computed(nxt) else None
                 if pair is not None:
                     fused = nxt
                 steps.append((node, pair or self._bind(node)))
-            except (NotImplementedError, TensorError, ValueError) as exc:
+            except (NotImplementedError, UnsupportedOpError, TensorError, ValueError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
         tensors = _involved(graph)
         buffers = {id(t.buffer): t.buffer for t in tensors if t.buffer is not None}
@@ -202,12 +203,12 @@ class Engine:
 
 def describe() -> dict[str, str]:
     """The engine's runtime facts for ``features()``: compiled kernels, cache, BLAS thread control."""
-    reason = qdot.disabled_reason()
+    reason = quant.disabled_reason()
     out = {
-        "compiled kernels": f"numba ({qdot.max_threads()} threads max)" if reason is None else f"off: {reason}",
+        "compiled kernels": f"numba ({quant.max_threads()} threads max)" if reason is None else f"off: {reason}",
         "BLAS threads": Threads.blas_description(),
     }
     if reason is None:
-        loaded = qdot.numba_loaded()
-        out["kernel cache"] = (qdot.cache_dir() or "none (read-only)") if loaded else "(numba loads at the first use)"
+        loaded = quant.numba_loaded()
+        out["kernel cache"] = (quant.cache_dir() or "none (read-only)") if loaded else "(numba loads at the first use)"
     return out

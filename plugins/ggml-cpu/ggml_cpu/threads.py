@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, Final
 
+from ggml_cpu.jit import _jit
+
 __all__ = [
     "Faster",
     "RowSplit",
@@ -149,8 +151,6 @@ _pool_lock = threading.Lock()
 
 def current_threads() -> int:
     """The thread count the engine set for the calling thread (numba's setting; 1 without numba)."""
-    from ggml_cpu.kernels.qdot import _jit  # the kernels import this module: import here, not at the top
-
     return _jit.current_threads()
 
 
@@ -176,8 +176,6 @@ def parallel_for(fn: Callable[[int], None], n_tasks: int) -> None:
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Everything on the calling thread inside the block: numba's kernels, the worker pool's tasks, BLAS."""
-    from ggml_cpu.kernels.qdot import _jit
-
     before = _jit.current_threads()
     _jit.set_threads(1)
     try:
@@ -192,7 +190,7 @@ def one_thread() -> Iterator[None]:
 
 class _Helpers:
     """The process's helper threads for :class:`RowSplit` (daemons, started on first use; the compiled side is
-    :mod:`.kernels.qdot._spin`). A helper spins without the GIL, runs the parts it claims, and after
+    :mod:`.jit._spin`). A helper spins without the GIL, runs the parts it claims, and after
     :attr:`SPIN_CYCLES` time-stamp ticks without a job (a decode step's products come 10-50 µs apart) sleeps on
     an event until the next job is posted."""
 
@@ -202,7 +200,7 @@ class _Helpers:
     def __init__(self, n: int, fns: dict[str, Any]) -> None:
         import numpy as np
 
-        from ggml_cpu.kernels.qdot import _spin
+        from ggml_cpu.jit import _spin
 
         self.n = n
         self.fns = fns
@@ -269,11 +267,9 @@ def _get_helpers(n: int) -> _Helpers | None:
     h = _helpers[0] if _helpers else None
     if h is not None and h.n >= n and h.pid == os.getpid():
         return h
-    from ggml_cpu.kernels.qdot import _jit
-
     if not _jit.enabled():
         return None
-    from ggml_cpu.kernels.qdot import _spin
+    from ggml_cpu.jit import _spin
 
     fns = _spin.compiled()
     if fns is None:
@@ -288,14 +284,14 @@ def _get_helpers(n: int) -> _Helpers | None:
 
 class RowSplit:
     """A block product of one activation row cut into parts of whole weight rows, run by the calling thread and
-    ``n_threads − 1`` helper threads at once (see :mod:`.kernels.qdot._spin`).
+    ``n_threads − 1`` helper threads at once (see :mod:`.jit._spin`).
 
     Each part goes to whichever thread claims it first, so a helper that is late (descheduled on a busy machine)
     costs at most the part it took, never a wait for one it has not started; without helpers the caller runs every
     part. Each part is the same kernel on the same rows as on one thread: the results do not depend on who ran it.
 
-    :param jobs: the kernel's compiled (helper loop, caller's run) from :func:`.kernels.qdot._spin.block_jobs`
-    :param desc: the job descriptor (int64, :data:`.kernels.qdot._spin.DESC_SIZE`), kept alive by the caller's
+    :param jobs: the kernel's compiled (helper loop, caller's run) from :func:`.jit._spin.block_jobs`
+    :param desc: the job descriptor (int64, :data:`.jit._spin.DESC_SIZE`), kept alive by the caller's
         arrays
     :param parts: the fallback when the helpers are busy: ``(fn, args)`` run in turn, the first quantizing the
         activations (its result, non-zero for non-finite activations, stops the rest), the others the row ranges
@@ -477,8 +473,6 @@ class Threads:
 
     def apply(self) -> None:
         """Set numba's threads for the calling thread and BLAS's (process-wide) to ``n_threads``."""
-        from ggml_cpu.kernels.qdot import _jit
-
         _jit.set_threads(self.n_threads)
         if _blas_current[0] != self.n_threads:
             with _blas_lock:

@@ -78,9 +78,9 @@ def count_row_jobs(monkeypatch: Any) -> list[int]:
     skips the test where the row split did not compile."""
     import pytest
 
-    from ggml_cpu.kernels import compiled
+    from ggml_cpu.ops import _compiled
 
-    parts: Any = compiled.row_split_parts()
+    parts: Any = _compiled.row_split_parts()
     if parts is None:
         pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
     calls: list[int] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
 
 _PLUGIN = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ _DRIVER = r"""
 import json, sys
 from ggml_core.cli import main
 rc = main(sys.argv[1:])
-q = sys.modules.get("ggml_cpu.kernels.qdot")
+q = sys.modules.get("ggml_cpu.quant")
 log = [] if q is None else [{"name": e["name"], "cached": e["cached"]} for e in q.compile_log()]
 print(json.dumps({"rc": rc, "log": log}))
 """
@@ -57,7 +57,7 @@ def test_the_helpers_loop_holds_no_kernel() -> None:
     """The helpers' loop and the caller's run are synchronisation only: a few KiB of machine code each in numba's
     cache (the loop that inlined every part's kernel was hundreds of KiB, and minutes of compiling)."""
     _needs_numba()
-    from ggml_cpu.kernels.qdot import _packed_split
+    from ggml_cpu.quant import _packed_split
 
     fns = _packed_split.jobs()
     if fns is None:
@@ -98,23 +98,23 @@ def test_a_kernels_cache_key_covers_what_it_inlines_and_nothing_else() -> None:
     """A row kernel's cache folder is keyed on the modules it compiles from (its own, the helpers it imports), not
     on the quantized products' modules: editing those (or adding a new kernel file) keeps its compiled code."""
     _needs_numba()
-    from ggml_cpu.kernels.qdot import _kernel_cache
+    from ggml_cpu.jit import _kernel_cache
 
-    names = {p.name for p in _kernel_cache.sources("ggml_cpu.kernels.qdot._row_kernels")}
-    assert {"_row_kernels.py", "_jit.py", "_half_kernels.py"} <= names
+    names = {p.name for p in _kernel_cache.sources("ggml_cpu.ops._matmul_kernels")}
+    assert {"_matmul_kernels.py", "_jit.py", "_half_kernels.py"} <= names
     assert names.isdisjoint({"legacy.py", "kquants.py", "repack.py", "product.py", "__init__.py"}), names
-    assert "_simd.py" in {p.name for p in _kernel_cache.sources("ggml_cpu.kernels.qdot.legacy")}
+    assert "_simd.py" in {p.name for p in _kernel_cache.sources("ggml_cpu.quant.legacy")}
 
 
 def test_the_cache_is_shared_by_environments_with_the_same_sources() -> None:
     """numba names a cache sub-folder after the source folder's absolute path; ours after the package-relative one,
     so a second virtual environment (another path, the same sources) loads the first one's kernels."""
     _needs_numba()
-    from ggml_cpu.kernels.qdot import _kernel_cache
+    from ggml_cpu.jit import _kernel_cache
 
-    here = str(Path(_kernel_cache.__file__).with_name("legacy.py"))
-    for path in (here, "/opt/a/lib/python3.11/site-packages/ggml_cpu/kernels/qdot/legacy.py", "/u/b/ggml_cpu/x.py"):
-        want = "ggml_cpu_kernels_qdot" if "qdot" in path else "ggml_cpu"
+    here = str(Path(_kernel_cache.__file__).parents[1] / "quant" / "legacy.py")
+    for path in (here, "/opt/a/lib/python3.11/site-packages/ggml_cpu/quant/legacy.py", "/u/b/ggml_cpu/x.py"):
+        want = "ggml_cpu_quant" if "quant" in path else "ggml_cpu"
         assert _kernel_cache.PackageLocator.get_suitable_cache_subpath(path) == want
 
 

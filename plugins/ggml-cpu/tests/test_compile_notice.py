@@ -13,21 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
 
 #: builds one small row kernel (GEGLU's) in a fresh process; prints whether numba's lowering registries (which
 #: compiling needs, loading does not) were imported
 _CHILD = r"""
 import sys
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
 assert _jit.enabled()
-from ggml_cpu.kernels.qdot import _row_kernels
-fn = _jit.get(_row_kernels.GEGLU_SPEC)
+from ggml_cpu.ops import _glu_kernels
+fn = _jit.get(_glu_kernels.GEGLU_SPEC)
 assert fn is not None
 print("numba.np.linalg" in sys.modules)
 """
 
-_NAME = "_row_kernels._geglu"
+_NAME = "_glu_kernels._geglu"
 
 
 def _child(cache: Path, *, registries: bool) -> str:
@@ -88,17 +88,17 @@ _AHEAD = r"""
 import json, os, sys, time
 from pathlib import Path
 from ggml_core import GGMLType
-from ggml_cpu.kernels import qdot
-qdot.compile_ahead(["Q8_0", "Q4_0"])
-assert qdot.block_kernels_ready(GGMLType.Q8_0)
+from ggml_cpu import quant
+quant.compile_ahead(["Q8_0", "Q4_0"])
+assert quant.block_kernels_ready(GGMLType.Q8_0)
 record = Path(os.environ["NUMBA_CACHE_DIR"], "ggml-cpu", "compile-seconds.json")
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:
     if record.is_file() and "legacy._dot_q4_0_serial" in json.loads(record.read_text() or "{}"):
         break
     time.sleep(0.2)
-assert qdot.block_kernels_ready(GGMLType.Q4_0)
-print(json.dumps({e["name"]: e["cached"] for e in qdot.compile_log()}))
+assert quant.block_kernels_ready(GGMLType.Q4_0)
+print(json.dumps({e["name"]: e["cached"] for e in quant.compile_log()}))
 """
 
 

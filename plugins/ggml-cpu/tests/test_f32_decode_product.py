@@ -1,5 +1,5 @@
-"""Few-row products of f32 weights (a decode step's): the compiled kernel of ``qdot/_row_kernels.py`` and its split
-across the spinning helpers (``compiled.bind_f32_product``).
+"""Few-row products of f32 weights (a decode step's): the compiled kernel of ``ops/_matmul_kernels.py`` and its split
+across the spinning helpers (``matmul.bind_f32_product``).
 
 Checked against the float64 definition on shapes whose K leaves every remainder of the kernel's 64- and 16-value
 steps; one thread against two must give the same bits (the split really runs: a silent fallback cannot pass);
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, restore_threads, rng  # noqa: F401 - the fixture
 
-from ggml_cpu.kernels import compiled
+from ggml_cpu.ops import _compiled, matmul
 
 pytest.importorskip("numba")
 
 
 @pytest.fixture
 def f32_dot() -> object:
-    fn = compiled.kernel("F32_DOT_SPEC")
+    fn = _compiled.kernel("F32_DOT_SPEC", module="_matmul_kernels")
     if fn is None:
         pytest.skip("compiled kernels are off here")
     return fn
@@ -84,12 +84,12 @@ def test_mul_mat_binds_the_kernel_and_two_threads_give_one_threads_bits(
 
 
 def test_more_rows_than_the_limit_use_the_tiles() -> None:
-    fn = compiled.kernel("F32_GEMM_SPEC", module="_gemm_kernels")
+    fn = _compiled.kernel("F32_GEMM_SPEC", module="ggml_cpu.quant._gemm_kernels")
     if fn is None:
         pytest.skip("compiled kernels are off here")
-    from ggml_cpu.kernels.qdot._gemm_kernels import block_tokens
+    from ggml_cpu.quant._gemm_kernels import block_tokens
 
-    n = compiled.F32_ROWS_LIMIT + 1
+    n = matmul.F32_ROWS_LIMIT + 1
     g, out, w, x = f32_mul_mat(64, 96, n, 12)
     direct = np.empty((n, 64), np.float32)
     fn(w.ravel(), x.ravel(), direct.ravel(), np.array([96, 64, n, 96, 96, 64, block_tokens(96, n)], np.int64))
@@ -98,9 +98,9 @@ def test_more_rows_than_the_limit_use_the_tiles() -> None:
 
 def test_a_pool_of_f32_products_alone_leaves_prompt_rows_on_this_thread(f32_dot: object) -> None:
     """``_packed_split.running`` says whether row kernels may use the helpers: not after f32 products alone."""
-    from ggml_cpu.kernels.qdot import _packed_split
+    from ggml_cpu.quant import _packed_split
 
-    if compiled.row_split_parts() is None:
+    if _compiled.row_split_parts() is None:
         pytest.skip("the row split's kernels did not compile here (not Linux x86-64)")
     pools = dict(_packed_split._pools)
     try:

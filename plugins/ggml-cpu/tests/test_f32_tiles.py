@@ -1,5 +1,5 @@
-"""Many-row products of f32 weights (a prompt batch's): the register tiles of ``qdot/_gemm_kernels.py`` and their
-split across the spinning helpers (``compiled.bind_f32_product`` above ``F32_ROWS_LIMIT`` rows).
+"""Many-row products of f32 weights (a prompt batch's): the register tiles of ``quant/_gemm_kernels.py`` and their
+split across the spinning helpers (``matmul.bind_f32_product`` above ``F32_ROWS_LIMIT`` rows).
 
 Checked against the float64 definition on shapes that leave every remainder of the tiles (weight rows, activation
 rows) and of the vector width in K; every output must have the same bits wherever it sits in a tile (so edge tiles
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from kernel_harness import _backend, count_row_jobs, f32_dot_bound, f32_mul_mat, restore_threads, rng  # noqa: F401 - the fixture
 
-from ggml_cpu.kernels import compiled
+from ggml_cpu.ops import _compiled
 
 pytest.importorskip("numba")
 
@@ -23,10 +23,10 @@ pytest.importorskip("numba")
 @pytest.fixture
 def tiles() -> tuple[Any, Any]:
     """(the compiled kernel, its module)."""
-    fn = compiled.kernel("F32_GEMM_SPEC", module="_gemm_kernels")
+    fn = _compiled.kernel("F32_GEMM_SPEC", module="ggml_cpu.quant._gemm_kernels")
     if fn is None:
         pytest.skip("compiled kernels are off here")
-    from ggml_cpu.kernels.qdot import _gemm_kernels
+    from ggml_cpu.quant import _gemm_kernels
 
     return fn, _gemm_kernels
 
@@ -119,7 +119,7 @@ def test_non_finite_values_propagate_as_in_the_definition(tiles: tuple[Any, Any]
 
 def test_the_tiles_use_the_cpus_widest_vectors(tiles: tuple[Any, Any]) -> None:
     """16 lanes where the CPU has AVX-512, 8 elsewhere; a tile's accumulators and operands fit the registers."""
-    from ggml_cpu.plugin import _cpuinfo
+    from ggml_cpu._cpu import cpuinfo as _cpuinfo
 
     _, mod = tiles
     flags = set(_cpuinfo("flags").split())
@@ -152,9 +152,9 @@ def test_mul_mat_binds_the_tiles_and_two_threads_give_one_threads_bits(
 
 def test_a_pool_the_tiles_start_takes_the_batchs_row_kernels(tiles: tuple[Any, Any]) -> None:
     """An f32 prompt multiplies on the helpers (not OpenBLAS's threads), so its row kernels may use them too."""
-    from ggml_cpu.kernels.qdot import _packed_split
+    from ggml_cpu.quant import _packed_split
 
-    if compiled.row_split_parts() is None:
+    if _compiled.row_split_parts() is None:
         pytest.skip("the row split's kernels did not compile here (not Linux x86-64)")
     pools = dict(_packed_split._pools)
     try:

@@ -1,4 +1,4 @@
-"""The decode route's prepared products (``qdot.BlockProduct``): activation quantization fused into the block kernels.
+"""The decode route's prepared products (``quant.BlockProduct``): activation quantization fused into the block kernels.
 
 The fused kernel must give exactly — bit for bit — what the separate steps give: the activations quantized by
 ``quantize_activations`` (whose bytes the speed-path tests hold equal to ``ggml_core.quants.quantize``) and then the
@@ -16,27 +16,29 @@ from kernel_harness import rng
 import ggml_core as gc
 from ggml_core import Context, GGMLType, ops
 from ggml_core.quants import quantize
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.matmul import bind_mul_mat
-from ggml_cpu.kernels.qdot import _jit, product
+from ggml_cpu import quant
+from ggml_cpu.jit import _jit
+from ggml_cpu.jit.halves import F16_VALUES
+from ggml_cpu.ops.matmul import bind_mul_mat
+from ggml_cpu.quant import product
 from ggml_cpu.threads import Faster
 
 pytest.importorskip("numba")
-if qdot.disabled_reason() is not None:  # GGML_CPU_NUMBA=0: these tests are about the compiled kernels
-    pytest.skip(f"compiled kernels off: {qdot.disabled_reason()}", allow_module_level=True)
+if quant.disabled_reason() is not None:  # GGML_CPU_NUMBA=0: these tests are about the compiled kernels
+    pytest.skip(f"compiled kernels off: {quant.disabled_reason()}", allow_module_level=True)
 
 QUANT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 
 
 def _separate(w: np.ndarray, t: GGMLType, x: np.ndarray, threads: str = "serial") -> np.ndarray:
     """The unfused steps: quantize the activations, then the block kernel on the given quants."""
-    acts = qdot.quantize_activations(x, qdot.DOT_TYPE[t])
+    acts = quant.quantize_activations(x, quant.DOT_TYPE[t])
     specs = product._kernels()[0][t]
     fn = _jit.get(specs[1 if threads == "serial" else 0])
     assert fn is not None
     xs = acts.s.reshape(acts.d.shape) if acts.s.size else np.zeros_like(acts.d)
     out = np.full((x.shape[0], w.shape[0]), np.nan, np.float32)
-    assert fn(x, False, w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, product._F16, out) == 0
+    assert fn(x, False, w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, F16_VALUES, out) == 0
     return out
 
 
@@ -57,7 +59,7 @@ def test_fused_product_is_bit_identical_to_the_separate_steps(name: str, n: int)
     w = quantize(r.standard_normal((40, 512)).astype(np.float32), t)
     x = _rows(r, n, 512)
     out = np.full((n, 40), np.nan, np.float32)
-    bound = qdot.block_product(w, t, x, out)
+    bound = quant.block_product(w, t, x, out)
     assert bound is not None
     bound()
     assert np.array_equal(out, _separate(w, t, x), equal_nan=True), name  # f16-overflowing scales give inf / NaN
@@ -74,15 +76,15 @@ def test_non_finite_rows_take_the_numpy_quantizer(name: str) -> None:
     x = r.standard_normal((3, 256)).astype(np.float32)
     x[1, 5], x[2, 200] = np.nan, np.inf
     out = np.empty((3, 16), np.float32)
-    bound = qdot.block_product(w, t, x, out)
+    bound = quant.block_product(w, t, x, out)
     assert bound is not None
     bound()
-    acts = qdot.quantize_activations_numpy(x, qdot.DOT_TYPE[t])
+    acts = quant.quantize_activations_numpy(x, quant.DOT_TYPE[t])
     ref = np.empty_like(out)
     fn = _jit.get(product._kernels()[0][t][1])
     assert fn is not None
     xs = acts.s.reshape(acts.d.shape) if acts.s.size else np.zeros_like(acts.d)
-    fn(x, False, w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, product._F16, ref)
+    fn(x, False, w, w.view(np.int8), acts.q, acts.d, acts.sums, xs, F16_VALUES, ref)
     assert np.array_equal(out, ref, equal_nan=True)
 
 
@@ -105,14 +107,14 @@ def test_bound_mul_mat_equals_qmatmul_and_reads_inputs_in_place() -> None:
         b.set_data(x)
         thunk()
         ref = np.empty((2, 96), np.float32)
-        qdot.qmatmul(quantize(wf, GGMLType.Q4_0), GGMLType.Q4_0, x, ref)
+        quant.qmatmul(quantize(wf, GGMLType.Q4_0), GGMLType.Q4_0, x, ref)
         assert np.array_equal(out.to_numpy().reshape(2, 96), ref)
 
 
 def test_f16_rounding_equals_numpy() -> None:
     import numba
 
-    from ggml_cpu.kernels.qdot._blocks import f16_bits
+    from ggml_cpu.jit._blocks import f16_bits
 
     @numba.njit(cache=False)
     def bits(v: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -145,16 +147,16 @@ def test_threaded_and_serial_kernels_give_the_same_bits(name: str) -> None:
     x = r.standard_normal((2, 1024)).astype(np.float32)
     assert np.array_equal(_separate(w, t, x, "serial"), _separate(w, t, x, "threaded"))
     out = np.empty((2, 700), np.float32)
-    bound = qdot.block_product(w, t, x, out)
+    bound = quant.block_product(w, t, x, out)
     assert bound is not None
-    qdot.set_threads(2)
+    quant.set_threads(2)
     try:
         for _ in range(2 * Faster.PROBES + 2):  # both variants probed, then the chosen one
             out.fill(np.nan)
             bound()
             assert np.array_equal(out, _separate(w, t, x)), name
     finally:
-        qdot.set_threads(qdot.max_threads())
+        quant.set_threads(quant.max_threads())
 
 
 def test_faster_never_switches_to_a_variant_with_other_bits() -> None:

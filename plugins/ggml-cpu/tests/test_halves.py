@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ggml_cpu.kernels.qdot import _jit
-from ggml_cpu.kernels.qdot.halves import f16_to_f32
+from ggml_cpu.jit import _jit
+from ggml_cpu.jit.halves import f16_to_f32
 
 
 def test_every_bit_pattern_converts_exactly() -> None:

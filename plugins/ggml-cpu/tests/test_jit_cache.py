@@ -14,24 +14,25 @@ import sys
 
 import pytest
 
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu import quant
+from ggml_cpu.jit import _jit
 
 _CHILD = r"""
 import json, numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants import quantize
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import _jit, repack
+from ggml_cpu import quant
+from ggml_cpu.jit import _jit
+from ggml_cpu.quant import repack
 rng = np.random.default_rng(0)
 for t in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
     k = 2 * t.block_size
     w = np.ascontiguousarray(quantize(rng.standard_normal((40, k)).astype(np.float32), t).reshape(40, -1))
     repack.packed_ready(t)
-    for n in (1, 3, qdot.vec_rows_limit(t) + 3):  # decode, a short prompt, a prompt batch
+    for n in (1, 3, quant.vec_rows_limit(t) + 3):  # decode, a short prompt, a prompt batch
         for threads in (1, 2):
             _jit.set_threads(threads)
-            qdot.qmatmul(w, t, rng.standard_normal((n, k)).astype(np.float32), np.empty((n, 40), np.float32))
+            quant.qmatmul(w, t, rng.standard_normal((n, k)).astype(np.float32), np.empty((n, 40), np.float32))
 print(json.dumps({name: int(sum(fn.stats.cache_misses.values())) for name, fn in _jit._compiled.items()
                   if fn is not None and hasattr(fn, "stats")}))
 """
@@ -45,7 +46,7 @@ def _run() -> dict[str, int]:
 
 def test_a_second_process_compiles_nothing() -> None:
     if not _jit.enabled():
-        pytest.skip(f"no compiled kernels: {qdot.disabled_reason()}")
+        pytest.skip(f"no compiled kernels: {quant.disabled_reason()}")
     if _jit.cache_dir() is None:
         pytest.skip("no writable location for numba's cache: every process compiles (nothing to check)")
     _run()  # fills the cache (a no-op when an earlier run did)

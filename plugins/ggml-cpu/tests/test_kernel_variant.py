@@ -2,7 +2,7 @@
 
 The expectation is derived from this machine's /proc/cpuinfo flags and the switches, so it holds on any x86-64
 (AVX2, AVX-512, with or without VNNI); and when numba is loaded, the variant it names must be the one the block
-kernels were actually built with (``qdot._simd.HAS_VNNI``).
+kernels were actually built with (``jit._simd.HAS_VNNI``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_variant_follows_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
     monkeypatch.delenv("GGML_CPU_VNNI", raising=False)
     pytest.importorskip("numba")
-    from ggml_cpu.kernels.qdot import _jit
+    from ggml_cpu.jit import _jit
 
     if _jit.disabled_reason() is not None:
         pytest.skip(f"compiled kernels off: {_jit.disabled_reason()}")
@@ -50,7 +50,7 @@ def test_variant_follows_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_variant_when_compiled_kernels_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.delitem(sys.modules, "ggml_cpu.kernels.qdot._jit", raising=False)
+    monkeypatch.delitem(sys.modules, "ggml_cpu.jit._jit", raising=False)
     monkeypatch.setenv("GGML_CPU_NUMBA", "0")
     assert plugin.kernel_variant() == "numpy only (disabled by GGML_CPU_NUMBA=0)"
 
@@ -65,11 +65,11 @@ def test_device_description_and_features_name_the_variant() -> None:
 def test_named_variant_is_the_built_one() -> None:
     """Under the environment the kernels were built in (this process's)."""
     from ggml_core import GGMLType
-    from ggml_cpu.kernels import qdot
+    from ggml_cpu import quant
 
-    if not qdot.block_kernels_ready(GGMLType.Q8_0):
+    if not quant.block_kernels_ready(GGMLType.Q8_0):
         pytest.skip("compiled kernels unavailable here")
-    from ggml_cpu.kernels.qdot import _simd
+    from ggml_cpu.jit import _simd
 
     assert ("vpdpbusd" in plugin.kernel_variant()) == _simd.HAS_VNNI
     assert ("vpmaddubsw" in plugin.kernel_variant()) == _simd.HAS_AVX2_SUMS

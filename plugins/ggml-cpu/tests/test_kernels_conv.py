@@ -253,7 +253,7 @@ def test_wide_pooling_windows_cost_the_input_not_the_window() -> None:
 
 def test_convolutions_in_row_blocks_match_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """CONV_2D / CONV_2D_DW work through the output rows in blocks of bounded patches: same values as one block."""
-    from ggml_cpu.kernels import conv
+    from ggml_cpu.ops import conv
 
     img, ker = _img(110)
     dw = rng(111).standard_normal((3, 1, 3, 2)).astype(np.float32)

@@ -8,7 +8,7 @@ import pytest
 from ggml_core import get_registry
 from ggml_core.testing import Case, Status, run_case
 from ggml_core.testing.cases import select
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
 
 CASES = select(ops="SSM_CONV,SSM_SCAN,GATED_DELTA_NET,RWKV_WKV7")
 

@@ -10,7 +10,7 @@ from kernel_harness import CpuGraph
 import ggml_core as gc
 from ggml_core import GGMLOp, GGMLType, UnsupportedOpError, ops
 from ggml_core.sched import Scheduler
-from ggml_cpu.kernels._base import _BINDERS
+from ggml_cpu.ops import KERNELS
 
 #: ops that only re-describe memory (no kernel needed)
 _NO_KERNEL_NEEDED = {GGMLOp.NONE, GGMLOp.VIEW, GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE}
@@ -28,7 +28,7 @@ def _node(op: GGMLOp) -> gc.Tensor:
 
 def test_ops_without_a_kernel_are_unsupported() -> None:
     cpu = gc.get_device("CPU")
-    missing = [op for op in GGMLOp if op not in _BINDERS and op not in _NO_KERNEL_NEEDED]
+    missing = [op for op in GGMLOp if op not in KERNELS and op not in _NO_KERNEL_NEEDED]
     assert GGMLOp.RWKV_WKV6 in missing and GGMLOp.MUL_MAT_ID not in missing
     for op in missing:
         assert not cpu.supports_op(_node(op)), op.name
@@ -86,7 +86,7 @@ def test_ops_without_a_kernel_are_unsupported() -> None:
         "POOL_2D",
         "UPSCALE",
     }
-    assert wanted <= {op.name for op in _BINDERS}
+    assert wanted <= {op.name for op in KERNELS}
 
 
 def test_scheduling_an_unsupported_op_names_it_and_the_devices() -> None:

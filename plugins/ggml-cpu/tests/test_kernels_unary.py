@@ -11,7 +11,7 @@ import pytest
 from kernel_harness import CpuGraph, gelu_tanh_f64, rng
 
 from ggml_core import OpError, ops
-from ggml_cpu.kernels.unary import erf
+from ggml_cpu.ops.unary import erf
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:

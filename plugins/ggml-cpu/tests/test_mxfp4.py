@@ -106,7 +106,7 @@ def test_tile_dequantizer_is_bit_exact_for_every_exponent() -> None:
     over all 256 exponents (subnormal scales and 2^127·12 = inf included) and every nibble."""
     from ggml_core import GGMLType
     from ggml_core.quants import dequantize
-    from ggml_cpu.kernels.qdot import dequantize_rows
+    from ggml_cpu.quant import dequantize_rows
 
     e = np.repeat(np.arange(256, dtype=np.uint8), 2).reshape(16, 32, 1)
     qs = rng(6).integers(0, 256, (16, 32, 16)).astype(np.uint8)

@@ -1,9 +1,9 @@
-"""Repacked products split over spinning helper threads (``qdot/_packed_split.py``).
+"""Repacked products split over spinning helper threads (``quant/_packed_split.py``).
 
 The split must give the one-thread driver's bits for any number of activation rows, handle non-finite activations
 as the one-thread path does, and its helpers must sleep on their futex when idle and wake for the next job (they
 never take the GIL once started). Thread-count independence of whole products is also checked through
-``test_qdot_repack.py`` (``packed_product`` at 2 threads runs this split).
+``test_repacked_products.py`` (``packed_product`` at 2 threads runs this split).
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ import time
 
 import numpy as np
 import pytest
-from test_qdot_repack import _case, _ready
+from test_repacked_products import _case, _ready
 
 from ggml_core import GGMLType
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import _jit, product, repack
+from ggml_cpu import quant
+from ggml_cpu.jit import _jit
+from ggml_cpu.jit.halves import F16_VALUES
+from ggml_cpu.quant import product, repack
 
 
 def _split_module() -> object:
-    from ggml_cpu.kernels.qdot import _packed_split
+    from ggml_cpu.quant import _packed_split
 
     if _packed_split.jobs() is None or _packed_split.pool(1) is None:
         pytest.skip("the split's kernels did not compile here")
@@ -35,7 +37,7 @@ def _operands(t: GGMLType, m: int, n: int, blocks: int, seed: int) -> tuple:
     fns = repack.decode_kernels(p) if p is not None else None
     assert p is not None and fns is not None
     k = x.shape[1]
-    acts = qdot.quantize_activations(x, qdot.DOT_TYPE[t])
+    acts = quant.quantize_activations(x, quant.DOT_TYPE[t])
     xq, xd = np.empty((n, k), np.int8), np.empty_like(acts.d)
     xsum, xs = np.empty_like(acts.sums), np.zeros_like(acts.d)
     nsub = k // p.group
@@ -46,7 +48,7 @@ def _operands(t: GGMLType, m: int, n: int, blocks: int, seed: int) -> tuple:
 
 def _serial(p: repack.Packed, fns: tuple, arrays: tuple) -> np.ndarray:
     x, xq, xd, xsum, xs, dx, sx, out = arrays
-    assert fns[1](x, True, p.q, p.s1, p.s2, xq, xd, xsum, xs, product._F16, dx, sx, p.offset, out) == 0
+    assert fns[1](x, True, p.q, p.s1, p.s2, xq, xd, xsum, xs, F16_VALUES, dx, sx, p.offset, out) == 0
     return out.copy()
 
 
@@ -57,7 +59,7 @@ def test_the_split_gives_the_one_thread_bits(t: GGMLType, n: int) -> None:
     ps = _split_module()
     p, fns, arrays = _operands(t, 160, n, 2, seed=70 + n)
     one = _serial(p, fns, arrays)
-    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    split = ps.PackedSplit(p, arrays, F16_VALUES, repack.dot_code(p.group, p.has_min), 2, fns[1])
     out = arrays[-1]
     for _ in range(20):  # helpers spinning, and taking parts in varying order
         out[...] = np.nan
@@ -76,7 +78,7 @@ def test_a_prompt_batch_quantized_by_every_thread_gives_the_one_thread_bits(t: G
     p, fns, arrays = _operands(t, 96, n, k // t.block_size, seed=60)
     one = _serial(p, fns, arrays)
     quants = [a.copy() for a in arrays[1:7]]
-    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    split = ps.PackedSplit(p, arrays, F16_VALUES, repack.dot_code(p.group, p.has_min), 2, fns[1])
     for _ in range(10):
         for a in (*arrays[1:4], *arrays[5:7]):
             a[...] = 0 if a.dtype.kind in "iu" else np.nan
@@ -97,7 +99,7 @@ def test_non_finite_activations_compute_nothing_and_say_so() -> None:
     ps = _split_module()
     p, fns, arrays = _operands(t, 64, 1, 2, seed=81)
     arrays[0][0, 3] = np.inf
-    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    split = ps.PackedSplit(p, arrays, F16_VALUES, repack.dot_code(p.group, p.has_min), 2, fns[1])
     out = arrays[-1]
     out[...] = 7.0
     assert split(True) != 0
@@ -119,7 +121,7 @@ def test_a_block_product_at_two_threads_gives_the_one_thread_bits(tmp_path, monk
     try:
         w = np.frombuffer(mm, np.uint8).reshape(w_data.shape)
         out = np.empty((1, 320), np.float32)
-        bp = qdot.block_product(w, t, x, out)
+        bp = quant.block_product(w, t, x, out)
         assert bp is not None
         results = {}
         old = _jit.current_threads()
@@ -148,8 +150,8 @@ def test_idle_helpers_sleep_on_their_futex_and_wake_for_the_next_job() -> None:
     pool = ps.pool(1)
     p, fns, arrays = _operands(t, 128, 1, 2, seed=95)
     one = _serial(p, fns, arrays)
-    split = ps.PackedSplit(p, arrays, product._F16, repack.dot_code(p.group, p.has_min), 2, fns[1])
-    from ggml_cpu.kernels.qdot import _spin
+    split = ps.PackedSplit(p, arrays, F16_VALUES, repack.dot_code(p.group, p.has_min), 2, fns[1])
+    from ggml_cpu.jit import _spin
 
     for _ in range(3):
         deadline = time.monotonic() + 5.0  # the spin window is ~0.4 ms of the time-stamp counter
@@ -185,7 +187,7 @@ def test_rows_quantized_by_the_helpers_are_the_one_thread_bytes(dot: GGMLType) -
     ps = _split_module()
     x = (np.random.default_rng(7).standard_normal((37, 512)) * 3).astype(np.float32)
     x[5, :256] = 0.0  # an all-zero block
-    ref = qdot.quantize_activations(x, dot)
+    ref = quant.quantize_activations(x, dot)
     for _ in range(5):
         got = ps.quantize_rows(x, dot, 2)
         assert got is not None
@@ -209,7 +211,7 @@ def test_a_prompt_batch_at_two_threads_gives_the_one_thread_bits() -> None:
             _jit.set_threads(threads)
             product._last_acts.clear()  # quantize again: no reuse of the other thread count's rows
             out = np.full((40, 64), np.nan, np.float32)
-            qdot.qmatmul(w, t, x, out)
+            quant.qmatmul(w, t, x, out)
             outs.append(out)
     finally:
         _jit.set_threads(old)
@@ -222,5 +224,5 @@ def test_prompt_products_on_the_split_choose_their_threads_themselves() -> None:
     about half the time; the split backs off by itself when a helper stalls."""
     _ready(GGMLType.Q4_0)
     _split_module()
-    assert qdot.splits_itself(GGMLType.Q4_0, 128)
-    assert not qdot.splits_itself(GGMLType.Q4_0, qdot.vec_rows_limit(GGMLType.Q4_0))  # decode rows: block kernels
+    assert quant.splits_itself(GGMLType.Q4_0, 128)
+    assert not quant.splits_itself(GGMLType.Q4_0, quant.vec_rows_limit(GGMLType.Q4_0))  # decode rows: block kernels

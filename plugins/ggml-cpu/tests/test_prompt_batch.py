@@ -24,7 +24,7 @@ import pytest
 
 import ggml_core as gc
 from ggml_core import ops
-from ggml_cpu.kernels.qdot.halves import round_f16
+from ggml_cpu.jit.halves import round_f16
 
 #: (tokens T, cache cells n_kv, query heads H, K/V heads H_kv, head size D, cells in use)
 CASES = [(13, 64, 4, 2, 32, 40), (8, 32, 2, 2, 64, 8), (21, 96, 6, 3, 16, 96), (9, 64, 2, 1, 32, 33)]
@@ -118,9 +118,9 @@ def test_round_f16_equals_numpy() -> None:
 _NUMPY = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from ggml_cpu.kernels import qdot
+from ggml_cpu import quant
 import test_prompt_batch as tb
-assert qdot.disabled_reason() is not None
+assert quant.disabled_reason() is not None
 for case in tb.CASES:
     tb._check(case)
 print("ok")
@@ -137,7 +137,7 @@ def test_the_numpy_path_agrees() -> None:
 def test_compiled_gelu_equals_the_table_definition() -> None:
     """GEGLU's GELU (Gemma's feed-forward) on a batch: ggml's f16 table at f16(x), 0 at or below −10, x at or above
     10 — bit for bit, NaN and ±inf included (compiled from 4096 values; the numpy path below that)."""
-    from ggml_cpu.kernels.unary import gelu, gelu_f16_table
+    from ggml_cpu.ops.unary import gelu, gelu_f16_table
 
     r = np.random.default_rng(4)
     x = np.concatenate([r.standard_normal(3000).astype(np.float32) * s for s in (1e-6, 1.0, 6.0, 30.0, 1e5)])
@@ -163,11 +163,11 @@ def test_scale_writes_a_strided_view() -> None:
 
 
 def _attn_kernels() -> object:
-    from ggml_cpu.kernels.qdot import _jit
+    from ggml_cpu.jit import _jit
 
     if not _jit.enabled():
         pytest.skip("compiled kernels are off")
-    from ggml_cpu.kernels.qdot import _attn_kernels
+    from ggml_cpu.ops import _attn_kernels
 
     return _attn_kernels
 
@@ -175,7 +175,7 @@ def _attn_kernels() -> object:
 def test_fast_exp_is_within_one_ulp_of_float64() -> None:
     """The batch softmax's float32 ``exp``: every 61st float32 in [−110, 90] within 1 ulp (of the float32 result) of
     float64 ``exp``; 0 at and below −104 and at −inf, inf past float32's range and at inf, NaN kept."""
-    from ggml_cpu.kernels.qdot import _jit
+    from ggml_cpu.jit import _jit
 
     fn = _jit.get(_attn_kernels().EXP_SPEC)  # type: ignore[attr-defined]
     assert fn is not None
@@ -203,7 +203,7 @@ def test_compiled_softmax_rows_match_float64_and_any_split() -> None:
     the definition, zeros from ``n_used`` on; heads split in two calls on two threads give the same bits."""
     import threading
 
-    from ggml_cpu.kernels.qdot import _jit
+    from ggml_cpu.jit import _jit
 
     fn = _jit.get(_attn_kernels().BATCH_SOFT_MAX_SPEC)  # type: ignore[attr-defined]
     assert fn is not None

@@ -1,4 +1,4 @@
-"""Prompt batches bound once to their node's arrays (``qdot/prompt.py``).
+"""Prompt batches bound once to their node's arrays (``quant/prompt.py``).
 
 A :class:`PromptProduct` must give :func:`qmatmul`'s bits (the same quantizer and lane tiles on the same rows) at
 one and two threads, see the activations' current values on every call (it reads its input in place), quantize
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_qdot_repack import _case, _ready
+from test_repacked_products import _case, _ready
 
 from ggml_core import GGMLType
 from ggml_core.quants import dequantize
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import _jit, product
+from ggml_cpu import quant
+from ggml_cpu.jit import _jit
+from ggml_cpu.quant import product
 
 TYPES = [GGMLType.Q4_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]
 
@@ -56,7 +57,7 @@ def _reference(w: np.ndarray, t: GGMLType, x: np.ndarray) -> np.ndarray:
     """``qmatmul``'s route for a batch: quantize (no reuse of an earlier batch's rows), then the repacked product."""
     product._last_acts.clear()
     out = np.full((x.shape[0], w.shape[0]), np.nan, np.float32)
-    qdot.qmatmul(w, t, x, out)
+    quant.qmatmul(w, t, x, out)
     return out
 
 
@@ -67,9 +68,9 @@ def test_a_bound_prompt_product_gives_qmatmuls_bits(tmp_path: Path, t: GGMLType,
     n, m = 40, 96
     w_data, x = _case(t, m, n, 512 // t.block_size, seed=5)
     with _mapped(tmp_path, w_data) as w, _threads(threads):
-        assert qdot.splits_itself(t, n) or threads == 1 or pytest.skip("no repacked split here")
+        assert quant.splits_itself(t, n) or threads == 1 or pytest.skip("no repacked split here")
         out = np.full((n, m), np.nan, np.float32)
-        bound = qdot.prompt_product(w, t, x, out)
+        bound = quant.prompt_product(w, t, x, out)
         assert bound is not None
         for seed in (5, 6, 7):  # new values in the same input array: each call reads them
             x[...] = _case(t, m, n, 512 // t.block_size, seed=seed)[1]
@@ -78,7 +79,7 @@ def test_a_bound_prompt_product_gives_qmatmuls_bits(tmp_path: Path, t: GGMLType,
             bound()
             np.testing.assert_array_equal(out.view(np.uint32), ref.view(np.uint32))
         assert bound._p not in (None, False)  # it ran on its own repack, not qmatmul's fallback
-        acts = qdot.quantize_activations(x, qdot.DOT_TYPE[t])
+        acts = quant.quantize_activations(x, quant.DOT_TYPE[t])
         exact = acts.dequantized().astype(np.float64) @ dequantize(w_data, t).astype(np.float64).T
         np.testing.assert_allclose(out, exact, rtol=2e-5, atol=2e-5 * np.abs(exact).max())
 
@@ -93,7 +94,7 @@ def test_non_finite_activations_take_the_numpy_quantizer(tmp_path: Path, threads
     x[3, 17] = np.nan
     with _mapped(tmp_path, w_data) as w, _threads(threads):
         out = np.zeros((n, m), np.float32)
-        bound = qdot.prompt_product(w, t, x, out)
+        bound = quant.prompt_product(w, t, x, out)
         assert bound is not None
         bound()
         ref = _reference(w, t, x)
@@ -117,7 +118,7 @@ def test_products_reading_one_activation_array_share_buffers_and_stay_exact(tmp_
             w_data = _case(t, 48 + 16 * i, n, 512 // t.block_size, seed=30 + i)[0]
             w = stack.enter_context(_mapped(tmp_path / str(i), w_data))
             out = np.full((n, w.shape[0]), np.nan, np.float32)
-            bound = qdot.prompt_product(w, t, x, out)
+            bound = quant.prompt_product(w, t, x, out)
             assert bound is not None
             products.append((bound, out))
             refs.append(_reference(w, t, x))
@@ -136,4 +137,4 @@ def test_writable_weights_are_not_bound() -> None:
     t = GGMLType.Q4_K
     _ready(t)
     w, x = _case(t, 64, 40, 2, seed=12)
-    assert qdot.prompt_product(w, t, x, np.empty((40, 64), np.float32)) is None
+    assert quant.prompt_product(w, t, x, np.empty((40, 64), np.float32)) is None

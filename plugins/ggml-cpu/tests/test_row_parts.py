@@ -1,4 +1,4 @@
-"""A prompt's row kernels split across the spinning helpers (``qdot/_row_parts.py``), and the compiled mask scan.
+"""A prompt's row kernels split across the spinning helpers (``ops/_row_parts.py``), and the compiled mask scan.
 
 Each op is computed on one thread and on two, on shapes big enough to split (rows cut into parts that do not align
 with the tensors' dims, so the row walk across ``i1 / i2 / i3`` is exercised), and must give the same bits: every
@@ -15,7 +15,7 @@ import pytest
 from kernel_harness import CpuGraph, _backend, count_row_jobs, restore_threads, rng  # noqa: F401 - the fixture
 
 from ggml_core import ComputeError, Tensor, ops
-from ggml_cpu.kernels import compiled
+from ggml_cpu.ops import _compiled, attention, matmul
 
 pytest.importorskip("numba")
 
@@ -24,10 +24,10 @@ U = 2.0**-24
 
 @pytest.fixture
 def parts() -> object:
-    mod = compiled.row_split_parts()
+    mod = _compiled.row_split_parts()
     if mod is None:
         pytest.skip("the row split's kernels did not compile here (numba off, or not Linux x86-64)")
-    from ggml_cpu.kernels.qdot import _packed_split
+    from ggml_cpu.quant import _packed_split
 
     assert _packed_split.pool(1, batch=True) is not None  # as a quantized model's first prompt product starts it
     assert mod.helping(2)  # type: ignore[attr-defined]
@@ -154,7 +154,7 @@ def test_set_rows_split_bad_index_is_an_error_naming_the_node(split_calls: list[
 
 
 def test_batch_softmax_split_gives_the_serial_bits(parts: object) -> None:
-    soft = compiled.batch_soft_max_kernel()
+    soft = attention.batch_soft_max_kernel()
     assert soft is not None
     r = rng(34)
     heads, n_tok, used, n_kv = 6, 45, 50, 64
@@ -176,9 +176,8 @@ def test_batch_softmax_split_gives_the_serial_bits(parts: object) -> None:
 
 @pytest.mark.parametrize("case", ["causal", "random", "none", "nan", "all"])
 def test_used_columns_kernel_equals_the_numpy_scan(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ggml_cpu.kernels import attention
 
-    fn = compiled.used_columns_kernel()
+    fn = matmul.used_columns_kernel()
     if fn is None:
         pytest.skip("compiled kernels unavailable here")
     r = rng(35)
@@ -192,9 +191,9 @@ def test_used_columns_kernel_equals_the_numpy_scan(case: str, monkeypatch: pytes
         m[7, 203] = np.nan  # not −inf: used
     elif case == "all":
         m[:] = 0.0
-    got = attention.used_columns(m)
+    got = matmul.used_columns(m)
     assert got == int(fn(m))
-    monkeypatch.setattr(compiled, "used_columns_kernel", lambda: None)
-    assert got == attention.used_columns(m)
+    monkeypatch.setattr(matmul, "used_columns_kernel", lambda: None)
+    assert got == matmul.used_columns(m)
     cols = np.flatnonzero((m != -np.inf).any(axis=0))
     assert got == (int(cols[-1]) + 1 if cols.size else 0)

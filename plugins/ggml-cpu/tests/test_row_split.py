@@ -1,4 +1,4 @@
-"""One-row (decode) block products split over threads (``threads.RowSplit``, ``qdot/_spin``) against the float64
+"""One-row (decode) block products split over threads (``threads.RowSplit``, ``jit/_spin``) against the float64
 definition and bit for bit against one thread.
 
 A split product cuts the weight rows into parts that the calling thread and spinning helper threads claim; every
@@ -18,17 +18,16 @@ from kernel_harness import rng
 import ggml_core as gc
 from ggml_core import GGMLType
 from ggml_core.quants import dequantize, quantize
-from ggml_cpu import threads
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import product
+from ggml_cpu import quant, threads
+from ggml_cpu.quant import product
 
 TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 
 
 def _reference(w: np.ndarray, t: GGMLType, x: np.ndarray) -> np.ndarray:
     """ggml's definition in float64: activations rounded through the dot type; Q4_1/Q5_1 add m·s (s in f16)."""
-    dot = qdot.DOT_TYPE[t]
-    xq = qdot.from_float(x, dot)
+    dot = quant.DOT_TYPE[t]
+    xq = quant.from_float(x, dot)
     xd = dequantize(xq, dot).astype(np.float64)
     wd = dequantize(w, t).astype(np.float64)
     if t not in (GGMLType.Q4_1, GGMLType.Q5_1):
@@ -49,8 +48,8 @@ def _product(t: GGMLType, m: int, k: int, seed: int = 3) -> tuple[product.BlockP
 
 
 def _need_kernels(t: GGMLType) -> None:
-    if not qdot.block_kernels_ready(t):
-        pytest.skip(f"no compiled block kernels: {qdot.disabled_reason()}")
+    if not quant.block_kernels_ready(t):
+        pytest.skip(f"no compiled block kernels: {quant.disabled_reason()}")
 
 
 @pytest.mark.parametrize("name", TYPES)
@@ -79,7 +78,7 @@ def test_split_equals_one_thread_and_the_definition(name: str, m: int, n_threads
 
 
 def _jobs(t: GGMLType, serial: object) -> tuple[object, object]:
-    from ggml_cpu.kernels.qdot import _spin
+    from ggml_cpu.jit import _spin
 
     jobs = _spin.block_jobs(serial, t.name.lower())
     assert jobs is not None
@@ -108,17 +107,17 @@ def test_split_non_finite_activations() -> None:
     bp, _, out = _product(t, 300, 256)
     bp._x[0, 5] = np.inf
     bp._x[0, 200] = np.nan
-    qdot.set_threads(1)
+    quant.set_threads(1)
     try:
         bp()
         one = out.copy()
-        qdot.set_threads(2)
+        quant.set_threads(2)
         for _ in range(10):
             out[...] = 0.0
             bp()
             np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
     finally:
-        qdot.set_threads(1)
+        quant.set_threads(1)
     assert np.isnan(one[0, :32]).any()
 
 
@@ -198,12 +197,12 @@ def test_block_product_calls_with_and_without_the_split(on: bool, monkeypatch: p
     bp._small = False
     bp._serial(*bp._args)
     one = out.copy()
-    qdot.set_threads(2)
+    quant.set_threads(2)
     try:
         for _ in range(20):
             out[...] = np.nan
             bp()
             np.testing.assert_array_equal(out.view(np.uint32), one.view(np.uint32))
     finally:
-        qdot.set_threads(1)
-    assert (bp._split is not None) == (on and qdot.max_threads() > 1)
+        quant.set_threads(1)
+    assert (bp._split is not None) == (on and quant.max_threads() > 1)

@@ -26,8 +26,8 @@ from kernel_harness import CpuGraph, rng
 import ggml_core as gc
 from ggml_core import BufferUsage, ComputeError, Context, GGMLType, ops
 from ggml_core.quants import dequantize, quantize
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.matmul import WeightsCache, expert_product, mul_mat_reference
+from ggml_cpu import quant
+from ggml_cpu.ops.matmul import WeightsCache, expert_product, mul_mat_reference
 
 QUANT_TYPES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"]
 MIN_TYPES = {GGMLType.Q4_1, GGMLType.Q5_1}
@@ -73,18 +73,18 @@ def _x86_q8_32(x: np.ndarray, dot: GGMLType) -> np.ndarray:
 @pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1])
 def test_from_float_is_ggml_cpus_x86_quantizer_not_the_reference(dot: GGMLType) -> None:
     x = _rows(rng(1), 5, 512)
-    np.testing.assert_array_equal(qdot.from_float(x, dot), _x86_q8_32(x, dot))
+    np.testing.assert_array_equal(quant.from_float(x, dot), _x86_q8_32(x, dot))
     # the row of exact ties (±62.5 with amax 127) is where it departs from the reference's roundf
-    assert (qdot.from_float(x[-1:], dot) != quantize(x[-1:], dot)).any()
+    assert (quant.from_float(x[-1:], dot) != quantize(x[-1:], dot)).any()
 
 
 @pytest.mark.parametrize("dot", [GGMLType.Q8_0, GGMLType.Q8_1, GGMLType.Q8_K])
 @pytest.mark.parametrize("shape", [(1, 256), (5, 512), (24, 4096)])  # the last one takes the parallel kernel
 def test_activation_quantizer_bytes_equal_from_float(dot: GGMLType, shape: tuple[int, int]) -> None:
     x = _rows(rng(1), *shape)
-    acts = qdot.quantize_activations(x, dot)
-    np.testing.assert_array_equal(acts.to_bytes(), qdot.from_float(x, dot))
-    np.testing.assert_array_equal(acts.dequantized(), dequantize(qdot.from_float(x, dot), dot))
+    acts = quant.quantize_activations(x, dot)
+    np.testing.assert_array_equal(acts.to_bytes(), quant.from_float(x, dot))
+    np.testing.assert_array_equal(acts.dequantized(), dequantize(quant.from_float(x, dot), dot))
     if dot == GGMLType.Q8_K:  # x86's quantize_row_q8_K is the reference
         np.testing.assert_array_equal(acts.to_bytes(), quantize(x, dot))
 
@@ -94,8 +94,8 @@ def test_activation_quantizer_non_finite_rows(dot: GGMLType) -> None:
     x = _rows(rng(2), 3, 512)
     x[1, 7] = np.nan
     x[2, 300] = np.inf
-    got = qdot.quantize_activations(x, dot).to_bytes()
-    np.testing.assert_array_equal(got, qdot.from_float(x, dot))
+    got = quant.quantize_activations(x, dot).to_bytes()
+    np.testing.assert_array_equal(got, quant.from_float(x, dot))
     if dot != GGMLType.Q8_K:  # the finite blocks as x86 quantizes them; NaN lanes become -128 (cvtps2dq + packs)
         size = dot.type_size
         blocks = got.reshape(3, -1, size)
@@ -113,7 +113,7 @@ def test_tile_dequantize_is_bit_exact(name: str) -> None:
     r0, r1 = 5, 37
     out = np.full((r1 - r0 + 3, 512), np.nan, np.float32)  # a larger scratch, as the tile route passes
     mins = np.zeros((r1 - r0 + 3, 512 // 32), np.float32)
-    qdot.dequantize_rows(w, t, r0, r1, out, mins)
+    quant.dequantize_rows(w, t, r0, r1, out, mins)
     got = out[: r1 - r0] + np.repeat(mins[: r1 - r0], 32, axis=1) if t in MIN_TYPES else out[: r1 - r0]
     np.testing.assert_array_equal(got.view(np.uint32), dequantize(w[r0:r1], t).view(np.uint32))
 
@@ -123,8 +123,8 @@ def test_tile_dequantize_is_bit_exact(name: str) -> None:
 
 def _reference(w: np.ndarray, t: GGMLType, x: np.ndarray) -> np.ndarray:
     """ggml's definition in float64: activations rounded through the dot type; Q4_1/Q5_1 add m·s (s in f16)."""
-    dot = qdot.DOT_TYPE[t]
-    xq = qdot.from_float(x, dot)
+    dot = quant.DOT_TYPE[t]
+    xq = quant.from_float(x, dot)
     xd = dequantize(xq, dot).astype(np.float64)
     wd = dequantize(w, t).astype(np.float64)
     if t not in MIN_TYPES:
@@ -143,16 +143,16 @@ def test_qmatmul_routes_match_reference(name: str, route: str, n: int) -> None:
     w = quantize(r.standard_normal((48, 512)).astype(np.float32), t)
     x = _rows(r, n, 512)
     out = np.full((n, 48), np.nan, np.float32)
-    qdot.qmatmul(w, t, x, out, route=route)
+    quant.qmatmul(w, t, x, out, route=route)
     ref = _reference(w, t, x)
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max()
 
 
 def test_block_kernels_compile_for_every_listed_type() -> None:
     pytest.importorskip("numba")
-    if qdot.disabled_reason() is not None:
-        pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
-    assert {t for t in qdot.BLOCK_KERNEL_TYPES if qdot.block_kernels_ready(t)} == set(qdot.BLOCK_KERNEL_TYPES)
+    if quant.disabled_reason() is not None:
+        pytest.skip(f"compiled kernels are off: {quant.disabled_reason()}")
+    assert {t for t in quant.BLOCK_KERNEL_TYPES if quant.block_kernels_ready(t)} == set(quant.BLOCK_KERNEL_TYPES)
 
 
 @pytest.mark.parametrize("name", ["f32", "f16", "bf16", "q4_0", "q4_1", "q6_k"])
@@ -181,7 +181,7 @@ def test_expert_product_helper(name: str) -> None:
 def test_qmatmul_rejects_mismatched_shapes() -> None:
     w = quantize(np.ones((4, 64), np.float32), GGMLType.Q4_0)
     with pytest.raises(ValueError, match="disagree"):
-        qdot.qmatmul(w, GGMLType.Q4_0, np.ones((2, 96), np.float32), np.empty((2, 4), np.float32))
+        quant.qmatmul(w, GGMLType.Q4_0, np.ones((2, 96), np.float32), np.empty((2, 4), np.float32))
 
 
 # ------------------------------------------------------------------------------------------------ MUL_MAT graphs
@@ -251,7 +251,7 @@ def _weights_graph(backend: gc.Backend, n: int) -> tuple[gc.Tensor, gc.Tensor, g
 
 def test_weights_cache_same_results_and_only_weight_buffers() -> None:
     plain = gc.init_backend("CPU")
-    y1, y2, _, graph = _weights_graph(plain, qdot.vec_rows_limit(GGMLType.Q4_1) + 4)  # the cache serves the tiles
+    y1, y2, _, graph = _weights_graph(plain, quant.vec_rows_limit(GGMLType.Q4_1) + 4)  # the cache serves the tiles
     plain.graph_compute(graph)
     ref1, ref2 = y1.to_numpy().copy(), y2.to_numpy().copy()
     cached = gc.init_backend("CPU", "weights_cache=1")
@@ -350,8 +350,8 @@ def test_abort_callback_and_errors_name_the_node() -> None:
 
 def test_threads_reach_the_compiled_kernels() -> None:
     numba = pytest.importorskip("numba")
-    if qdot.disabled_reason() is not None:
-        pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
+    if quant.disabled_reason() is not None:
+        pytest.skip(f"compiled kernels are off: {quant.disabled_reason()}")
     backend = gc.init_backend("CPU", "n_threads=1")
     assert backend.n_threads == 1  # type: ignore[attr-defined]
     ctx = Context("threads")
@@ -359,7 +359,7 @@ def test_threads_reach_the_compiled_kernels() -> None:
     graph = gc.build_graph(ops.mul_mat(w, x))
     gc.alloc_ctx_tensors(ctx, backend)
     backend.graph_compute(graph)  # the first quantized product loads numba: the setting must still apply
-    assert qdot.numba_loaded() and numba.get_num_threads() == 1
+    assert quant.numba_loaded() and numba.get_num_threads() == 1
     backend.set_n_threads(2)
     backend.graph_compute(graph)
     assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
@@ -379,17 +379,17 @@ _GENERIC_SIMD = """
 import numpy as np
 from ggml_core import GGMLType
 from ggml_core.quants import quantize, dequantize
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.qdot import _simd
+from ggml_cpu import quant
+from ggml_cpu.jit import _simd
 assert not _simd.HAS_VNNI
 r = np.random.default_rng(0)
 x = r.standard_normal((5, 512)).astype(np.float32)  # a group of four rows and one more
 for t in (GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K):
     w = quantize(r.standard_normal((24, 512)).astype(np.float32), t)
     out = np.empty((5, 24), np.float32)
-    qdot.qmatmul(w, t, x, out, route="block")
-    dot = qdot.DOT_TYPE[t]
-    ref = dequantize(qdot.from_float(x, dot), dot).astype(np.float64) @ dequantize(w, t).T
+    quant.qmatmul(w, t, x, out, route="block")
+    dot = quant.DOT_TYPE[t]
+    ref = dequantize(quant.from_float(x, dot), dot).astype(np.float64) @ dequantize(w, t).T
     assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), t
 print("ok")
 """
@@ -398,8 +398,8 @@ print("ok")
 def test_generic_partial_sums_without_vnni() -> None:
     """The kernels' portable partial sums (used on CPUs without VNNI) give the same results."""
     pytest.importorskip("numba")
-    if qdot.disabled_reason() is not None:
-        pytest.skip(f"compiled kernels are off: {qdot.disabled_reason()}")
+    if quant.disabled_reason() is not None:
+        pytest.skip(f"compiled kernels are off: {quant.disabled_reason()}")
     env = {**os.environ, "GGML_CPU_VNNI": "0"}
     done = subprocess.run([sys.executable, "-c", _GENERIC_SIMD], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
@@ -408,9 +408,9 @@ def test_generic_partial_sums_without_vnni() -> None:
 _FALLBACK = """
 import numpy as np, ggml_core as gc
 from ggml_core import ops
-from ggml_cpu.kernels import qdot
-from ggml_cpu.kernels.matmul import mul_mat_reference
-assert qdot.disabled_reason() == "disabled by GGML_CPU_NUMBA=0"
+from ggml_cpu import quant
+from ggml_cpu.ops.matmul import mul_mat_reference
+assert quant.disabled_reason() == "disabled by GGML_CPU_NUMBA=0"
 ctx = gc.Context("t")
 a, b = ctx.new_tensor("q4_k", [256, 16]), ctx.new_tensor("f32", [256, 3])
 y = ops.mul_mat(a, b)

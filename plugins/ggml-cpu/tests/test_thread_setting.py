@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
 
 
 def _numba() -> object:

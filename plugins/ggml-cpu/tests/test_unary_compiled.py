@@ -1,4 +1,4 @@
-"""SILU on contiguous float32 as one compiled call (:mod:`ggml_cpu.kernels.qdot._unary_kernels`): ggml's
+"""SILU on contiguous float32 as one compiled call (:mod:`ggml_cpu.ops._unary_kernels`): ggml's
 ``x / (1 + expf(-x))`` in float32 steps, the same bits as the numpy path, and the numpy path for other layouts."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from kernel_harness import CpuGraph, rng
 
 from ggml_core import UnaryOp, ops
-from ggml_cpu.kernels import unary
-from ggml_cpu.kernels.qdot import _jit
+from ggml_cpu.jit import _jit
+from ggml_cpu.ops import unary
 
 pytest.importorskip("numba")
 
@@ -81,7 +81,7 @@ def test_silu_of_padded_rows_takes_the_numpy_path(monkeypatch: pytest.MonkeyPatc
 
 
 def test_compiled_silu_equals_the_numpy_path_over_the_float32_range() -> None:
-    from ggml_cpu.kernels.qdot._unary_kernels import SILU_SPEC
+    from ggml_cpu.ops._unary_kernels import SILU_SPEC
 
     fn = _jit.get(SILU_SPEC)
     assert fn is not None
