@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggm
         VocabularyError,
     )
     from ggml_core._graph import Graph, build_graph
-    from ggml_core._tensor import Tensor, TensorFlag
+    from ggml_core._tensor import MAX_DIMS, MAX_NAME, MAX_OP_PARAMS, MAX_SRC, Tensor, TensorFlag
+    from ggml_core._text import safe_text
     from ggml_core._types import GGMLType, as_type, row_size, type_traits
     from ggml_core.alloc import GraphAllocator, alloc_ctx_tensors
     from ggml_core.backend import (
@@ -60,6 +61,10 @@ if TYPE_CHECKING:  # the names load on first use (see __getattr__): ``import ggm
 
 __all__ = [
     "API_VERSION",
+    "MAX_DIMS",
+    "MAX_NAME",
+    "MAX_OP_PARAMS",
+    "MAX_SRC",
     "AllocationError",
     "Backend",
     "BackendReg",
@@ -112,6 +117,7 @@ __all__ = [
     "init_best",
     "ops",
     "row_size",
+    "safe_text",
     "type_traits",
 ]
 
@@ -145,7 +151,8 @@ _WHERE: dict[str, str] = {
         "ggml_core._errors",
     ),
     **dict.fromkeys(["Graph", "build_graph"], "ggml_core._graph"),
-    **dict.fromkeys(["Tensor", "TensorFlag"], "ggml_core._tensor"),
+    **dict.fromkeys(["MAX_DIMS", "MAX_NAME", "MAX_OP_PARAMS", "MAX_SRC", "Tensor", "TensorFlag"], "ggml_core._tensor"),
+    **dict.fromkeys(["safe_text"], "ggml_core._text"),
     **dict.fromkeys(["GGMLType", "as_type", "row_size", "type_traits"], "ggml_core._types"),
     **dict.fromkeys(["GraphAllocator", "alloc_ctx_tensors"], "ggml_core.alloc"),
     **dict.fromkeys(

@@ -14,6 +14,7 @@ from ggml_core.backend.interfaces import (
     DeviceProps,
     DeviceType,
     Event,
+    buffer_of,
 )
 from ggml_core.backend.kit import EMPTY_OPS, KernelTable, PluginHooks
 from ggml_core.backend.registry import PluginInfo, Registry, get_registry, reset_registry
@@ -37,6 +38,7 @@ __all__ = [
     "PluginHooks",
     "PluginInfo",
     "Registry",
+    "buffer_of",
     "get_registry",
     "hookimpl",
     "hookspec",

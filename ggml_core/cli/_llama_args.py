@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-from ggml_core.cli._args import INT32_MAX, float_in, int_in, utf8_text
+from ggml_core.cli.args import INT32_MAX, float_in, int_in, utf8_text
 
 __all__ = [
     "BUILTIN_TEMPLATES",

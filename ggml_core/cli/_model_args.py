@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ggml_core.cli._args import INT32_MAX, MAX_THREADS, endpoints, input_file, int_in, names, shares
 from ggml_core.cli._llama_args import KV_TYPES, kv_type
 from ggml_core.cli._placement_args import (
     SPLIT_MODE_CHOICES,
@@ -18,6 +17,7 @@ from ggml_core.cli._placement_args import (
     n_gpu_layers,
     placement_extras,
 )
+from ggml_core.cli.args import INT32_MAX, MAX_THREADS, endpoints, input_file, int_in, names, shares
 
 if TYPE_CHECKING:
     from ggml_core.models.params import ModelParams

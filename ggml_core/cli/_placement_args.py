@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ggml_core.cli._args import INT32_MAX, int_in
+from ggml_core.cli.args import INT32_MAX, int_in
 
 #: llama.cpp's defaults, as ``ggml_core.models.params`` has them (not imported here: parsing stays light)
 DEFAULT_FIT_TARGET_MIB = 1024

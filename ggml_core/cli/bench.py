@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ggml_core.cli._args import INT32_MAX, MAX_THREADS, input_file, int_in, int_list
 from ggml_core.cli._llama_args import KV_TYPES
 from ggml_core.cli._placement_args import n_gpu_layers
+from ggml_core.cli.args import INT32_MAX, MAX_THREADS, input_file, int_in, int_list
 
 __all__ = ["FIELDS", "BenchResult", "add_parser", "format_results", "run"]
 
@@ -131,7 +131,7 @@ def _split_modes(text: str) -> list[str]:
 
 def _tensor_splits(text: str) -> list[tuple[float, ...]]:
     """``-ts 3/1,1/1``: each item a '/'-separated list of shares (as llama-bench)."""
-    from ggml_core.cli._args import shares
+    from ggml_core.cli.args import shares
 
     return [tuple(shares(item.replace("/", ","))) for item in text.split(",") if item.strip()]
 

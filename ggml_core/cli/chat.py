@@ -15,9 +15,9 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, name: str) -> None:
     """Register the command."""
-    from ggml_core.cli._args import INT32_MAX, int_in, utf8_text
     from ggml_core.cli._llama_args import add_chat_args, add_sampling_args, text_file
     from ggml_core.cli._model_args import add_model_args
+    from ggml_core.cli.args import INT32_MAX, int_in, utf8_text
 
     p = sub.add_parser(name, help="chat with a GGUF model through its chat template (stdin lines, streamed replies)")
     add_model_args(p)

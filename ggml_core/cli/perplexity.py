@@ -31,11 +31,11 @@ from typing import IO, Any
 import numpy as np
 
 from ggml_core._errors import GGMLError
-from ggml_core.cli._args import output_file
 from ggml_core.cli._llama_args import check_combination, text_file
 from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
 from ggml_core.cli._placement_args import list_devices
 from ggml_core.cli._rpc_option import use_rpc_servers
+from ggml_core.cli.args import output_file
 
 __all__ = [
     "KLStats",

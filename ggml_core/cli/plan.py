@@ -12,8 +12,8 @@ import json
 import sys
 from typing import Any
 
-from ggml_core.cli._args import INT32_MAX, int_in, output_file
 from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
+from ggml_core.cli.args import INT32_MAX, int_in, output_file
 
 __all__ = ["add_parser", "run"]
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from ggml_core.cli._args import INT32_MAX, int_in, int_list, output_file, utf8_text
 from ggml_core.cli._llama_args import (
     add_chat_args,
     add_sampling_args,
@@ -28,6 +27,7 @@ from ggml_core.cli._llama_args import (
 )
 from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
 from ggml_core.cli._placement_args import list_devices
+from ggml_core.cli.args import INT32_MAX, int_in, int_list, output_file, utf8_text
 from ggml_core.cli.chat import run as run_chat
 
 __all__ = ["add_parser", "run", "speed_text"]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ggml_core.backend.interfaces import Device
-from ggml_core.cli._args import float_in, int_in, names, regex
+from ggml_core.cli.args import float_in, int_in, names, regex
 
 __all__ = ["FIELDS", "add_parser", "result_rows", "run", "uncovered_rows"]
 

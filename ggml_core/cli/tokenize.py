@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ggml_core._text import safe_text
-from ggml_core.cli._args import utf8_text
+from ggml_core.cli.args import utf8_text
 
 __all__ = ["add_parser", "run"]
 

@@ -15,7 +15,8 @@ import numpy.typing as npt
 
 from .._types import GGMLType, as_type
 from . import _floats, _kquants, _legacy, _others
-from ._common import F32Array, U8Array
+from ._common import F32Array, U8Array, read_f16
+from ._kquants import unpack_k4_scales
 
 __all__ = [
     "can_dequantize",
@@ -25,6 +26,8 @@ __all__ = [
     "quantizable_types",
     "quantize",
     "quantize_rows_into",
+    "read_f16",
+    "unpack_k4_scales",
 ]
 
 _Kernel = Callable[[np.ndarray], np.ndarray]

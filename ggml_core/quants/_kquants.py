@@ -194,7 +194,7 @@ def _pack_k4_scales(ls: I32Array, lm: I32Array) -> U8Array:
     return (out & 0xFF).astype(np.uint8)
 
 
-def _unpack_k4_scales(s: U8Array) -> tuple[I32Array, I32Array]:
+def unpack_k4_scales(s: U8Array) -> tuple[I32Array, I32Array]:
     """``get_scale_min_k4`` for j = 0..7: ``(NB, 12)`` → scales ``(NB, 8)`` and mins ``(NB, 8)``."""
     q = s.astype(np.int32)
     sc = np.concatenate([q[:, 0:4] & 63, (q[:, 8:12] & 0xF) | ((q[:, 0:4] >> 6) << 4)], axis=1)
@@ -263,7 +263,7 @@ def _dequantize_k45(b: U8Array, q: I32Array) -> F32Array:
     nb = b.shape[0]
     d = read_f16(b, 0)[:, None]
     dmin = read_f16(b, 2)[:, None]
-    sc, m = _unpack_k4_scales(b[:, 4:16])
+    sc, m = unpack_k4_scales(b[:, 4:16])
     d1 = (d * sc.astype(np.float32))[..., None]
     m1 = (dmin * m.astype(np.float32))[..., None]
     return (d1 * q.reshape(nb, 8, 32).astype(np.float32) - m1).reshape(nb, QK_K)

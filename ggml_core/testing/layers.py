@@ -23,7 +23,8 @@ __all__ = ["ImportGraph", "PrivateImport", "read_imports"]
 
 @dataclass(frozen=True)
 class PrivateImport:
-    """``name``, private to ``source``, imported by ``importer``."""
+    """``name``, private to ``source``, imported by ``importer`` (``name`` is ``"(module)"`` when ``source`` is a
+    private module of another package)."""
 
     importer: str
     source: str
@@ -97,6 +98,10 @@ def _packages(root: Path) -> dict[str, Path]:
     return out
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def _kind(stack: list[ast.AST]) -> str:
     if any(isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test) for n in stack):
         return "T"
@@ -116,6 +121,12 @@ def read_imports(root: Path) -> ImportGraph:
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             g.modules[".".join(parts)] = f
+
+    def check_module(importer: str, module: str) -> None:
+        """A private module of another package (``ggml_core._tensor`` from a plugin) is not the importer's to use."""
+        top, *rest = module.split(".")
+        if top != importer.split(".")[0] and module in g.modules and any(_private(p) for p in rest):
+            g.private.append(PrivateImport(importer, module, "(module)"))
 
     def add(a: str, b: str, kind: str) -> None:
         if b in g.modules and a != b:
@@ -138,11 +149,13 @@ def read_imports(root: Path) -> ImportGraph:
                         sub = f"{base}.{alias.name}"
                         if sub in g.modules:
                             add(name, sub, _kind(here))
+                            check_module(name, sub)
                             continue
                         add(name, base, _kind(here))
-                        private = alias.name.startswith("_") and not alias.name.startswith("__")
-                        if private and base in g.modules and base != name:
+                        if _private(alias.name) and base in g.modules and base != name:
                             g.private.append(PrivateImport(name, base, alias.name))
+                        else:
+                            check_module(name, base)
                 elif isinstance(child, ast.Import):
                     for alias in child.names:
                         target = alias.name
@@ -150,6 +163,7 @@ def read_imports(root: Path) -> ImportGraph:
                             target = target.rpartition(".")[0]
                         if target:
                             add(name, target, _kind(here))
+                            check_module(name, target)
                 visit(child, here)
 
         visit(ast.parse(f.read_text(encoding="utf-8"), str(f)), [])
@@ -171,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in g.describe(c):
             print(f"  {line}")
     for p in g.private:
-        print(f"private name: {p.importer} imports {p.name} from {p.source}")
+        what = f"the private module {p.source}" if p.name == "(module)" else f"{p.name} from {p.source}"
+        print(f"private name: {p.importer} imports {what}")
     print(
         f"{len(g.modules)} modules: {len(cycles)} import cycles, {len(g.private)} private names imported across modules"
     )

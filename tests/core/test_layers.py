@@ -27,7 +27,7 @@ def test_the_product_code_has_no_import_cycle_and_no_private_import() -> None:
     assert g.private == []
 
 
-def test_a_cycle_closed_by_a_function_local_or_type_checking_import_is_found(tmp_path: Path) -> None:
+def test_cycles_and_private_names_are_found_whatever_hides_them(tmp_path: Path) -> None:
     root = _tree(
         tmp_path,
         {
@@ -38,7 +38,8 @@ def test_a_cycle_closed_by_a_function_local_or_type_checking_import_is_found(tmp
             "ggml_core/d.py": "from . import c\n",
             "ggml_core/e.py": "from ggml_core.a import _hidden\n",
             "plugins/ggml-x/ggml_x/__init__.py": "from ggml_x._k import _table\n",
-            "plugins/ggml-x/ggml_x/_k.py": "import ggml_core.a\n",
+            "ggml_core/_priv.py": "X = 1\n",
+            "plugins/ggml-x/ggml_x/_k.py": "import ggml_core.a\nfrom ggml_core._priv import X\n",
             "plugins/ggml-x/tests/test_k.py": "from ggml_x import _k\n",
         },
     )
@@ -50,6 +51,7 @@ def test_a_cycle_closed_by_a_function_local_or_type_checking_import_is_found(tmp
     assert g.private == [
         PrivateImport("ggml_core.e", "ggml_core.a", "_hidden"),
         PrivateImport("ggml_x", "ggml_x._k", "_table"),
+        PrivateImport("ggml_x._k", "ggml_core._priv", "(module)"),
     ]
     assert main([str(root)]) == 1
 

@@ -25,6 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from ggml_core import Buffer, ComputeError, GGMLOp, Graph, Tensor, TensorError, TensorFlag, UnsupportedOpError
+from ggml_core.backend import buffer_of
 from ggml_cpu import ops, quant
 from ggml_cpu.ops import matmul
 from ggml_cpu.ops.fused import bind_pair
@@ -139,13 +140,13 @@ class Engine:
             except (NotImplementedError, UnsupportedOpError, TensorError, ValueError) as exc:
                 raise ComputeError(node, self.name, str(exc)) from exc
         tensors = _involved(graph)
-        buffers = {id(t.buffer): t.buffer for t in tensors if t.buffer is not None}
+        buffers = {id(b): b for b in map(buffer_of, tensors) if b is not None}
         plan = Plan(
             graph_nodes=list(graph.nodes),
             steps=steps,
             thunks=[thunk for _, thunk in steps],
             tensors=tensors,
-            tensor_buffers=[t.buffer for t in tensors],
+            tensor_buffers=[buffer_of(t) for t in tensors],
             offsets=[t.data_offset for t in tensors],
             srcs=[list(n.src) for n in graph.nodes],
             memory=[(b, b.host_array()) for b in buffers.values()],

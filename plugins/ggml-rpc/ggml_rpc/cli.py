@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any, Final
 
-from ggml_core.cli._args import MAX_THREADS, directory, float_in, int_in, names
+from ggml_core.cli.args import MAX_THREADS, directory, float_in, int_in, names
 
 __all__ = ["add_parser", "loopback_warning", "run"]
 

@@ -41,8 +41,8 @@ from ggml_core import (
     Tensor,
     TensorError,
     hookimpl,
+    safe_text,
 )
-from ggml_core._text import safe_text
 from ggml_core.backend.registry import get_registry
 from ggml_rpc import _fnv
 from ggml_rpc.client import MAX_DUE_BYTES, Connection, connection, endpoint_key

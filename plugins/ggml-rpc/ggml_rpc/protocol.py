@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ggml_core import GGMLError, GGMLOp
-from ggml_core._tensor import MAX_DIMS, MAX_NAME, MAX_OP_PARAMS, MAX_SRC
+from ggml_core import MAX_DIMS, MAX_NAME, MAX_OP_PARAMS, MAX_SRC, GGMLError, GGMLOp
 
 __all__ = [
     "CAPS_MAGIC",

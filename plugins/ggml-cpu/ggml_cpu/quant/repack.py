@@ -38,8 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from ggml_core import GGMLType
-from ggml_core.quants._common import read_f16
-from ggml_core.quants._kquants import _unpack_k4_scales
+from ggml_core.quants import read_f16, unpack_k4_scales
 from ggml_cpu.jit import _jit, _simd
 from ggml_cpu.jit._jit import inline, prange
 from ggml_cpu.quant import _lane_tiles
@@ -125,7 +124,7 @@ def _fields(w: np.ndarray, wtype: GGMLType) -> tuple[np.ndarray, np.ndarray, np.
         return q.reshape(m, -1), d.reshape(m, -1), None
     if wtype in (GGMLType.Q4_K, GGMLType.Q5_K):
         d, dmin = read_f16(blocks, 0), read_f16(blocks, 2)
-        sc, mn = _unpack_k4_scales(blocks[:, 4:16])
+        sc, mn = unpack_k4_scales(blocks[:, 4:16])
         qs_at = 48 if wtype == GGMLType.Q5_K else 16
         qs = blocks[:, qs_at : qs_at + 128].reshape(-1, 4, 1, 32)
         q = (qs >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 15  # (nb, 4, 2, 32): sub-block 2i + half
