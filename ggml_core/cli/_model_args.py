@@ -5,6 +5,8 @@ default model when none is given)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +24,7 @@ from ggml_core.cli.args import INT32_MAX, MAX_THREADS, endpoints, input_file, in
 if TYPE_CHECKING:
     from ggml_core.models.params import ModelParams
 
-__all__ = ["add_model_args", "model_params", "resolve_model_path"]
+__all__ = ["add_model_args", "list_devices_if_asked", "model_params", "one_line_errors", "resolve_model_path"]
 
 
 def _model_file(text: str) -> Any:
@@ -147,3 +149,27 @@ def resolve_model_path(args: argparse.Namespace) -> tuple[Path, bool]:
     from ggml_core.models.default_model import write_default_model
 
     return write_default_model(), True
+
+
+def one_line_errors(command: str, body: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a model command's ``body``: the project's errors (ValueErrors) and the system's are one line naming the
+    command, exit code 2; a closed pipe is left to the CLI's main, which ends quietly."""
+    try:
+        return body(args)
+    except BrokenPipeError:
+        raise
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"ggml-core {command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def list_devices_if_asked(args: argparse.Namespace) -> int | None:
+    """``--list-devices`` (with ``--rpc`` servers added first): print the devices and give the exit code; None when
+    the flag is not given."""
+    if not args.list_devices:
+        return None
+    from ggml_core.cli._placement_args import list_devices
+    from ggml_core.cli._rpc_option import use_rpc_servers
+
+    use_rpc_servers(args.rpc)
+    return list_devices()

@@ -38,18 +38,15 @@ def add_parser(sub: Any, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """The chat loop (the embedded default model when no file is given, as for ``run``)."""
     from ggml_core.cli._llama_args import check_combination
-    from ggml_core.cli._model_args import resolve_model_path
+    from ggml_core.cli._model_args import list_devices_if_asked, resolve_model_path
 
     problem = check_combination(args)
     if problem is not None:
         print(f"ggml-core chat: error: {problem}", file=sys.stderr)
         return 2
-    if args.list_devices:
-        from ggml_core.cli._placement_args import list_devices
-        from ggml_core.cli._rpc_option import use_rpc_servers
-
-        use_rpc_servers(args.rpc)
-        return list_devices()
+    listed = list_devices_if_asked(args)
+    if listed is not None:
+        return listed
     if args.n_predict <= 0:
         print(f"ggml-core chat: error: --n-predict must be positive, got {args.n_predict}", file=sys.stderr)
         return 2

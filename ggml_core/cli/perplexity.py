@@ -32,9 +32,13 @@ import numpy as np
 
 from ggml_core._errors import GGMLError
 from ggml_core.cli._llama_args import check_combination, text_file
-from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
-from ggml_core.cli._placement_args import list_devices
-from ggml_core.cli._rpc_option import use_rpc_servers
+from ggml_core.cli._model_args import (
+    add_model_args,
+    list_devices_if_asked,
+    model_params,
+    one_line_errors,
+    resolve_model_path,
+)
 from ggml_core.cli.args import output_file
 
 __all__ = [
@@ -311,13 +315,7 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ggml-core perplexity: error: {problem}", file=sys.stderr)
         return 2
-    try:
-        return _run(args)
-    except BrokenPipeError:
-        raise  # the CLI's main ends quietly
-    except (ValueError, RuntimeError, OSError) as exc:  # the project's errors among them
-        print(f"ggml-core perplexity: error: {exc}", file=sys.stderr)
-        return 2
+    return one_line_errors("perplexity", _run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -325,9 +323,9 @@ def _run(args: argparse.Namespace) -> int:
     from ggml_core.models.arch import read_hparams
     from ggml_core.models.tokenizer import load_tokenizer
 
-    if args.list_devices:
-        use_rpc_servers(args.rpc)
-        return list_devices()
+    listed = list_devices_if_asked(args)
+    if listed is not None:
+        return listed
     path, is_default = resolve_model_path(args)
     f = open_gguf(path)
     hp = read_hparams(f)

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
+from ggml_core.cli._model_args import (
+    add_model_args,
+    list_devices_if_asked,
+    model_params,
+    one_line_errors,
+    resolve_model_path,
+)
 from ggml_core.cli.args import INT32_MAX, int_in, output_file
 
 __all__ = ["add_parser", "run"]
@@ -39,24 +44,16 @@ def add_parser(sub: Any, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan and report."""
-    try:
-        return _run(args)
-    except BrokenPipeError:
-        raise  # the CLI's main ends quietly
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"ggml-core plan: error: {exc}", file=sys.stderr)
-        return 2
+    return one_line_errors("plan", _run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ggml_core.cli._placement_args import list_devices
-    from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model
     from ggml_core.models.plan.bufts import describe_weights
 
-    if args.list_devices:
-        use_rpc_servers(args.rpc)
-        return list_devices()
+    listed = list_devices_if_asked(args)
+    if listed is not None:
+        return listed
     from ggml_core.sched import render_dot, render_svg, render_text
 
     n_ctx = args.ctx_size or 512

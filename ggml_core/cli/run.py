@@ -25,8 +25,13 @@ from ggml_core.cli._llama_args import (
     sampler_from_args,
     text_file,
 )
-from ggml_core.cli._model_args import add_model_args, model_params, resolve_model_path
-from ggml_core.cli._placement_args import list_devices
+from ggml_core.cli._model_args import (
+    add_model_args,
+    list_devices_if_asked,
+    model_params,
+    one_line_errors,
+    resolve_model_path,
+)
 from ggml_core.cli.args import INT32_MAX, int_in, int_list, output_file, utf8_text
 from ggml_core.cli.chat import run as run_chat
 
@@ -103,25 +108,18 @@ def run(args: argparse.Namespace) -> int:
         args.n_predict = 256 if args.n_predict is None else args.n_predict
         return run_chat(args)
     args.n_predict = 32 if args.n_predict is None else args.n_predict
-    try:
-        return _run(args)
-    except BrokenPipeError:
-        raise  # the CLI's main ends quietly
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"ggml-core run: error: {exc}", file=sys.stderr)
-        return 2
+    return one_line_errors("run", _run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ggml_core.cli._rpc_option import use_rpc_servers
     from ggml_core.models import Model, open_gguf
     from ggml_core.models.arch import read_hparams
     from ggml_core.models.params import check_context
     from ggml_core.models.tokenizer import load_tokenizer
 
-    if args.list_devices:
-        use_rpc_servers(args.rpc)
-        return list_devices()
+    listed = list_devices_if_asked(args)
+    if listed is not None:
+        return listed
 
     # everything the arguments and the file's header can refute is checked before a weight is touched
     path, is_default = resolve_model_path(args)
