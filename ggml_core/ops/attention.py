@@ -17,6 +17,7 @@ __all__ = [
     "ROPE_TYPE_NEOX",
     "ROPE_TYPE_NORMAL",
     "ROPE_TYPE_VISION",
+    "alibi_params",
     "diag_mask_inf",
     "diag_mask_zero",
     "flash_attn_ext",
@@ -250,6 +251,19 @@ def rope_yarn_corr_dims(
     low = 0.0 if start < 0.0 else start
     high = float(n_dims - 1) if n_dims - 1 < end else end
     return low, high
+
+
+def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
+    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them: head ``h`` has slope
+    ``m0 ** (h + 1)`` below ``n_head_log2`` and ``m1 ** (2 (h - n_head_log2) + 1)`` from there; (1, 1, ...) without
+    ALiBi (``max_bias <= 0``). Shared by every backend's SOFT_MAX and FLASH_ATTN_EXT so that they agree bit for bit.
+    """
+    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
+    if max_bias <= 0.0:
+        return 1.0, 1.0, n_head_log2
+    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
+    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+    return float(m0), float(m1), n_head_log2
 
 
 # ---------------------------------------------------------------------------------------------- flash attention

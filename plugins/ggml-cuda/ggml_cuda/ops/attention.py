@@ -6,31 +6,21 @@ range and magnitude scale) are computed here in float32 exactly as ggml does and
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import alibi_params
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_cuda.ops._launch import KERNELS, MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, rows_grid, src, type_id
 
-__all__ = ["FA_MAX_HEAD", "alibi_bases", "rope_constants", "yarn_corr_dims"]
+__all__ = ["FA_MAX_HEAD", "rope_constants", "yarn_corr_dims"]
 
 #: the largest head size FLASH_ATTN_EXT's kernel handles (FA_MAX_D in flash_attn.cu)
 FA_MAX_HEAD: Final = 512
 
 _F32_F16: Final = (GGMLType.F32, GGMLType.F16)
-
-
-def alibi_bases(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes (float32 powers of two)."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
 
 
 # ---------------------------------------------------------------------------------------------- SOFT_MAX
@@ -51,7 +41,7 @@ def _soft_max_ok(node: Tensor) -> bool:
 def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, mask, sinks = src(node, 0), node.src[1], node.src[2]
     scale, max_bias = node.op_param_f32(0), node.op_param_f32(1)
-    m0, m1, n_head_log2 = alibi_bases(a.ne[2], max_bias)
+    m0, m1, n_head_log2 = alibi_params(a.ne[2], max_bias)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(mask) if mask is not None else 0)
     args.ptr(ctx.ptr(sinks) if sinks is not None else 0).ptr(ctx.ptr(node))
     args.tdesc(a).tdesc(mask if mask is not None else a).tdesc(node)
@@ -139,7 +129,7 @@ def _flash_attn_ok(node: Tensor) -> bool:
 def _bind_flash_attn(node: Tensor, ctx: BindContext) -> list[Launch]:
     q, k, v, mask, sinks = src(node, 0), src(node, 1), src(node, 2), node.src[3], node.src[4]
     scale, max_bias, softcap = node.op_param_f32(0), node.op_param_f32(1), node.op_param_f32(2)
-    m0, m1, n_head_log2 = alibi_bases(q.ne[2], max_bias)
+    m0, m1, n_head_log2 = alibi_params(q.ne[2], max_bias)
     args = Args().ptr(ctx.ptr(q)).ptr(ctx.ptr(k)).ptr(ctx.ptr(v)).ptr(ctx.ptr(mask) if mask is not None else 0)
     args.ptr(ctx.ptr(sinks) if sinks is not None else 0).ptr(ctx.ptr(node))
     args.tdesc(q).tdesc(k).tdesc(v).tdesc(mask if mask is not None else q).tdesc(node)

@@ -3,29 +3,18 @@ channel offset), FLASH_ATTN_EXT, DIAG_MASK."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
+from ggml_core.ops import alibi_params
 from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl.ops._dispatch import KERNELS, Launcher, Thunk, enqueue, enqueue_nd, int4, local_mem, targs
 
-__all__ = ["alibi_params", "yarn_corr_dims"]
+__all__ = ["yarn_corr_dims"]
 
 #: largest V head size of the flash-attention kernel (its per-item accumulator, FA_DMAX in attention.cl)
 FA_DMAX = 256
-
-
-def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
 
 
 def _opt(launcher: Launcher, t: Tensor | None, fallback: Tensor) -> list[object]:

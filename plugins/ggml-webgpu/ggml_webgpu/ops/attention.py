@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.ops import rope_yarn_corr_dims
+from ggml_core.ops import alibi_params, rope_yarn_corr_dims
 from ggml_webgpu.ops._dispatch import (
     KERNELS,
     Dispatch,
@@ -23,17 +22,7 @@ from ggml_webgpu.ops._dispatch import (
 
 T = GGMLType
 
-__all__ = ["FA_DMAX", "alibi_params"]
-
-
-def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
+__all__ = ["FA_DMAX"]
 
 
 def _soft_max_ok(limits: Limits, node: Tensor) -> bool:
