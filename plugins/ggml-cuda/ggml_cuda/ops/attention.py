@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from typing import Final
 
-import numpy as np
-
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.ops import alibi_params
-from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
+from ggml_core.ops import ROPE_TYPE_NEOX, alibi_params, rope_constants
 from ggml_cuda.ops._launch import KERNELS, MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, rows_grid, src, type_id
 
-__all__ = ["FA_MAX_HEAD", "rope_constants", "yarn_corr_dims"]
+__all__ = ["FA_MAX_HEAD"]
 
 #: the largest head size FLASH_ATTN_EXT's kernel handles (FA_MAX_D in flash_attn.cu)
 FA_MAX_HEAD: Final = 512
@@ -54,28 +51,6 @@ def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
 # ---------------------------------------------------------------------------------------------- ROPE
 
 
-def rope_constants(node: Tensor) -> dict[str, float | int]:
-    """The host-side constants of a ROPE node: mode, n_dims, theta step, YaRN range and magnitude scale."""
-    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
-    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    theta_scale = float(np.float32(freq_base) ** np.float32(-2.0 / n_dims))
-    lo, hi = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
-    mscale = np.float32(attn_factor)
-    if ext_factor != 0.0:
-        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
-    return {
-        "n_dims": n_dims,
-        "n_offs": n_offs,
-        "neox": int(mode == 2),
-        "theta_scale": theta_scale,
-        "freq_scale": freq_scale,
-        "ext_factor": ext_factor,
-        "corr_lo": lo,
-        "corr_hi": hi,
-        "mscale": float(np.float32(mscale)),
-    }
-
-
 def _rope_ok(node: Tensor) -> bool:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     return (
@@ -96,10 +71,10 @@ def _bind_rope(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     c = rope_constants(node)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(pos)).ptr(ctx.ptr(ff) if ff is not None else 0).ptr(ctx.ptr(node))
-    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(int(c["n_dims"])).i32(int(c["n_offs"]))
-    args.i32(int(c["neox"])).i32(ff is not None)
-    for key in ("theta_scale", "freq_scale", "ext_factor", "corr_lo", "corr_hi", "mscale"):
-        args.f32(float(c[key]))
+    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(c.n_dims).i32(c.n_offs)
+    args.i32(int(c.mode == ROPE_TYPE_NEOX)).i32(ff is not None)
+    for value in (c.theta_scale, c.freq_scale, c.ext_factor, c.corr_low, c.corr_high, c.mscale):
+        args.f32(value)
     grid, block = rows_grid(a.ne[0] // 2, a.nrows, max_block=128)
     return [Launch.of("attention", "k_rope", grid, block, args)]
 
