@@ -10,14 +10,25 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 
 import ggml_core as g
+from ggml_core.models import Model, ModelParams, PlacementRequest
 
-__all__ = ["Build", "backend_on", "compute_built", "cpu_reference", "devices_of", "first_device", "run_python"]
+__all__ = [
+    "Build",
+    "backend_on",
+    "compute_built",
+    "cpu_reference",
+    "devices_of",
+    "first_device",
+    "model_logits",
+    "run_python",
+]
 
 D = TypeVar("D", bound=g.Device)
 
@@ -70,6 +81,18 @@ def compute_built(dev: g.Device, build: Build) -> np.ndarray:
     be.free()
     buf.free()
     return got
+
+
+def model_logits(
+    path: Path, placement: PlacementRequest, tokens: list[int], *, step: bool = False, **params: Any
+) -> tuple[np.ndarray, Model]:
+    """Logits of ``tokens`` from the model at ``path`` placed by ``placement`` (``params``: the other
+    :class:`ModelParams`): of every position of one prompt, or (``step``) of each token decoded alone in turn; and
+    the model, closed, whose placement and executor stay readable."""
+    with Model.load(path, ModelParams(placement=placement, progress=False, **params)) as m:
+        if step:
+            return np.concatenate([m.decode([t]) for t in tokens]), m
+        return m.process_prompt(tokens, all_logits=True), m
 
 
 def run_python(
