@@ -22,12 +22,14 @@ from ggml_core.models import Model, ModelParams, PlacementRequest
 __all__ = [
     "Build",
     "backend_on",
+    "check_tensor_copies",
     "compute_built",
     "cpu_reference",
     "devices_of",
     "first_device",
     "model_logits",
     "run_python",
+    "tensor_on",
 ]
 
 D = TypeVar("D", bound=g.Device)
@@ -62,6 +64,28 @@ def backend_on(dev: g.Device) -> Iterator[g.Backend]:
     be = dev.init_backend()
     yield be
     be.free()
+
+
+def tensor_on(dev: g.Device, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:
+    """A 1-d tensor of ``n`` values of ``type``, alone in a new buffer of ``dev``."""
+    ctx = g.Context("t")
+    t = ctx.new_tensor_1d(type, n, "t")
+    return t, g.alloc_ctx_tensors(ctx, dev.buffer_type())
+
+
+def check_tensor_copies(dev: g.Device, host: g.Device, n: int) -> tuple[g.Tensor, list[g.Buffer]]:
+    """Copy ``n`` random f32 values from a tensor in ``host``'s memory into one of ``dev`` and from there into a
+    second one of ``dev`` (``Buffer.cpy_tensor``), checking each copy and the values that arrive; returns the first
+    device tensor and the buffers (the caller frees them)."""
+    t1, b1 = tensor_on(dev, n)
+    t2, b2 = tensor_on(dev, n)
+    th, b3 = tensor_on(host, n)
+    v = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    th.set_data(v)
+    assert t1.buffer is not None and t1.buffer.cpy_tensor(th, t1)  # host -> device
+    assert t2.buffer is not None and t2.buffer.cpy_tensor(t1, t2)  # device -> device
+    assert np.array_equal(t2.to_numpy().reshape(-1), v)
+    return t1, [b1, b2, b3]
 
 
 def compute_built(dev: g.Device, build: Build) -> np.ndarray:
