@@ -196,6 +196,17 @@ def set_weights(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
         t.set_data(vals[t.name])
 
 
+def random_weights(
+    lg: LlamaGraph, where: Backend | BufferType | Callable[[int, str], Backend | BufferType], seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Allocate the weights (:func:`alloc_weights`) and upload :func:`random_values` of ``seed``; returns the
+    values (the inputs' included)."""
+    alloc_weights(lg, where)
+    vals = random_values(lg, seed)
+    set_weights(lg, vals)
+    return vals
+
+
 def set_inputs(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
     """Upload the inputs (after the graph is allocated)."""
     lg.x.set_data(vals["inp_embd"])
