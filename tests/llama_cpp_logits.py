@@ -40,3 +40,12 @@ def max_diffs(got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.nda
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape, f"logits of shape {a.shape}, expected {b.shape}"
     return float(np.abs(got[0] - want[0]).max()), float(np.abs(got[1] - want[1]).max())
+
+
+def assert_within(
+    got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray], bound: float, what: str = ""
+) -> None:
+    """Both runs' logits within ``bound`` (max |Δlogit|) of llama.cpp's; ``what`` starts the failure messages."""
+    d_prompt, d_steps = max_diffs(got, want)
+    assert d_prompt <= bound, f"{what}prompt: max |Δlogit| {d_prompt:.3g}"
+    assert d_steps <= bound, f"{what}steps: max |Δlogit| {d_steps:.3g}"
