@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 import ggml_core as g
+from ggml_core import ops
 from ggml_core.models import Model, ModelParams, PlacementRequest
 
 __all__ = [
     "Build",
     "backend_on",
+    "check_host_tensor_refused",
     "check_tensor_copies",
     "compute_built",
     "cpu_reference",
@@ -86,6 +88,18 @@ def check_tensor_copies(dev: g.Device, host: g.Device, n: int) -> tuple[g.Tensor
     assert t2.buffer is not None and t2.buffer.cpy_tensor(t1, t2)  # device -> device
     assert np.array_equal(t2.to_numpy().reshape(-1), v)
     return t1, [b1, b2, b3]
+
+
+def check_host_tensor_refused(backend: g.Backend, host: g.Device) -> None:
+    """A graph over a tensor in ``host``'s memory, which ``backend``'s device cannot address: computing it raises
+    a ComputeError that names the tensor."""
+    ctx = g.Context("host")
+    a = ctx.new_tensor_1d("f32", 16, "host_tensor")
+    graph = g.build_graph(ops.scale(a, 2.0))
+    buf = g.alloc_ctx_tensors(ctx, host.buffer_type())
+    with pytest.raises(g.ComputeError, match="host_tensor"):
+        backend.graph_compute(graph)
+    buf.free()
 
 
 def compute_built(dev: g.Device, build: Build) -> np.ndarray:

@@ -7,7 +7,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import AllocationError, OutOfBoundsError, TensorError, ops
-from ggml_core.testing.plugin_tests import check_tensor_copies, tensor_on
+from ggml_core.testing.plugin_tests import check_host_tensor_refused, check_tensor_copies, tensor_on
 from ggml_opencl import OpenCLBuffer, OpenCLBufferType, OpenCLDevice, OpenCLReg
 
 
@@ -169,14 +169,7 @@ def test_events_order_work_between_backends(ocl: OpenCLDevice) -> None:
 def test_a_tensor_in_host_memory_is_rejected_with_its_name(
     ocl: OpenCLDevice, cpu: g.Device, backend: g.Backend
 ) -> None:
-    ctx = g.Context("host")
-    x = ctx.new_tensor_1d("f32", 8, "hostx")
-    y = ops.neg(x)
-    graph = g.build_graph(y)
-    buf = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    with pytest.raises(g.ComputeError, match="hostx"):
-        backend.graph_compute(graph)
-    buf.free()
+    check_host_tensor_refused(backend, cpu)
 
 
 def test_bad_row_index_raises_and_writes_nothing_outside(ocl: OpenCLDevice, backend: g.Backend) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ComputeError, OutOfBoundsError, TensorError, ops
-from ggml_core.testing.plugin_tests import check_tensor_copies, tensor_on
+from ggml_core.testing.plugin_tests import check_host_tensor_refused, check_tensor_copies, tensor_on
 from ggml_webgpu import WebGPUBuffer, WebGPUDevice
 
 
@@ -110,14 +110,7 @@ def test_bad_row_index_raises_naming_the_node(wdev: WebGPUDevice, backend: g.Bac
 
 
 def test_a_tensor_in_host_memory_is_refused_by_name(wdev: WebGPUDevice, cpu: g.Device, backend: g.Backend) -> None:
-    ctx = g.Context("h")
-    a = ctx.new_tensor_1d("f32", 16, "host_tensor")
-    out = ops.scale(a, 2.0)
-    graph = g.build_graph(out)
-    buf = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    with pytest.raises(ComputeError, match="host_tensor"):
-        backend.graph_compute(graph)
-    buf.free()
+    check_host_tensor_refused(backend, cpu)
 
 
 def test_an_unsupported_node_is_refused_by_name(wdev: WebGPUDevice, backend: g.Backend) -> None:
