@@ -25,7 +25,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
 from llama_cpp_logits import TOKENS, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
-from tiny_models import add_placeholder_vocab
+from tiny_models import add_placeholder_vocab, write_and_close
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.quants import dequantize, quantize
@@ -131,10 +131,7 @@ def write_gpt_oss(
             writer.add_tensor(name, data, raw_dtype=GGMLQuantizationType.MXFP4)
         else:
             writer.add_tensor(name, arr)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 
