@@ -26,8 +26,11 @@ __all__ = ["RESULTS_DIR", "Results", "add_json_option", "machine", "median_ms", 
 RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
 
 
-def times_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
-    """Wall times of ``repeat`` calls in milliseconds, after ``warmup`` untimed calls (garbage collector off)."""
+def times_ms(
+    fn: Callable[[], object], repeat: int, warmup: int = 1, setup: Callable[[], object] | None = None
+) -> list[float]:
+    """Wall times of ``repeat`` calls in milliseconds, after ``warmup`` untimed calls (garbage collector off: a
+    collection of earlier garbage is not the call's cost); ``setup`` runs untimed before each timed call."""
     for _ in range(warmup):
         fn()
     enabled = gc.isenabled()
@@ -35,6 +38,8 @@ def times_ms(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[flo
     try:
         out = []
         for _ in range(repeat):
+            if setup is not None:
+                setup()
             t0 = time.perf_counter()
             fn()
             out.append((time.perf_counter() - t0) * 1e3)

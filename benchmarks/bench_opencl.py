@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 
 import ggml_core as g
-from ggml_core import ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _device_graphs import add_runners, mul_mat_runner, open_device
 from _util import Results, add_json_option, machine
 
 
@@ -86,16 +86,8 @@ class Paired:
 
 
 def _mul_mat_runner(dev: g.Device, wtype: str, m: int, n: int, k: int, rng: np.random.Generator) -> Callable[[], None]:
-    ctx = g.Context("bench")
-    a = ctx.new_tensor_2d(wtype, k, m, "w")
-    b = ctx.new_tensor_2d("f32", k, n, "x")
-    out = ops.mul_mat(a, b)
-    graph = g.build_graph(out)
-    backend = dev.init_backend()
-    g.alloc_ctx_tensors(ctx, backend)
-    a.set_data(rng.uniform(-1, 1, (m, k)).astype(np.float32))
-    b.set_data(rng.uniform(-1, 1, (n, k)).astype(np.float32))
-    return lambda: backend.graph_compute(graph)
+    w = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    return mul_mat_runner(dev, wtype, w, rng.uniform(-1, 1, (n, k)).astype(np.float32))
 
 
 def bench_sgemm(res: Results, dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> float:
@@ -168,19 +160,8 @@ def bench_quantized(
 def bench_add(res: Results, dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     """ADD of 16M f32 values: bandwidth of our kernel and of numpy."""
     n = 16 * 2**20
-    ctx = g.Context("add")
-    x = ctx.new_tensor_1d("f32", n, "x")
-    y = ctx.new_tensor_1d("f32", n, "y")
-    out = ops.add(x, y)
-    graph = g.build_graph(out)
-    backend = dev.init_backend()
-    g.alloc_ctx_tensors(ctx, backend)
-    xv = rng.uniform(-1, 1, n).astype(np.float32)
-    yv = rng.uniform(-1, 1, n).astype(np.float32)
-    x.set_data(xv)
-    y.set_data(yv)
-    zv = np.empty_like(xv)
-    ours, ref = Paired(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat).best
+    ours_add, numpy_add = add_runners(dev, n, rng)
+    ours, ref = Paired(ours_add, numpy_add, repeat).best
     gb = 3 * 4 * n / 2**30
     res.add("add", "best-of", ours_ms=ours * 1e3, numpy_ms=ref * 1e3)
     print(
@@ -199,13 +180,10 @@ def main() -> int:
     p.add_argument("--only", choices=("sgemm", "matvec", "quant", "quant-matvec", "add"), default=None)
     add_json_option(p, "bench_opencl")
     args = p.parse_args()
-    try:
-        dev = g.get_device(args.device)
-    except g.DeviceNotFoundError as exc:
-        print(f"no OpenCL device to benchmark: {exc}")
+    opened = open_device(args, "OpenCL", "bench_opencl")
+    if opened is None:
         return 1
-    res = Results("bench_opencl", {k: v for k, v in vars(args).items() if k != "json"})
-    res.data["device"] = f"{dev.name}: {dev.description}"
+    dev, res = opened
     info = res.data["machine"]
     print(
         f"CPU: {info['cpu']}{_simd()} ({info['cores']} cores visible, load average {info['load_average']}); "

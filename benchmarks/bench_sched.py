@@ -20,43 +20,20 @@ noisy on a shared machine; the ratios are what to compare.
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import Results, add_json_option
+from _util import Results, add_json_option, median_ms, times_ms
 from sched_plugin import SubsetDevice
 from sched_plugin import llama_graph as L
 
 import ggml_core
 from ggml_core.sched import Scheduler
-
-
-def _times_ms(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        if setup is not None:
-            setup()
-        gc_was_on = gc.isenabled()
-        gc.disable()  # as timeit does: a garbage collection of earlier graphs is not this step's cost
-        try:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        finally:
-            if gc_was_on:
-                gc.enable()
-    return times
-
-
-def _median_ms(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None) -> float:
-    return statistics.median(_times_ms(fn, repeat, setup))
 
 
 def _build(
@@ -92,12 +69,12 @@ def _overheads(
         holder["s"] = make_sched()
         holder["s"].alloc_graph(lg.graph)
 
-    out = {"first": _median_ms(first, repeat)}
+    out = {"first": median_ms(first, repeat, warmup=0)}
     sched = holder["s"]
-    out["reuse (same graph)"] = _median_ms(lambda: sched.alloc_graph(lg.graph), repeat * 4)
+    out["reuse (same graph)"] = median_ms(lambda: sched.alloc_graph(lg.graph), repeat * 4, warmup=0)
     rebuilt = [build(lg) for _ in range(repeat)]
     it = iter(rebuilt)
-    out["reuse (rebuilt graph)"] = _median_ms(lambda: sched.alloc_graph(next(it).graph), repeat)
+    out["reuse (rebuilt graph)"] = median_ms(lambda: sched.alloc_graph(next(it).graph), repeat, warmup=0)
     out["_plans"] = sched.allocator.n_plans
     out["_placements"] = sched.n_placements
     print(
@@ -132,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     res_cpu, sched, lg = _overheads("CPU", lambda: Scheduler([cpu]), build_cpu, args.repeat)
     vals = L.random_values(lg)
     L.set_weights(lg, vals)
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)  # warm-up: binds the CPU kernels
+    L.compute(sched, lg, vals)  # warm-up: binds the CPU kernels
     # inputs are set before every compute (their memory is reused within a compute, as in ggml); not timed
-    computes = _times_ms(lambda: sched.graph_compute(lg.graph), args.repeat, setup=lambda: L.set_inputs(lg, vals))
+    computes = times_ms(
+        lambda: sched.graph_compute(lg.graph), args.repeat, warmup=0, setup=lambda: L.set_inputs(lg, vals)
+    )
     compute, fastest = statistics.median(computes), min(computes)
 
     rows = [("CPU", res_cpu)]

@@ -26,37 +26,24 @@ import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-"))  # wgpu-native warns without it
 
+from _device_graphs import add_runners, mul_mat_runner, open_device
 from _util import Results, add_json_option, machine, paired_ms
 
 import ggml_core as g
 from ggml_core import ops
-from ggml_core.quants import quantize
-
-
-def _mul_mat(dev: g.Device, wtype: str, w: np.ndarray, x: np.ndarray) -> Callable[[], None]:
-    ctx = g.Context("bench")
-    a = ctx.new_tensor_2d(wtype, w.shape[1], w.shape[0], "w")
-    b = ctx.new_tensor_2d("f32", x.shape[1], x.shape[0], "x")
-    graph = g.build_graph(ops.mul_mat(a, b))
-    backend = dev.init_backend()
-    g.alloc_ctx_tensors(ctx, dev.buffer_type())
-    a.set_bytes(w.tobytes() if wtype == "f32" else quantize(w, wtype).tobytes())
-    b.set_data(x)
-    return lambda: backend.graph_compute(graph)
 
 
 def bench_sgemm(res: Results, dev: g.Device, size: int, repeat: int, rng: np.random.Generator) -> None:
     """Our SGEMM against numpy's."""
     w = rng.uniform(-1, 1, (size, size)).astype(np.float32)
     x = rng.uniform(-1, 1, (size, size)).astype(np.float32)
-    ours, ref = paired_ms(_mul_mat(dev, "f32", w, x), lambda: x @ w.T, repeat)
+    ours, ref = paired_ms(mul_mat_runner(dev, "f32", w, x), lambda: x @ w.T, repeat)
     flop = 2.0 * size**3
     res.add("sgemm", f"{size}^3", ours_ms=ours, numpy_ms=ref)
     print(
@@ -72,13 +59,13 @@ def bench_matvec(
     k = m = 4 * size
     w = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     x = rng.uniform(-1, 1, (1, k)).astype(np.float32)
-    f32_run = _mul_mat(dev, "f32", w, x)
+    f32_run = mul_mat_runner(dev, "f32", w, x)
     ours_f32, ref = paired_ms(f32_run, lambda: x @ w.T, repeat)
     res.add("matvec", "f32", ours_ms=ours_f32, numpy_ms=ref)
     print(f"MUL_MAT matvec M={m} K={k}: numpy f32 {ref:.3f} ms")
     print(f"    {'f32':>6} weights {ours_f32:9.2f} ms   ratio to numpy {ours_f32 / ref:8.1f}x")
     for t in types:
-        tq, base = paired_ms(_mul_mat(dev, t, w, x), f32_run, repeat)
+        tq, base = paired_ms(mul_mat_runner(dev, t, w, x), f32_run, repeat)
         res.add("matvec", t, ours_ms=tq, f32_weights_ms=base, numpy_ms=ref)
         print(
             f"    {t:>6} weights {tq:9.2f} ms   ratio to numpy {tq / ref:8.1f}x   to our f32 weights {tq / base:5.2f}x"
@@ -88,18 +75,7 @@ def bench_matvec(
 def bench_add(res: Results, dev: g.Device, repeat: int, rng: np.random.Generator) -> None:
     """ADD of 4M f32 values: bandwidth of our kernel and of numpy."""
     n = 4 * 2**20
-    ctx = g.Context("add")
-    x = ctx.new_tensor_1d("f32", n, "x")
-    y = ctx.new_tensor_1d("f32", n, "y")
-    graph = g.build_graph(ops.add(x, y))
-    backend = dev.init_backend()
-    g.alloc_ctx_tensors(ctx, dev.buffer_type())
-    xv = rng.uniform(-1, 1, n).astype(np.float32)
-    yv = rng.uniform(-1, 1, n).astype(np.float32)
-    x.set_data(xv)
-    y.set_data(yv)
-    zv = np.empty_like(xv)
-    ours, ref = paired_ms(lambda: backend.graph_compute(graph), lambda: np.add(xv, yv, out=zv), repeat)
+    ours, ref = paired_ms(*add_runners(dev, n, rng), repeat)
     gib = 3 * 4 * n / 2**30
     res.add("add", "4M f32", ours_ms=ours, numpy_ms=ref)
     print(
@@ -175,13 +151,10 @@ def main() -> int:
     p.add_argument("--only", choices=("sgemm", "matvec", "add", "upload", "fusion"), default=None)
     add_json_option(p, "bench_webgpu")
     args = p.parse_args()
-    try:
-        dev = g.get_device(args.device)
-    except g.DeviceNotFoundError as exc:
-        print(f"no WebGPU device to benchmark: {exc}")
+    opened = open_device(args, "WebGPU", "bench_webgpu")
+    if opened is None:
         return 1
-    res = Results("bench_webgpu", {k: v for k, v in vars(args).items() if k != "json"})
-    res.data["device"] = f"{dev.name}: {dev.description}"
+    dev, res = opened
     info = res.data["machine"]
     print(f"CPU: {info['cpu']} ({info['cores']} cores, load {info['load_average']}); numpy {info['numpy']}")
     print(f"{dev.name}: {dev.description}, type {dev.type.name}")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gguf_quants
-from tiny_models import add_placeholder_vocab
+from tiny_models import add_placeholder_vocab, write_and_close
 
 ARCH = "gpt-oss"
 N_VOCAB, N_EMBD, N_LAYER, N_HEAD, N_HEAD_KV, HEAD_DIM = 64, 64, 2, 4, 2, 16
@@ -105,8 +105,5 @@ def write_gpt_oss(
             writer.add_tensor(name, data, raw_dtype=GGMLQuantizationType.MXFP4)
         else:
             writer.add_tensor(name, arr)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path

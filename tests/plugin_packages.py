@@ -20,8 +20,9 @@ def pip_install(target: Path, *packages: Path) -> None:
         pytest.fail(f"pip install failed:\n{proc.stdout}\n{proc.stderr}")
 
 
-def plugin_package(where: Path, name: str, init_source: str) -> Path:
-    """A one-module plugin source tree ``ggml-NAME`` (entry point ``NAME`` in ``ggml.backends``) for pip to install."""
+def plugin_package(where: Path, name: str, init_source: str, entry: str | None = None) -> Path:
+    """A one-module plugin source tree ``ggml-NAME`` (entry point ``ENTRY``, by default ``NAME``, in
+    ``ggml.backends``) for pip to install."""
     pkg = where / f"ggml-{name}"
     (pkg / f"ggml_{name}").mkdir(parents=True)
     (pkg / "pyproject.toml").write_text(
@@ -36,7 +37,7 @@ def plugin_package(where: Path, name: str, init_source: str) -> Path:
             version = "0.0.1"
 
             [project.entry-points."ggml.backends"]
-            {name} = "ggml_{name}"
+            {entry or name} = "ggml_{name}"
 
             [tool.setuptools]
             packages = ["ggml_{name}"]

@@ -182,6 +182,14 @@ def weight_type_of(name: str, arr: np.ndarray, wtype: str) -> str:
     return wtype if arr.shape[-1] % block == 0 else "f32"
 
 
+def write_and_close(writer: GGUFWriter) -> None:
+    """Write a GGUFWriter's header, key-values and tensors to its file, and close it."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def write_model(
     path: Path,
     cfg: TinyConfig,
@@ -242,10 +250,7 @@ def write_model(
         else:
             q = quantize(arr.astype(np.float32), t)
             writer.add_tensor(name, q, raw_dtype=GGMLQuantizationType[t.upper()])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,12 +18,15 @@ __all__ = [
     "ROPE_TYPE_NEOX",
     "ROPE_TYPE_NORMAL",
     "ROPE_TYPE_VISION",
+    "RopeConstants",
+    "alibi_params",
     "diag_mask_inf",
     "diag_mask_zero",
     "flash_attn_ext",
     "flash_attn_ext_add_sinks",
     "flash_attn_ext_set_prec",
     "rope",
+    "rope_constants",
     "rope_ext",
     "rope_multi",
     "rope_set_offset",
@@ -250,6 +254,65 @@ def rope_yarn_corr_dims(
     low = 0.0 if start < 0.0 else start
     high = float(n_dims - 1) if n_dims - 1 < end else end
     return low, high
+
+
+class RopeConstants(NamedTuple):
+    """A ROPE node's op params with the host-side constants of ggml's rope kernels, in float32 as ggml computes
+    them (see :func:`rope_constants`)."""
+
+    mode: int
+    n_dims: int
+    n_offs: int
+    #: MROPE/IMROPE sections (op params 11-14)
+    sections: tuple[int, int, int, int]
+    #: ``freq_base ** (-2 / n_dims)``: the factor between the thetas of consecutive pairs
+    theta_scale: float
+    freq_scale: float
+    ext_factor: float
+    #: ``attn_factor``, times YaRN's magnitude correction ``1 + 0.1 ln(1 / freq_scale)`` when ``ext_factor != 0``
+    mscale: float
+    #: YaRN's ramp range (:func:`rope_yarn_corr_dims`); (0, 0) without YaRN (``ext_factor == 0``), when kernels
+    #: do not read it
+    corr_low: float
+    corr_high: float
+
+
+def rope_constants(node: Tensor) -> RopeConstants:
+    """The constants every backend's ROPE kernel takes, read from a ROPE node (as ``ggml_rope_yarn`` sets them up),
+    so that the backends agree bit for bit."""
+    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
+    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
+    f32 = np.float32
+    corr = rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
+    mscale = f32(attn_factor)
+    if ext_factor != 0.0:
+        mscale = mscale * (f32(1.0) + f32(0.1) * np.log(f32(1.0) / f32(freq_scale)))
+    s0, s1, s2, s3 = (node.op_param_i32(i) for i in range(11, 15))
+    return RopeConstants(
+        mode=mode,
+        n_dims=n_dims,
+        n_offs=n_offs,
+        sections=(s0, s1, s2, s3),
+        theta_scale=float(f32(freq_base) ** f32(-2.0 / n_dims)),
+        freq_scale=freq_scale,
+        ext_factor=ext_factor,
+        mscale=float(f32(mscale)),
+        corr_low=corr[0],
+        corr_high=corr[1],
+    )
+
+
+def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
+    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them: head ``h`` has slope
+    ``m0 ** (h + 1)`` below ``n_head_log2`` and ``m1 ** (2 (h - n_head_log2) + 1)`` from there; (1, 1, ...) without
+    ALiBi (``max_bias <= 0``). Shared by every backend's SOFT_MAX and FLASH_ATTN_EXT so that they agree bit for bit.
+    """
+    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
+    if max_bias <= 0.0:
+        return 1.0, 1.0, n_head_log2
+    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
+    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
+    return float(m0), float(m1), n_head_log2
 
 
 # ---------------------------------------------------------------------------------------------- flash attention

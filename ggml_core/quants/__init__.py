@@ -126,20 +126,19 @@ def _as_float_array(data: npt.ArrayLike, t: GGMLType) -> np.ndarray:
     return arr
 
 
-def _run_quantize(t: GGMLType, blocks: F32Array, out: U8Array) -> None:
-    kernel = _QUANTIZE[t]
+def _run_blocks(kernel: _Kernel, t: GGMLType, blocks: np.ndarray, out: np.ndarray) -> None:
+    """``out = kernel(blocks)`` a chunk of blocks at a time (bounding the kernel's temporaries)."""
     step = _chunk_blocks(t)
     with np.errstate(all="ignore"):  # like the C code, overflow and NaN arithmetic are silent
         for start in range(0, blocks.shape[0], step):
-            out[start : start + step] = kernel(np.ascontiguousarray(blocks[start : start + step], dtype=np.float32))
-
-
-def _run_dequantize(t: GGMLType, blocks: U8Array, out: F32Array) -> None:
-    kernel = _DEQUANTIZE[t]
-    step = _chunk_blocks(t)
-    with np.errstate(all="ignore"):
-        for start in range(0, blocks.shape[0], step):
             out[start : start + step] = kernel(np.ascontiguousarray(blocks[start : start + step]))
+
+
+def _quantize_into(t: GGMLType, arr: np.ndarray, out: U8Array) -> None:
+    """Quantize the float rows of ``arr`` (checked by ``_as_float_array``) into ``out``'s bytes."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        blocks = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1, t.block_size)
+    _run_blocks(_QUANTIZE[t], t, blocks, out.reshape(-1, t.type_size))
 
 
 def quantize(data: npt.ArrayLike, type: GGMLType | str | int) -> U8Array:
@@ -153,11 +152,8 @@ def quantize(data: npt.ArrayLike, type: GGMLType | str | int) -> U8Array:
     lead, n = arr.shape[:-1], arr.shape[-1]
     n_blocks_row = n // t.block_size
     out = np.empty((*lead, n_blocks_row * t.type_size), dtype=np.uint8)
-    if out.size == 0:
-        return out
-    with np.errstate(over="ignore", invalid="ignore"):
-        blocks = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1, t.block_size)
-    _run_quantize(t, blocks, out.reshape(-1, t.type_size))
+    if out.size:
+        _quantize_into(t, arr, out)
     return out
 
 
@@ -183,7 +179,7 @@ def dequantize(data: npt.ArrayLike, type: GGMLType | str | int) -> F32Array:
     if out.size == 0:
         return out
     blocks = np.ascontiguousarray(arr).reshape(-1, t.type_size)
-    _run_dequantize(t, blocks, out.reshape(-1, t.block_size))
+    _run_blocks(_DEQUANTIZE[t], t, blocks, out.reshape(-1, t.block_size))
     return out
 
 
@@ -202,9 +198,7 @@ def quantize_rows_into(src: npt.ArrayLike, type: GGMLType | str | int, out: U8Ar
         got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else _type_name(out)
         raise ValueError(f"quantize_rows_into ({t.name}): out must be C-contiguous uint8 of shape {want}, got {got}")
     if out.size:
-        with np.errstate(over="ignore", invalid="ignore"):
-            blocks = np.ascontiguousarray(arr, dtype=np.float32).reshape(-1, t.block_size)
-        _run_quantize(t, blocks, out.reshape(-1, t.type_size))
+        _quantize_into(t, arr, out)
     return out
 
 
@@ -224,7 +218,9 @@ def dequantize_rows_into(src: U8Array, type: GGMLType | str | int, out: F32Array
             f"dequantize_rows_into ({t.name}): out must be C-contiguous float32 of shape {want}, got {got}"
         )
     if out.size:
-        _run_dequantize(t, np.ascontiguousarray(arr).reshape(-1, t.type_size), out.reshape(-1, t.block_size))
+        _run_blocks(
+            _DEQUANTIZE[t], t, np.ascontiguousarray(arr).reshape(-1, t.type_size), out.reshape(-1, t.block_size)
+        )
     return out
 
 

@@ -42,9 +42,7 @@ class HostBufferType(BufferType):
 
 def llama(cpu: gc.Backend, n_layers: int = 2, n_tokens: int = 8, seed: int = 0) -> tuple[L.LlamaGraph, dict]:
     lg = L.build_llama(n_layers=n_layers, n_tokens=n_tokens)
-    L.alloc_weights(lg, cpu)
-    vals = L.random_values(lg, seed)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, cpu, seed=seed)
     return lg, vals
 
 

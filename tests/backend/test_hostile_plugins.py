@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from hostile_plugins.cases import CASES, PREAMBLE, REGISTER, Case, install
+from plugin_packages import pip_install, plugin_package
 
 DRIVER = Path(__file__).parents[1] / "hostile_plugins" / "driver.py"
 RUN_CPU = ["run", "--device", "CPU", "-n", "1", "--temp", "0", "--no-warmup", "--tokens", "1,2", "--json"]
@@ -178,31 +179,6 @@ def test_isolated_probe_names_a_plugin_that_exits_the_interpreter(tmp_path: Path
     assert "loaded in a child process (CPU)" in lines["cpu"], proc.stdout
 
 
-def _pip_package(where: Path, name: str, code: str) -> Path:
-    pkg = where / name
-    module = name.replace("-", "_")
-    (pkg / module).mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(
-        textwrap.dedent(f"""
-        [build-system]
-        requires = ["setuptools>=68"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{name}"
-        version = "0.0.1"
-
-        [project.entry-points."ggml.backends"]
-        aaa_evil = "{module}"
-
-        [tool.setuptools]
-        packages = ["{module}"]
-        """)
-    )
-    (pkg / module / "__init__.py").write_text(code)
-    return pkg
-
-
 def test_pip_installed_impostor_cpu_and_cpu_registry_adder(tmp_path: Path, cache: Path) -> None:
     """Through pip and the real CLI: a plugin named aaa_* claiming "CPU" and adding a device to the CPU registry."""
     code = PREAMBLE + textwrap.dedent("""
@@ -218,11 +194,7 @@ def test_pip_installed_impostor_cpu_and_cpu_registry_adder(tmp_path: Path, cache
                 register(Dev("CPUExtra0"))
         """)
     target = tmp_path / "site"
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
-    proc = subprocess.run(
-        [*cmd, str(_pip_package(tmp_path, "ggml-evil", code))], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pip_install(target, plugin_package(tmp_path, "evil", code, entry="aaa_evil"))
     env = _env(target, cache)
     listing = _cli(env, "devices", "--json")
     assert listing.returncode == 0, listing.stderr

@@ -66,6 +66,23 @@ class FakeDevice(Device):
         return False
 
 
+def hooks_plugin(**hooks: Callable[..., Any]) -> types.SimpleNamespace:
+    """A plugin object that registers no registry, only the given hook implementations (``@hookimpl`` functions)."""
+    ns = types.SimpleNamespace(**hooks)
+
+    @hookimpl
+    def ggml_api_version() -> int:
+        return API_VERSION
+
+    @hookimpl
+    def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
+        pass
+
+    ns.ggml_api_version = ggml_api_version
+    ns.ggml_register_backends = ggml_register_backends
+    return ns
+
+
 def make_plugin(
     reg_name: str,
     devices: list[Device] | Callable[[], list[Device]],
@@ -241,24 +258,13 @@ def test_extra_buffer_types_from_another_plugin() -> None:
     cpu_dev = FakeDevice("CPU", DeviceType.CPU)
     cpu = make_plugin("CPU", [cpu_dev])
     pinned = FakeBufferType("CPU_Pinned", None, is_host=True)
-    helper = types.SimpleNamespace()
-
-    @hookimpl
-    def ggml_api_version() -> int:
-        return API_VERSION
-
-    @hookimpl
-    def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
-        pass
 
     @hookimpl
     def ggml_register_buffer_types(device: Device, register: Callable[[BufferType], None]) -> None:
         if device.type == DeviceType.CPU:
             register(pinned)
 
-    helper.ggml_api_version = ggml_api_version
-    helper.ggml_register_backends = ggml_register_backends
-    helper.ggml_register_buffer_types = ggml_register_buffer_types
+    helper = hooks_plugin(ggml_register_buffer_types=ggml_register_buffer_types)
     r = registry([FakeEntryPoint("cpu", lambda: cpu), FakeEntryPoint("pinner", lambda: helper)])
     dev = r.get_device("CPU")
     assert pinned in dev.extra_buffer_types
@@ -268,24 +274,13 @@ def test_extra_buffer_types_from_another_plugin() -> None:
 
 def test_register_devices_hook_adds_to_another_registry() -> None:
     base = make_plugin("Remote", [])
-    adder = types.SimpleNamespace()
-
-    @hookimpl
-    def ggml_api_version() -> int:
-        return API_VERSION
-
-    @hookimpl
-    def ggml_register_backends(register: Callable[[BackendReg], None]) -> None:
-        pass
 
     @hookimpl
     def ggml_register_devices(reg: BackendReg, register: Callable[[Device], None]) -> None:
         if reg.name == "Remote":
             register(FakeDevice("Remote0"))
 
-    adder.ggml_api_version = ggml_api_version
-    adder.ggml_register_backends = ggml_register_backends
-    adder.ggml_register_devices = ggml_register_devices
+    adder = hooks_plugin(ggml_register_devices=ggml_register_devices)
     r = registry([FakeEntryPoint("remote", lambda: base), FakeEntryPoint("adder", lambda: adder)])
     assert [d.name for d in r.devices()] == ["Remote0"]
     assert r.get_device("remote0").reg is r.get_reg("remote")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_errors import cli_error
 
 from ggml_core.cli import main
 
@@ -43,11 +44,7 @@ def test_plugins_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_argument_errors_are_one_line_with_the_fix(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and err.count("\n") == 1
+    assert expected in cli_error(capsys, argv, at_parse=True)
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,11 +70,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 def test_arguments_are_checked_before_anything_runs(
     argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert expected in err and err.count("\n") == 1
+    assert expected in cli_error(capsys, argv, at_parse=True)
 
 
 def test_test_ops_unknown_device_fails_before_any_case_runs(capsys: pytest.CaptureFixture[str]) -> None:

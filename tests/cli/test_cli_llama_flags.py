@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cli_errors import cli_error
 from gguf import GGUFWriter
 from tiny_models import TinyConfig, random_weights, write_model
 
@@ -328,11 +329,7 @@ def test_the_table_lists_every_llama_cli_option() -> None:
 def test_invalid_utf8_in_an_argument_is_one_line(plain_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = b"\xff\xfeab".decode("utf-8", "surrogateescape")  # what Python makes of such bytes in argv
     for argv in (["tokenize", str(plain_model), bad], ["run", str(plain_model), "-p", bad], ["chat", "-sys", bad]):
-        with pytest.raises(SystemExit) as exit_info:
-            main(argv)
-        assert exit_info.value.code == 2
-        err = capsys.readouterr().err
-        assert "is not valid UTF-8: byte 0xFF at character 0" in err and err.count("\n") == 1
+        assert "is not valid UTF-8: byte 0xFF at character 0" in cli_error(capsys, argv, at_parse=True)
 
 
 def test_invalid_utf8_on_chat_stdin_is_replaced(
@@ -360,11 +357,7 @@ def test_invalid_utf8_on_chat_stdin_is_replaced(
 def test_chat_checks_sampling_values_when_parsing(
     flag: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["chat", *flag])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in cli_error(capsys, ["chat", *flag], at_parse=True)
 
 
 def test_text_the_vocabulary_cannot_encode_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

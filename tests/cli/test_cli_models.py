@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from gguf import GGUFWriter
+from tiny_models import write_and_close
 
 from ggml_core.cli import main
 from ggml_core.models import ARCHITECTURES
@@ -30,10 +31,7 @@ def vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     w.add_uint32("tokenizer.ggml.bos_token_id", 1)
     w.add_uint32("tokenizer.ggml.eos_token_id", 2)
     w.add_uint32("tokenizer.ggml.unknown_token_id", 0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     return path
 
 
@@ -70,9 +68,6 @@ def test_tokenize_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "missing.gguf" in err and "\n" not in err
     no_vocab = tmp_path / "novocab.gguf"
     w = GGUFWriter(str(no_vocab), "llama")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     assert main(["tokenize", str(no_vocab), "x"]) == 2
     assert "tokenizer.ggml.model" in capsys.readouterr().err

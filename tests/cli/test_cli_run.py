@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_errors import cli_error
 from tiny_models import TinyConfig, random_weights, reference_logits, write_model
 
 from ggml_core import DeviceNotFoundError, get_registry
@@ -228,18 +229,6 @@ def test_warmup_leaves_no_trace(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 # ------------------------------------------------------------------------------------------------ input checks
 
 
-def _fails(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run the CLI expecting exit code 2 and a one-line message on stderr (argparse's errors exit, ours return)."""
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        rc = exc.code  # type: ignore[assignment]
-    out = capsys.readouterr()
-    assert rc == 2, out
-    assert out.err.count("\n") == 1 and "Traceback" not in out.err, out.err
-    return out.err
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -272,7 +261,7 @@ def test_bad_arguments_fail_at_parse_time(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
 ) -> None:
     path, _ = _tiny(tmp_path)
-    assert message in _fails(capsys, ["run", str(path), "--tokens", "1", *argv])
+    assert message in cli_error(capsys, ["run", str(path), "--tokens", "1", *argv])
 
 
 @pytest.mark.parametrize(
@@ -288,7 +277,7 @@ def test_token_ids_are_checked_at_parse_time(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, tokens: str, message: str
 ) -> None:
     path, _ = _tiny(tmp_path)
-    assert message in _fails(capsys, ["run", str(path), f"--tokens={tokens}"])
+    assert message in cli_error(capsys, ["run", str(path), f"--tokens={tokens}"])
 
 
 @pytest.fixture
@@ -317,17 +306,17 @@ def test_inputs_the_header_refutes_fail_before_the_weights_load(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
 ) -> None:
     path, _ = _tiny(tmp_path)
-    err = _fails(capsys, ["run", str(path), *argv])
+    err = cli_error(capsys, ["run", str(path), *argv])
     assert message in err, err
 
 
 @pytest.mark.usefixtures("no_weights")
 def test_plan_checks_n_tokens_before_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path, _ = _tiny(tmp_path)
-    assert "--n-tokens must be in 1..16 (the context size), got 17" in _fails(
+    assert "--n-tokens must be in 1..16 (the context size), got 17" in cli_error(
         capsys, ["plan", str(path), "-c", "16", "--n-tokens", "17"]
     )
-    assert "argument --svg: " in _fails(capsys, ["plan", str(path), "--svg", str(tmp_path)])
+    assert "argument --svg: " in cli_error(capsys, ["plan", str(path), "--svg", str(tmp_path)])
 
 
 def test_model_path_must_be_a_regular_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -341,15 +330,15 @@ def test_model_path_must_be_a_regular_file(capsys: pytest.CaptureFixture[str], t
     old = signal.signal(signal.SIGALRM, timeout)
     signal.alarm(30)
     try:
-        err = _fails(capsys, ["run", str(fifo), "--tokens", "1"])
+        err = cli_error(capsys, ["run", str(fifo), "--tokens", "1"])
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert f"argument model: '{fifo}' is not a regular file (a FIFO, socket or device)" in err
-    assert f"'{tmp_path}' is a directory" in _fails(capsys, ["run", str(tmp_path), "--tokens", "1"])
-    assert "'/dev/null' is not a regular file" in _fails(capsys, ["run", "/dev/null", "--tokens", "1"])
+    assert f"'{tmp_path}' is a directory" in cli_error(capsys, ["run", str(tmp_path), "--tokens", "1"])
+    assert "'/dev/null' is not a regular file" in cli_error(capsys, ["run", "/dev/null", "--tokens", "1"])
     missing = tmp_path / "missing.gguf"
-    assert f"cannot open '{missing}': No such file" in _fails(capsys, ["run", str(missing), "--tokens", "1"])
+    assert f"cannot open '{missing}': No such file" in cli_error(capsys, ["run", str(missing), "--tokens", "1"])
 
 
 def test_the_loader_refuses_a_fifo_too(tmp_path: Path) -> None:
@@ -364,10 +353,10 @@ def test_the_loader_refuses_a_fifo_too(tmp_path: Path) -> None:
 
 def test_logits_out_is_written_at_exactly_the_path_reported(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path, _ = _tiny(tmp_path)
-    err = _fails(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path)])
+    err = cli_error(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path)])
     assert f"argument --logits-out: '{tmp_path}' is a directory; give a file name" in err
     assert not (tmp_path.parent / f"{tmp_path.name}.npy").exists()
-    err = _fails(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path / "no" / "x.npy")])
+    err = cli_error(capsys, ["run", str(path), "--tokens", "1", "--logits-out", str(tmp_path / "no" / "x.npy")])
     assert "does not exist" in err
     target = tmp_path / "logits.bin"  # no .npy suffix: np.save alone would write logits.bin.npy
     assert main(["run", str(path), "--tokens", "1,2", "-n", "1", "--device", "CPU", "--logits-out", str(target)]) == 0
@@ -383,7 +372,7 @@ def test_bad_hyperparameters_name_the_file_and_key(
 
     empty = TinyConfig(n_layer=1, n_vocab=0)
     p0 = write_model(tmp_path / "vocab0.gguf", empty, random_weights(empty, 1))
-    err = _fails(capsys, ["run", str(p0), "--tokens", "0"])
+    err = cli_error(capsys, ["run", str(p0), "--tokens", "0"])
     assert f"{p0}: tensor 'token_embd.weight': has 0 rows: the vocabulary is empty" in err
     # rope.freq_base as float64 1e300: finite, but ggml's op parameters are float32 (it would run with inf)
     f32 = GGUFWriter.add_float32
@@ -397,7 +386,7 @@ def test_bad_hyperparameters_name_the_file_and_key(
     monkeypatch.setattr(GGUFWriter, "add_float32", add_float)
     cfg = TinyConfig(n_layer=1)
     p1 = write_model(tmp_path / "base.gguf", cfg, random_weights(cfg, 1))
-    err = _fails(capsys, ["run", str(p1), "--tokens", "1"])
+    err = cli_error(capsys, ["run", str(p1), "--tokens", "1"])
     assert f"{p1}: metadata 'llama.rope.freq_base': 1e+300 does not fit a float32" in err
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from llama_cpp_logits import TOKENS, assert_within, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
 from tiny_models import TinyConfig, llama_cpp_built, random_weights, write_model  # noqa: F401 (fixture "built")
 
-from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.models import Model
 from ggml_core.testing import llama_cpp
 
 CONFIGS = {
@@ -43,7 +44,6 @@ QUANTIZED = {
     # QK-norm between the q8_0 products and the rope
     ("qwen3", "q8_0"): TinyConfig(arch="qwen3", n_vocab=64),
 }
-TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6]  # longer than the windows of 4
 
 
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
@@ -58,16 +58,10 @@ def test_family_logits_match_llama_cpp(tmp_path: Path, built: None, arch: str) -
         for il in range(1, cfg.n_layer):
             w[f"blk.{il}.ffn_gate.weight"] = np.zeros_like(w[f"blk.{il}.ffn_gate.weight"])
     path = write_model(tmp_path / f"{arch}.gguf", cfg, w, "f32", vocab=True)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want = ref.logits(TOKENS)
-    want_steps = ref.logits(TOKENS, steps=True)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    assert np.abs(got - want).max() <= 1e-4, f"{arch}: max |Δlogit| = {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want_steps).max() <= 1e-4, f"{arch}: steps max |Δ| {np.abs(got_steps - want_steps).max()}"
+    want = llama_cpp_prompt_and_steps(path)
+    with Model.load(path, cpu_params()) as m:
+        got = prompt_and_steps(m)
+    assert_within(got, want, 1e-4, f"{arch}: ")
 
 
 @pytest.mark.parametrize(("arch", "wtype"), sorted(QUANTIZED))
@@ -76,8 +70,7 @@ def test_quantized_weights_match_llama_cpp(tmp_path: Path, built: None, arch: st
     cfg = QUANTIZED[(arch, wtype)]
     path = write_model(tmp_path / f"{arch}-{wtype}.gguf", cfg, random_weights(cfg, 3), wtype, vocab=True)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
+    with Model.load(path, cpu_params()) as m:
         got = m.process_prompt(TOKENS, all_logits=True)
     assert np.abs(got - want).max() <= 1e-3, f"{arch} {wtype}: max |Δlogit| = {np.abs(got - want).max():.3g}"
 
@@ -91,8 +84,7 @@ def test_q8_0_activation_ties_round_half_to_even_as_llama_cpp(tmp_path: Path, bu
     path = write_model(tmp_path / "llama-q8_0-tie.gguf", cfg, random_weights(cfg, 1), "q8_0", vocab=True)
     tokens = TOKENS[:14]
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(tokens)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
+    with Model.load(path, cpu_params()) as m:
         got = m.process_prompt(tokens, all_logits=True)
     assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
 
@@ -116,11 +108,8 @@ def test_phi3_fused_projections_match_llama_cpp_and_the_definition(tmp_path: Pat
     w = random_weights(cfg, 0)
     path = write_model(tmp_path / "phi3.gguf", cfg, fuse_phi3(cfg, w), "f32", vocab=True)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        steps = np.stack([m.decode([t])[-1] for t in TOKENS])
+    with Model.load(path, cpu_params()) as m:
+        got, steps = prompt_and_steps(m)
     assert np.abs(got - want).max() <= 1e-4, f"phi3: max |Δlogit| = {np.abs(got - want).max():.3g}"
     assert np.abs(steps - want).max() <= 1e-4
     ref = reference_logits(cfg, w, TOKENS)
@@ -144,8 +133,7 @@ def test_yarn_rope_scaling_matches_llama_cpp(tmp_path: Path, built: None, attn_f
 
     path = write_model(tmp_path / "yarn.gguf", cfg, random_weights(cfg, 0), "f32", vocab=True, extra=yarn)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
+    with Model.load(path, cpu_params()) as m:
         assert m.hp.rope_ext_factor == 1.0 and m.hp.n_ctx_orig == 8 and m.hp.rope_freq_scale == 0.25
         assert abs(m.hp.rope_attn_factor - (attn_factor or 1.0)) < 1e-6
         got = m.process_prompt(TOKENS, all_logits=True)

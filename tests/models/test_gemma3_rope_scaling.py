@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGUFWriter
+from llama_cpp_logits import cpu_params, llama_cpp_prompt_and_steps, max_diffs, prompt_and_steps
 from tiny_models import TinyConfig, llama_cpp_built, random_weights, write_model  # noqa: F401 (fixture "built")
 
-from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.testing import llama_cpp
+from ggml_core.models import Model
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 17, 25, 40, 12, 6, 19, 44, 51, 23]  # well past the windows of 4
 #: 4B-style: six layers (five local, one global), one KV head, head width 32 with n_embd / n_head = 16
@@ -50,14 +50,10 @@ def _write(tmp_path: Path, name: str, cfg: TinyConfig, extra: Callable[[GGUFWrit
 
 def _max_diffs(path: Path) -> tuple[float, float, Model]:
     """max |Δlogit| against llama.cpp over the prompt in one batch and token by token; the model (closed)."""
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
-    params = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type="f32", progress=False)
-    with Model.load(path, params) as m:
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    return float(np.abs(got - want).max()), float(np.abs(steps - want_steps).max()), m
+    want = llama_cpp_prompt_and_steps(path, TOKENS)
+    with Model.load(path, cpu_params()) as m:
+        d_prompt, d_steps = max_diffs(prompt_and_steps(m, TOKENS), want)
+    return d_prompt, d_steps, m
 
 
 def _scaling(w: GGUFWriter) -> None:

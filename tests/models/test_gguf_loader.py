@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFWriter
-from tiny_models import TinyConfig, random_weights, write_model
+from tiny_models import TinyConfig, random_weights, write_and_close, write_model
 
 from ggml_core import BufferUsage, DeviceNotFoundError, GGMLType, get_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf
@@ -44,10 +44,7 @@ def test_every_ggml_type_is_read_like_gguf_py(tmp_path: Path) -> None:
         raw = rng.integers(0, 256, (rows, cols // t.block_size * t.type_size), dtype=np.uint8)
         w.add_tensor(f"t_{t.name}", raw, raw_dtype=GGMLQuantizationType(int(t)))
         written[f"t_{t.name}"] = (t, raw.tobytes())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     f = open_gguf(path)
     ref = {rt.name: rt for rt in GGUFReader(str(path)).tensors}
     assert {t.name for t in f.tensors} == set(written) == set(ref)
@@ -100,10 +97,7 @@ def test_metadata_values_match_gguf_py(tmp_path: Path) -> None:
     w.add_array("a_i32", [1, -2, 3])
     w.add_array("a_f32", [0.5, 1.5])
     w.add_array("a_s", ["x", "yz", ""])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     f = open_gguf(path)
     ref = GGUFReader(str(path))
     for key in ("u8", "i8", "u16", "i16", "u32", "i32", "f32", "u64", "i64", "f64", "b", "s", "a_s"):
@@ -196,10 +190,7 @@ def test_string_and_number_arrays_match_gguf_py(tmp_path: Path) -> None:
     w.add_array("tokenizer.ggml.token_type", rng.integers(1, 7, len(tokens)).tolist())
     w.add_string("after", "still here")
     w.add_tensor("t", np.arange(64, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_and_close(w)
     f = open_gguf(path)
     ref = GGUFReader(str(path))
     assert f.keys == [k for k in ref.fields if not k.startswith("GGUF.")]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import TinyConfig, random_weights, write_model
+from tiny_models import TinyConfig, random_weights, write_and_close, write_model
 
 from ggml_core import GGUFError
 from ggml_core.models import Model, ModelParams, PlacementRequest, open_gguf, read_header
@@ -44,10 +44,7 @@ def valid(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     for info in f.tensors:
         rows = int(np.prod(info.ne[1:]))
         writer.add_tensor(info.name, f.tensor_bytes(info.name).reshape(rows, -1), raw_dtype=_gtype(info.type))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path.read_bytes()
 
 
@@ -195,10 +192,7 @@ def _set_metadata(tmp_path: Path, **overrides: object) -> Path:
         writer.add_uint32(key, int(value))  # type: ignore[call-overload]
     for name, arr in w.items():
         writer.add_tensor(name, arr)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return out
 
 
@@ -222,10 +216,7 @@ def test_malformed_model_metadata(tmp_path: Path, overrides: dict[str, object], 
 
         p = tmp_path / "arch.gguf"
         writer = GGUFWriter(str(p), str(overrides["general.architecture"]))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        write_and_close(writer)
     else:
         p = _set_metadata(tmp_path, **overrides)
     with pytest.raises(GGUFError) as err:

@@ -45,7 +45,7 @@ from gpt_oss_models import (
     gpt_oss_weights,
     write_gpt_oss,
 )
-from test_families_vs_llama_cpp import TOKENS
+from llama_cpp_logits import TOKENS, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
 
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.quants import dequantize, quantize
@@ -163,15 +163,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.
 def _ours(
     path: Path, kv_type: str = "f32", flash_attn: bool = False, local: tuple[bool, ...] = (True, False)
 ) -> tuple[np.ndarray, np.ndarray]:
-    params = ModelParams(
-        placement=PlacementRequest(devices=["CPU"]), n_ctx=64, kv_type=kv_type, flash_attn=flash_attn, progress=False
-    )
-    with Model.load(path, params) as m:
+    with Model.load(path, cpu_params(kv_type=kv_type, flash_attn=flash_attn)) as m:
         assert m.hp.swa_layers == local and m.hp.attn_sinks and m.hp.moe_gating == "softmax_weight"
-        batch = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    return batch, steps
+        return prompt_and_steps(m)
 
 
 def test_gpt_oss_matches_its_definition(model: tuple[Path, dict[str, np.ndarray]]) -> None:
@@ -193,8 +187,7 @@ def test_gpt_oss_matches_its_definition(model: tuple[Path, dict[str, np.ndarray]
 @pytest.mark.usefixtures("llama_cpp_harness")
 def test_gpt_oss_matches_llama_cpp(model: tuple[Path, dict[str, np.ndarray]]) -> None:
     path, _ = model
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want, want_steps = llama_cpp_prompt_and_steps(path)
     got, got_steps = _ours(path)
     assert np.abs(got - want).max() <= 1e-3, f"batch: max |Δlogit| = {np.abs(got - want).max():.3g}"
     assert np.abs(got_steps - want_steps).max() <= 1e-3, f"steps: {np.abs(got_steps - want_steps).max():.3g}"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from opencl_device import require_opencl
 from tiny_models import TinyConfig, random_weights, write_model
 
-from ggml_core import DeviceNotFoundError, get_registry
-from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
+from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.graph import BuiltGraph
 
 N_CTX = 300
@@ -78,12 +78,7 @@ def test_in_place_inputs_give_the_set_data_logits(
 
 
 def test_in_place_inputs_on_a_cpu_plus_opencl_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not scheduler_available():
-        pytest.skip("the scheduler (ggml_core.sched) is not installed: no multi-device runs")
-    try:
-        get_registry().get_device("OpenCL0")
-    except DeviceNotFoundError:
-        pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
+    require_opencl()
     cfg = TinyConfig(n_layer=4)
     path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 0), "f32")
     _same(path, PlacementRequest(devices=["CPU", "OpenCL0"], tensor_split=[1, 1]), False, monkeypatch)

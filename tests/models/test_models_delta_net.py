@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
-from test_families_vs_llama_cpp import TOKENS
+from llama_cpp_logits import TOKENS, cpu_params, llama_cpp_prompt_and_steps, max_diffs, prompt_and_steps
 
 from ggml_core import GGUFError
-from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core.models import Model
 from ggml_core.testing import llama_cpp
 
 #: per family: a file with the layer pattern as an array, and one with full_attention_interval (4 layers, every
@@ -27,11 +27,6 @@ CONFIGS = {
 }
 
 
-def _params(**kw: object) -> ModelParams:
-    base: dict[str, object] = {"placement": PlacementRequest(devices=["CPU"]), "n_ctx": 64, "kv_type": "f32"}
-    return ModelParams(**{**base, "progress": False, **kw})  # type: ignore[arg-type]
-
-
 def _write(tmp: Path, arch: str, wtype: str = "f32", seed: int = 0) -> Path:
     cfg = CONFIGS[arch]
     return write_delta_net_model(tmp / f"{arch}-{wtype}.gguf", cfg, delta_net_model_weights(cfg, seed), wtype)
@@ -41,14 +36,10 @@ def _write(tmp: Path, arch: str, wtype: str = "f32", seed: int = 0) -> Path:
 @pytest.mark.parametrize("arch", list(CONFIGS))
 def test_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, arch: str, wtype: str) -> None:
     path = _write(tmp_path, arch, wtype, seed=1)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-4 if wtype == "f32" else 1e-3
-    with Model.load(path, _params()) as m:
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    d_prompt, d_steps = np.abs(got - want).max(), np.abs(got_steps - want_steps).max()
+    with Model.load(path, cpu_params()) as m:
+        d_prompt, d_steps = max_diffs(prompt_and_steps(m), want)
     print(f"{arch} {wtype}: prompt {d_prompt:.3g}, steps {d_steps:.3g}")
     assert d_prompt <= bound, f"prompt: max |Δlogit| {d_prompt:.3g}"
     assert d_steps <= bound, f"steps: max |Δlogit| {d_steps:.3g}"
@@ -60,7 +51,7 @@ def test_state_carries_across_ubatches_and_calls(tmp_path: Path, llama_cpp_harne
     three calls, give llama.cpp's logits of the whole prompt."""
     path = _write(tmp_path, arch, seed=2)
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
-    with Model.load(path, _params(batch_size=5)) as m:
+    with Model.load(path, cpu_params(batch_size=5)) as m:
         batched = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         parts = np.concatenate([m.decode(TOKENS[a:b], all_logits=True) for a, b in ((0, 7), (7, 8), (8, 16))])
@@ -79,7 +70,7 @@ def test_prediction_blocks_are_not_run(tmp_path: Path, llama_cpp_harness: None) 
     cfg = DeltaNetConfig(n_nextn=1)
     path = write_delta_net_model(tmp_path / "mtp.gguf", cfg, delta_net_model_weights(cfg, 3))
     want = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32").logits(TOKENS)
-    with Model.load(path, _params()) as m:
+    with Model.load(path, cpu_params()) as m:
         got = m.process_prompt(TOKENS, all_logits=True)
         assert m.hp.n_layer == cfg.n_layer
     assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| {np.abs(got - want).max():.3g}"
@@ -96,7 +87,7 @@ def test_prediction_blocks_are_not_run(tmp_path: Path, llama_cpp_harness: None) 
 def test_bad_files_are_refused_naming_the_key(tmp_path: Path, cfg: DeltaNetConfig, culprit: str) -> None:
     path = write_delta_net_model(tmp_path / "bad.gguf", cfg, delta_net_model_weights(cfg))
     with pytest.raises(GGUFError, match=culprit):
-        Model.load(path, _params())
+        Model.load(path, cpu_params())
 
 
 def test_the_older_qwen3next_layout_is_refused_naming_the_tensor(tmp_path: Path) -> None:
@@ -109,4 +100,4 @@ def test_the_older_qwen3next_layout_is_refused_naming_the_tensor(tmp_path: Path)
             w[b + "ssm_in.weight"] = np.concatenate([w.pop(b + "attn_qkv.weight"), w.pop(b + "attn_gate.weight")])
     path = write_delta_net_model(tmp_path / "legacy.gguf", cfg, w)
     with pytest.raises(GGUFError, match=r"'blk\.0\.ssm_in\.weight'.*older Qwen3-Next layout"):
-        Model.load(path, _params())
+        Model.load(path, cpu_params())

@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
-from test_families_vs_llama_cpp import TOKENS
+from llama_cpp_logits import TOKENS, assert_within, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
 
 from ggml_core import DeviceNotFoundError
 from ggml_core.backend.registry import get_registry
 from ggml_core.cli import main
-from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.testing import llama_cpp
+from ggml_core.models import Model, PlacementRequest
 from ggml_core.testing.recurrent_models import (
     GraniteConfig,
     LFM2Config,
@@ -36,11 +35,6 @@ from ggml_core.testing.recurrent_models import (
 )
 
 
-def _params(**kw: object) -> ModelParams:
-    base: dict[str, object] = {"placement": PlacementRequest(devices=["CPU"]), "n_ctx": 64, "kv_type": "f32"}
-    return ModelParams(**{**base, "progress": False, **kw})  # type: ignore[arg-type]
-
-
 @pytest.fixture(scope="module")
 def mamba2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = MambaConfig()
@@ -51,15 +45,11 @@ def mamba2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_mamba2_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype: str) -> None:
     cfg = MambaConfig()
     path = write_mamba2(tmp_path / f"mamba2-{wtype}.gguf", cfg, mamba2_weights(cfg, 1), wtype)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-4 if wtype == "f32" else 1e-3
-    with Model.load(path, _params()) as m:
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+    with Model.load(path, cpu_params()) as m:
+        got = prompt_and_steps(m)
+    assert_within(got, want, bound)
 
 
 @pytest.mark.parametrize("wtype", ["f32"])
@@ -68,16 +58,12 @@ def test_granitehybrid_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None
     residual, attention and logit scales; a prompt longer than one ubatch."""
     cfg = GraniteConfig()
     path = write_granitehybrid(tmp_path / f"granite-{wtype}.gguf", cfg, granite_weights(cfg, 2), wtype)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-4 if wtype == "f32" else 1e-3
-    with Model.load(path, _params(batch_size=6)) as m:
+    with Model.load(path, cpu_params(batch_size=6)) as m:
         assert [m.hp.is_recurrent(il) for il in range(3)] == [True, False, True]
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+        got = prompt_and_steps(m)
+    assert_within(got, want, bound)
 
 
 @pytest.mark.parametrize("variant", ["f32", "q8_0", "swa"])
@@ -87,16 +73,12 @@ def test_lfm2_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, variant
     cfg = LFM2Config(n_swa=4 if variant == "swa" else 0)
     wtype = "q8_0" if variant == "q8_0" else "f32"
     path = write_lfm2(tmp_path / f"lfm2-{variant}.gguf", cfg, lfm2_weights(cfg, 3), wtype)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-3 if wtype == "q8_0" else 1e-4
-    with Model.load(path, _params(batch_size=5)) as m:
+    with Model.load(path, cpu_params(batch_size=5)) as m:
         assert [m.hp.is_recurrent(il) for il in range(cfg.n_layer)] == [k == 0 for k in cfg.kv_heads]
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+        got = prompt_and_steps(m)
+    assert_within(got, want, bound)
 
 
 @pytest.mark.parametrize("wtype", ["f32", "q8_0"])
@@ -104,25 +86,21 @@ def test_nemotron_h_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, w
     """Mamba-2, attention without rope and squared-ReLU MLP layers, by per-layer KV heads and FFN widths."""
     cfg = NemotronConfig()
     path = write_nemotron_h(tmp_path / f"nemotron-{wtype}.gguf", cfg, nemotron_weights(cfg, 6), wtype)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-4 if wtype == "f32" else 1e-3
-    with Model.load(path, _params(batch_size=6)) as m:
+    with Model.load(path, cpu_params(batch_size=6)) as m:
         kinds = ["M" if m.hp.is_recurrent(il) else "A" if m.hp.has_attention(il) else "F" for il in range(4)]
         assert "".join(kinds) == cfg.kinds
         assert [m.kv.k[il].ne[1] for il in range(4)] == [0, 64, 0, 0]  # cells for the attention layer only
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    assert np.abs(got - want).max() <= bound, f"prompt: max |Δlogit| {np.abs(got - want).max():.3g}"
-    assert np.abs(got_steps - want_steps).max() <= bound, f"steps: max |Δ| {np.abs(got_steps - want_steps).max():.3g}"
+        got = prompt_and_steps(m)
+    assert_within(got, want, bound)
 
 
 def test_mamba2_state_carries_across_calls_and_ubatches(mamba2: Path) -> None:
     """The same logits whether the prompt goes in one batch, in ubatches of 5, or as three calls of decode."""
-    with Model.load(mamba2, _params()) as m:
+    with Model.load(mamba2, cpu_params()) as m:
         whole = m.process_prompt(TOKENS, all_logits=True)
-    with Model.load(mamba2, _params(batch_size=5)) as m:
+    with Model.load(mamba2, cpu_params(batch_size=5)) as m:
         batched = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         parts = np.concatenate([m.decode(TOKENS[a:b], all_logits=True) for a, b in ((0, 7), (7, 8), (8, 16))])
@@ -132,7 +110,7 @@ def test_mamba2_state_carries_across_calls_and_ubatches(mamba2: Path) -> None:
 
 def test_mamba2_reset_clears_the_state(mamba2: Path) -> None:
     """After reset, a sequence starts from zero state: the same first logits as a fresh model's."""
-    with Model.load(mamba2, _params()) as m:
+    with Model.load(mamba2, cpu_params()) as m:
         first = m.decode(TOKENS[:4], all_logits=True)
         m.decode(TOKENS[4:])
         m.reset()
@@ -172,10 +150,8 @@ def test_recurrent_families_on_opencl_and_split(tmp_path: Path, opencl0: str, fa
     path = _FAMILIES[family](tmp_path / f"{family}.gguf")
 
     def run(req: PlacementRequest) -> tuple[np.ndarray, np.ndarray]:
-        with Model.load(path, _params(placement=req, batch_size=6)) as m:
-            prompt = m.process_prompt(TOKENS, all_logits=True)
-            m.reset()
-            return prompt, np.stack([m.decode([t])[-1] for t in TOKENS])
+        with Model.load(path, cpu_params(placement=req, batch_size=6)) as m:
+            return prompt_and_steps(m)
 
     cpu = run(PlacementRequest(devices=["CPU"]))
     for req in (PlacementRequest(devices=[opencl0]), PlacementRequest(devices=[opencl0, "CPU"], n_gpu_layers=1)):

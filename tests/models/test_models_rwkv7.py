@@ -12,19 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_families_vs_llama_cpp import TOKENS
+from llama_cpp_logits import TOKENS, assert_within, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
 
 from ggml_core import DeviceNotFoundError
 from ggml_core._errors import GGUFError
 from ggml_core.backend.registry import get_registry
-from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.testing import llama_cpp
+from ggml_core.models import Model, PlacementRequest
 from ggml_core.testing.rwkv_models import RwkvConfig, rwkv7_weights, write_rwkv7
-
-
-def _params(**kw: object) -> ModelParams:
-    base: dict[str, object] = {"placement": PlacementRequest(devices=["CPU"]), "n_ctx": 64, "kv_type": "f32"}
-    return ModelParams(**{**base, "progress": False, **kw})  # type: ignore[arg-type]
 
 
 def _max_diff(got: np.ndarray, want: np.ndarray) -> float:
@@ -43,24 +37,20 @@ def test_rwkv7_matches_llama_cpp(tmp_path: Path, llama_cpp_harness: None, wtype:
     """The whole prompt in one batch, in ubatches of 5, and token by token, against llama.cpp's."""
     cfg = RwkvConfig()
     path = write_rwkv7(tmp_path / f"rwkv7-{wtype}.gguf", cfg, rwkv7_weights(cfg, 1), wtype)
-    ref = llama_cpp.LlamaCpp(path, threads=1, kv_type="f32")
-    want, want_steps = ref.logits(TOKENS), ref.logits(TOKENS, steps=True)
+    want = llama_cpp_prompt_and_steps(path)
     bound = 1e-4 if wtype == "f32" else 1e-3
-    with Model.load(path, _params()) as m:
+    with Model.load(path, cpu_params()) as m:
         assert m.hp.wkv_head_size == 64 and all(m.hp.is_recurrent(il) for il in range(cfg.n_layer))
-        got = m.process_prompt(TOKENS, all_logits=True)
-        m.reset()
-        got_steps = np.stack([m.decode([t])[-1] for t in TOKENS])
-    with Model.load(path, _params(batch_size=5)) as m:
+        got = prompt_and_steps(m)
+    with Model.load(path, cpu_params(batch_size=5)) as m:
         batched = m.process_prompt(TOKENS, all_logits=True)
-    assert _max_diff(got, want) <= bound, f"prompt: max |Δlogit| {_max_diff(got, want):.3g}"
-    assert _max_diff(got_steps, want_steps) <= bound, f"steps: max |Δ| {_max_diff(got_steps, want_steps):.3g}"
-    assert _max_diff(batched, want) <= bound, f"ubatches of 5: max |Δ| {_max_diff(batched, want):.3g}"
+    assert_within(got, want, bound)
+    assert _max_diff(batched, want[0]) <= bound, f"ubatches of 5: max |Δ| {_max_diff(batched, want[0]):.3g}"
 
 
 def test_rwkv7_state_carries_across_calls(rwkv7: Path) -> None:
     """The prompt as three calls of decode (7, 1 and 8 tokens) gives the logits of one batch."""
-    with Model.load(rwkv7, _params()) as m:
+    with Model.load(rwkv7, cpu_params()) as m:
         whole = m.process_prompt(TOKENS, all_logits=True)
         m.reset()
         parts = np.concatenate([m.decode(TOKENS[a:b], all_logits=True) for a, b in ((0, 7), (7, 8), (8, 16))])
@@ -70,7 +60,7 @@ def test_rwkv7_state_carries_across_calls(rwkv7: Path) -> None:
 def test_rwkv7_reset_clears_the_state(rwkv7: Path) -> None:
     """After reset a sequence starts from zero token shifts and a zero WKV state: a fresh model's first logits;
     the cache holds only those states."""
-    with Model.load(rwkv7, _params()) as m:
+    with Model.load(rwkv7, cpu_params()) as m:
         first = m.decode(TOKENS[:4], all_logits=True)
         later = m.decode(TOKENS[:4], all_logits=True)
         m.reset()
@@ -95,7 +85,7 @@ def test_rwkv7_bad_sizes_name_the_key(tmp_path: Path, cfg: RwkvConfig, culprit: 
     good = RwkvConfig()
     path = write_rwkv7(tmp_path / "bad.gguf", cfg, rwkv7_weights(good))
     with pytest.raises(GGUFError, match=culprit):
-        Model.load(path, _params())
+        Model.load(path, cpu_params())
 
 
 def test_rwkv7_on_opencl_and_split(rwkv7: Path) -> None:
@@ -107,7 +97,7 @@ def test_rwkv7_on_opencl_and_split(rwkv7: Path) -> None:
         pytest.skip("no OpenCL0 device (install ggml-opencl and an OpenCL platform such as PoCL)")
 
     def run(req: PlacementRequest) -> tuple[np.ndarray, np.ndarray]:
-        with Model.load(rwkv7, _params(placement=req, batch_size=5)) as m:
+        with Model.load(rwkv7, cpu_params(placement=req, batch_size=5)) as m:
             prompt = m.process_prompt(TOKENS, all_logits=True)
             m.reset()
             return prompt, np.stack([m.decode([t])[-1] for t in TOKENS])

@@ -12,17 +12,14 @@ from tiny_models import TinyConfig, random_weights, reference_logits, write_mode
 
 from ggml_core import AllocationError, DeviceNotFoundError, get_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest, plan_placement
+from ggml_core.testing.plugin_tests import model_logits
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33]
 CFG = TinyConfig(n_layer=4)
 
 
 def _logits(path: Path, req: PlacementRequest, kv_type: str, *, step: bool = False) -> tuple[np.ndarray, Model]:
-    m = Model.load(path, ModelParams(placement=req, kv_type=kv_type, n_ctx=64, progress=False))
-    with m:
-        if step:
-            return np.concatenate([m.decode([t]) for t in TOKENS]), m
-        return m.process_prompt(TOKENS, all_logits=True), m
+    return model_logits(path, req, TOKENS, step=step, kv_type=kv_type, n_ctx=64)
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:

@@ -10,7 +10,7 @@ import pytest
 from gguf import GGUFWriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_models import TinyConfig, random_weights, write_model
+from tiny_models import TinyConfig, random_weights, write_and_close, write_model
 
 from ggml_core import GGUFError
 from ggml_core.models import open_gguf
@@ -141,10 +141,7 @@ def _with_tokenizer(path: Path, kind: str, tokens: list[str], merges: list[str] 
     writer.add_uint32("tokenizer.ggml.eos_token_id", len(tokens) - 1)
     for name, arr in w.items():
         writer.add_tensor(name, arr)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_and_close(writer)
     return path
 
 

@@ -12,7 +12,6 @@ from ``np.random.default_rng(inputs.DEFAULT_SEED)``, 512 float32 values each.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -22,14 +21,6 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str) -> object:
-    spec = importlib.util.spec_from_file_location(f"quant_vectors_{name}", HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def sha256(a: np.ndarray) -> str:
     """Digest of an array's raw C-order bytes."""
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
@@ -37,16 +28,17 @@ def sha256(a: np.ndarray) -> str:
 
 def main() -> int:
     """Compute and write the digests; returns a process exit status."""
-    inputs = _load("inputs")
-    ggml_ref = _load("ggml_ref")
-    ref = ggml_ref.load()  # type: ignore[attr-defined]
+    import ggml_ref  # beside this script, whose folder Python puts first on sys.path
+    import inputs
+
+    ref = ggml_ref.load()
     if ref is None:
         print("ggml-python is not importable: pip install ggml-python", file=sys.stderr)
         return 1
     sys.path.insert(0, str(HERE.parents[1]))
     from ggml_core._types import GGMLType
 
-    x = inputs.make_rows()  # type: ignore[attr-defined]
+    x = inputs.make_rows()
     golden: dict[str, object] = {
         "ggml_version": ref.version,
         "source": "ggml-python 0.0.45 (libggml-base quantize_row_*_ref / dequantize_row_*)",
@@ -54,11 +46,11 @@ def main() -> int:
         "quantize": {},
         "dequantize": {},
     }
-    for name in ggml_ref.QUANT_TYPES:  # type: ignore[attr-defined]
+    for name in ggml_ref.QUANT_TYPES:
         t = GGMLType[name]
         q = ref.quantize(name, x, t.block_size, t.type_size)
         golden["quantize"][name] = sha256(q)  # type: ignore[index]
-        if name in ggml_ref.DEQUANT_TYPES:  # type: ignore[attr-defined]
+        if name in ggml_ref.DEQUANT_TYPES:
             golden["dequantize"][name] = sha256(ref.dequantize(name, q, t.block_size, t.type_size))  # type: ignore[index]
     golden["quantize"]["F16"] = sha256(ref.fp32_to_fp16(x))  # type: ignore[index]
     golden["quantize"]["BF16"] = sha256(ref.fp32_to_bf16(x))  # type: ignore[index]

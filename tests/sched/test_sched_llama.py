@@ -40,11 +40,9 @@ def cpu_result(cpu: gc.Backend, n_layers: int, vals: dict[str, np.ndarray], n_to
     L.alloc_weights(lg, cpu)
     L.set_weights(lg, vals)
     sched = Scheduler([cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
+    out = L.compute(sched, lg, vals)
     assert sched.n_splits == 1 and sched.n_input_copies == 0
-    return lg.out.to_numpy()[0, 0]
+    return out
 
 
 def check_plan_consistency(sched: Scheduler, graph: gc.Graph) -> None:
@@ -83,14 +81,9 @@ def check_plan_consistency(sched: Scheduler, graph: gc.Graph) -> None:
 def test_llama_on_mixed_devices_equals_the_cpu_alone(cpu: gc.Backend, acc: str, n_layers: int) -> None:
     accel = ACCELERATORS[acc]()
     lg = L.build_llama(n_layers=n_layers)
-    L.alloc_weights(lg, accel)
-    vals = L.random_values(lg, seed=n_layers)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, accel, seed=n_layers)
     sched = Scheduler([accel, cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
-    got = lg.out.to_numpy()[0, 0]
+    got = L.compute(sched, lg, vals)
     np.testing.assert_allclose(got, cpu_result(cpu, n_layers, vals), **TOL)
     np.testing.assert_allclose(got, L.reference(lg, vals), **TOL)
     check_plan_consistency(sched, lg.graph)
@@ -117,10 +110,7 @@ def test_llama_with_a_kv_cache_on_the_cpu(cpu: gc.Backend, acc: str) -> None:
     vals = L.random_values(lg, seed=12)
     L.set_weights(lg, vals)
     sched = Scheduler([accel, cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
-    np.testing.assert_allclose(lg.out.to_numpy()[0, 0], L.reference(lg, vals), **TOL)
+    np.testing.assert_allclose(L.compute(sched, lg, vals), L.reference(lg, vals), **TOL)
     check_plan_consistency(sched, lg.graph)
     set_rows = [t for t in lg.graph.nodes if t.op == GGMLOp.SET_ROWS]
     assert len(set_rows) == 4 and all(sched.get_tensor_backend(t) is cpu for t in set_rows)
@@ -137,14 +127,9 @@ def test_llama_split_over_three_devices(cpu: gc.Backend) -> None:
     dev1 = SubsetDevice("Sub1", ops={GGMLOp.MUL_MAT}, asynchronous=True)
     sub1 = dev1.init_backend()
     lg = L.build_llama(n_layers=2)
-    L.alloc_weights(lg, lambda il, name: sub0 if il == 0 else sub1)
-    vals = L.random_values(lg, seed=11)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, lambda il, name: sub0 if il == 0 else sub1, seed=11)
     sched = Scheduler([sub0, sub1, cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
-    np.testing.assert_allclose(lg.out.to_numpy()[0, 0], cpu_result(cpu, 2, vals), **TOL)
+    np.testing.assert_allclose(L.compute(sched, lg, vals), cpu_result(cpu, 2, vals), **TOL)
     check_plan_consistency(sched, lg.graph)
     plan = sched.plan()
     assert {s.backend for s in plan.splits} == {"Sub0", "Sub1", "CPU"}
@@ -161,9 +146,7 @@ def test_repeated_alloc_graph_does_not_plan_again(cpu: gc.Backend) -> None:
     dev = SubsetDevice("Sub0")
     sub = dev.init_backend()
     lg = L.build_llama(n_layers=2)
-    L.alloc_weights(lg, sub)
-    vals = L.random_values(lg, seed=4)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, sub, seed=4)
     sched = Scheduler([sub, cpu])
     sched.reserve(lg.graph)
     sizes = sched.buffer_sizes()
@@ -202,9 +185,7 @@ def test_pipeline_copies_rotate_and_events_order_them(cpu: gc.Backend) -> None:
     dev = SubsetDevice("Sub0", asynchronous=True)
     sub = dev.init_backend()
     lg = L.build_llama(n_layers=1)
-    L.alloc_weights(lg, sub)
-    vals = L.random_values(lg, seed=6)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, sub, seed=6)
     sched = Scheduler([sub, cpu], parallel=True)
     assert sched.n_copies == 4 and dev.stats["events"] == 4  # one event per copy on the device that has events
     rng = np.random.default_rng(1)
@@ -243,9 +224,7 @@ def collect(names: set[str] | None = None) -> tuple[Callable[[Tensor, bool], boo
 def test_eval_callback_asks_per_node_and_sees_each_wanted_result(cpu: gc.Backend) -> None:
     sub = SubsetDevice("Sub0", asynchronous=True).init_backend()
     lg = L.build_llama(n_layers=1)
-    L.alloc_weights(lg, sub)
-    vals = L.random_values(lg, seed=8)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, sub, seed=8)
     sched = Scheduler([sub, cpu])
     cb, seen, asked = collect()
     sched.set_eval_callback(cb)
@@ -274,14 +253,9 @@ def test_eval_callback_cancelling_stops_the_graph_and_poisons_the_rest(cpu: gc.B
     dev = SubsetDevice("Sub0")
     sub = dev.init_backend()
     lg = L.build_llama(n_layers=1)
-    L.alloc_weights(lg, sub)
-    vals = L.random_values(lg, seed=8)
-    L.set_weights(lg, vals)
+    vals = L.random_weights(lg, sub, seed=8)
     sched = Scheduler([sub, cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
-    assert np.isfinite(lg.out.to_numpy()).all()
+    assert np.isfinite(L.compute(sched, lg, vals)).all()
 
     def cb(t: Tensor, ask: bool) -> bool:
         return t.name == "kq-0" if ask else False  # look at kq, then cancel

@@ -48,10 +48,7 @@ def _single_device(cpu: gc.Backend, vals: dict[str, np.ndarray], **shape: Any) -
     L.alloc_caches(lg, cpu)
     L.set_weights(lg, vals)
     sched = Scheduler([cpu])
-    sched.alloc_graph(lg.graph)
-    L.set_inputs(lg, vals)
-    sched.graph_compute(lg.graph)
-    return lg.out.to_numpy()[0, 0]
+    return L.compute(sched, lg, vals)
 
 
 def _tensor_parallel(

@@ -44,6 +44,19 @@ def weights(target: gc.Backend, *tensors: Tensor) -> dict[str, np.ndarray]:
     return vals
 
 
+def mul_mat_graph(
+    weights_on: gc.Backend, n_tokens: int = 4
+) -> tuple[Tensor, Tensor, Tensor, gc.Graph, dict[str, np.ndarray]]:
+    """``y = mul_mat(w, x)``: random 16×8 weights ``w`` uploaded to ``weights_on``, an input ``x`` of ``n_tokens``
+    columns; (w, x, y, the graph, the weights' values)."""
+    ctx = gc.Context()
+    w = ctx.new_tensor("f32", [16, 8], "w")
+    vals = weights(weights_on, w)
+    x = ctx.new_tensor("f32", [16, n_tokens], "x").set_input()
+    y = ops.mul_mat(w, x).set_name("y")
+    return w, x, y, gc.build_graph(y), vals
+
+
 def rms(x: np.ndarray) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
 
@@ -70,12 +83,7 @@ def causes(sched: Scheduler, *tensors: Tensor) -> list[str]:
 
 
 def test_ops_follow_their_weights_and_inputs_start_on_the_cpu(cpu: gc.Backend, sub: gc.Backend) -> None:
-    ctx = gc.Context()
-    w = ctx.new_tensor("f32", [16, 8], "w")
-    vals = weights(sub, w)
-    x = ctx.new_tensor("f32", [16, 4], "x").set_input()
-    y = ops.mul_mat(w, x).set_name("y")
-    g = gc.build_graph(y)
+    w, x, y, g, vals = mul_mat_graph(sub)
     sched = Scheduler([sub, cpu])
     sched.alloc_graph(g)
     assert names(sched, y, x, w) == ["Sub0", "CPU", "Sub0"]
@@ -98,12 +106,7 @@ def test_ops_follow_their_weights_and_inputs_start_on_the_cpu(cpu: gc.Backend, s
 def test_op_offload_takes_large_batches_with_host_weights(
     cpu: gc.Backend, sub: gc.Backend, n_tokens: int, op_offload: bool, expect: str, n_copies: int
 ) -> None:
-    ctx = gc.Context()
-    w = ctx.new_tensor("f32", [16, 8], "w")
-    vals = weights(cpu, w)  # host memory: the CPU's unless an accelerator asks for the op
-    x = ctx.new_tensor("f32", [16, n_tokens], "x").set_input()
-    y = ops.mul_mat(w, x).set_name("y")
-    g = gc.build_graph(y)
+    _, x, y, g, vals = mul_mat_graph(cpu, n_tokens)  # host memory: the CPU's unless an accelerator asks for the op
     sched = Scheduler([sub, cpu], op_offload=op_offload)
     sched.alloc_graph(g)
     assert names(sched, y) == [expect]
@@ -195,12 +198,7 @@ def test_views_follow_their_source(cpu: gc.Backend, sub: gc.Backend) -> None:
 
 
 def test_a_user_assignment_always_wins(cpu: gc.Backend, sub: gc.Backend) -> None:
-    ctx = gc.Context()
-    w = ctx.new_tensor("f32", [16, 8], "w")
-    vals = weights(sub, w)
-    x = ctx.new_tensor("f32", [16, 4], "x").set_input()
-    y = ops.mul_mat(w, x).set_name("y")
-    g = gc.build_graph(y)
+    _, x, y, g, vals = mul_mat_graph(sub)
     sched = Scheduler([sub, cpu])
     sched.set_tensor_backend(y, cpu)
     xv = RNG.standard_normal((4, 16)).astype(np.float32)

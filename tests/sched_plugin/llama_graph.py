@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ggml_core import Backend, BufferType, BufferUsage, Context, Graph, Tensor, ops
 from ggml_core.alloc import alloc_ctx_tensors
+
+if TYPE_CHECKING:
+    from ggml_core.sched import Scheduler
 
 __all__ = ["LlamaGraph", "build_llama", "reference"]
 
@@ -196,6 +200,17 @@ def set_weights(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
         t.set_data(vals[t.name])
 
 
+def random_weights(
+    lg: LlamaGraph, where: Backend | BufferType | Callable[[int, str], Backend | BufferType], seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Allocate the weights (:func:`alloc_weights`) and upload :func:`random_values` of ``seed``; returns the
+    values (the inputs' included)."""
+    alloc_weights(lg, where)
+    vals = random_values(lg, seed)
+    set_weights(lg, vals)
+    return vals
+
+
 def set_inputs(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
     """Upload the inputs (after the graph is allocated)."""
     lg.x.set_data(vals["inp_embd"])
@@ -206,6 +221,14 @@ def set_inputs(lg: LlamaGraph, vals: dict[str, np.ndarray]) -> None:
 
 
 # ================================================================================================ numpy reference
+
+
+def compute(sched: Scheduler, lg: LlamaGraph, vals: dict[str, np.ndarray]) -> np.ndarray:
+    """Allocate the graph with ``sched``, upload the inputs, compute it; the output ([tokens, n_embd])."""
+    sched.alloc_graph(lg.graph)
+    set_inputs(lg, vals)
+    sched.graph_compute(lg.graph)
+    return lg.out.to_numpy()[0, 0]
 
 
 def _rms(x: np.ndarray) -> np.ndarray:

@@ -22,6 +22,8 @@ SITE="${GGML_CUDA_SITE:-/tmp/ggml-cuda-site}"
 BUDGET="${GGML_CUDA_CHECK_BUDGET:-470}"
 T0=$(date +%s)
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=pycuda-build.sh
+. "$HERE/pycuda-build.sh"
 
 mkdir -p "$OUT"
 LOG="$OUT/device-check.log"
@@ -106,17 +108,6 @@ install_pycuda() {
     build_pycuda_sdist && pycuda_works
 }
 
-# the CUDA toolkit root: the first of $CUDA_HOME, nvcc's own folder (nvcc may be a wrapper script), /usr/local/cuda
-# that holds include/cuda.h
-cuda_toolkit_root() {
-    local c
-    for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" \
-        "$(nvcc -v --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)" /usr/local/cuda; do
-        [ -n "$c" ] && [ -f "$c/include/cuda.h" ] && { echo "$c"; return 0; }
-    done
-    return 1
-}
-
 build_pycuda_sdist() {
     local sdist src libdir real cuda_root
     sdist=$(ls "$WHEELS"/sdist/pycuda-*.tar.gz 2>/dev/null | head -1)
@@ -130,24 +121,7 @@ build_pycuda_sdist() {
     [ -n "$real" ] || { echo "libcuda.so.1 not found"; return 1; }
     ln -sf "$real" "$libdir/libcuda.so"
     cuda_root=$(cuda_toolkit_root) || { echo "cuda.h not found (set CUDA_HOME)"; return 1; }
-    cat >"$src/siteconf.py" <<EOF
-BOOST_INC_DIR = []
-BOOST_LIB_DIR = []
-BOOST_COMPILER = "gcc"
-USE_SHIPPED_BOOST = True
-BOOST_PYTHON_LIBNAME = []
-BOOST_THREAD_LIBNAME = []
-CUDA_TRACE = False
-CUDA_ROOT = "$cuda_root"
-CUDA_ENABLE_GL = False
-CUDA_ENABLE_CURAND = False
-CUDADRV_LIB_DIR = ["$libdir"]
-CUDADRV_LIBNAME = ["cuda"]
-CUDART_LIB_DIR = []
-CUDART_LIBNAME = []
-CXXFLAGS = []
-LDFLAGS = []
-EOF
+    pycuda_siteconf "$src" "$cuda_root" "$libdir"
     (cd "$src" && "$PY" -m pip wheel -q --no-deps --no-build-isolation --no-cache-dir -w /tmp/pycuda-wheel .) &&
         "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" /tmp/pycuda-wheel/pycuda-*.whl
 }
@@ -177,7 +151,7 @@ run_bench() {
 }
 
 # ---------------------------------------------------------------------------------------------------------- main
-export -f cuda_toolkit_root environment install_tree pycuda_works install_pycuda build_pycuda_sdist devices precompile run_tests run_bench
+export -f cuda_toolkit_root pycuda_siteconf environment install_tree pycuda_works install_pycuda build_pycuda_sdist devices precompile run_tests run_bench
 say "ggml-cuda device check: budget ${BUDGET}s, results in $OUT"
 step "environment" 30 'environment | tee "$OUT/env.txt"'
 ok=1

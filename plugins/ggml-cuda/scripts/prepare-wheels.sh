@@ -19,16 +19,8 @@ command -v nvcc >/dev/null || { echo "need nvcc (the CUDA toolkit's headers)"; e
 mkdir -p "$DEST/sdist"
 grep -qs '^/.whl/' .gitignore .git/info/exclude || echo "/.whl/" >>.git/info/exclude
 
-# the CUDA toolkit root: the first of $CUDA_HOME, nvcc's own folder (nvcc may be a wrapper script), /usr/local/cuda
-# that holds include/cuda.h
-cuda_toolkit_root() {
-    local c
-    for c in "${CUDA_HOME:-}" "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")" \
-        "$(nvcc -v --version 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)" /usr/local/cuda; do
-        [ -n "$c" ] && [ -f "$c/include/cuda.h" ] && { echo "$c"; return 0; }
-    done
-    return 1
-}
+# shellcheck source=pycuda-build.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pycuda-build.sh"
 CUDA_TOOLKIT=$(cuda_toolkit_root) || { echo "cuda.h not found (set CUDA_HOME)"; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -44,24 +36,7 @@ src=$(ls -d "$work"/pycuda-*/ | head -1)
 mkdir -p "$work/stub"
 echo 'void ggml_cuda_stub(void) {}' >"$work/stub/stub.c"
 gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$work/stub/libcuda.so" "$work/stub/stub.c"
-cat >"$src/siteconf.py" <<EOF
-BOOST_INC_DIR = []
-BOOST_LIB_DIR = []
-BOOST_COMPILER = "gcc"
-USE_SHIPPED_BOOST = True
-BOOST_PYTHON_LIBNAME = []
-BOOST_THREAD_LIBNAME = []
-CUDA_TRACE = False
-CUDA_ROOT = "$CUDA_TOOLKIT"
-CUDA_ENABLE_GL = False
-CUDA_ENABLE_CURAND = False
-CUDADRV_LIB_DIR = ["$work/stub"]
-CUDADRV_LIBNAME = ["cuda"]
-CUDART_LIB_DIR = []
-CUDART_LIBNAME = []
-CXXFLAGS = []
-LDFLAGS = []
-EOF
+pycuda_siteconf "$src" "$CUDA_TOOLKIT" "$work/stub"
 (cd "$src" && "$work/venv/bin/pip" wheel -q --no-deps --no-build-isolation -w "$work/first" .)
 (cd "$work" && mkdir x && cd x && unzip -q "$work"/first/pycuda-*.whl)
 nm -D --undefined-only "$work"/x/pycuda/_driver*.so | awk '{print $2}' | grep -E '^cu[A-Z]' | sort -u |

@@ -2,39 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 import ggml_core as g
+from ggml_core.testing.plugin_tests import devices_of
 from ggml_cuda._device import CUDABackend, CUDADevice, Step
 from ggml_cuda.plugin import cuda_reg
 
 
 def real_cuda_device() -> CUDADevice | None:
     """CUDA0 from the process-wide registry, or None."""
-    devs = [d for d in g.devices() if isinstance(d, CUDADevice)]
+    devs = devices_of(CUDADevice)
     return devs[0] if devs else None
 
 
 def gpu_skip_reason() -> str:
     """Why there is no CUDA device here, as the plugin reports it."""
     return f"no CUDA device: {cuda_reg().unavailable_reason or 'none found'}"
-
-
-def run_python(
-    code: str, env: dict[str, str] | None = None, timeout: float = 120.0
-) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with extra environment variables."""
-    full = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=timeout, check=False
-    )
 
 
 # ------------------------------------------------------------------------------------------------ graphs on a device

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
+from ggml_core.models import Model, PlacementRequest, scheduler_available
 from ggml_core.models.default_model import write_default_model
+from ggml_core.testing.plugin_tests import model_logits
 from ggml_cuda._device import CUDADevice
 
 pytestmark = pytest.mark.gpu
@@ -21,11 +22,7 @@ TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33, 12, 40, 41, 17]
 def _logits(
     path: Path, req: PlacementRequest, *, kv_type: str = "f16", flash_attn: bool = False, step: bool = False
 ) -> tuple[np.ndarray, Model]:
-    params = ModelParams(placement=req, kv_type=kv_type, n_ctx=64, progress=False, flash_attn=flash_attn)
-    with Model.load(path, params) as m:
-        if step:
-            return np.concatenate([m.decode([t]) for t in TOKENS]), m
-        return m.process_prompt(TOKENS, all_logits=True), m
+    return model_logits(path, req, TOKENS, step=step, kv_type=kv_type, n_ctx=64, flash_attn=flash_attn)
 
 
 def _nmse(a: np.ndarray, b: np.ndarray) -> float:

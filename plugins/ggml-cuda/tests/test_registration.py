@@ -14,12 +14,12 @@ import types
 from typing import Any
 
 import pytest
-from cuda_helpers import run_python
 from fake_driver import FakeDriver, fake_compiler, fake_info
 
 import ggml_core as g
 import ggml_cuda.plugin as cuda_plugin
 from ggml_core.backend.registry import Registry
+from ggml_core.testing.plugin_tests import run_python
 from ggml_cuda._device import CUDADevice
 from ggml_cuda._driver import load_driver
 from ggml_cuda.plugin import CUDAReg

@@ -6,10 +6,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from ocl_helpers import no_device_reason, opencl_devices
+from ocl_helpers import no_device_reason
 
 import ggml_core as g
 from ggml_core import Device
+from ggml_core.testing.plugin_tests import backend_on, cpu_reference, first_device
 from ggml_opencl import OpenCLDevice
 
 # Tuning times candidates (seconds per kernel kind): the tests run the device's default kernel shapes unless the
@@ -32,24 +33,16 @@ def _tuning_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def ocl() -> OpenCLDevice:
     """The first OpenCL device (OpenCL0)."""
-    devs = opencl_devices()
-    if not devs:
-        pytest.skip(no_device_reason())
-    return devs[0]
+    return first_device(OpenCLDevice, no_device_reason)
 
 
 @pytest.fixture(scope="session")
 def cpu() -> Device:
     """The CPU plugin's device, the reference."""
-    try:
-        return g.get_device("CPU")
-    except g.DeviceNotFoundError as exc:
-        pytest.skip(f"the CPU plugin is not installed: {exc}")
+    return cpu_reference()
 
 
 @pytest.fixture()
 def backend(ocl: OpenCLDevice) -> Iterator[g.Backend]:
     """A fresh backend on OpenCL0, freed afterwards."""
-    be = ocl.init_backend()
-    yield be
-    be.free()
+    yield from backend_on(ocl)

@@ -7,13 +7,8 @@ import pytest
 
 import ggml_core as g
 from ggml_core import AllocationError, OutOfBoundsError, TensorError, ops
+from ggml_core.testing.plugin_tests import check_host_tensor_refused, check_tensor_copies, tensor_on
 from ggml_opencl import OpenCLBuffer, OpenCLBufferType, OpenCLDevice, OpenCLReg
-
-
-def _tensor(dev: OpenCLDevice, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:
-    ctx = g.Context("t")
-    t = ctx.new_tensor_1d(type, n, "t")
-    return t, g.alloc_ctx_tensors(ctx, dev.buffer_type())
 
 
 def test_write_read_roundtrip_and_bounds(ocl: OpenCLDevice) -> None:
@@ -37,7 +32,7 @@ def test_write_read_roundtrip_and_bounds(ocl: OpenCLDevice) -> None:
 
 
 def test_tensor_set_get_memset_with_offsets(ocl: OpenCLDevice) -> None:
-    t, buf = _tensor(ocl, 64)
+    t, buf = tensor_on(ocl, 64)
     v = np.linspace(-1, 1, 64, dtype=np.float32)
     t.set_data(v)
     assert np.array_equal(t.to_numpy().reshape(-1), v)
@@ -68,20 +63,11 @@ def test_views_are_addressed_by_offset(ocl: OpenCLDevice, backend: g.Backend) ->
 
 
 def test_copies_between_host_and_device_and_between_buffers(ocl: OpenCLDevice, cpu: g.Device) -> None:
-    t_dev, b1 = _tensor(ocl, 300)
-    t_dev2, b2 = _tensor(ocl, 300)
-    ctx = g.Context("h")
-    t_host = ctx.new_tensor_1d("f32", 300, "h")
-    b3 = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    v = np.random.default_rng(0).standard_normal(300).astype(np.float32)
-    t_host.set_data(v)
-    assert t_dev.buffer.cpy_tensor(t_host, t_dev)  # host → device
-    assert t_dev2.buffer.cpy_tensor(t_dev, t_dev2)  # device → device (same context)
-    assert np.array_equal(t_dev2.to_numpy().reshape(-1), v)
+    t_dev, bufs = check_tensor_copies(ocl, cpu, 300)
     with pytest.raises(TensorError):
-        small, b4 = _tensor(ocl, 10)
+        small, b4 = tensor_on(ocl, 10)
         small.buffer.cpy_tensor(t_dev, small)
-    for b in (b1, b2, b3, b4):
+    for b in (*bufs, b4):
         b.free()
 
 
@@ -89,8 +75,8 @@ def test_copy_between_contexts_goes_through_the_host(ocl: OpenCLDevice) -> None:
     """Two registries give the same device two contexts: buffers still copy (staged through host memory)."""
     other = OpenCLReg(environ={}).devices[0]
     assert isinstance(other, OpenCLDevice) and other.context != ocl.context
-    t1, b1 = _tensor(ocl, 100)
-    t2, b2 = _tensor(other, 100)
+    t1, b1 = tensor_on(ocl, 100)
+    t2, b2 = tensor_on(other, 100)
     v = np.arange(100, dtype=np.float32)
     t1.set_data(v)
     assert t2.buffer.cpy_tensor(t1, t2)
@@ -149,7 +135,7 @@ def test_async_set_compute_get_are_ordered_on_the_queue(ocl: OpenCLDevice, backe
 
 
 def test_async_copy_bounds_are_checked(ocl: OpenCLDevice, backend: g.Backend) -> None:
-    t, buf = _tensor(ocl, 16)
+    t, buf = tensor_on(ocl, 16)
     with pytest.raises(OutOfBoundsError):
         backend.set_tensor_async(t, memoryview(np.zeros(17, np.float32)))
     with pytest.raises(OutOfBoundsError):
@@ -183,14 +169,7 @@ def test_events_order_work_between_backends(ocl: OpenCLDevice) -> None:
 def test_a_tensor_in_host_memory_is_rejected_with_its_name(
     ocl: OpenCLDevice, cpu: g.Device, backend: g.Backend
 ) -> None:
-    ctx = g.Context("host")
-    x = ctx.new_tensor_1d("f32", 8, "hostx")
-    y = ops.neg(x)
-    graph = g.build_graph(y)
-    buf = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    with pytest.raises(g.ComputeError, match="hostx"):
-        backend.graph_compute(graph)
-    buf.free()
+    check_host_tensor_refused(backend, cpu)
 
 
 def test_bad_row_index_raises_and_writes_nothing_outside(ocl: OpenCLDevice, backend: g.Backend) -> None:

@@ -8,10 +8,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ocl_helpers import opencl_devices, run_python
+from ocl_helpers import opencl_devices
 
 import ggml_core as g
 from ggml_core import DeviceType
+from ggml_core.testing.plugin_tests import run_python
 from ggml_opencl import OpenCLDevice, OpenCLReg, _programs, discover
 
 

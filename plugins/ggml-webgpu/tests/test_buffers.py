@@ -7,13 +7,8 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ComputeError, OutOfBoundsError, TensorError, ops
+from ggml_core.testing.plugin_tests import check_host_tensor_refused, check_tensor_copies, tensor_on
 from ggml_webgpu import WebGPUBuffer, WebGPUDevice
-
-
-def _tensor(dev: g.Device, n: int, type: str = "f32") -> tuple[g.Tensor, g.Buffer]:
-    ctx = g.Context("t")
-    t = ctx.new_tensor_1d(type, n, "t")
-    return t, g.alloc_ctx_tensors(ctx, dev.buffer_type())
 
 
 def test_write_read_roundtrip_at_any_byte_and_bounds(wdev: WebGPUDevice) -> None:
@@ -43,7 +38,7 @@ def test_write_read_roundtrip_at_any_byte_and_bounds(wdev: WebGPUDevice) -> None
 
 
 def test_tensor_memset_and_f16_neighbours(wdev: WebGPUDevice) -> None:
-    t, buf = _tensor(wdev, 7, "f16")
+    t, buf = tensor_on(wdev, 7, "f16")
     v = np.arange(7, dtype=np.float16)
     t.set_data(v)
     buf.memset_tensor(t, 0, offset=2, size=2)  # one f16 inside a word
@@ -53,17 +48,8 @@ def test_tensor_memset_and_f16_neighbours(wdev: WebGPUDevice) -> None:
 
 
 def test_copies_between_host_and_device_and_between_buffers(wdev: WebGPUDevice, cpu: g.Device) -> None:
-    t1, b1 = _tensor(wdev, 301)
-    t2, b2 = _tensor(wdev, 301)
-    ctx = g.Context("h")
-    th = ctx.new_tensor_1d("f32", 301, "h")
-    b3 = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    v = np.random.default_rng(0).standard_normal(301).astype(np.float32)
-    th.set_data(v)
-    assert t1.buffer is not None and t1.buffer.cpy_tensor(th, t1)  # host -> device
-    assert t2.buffer is not None and t2.buffer.cpy_tensor(t1, t2)  # device -> device, on the queue
-    assert np.array_equal(t2.to_numpy().reshape(-1), v)
-    for b in (b1, b2, b3):
+    _, bufs = check_tensor_copies(wdev, cpu, 301)
+    for b in bufs:
         b.free()
 
 
@@ -124,14 +110,7 @@ def test_bad_row_index_raises_naming_the_node(wdev: WebGPUDevice, backend: g.Bac
 
 
 def test_a_tensor_in_host_memory_is_refused_by_name(wdev: WebGPUDevice, cpu: g.Device, backend: g.Backend) -> None:
-    ctx = g.Context("h")
-    a = ctx.new_tensor_1d("f32", 16, "host_tensor")
-    out = ops.scale(a, 2.0)
-    graph = g.build_graph(out)
-    buf = g.alloc_ctx_tensors(ctx, cpu.buffer_type())
-    with pytest.raises(ComputeError, match="host_tensor"):
-        backend.graph_compute(graph)
-    buf.free()
+    check_host_tensor_refused(backend, cpu)
 
 
 def test_an_unsupported_node_is_refused_by_name(wdev: WebGPUDevice, backend: g.Backend) -> None:

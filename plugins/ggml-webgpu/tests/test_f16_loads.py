@@ -10,6 +10,7 @@ import pytest
 
 import ggml_core as g
 from ggml_core import ops
+from ggml_core.testing.plugin_tests import compute_built
 from ggml_webgpu import WebGPUDevice, WebGPUReg, _f16, _shaders
 
 
@@ -40,23 +41,12 @@ def _cpy_all_patterns(dev: WebGPUDevice) -> np.ndarray:
     return got
 
 
-def _mul_mat_f16(dev: WebGPUDevice) -> np.ndarray:
+def _mul_mat_f16(ctx: g.Context) -> tuple[g.Tensor, dict[g.Tensor, bytes]]:
     rng = np.random.default_rng(5)
-    ctx = g.Context("m")
     a, b = ctx.new_tensor_2d("f16", 97, 33, "a"), ctx.new_tensor_2d("f32", 97, 3, "b")
-    out = ops.mul_mat(a, b)
-    graph = g.build_graph(out)
-    buf = g.alloc_ctx_tensors(ctx, dev.buffer_type())
     w = rng.standard_normal((33, 97)).astype(np.float16)
     w.flat[::7] = np.float16(3e-6)  # f16 subnormals among the weights
-    a.set_bytes(w.tobytes())
-    b.set_data(rng.standard_normal((3, 97)).astype(np.float32))
-    be = dev.init_backend()
-    be.graph_compute(graph)
-    got = out.to_numpy().copy()
-    be.free()
-    buf.free()
-    return got
+    return ops.mul_mat(a, b), {a: w.tobytes(), b: rng.standard_normal((3, 97)).astype(np.float32).tobytes()}
 
 
 def test_the_probe_decides_and_props_say_so(wdev: WebGPUDevice, integer_dev: WebGPUDevice) -> None:
@@ -76,7 +66,8 @@ def test_native_loads_give_the_integer_bits(wdev: WebGPUDevice, integer_dev: Web
     assert np.array_equal(native[~nan], integer[~nan])
     assert np.array_equal(integer[~nan], want[~nan].view(np.uint32))  # both are numpy's (exact) widening
     assert np.isnan(native[nan].view(np.float32)).all() and np.isnan(integer[nan].view(np.float32)).all()
-    assert np.array_equal(_mul_mat_f16(wdev).view(np.uint32), _mul_mat_f16(integer_dev).view(np.uint32))
+    got = compute_built(wdev, _mul_mat_f16).view(np.uint32)
+    assert np.array_equal(got, compute_built(integer_dev, _mul_mat_f16).view(np.uint32))
 
 
 def test_the_native_source_replaces_exactly_the_load() -> None:

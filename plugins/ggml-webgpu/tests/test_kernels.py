@@ -8,34 +8,15 @@ to the weight type's dot type); only the summation order differs, so NMSE stays 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
+from ggml_core.testing.plugin_tests import Build, compute_built
 from ggml_webgpu import WebGPUDevice, WebGPUReg
 from ggml_webgpu.ops.matmul import SGEMM_MIN_COLUMNS
-
-Build = Callable[[g.Context], tuple[g.Tensor, dict[g.Tensor, bytes]]]
-
-
-def _run(dev: g.Device, build: Build) -> np.ndarray:
-    ctx = g.Context("mm")
-    out, data = build(ctx)
-    graph = g.build_graph(out)
-    assert all(dev.supports_op(n) for n in graph.nodes)
-    buf = g.alloc_ctx_tensors(ctx, dev.buffer_type())
-    for t, raw in data.items():
-        t.set_bytes(raw)
-    be = dev.init_backend()
-    be.graph_compute(graph)
-    got = out.to_numpy().copy()
-    be.free()
-    buf.free()
-    return got
 
 
 def _case(wtype: str, m: int, n: int, k: int, bs: tuple[int, int], nr: tuple[int, int], perm_b: bool) -> Build:
@@ -83,7 +64,7 @@ def test_tiled_sgemm_matches_the_cpu(
 ) -> None:
     assert n >= SGEMM_MIN_COLUMNS
     build = _case(wtype, m, n, k, bs, nr, perm_b)
-    got, want = _run(wdev, build), _run(cpu, build)
+    got, want = compute_built(wdev, build), compute_built(cpu, build)
     assert float(((got - want) ** 2).sum() / (want**2).sum()) < 1e-10
 
 
@@ -91,7 +72,7 @@ def test_tiled_sgemm_over_weight_windows(wdev: WebGPUDevice, cpu: g.Device) -> N
     """64 KiB windows: the f32 copy of the weights is packed and multiplied in several row windows."""
     small = WebGPUReg({"GGML_WEBGPU_MAX_BINDING": "65536"}).devices[0]
     build = _case("q8_0", 300, 20, 256, (1, 1), (1, 1), False)  # 300 x 256 f32 = 300 KiB packed
-    got, want = _run(small, build), _run(cpu, build)
+    got, want = compute_built(small, build), compute_built(cpu, build)
     assert float(((got - want) ** 2).sum() / (want**2).sum()) < 1e-10
 
 
@@ -103,6 +84,6 @@ def test_circular_padding_matches_the_cpu(wdev: WebGPUDevice, cpu: g.Device) -> 
         a = ctx.new_tensor_4d("f32", 5, 4, 3, 2, "a")
         return ops.pad_ext_circular(a, 2, 3, 1, 0, 0, 2, 1, 1), {a: v.tobytes()}
 
-    got, want = _run(wdev, build), _run(cpu, build)
+    got, want = compute_built(wdev, build), compute_built(cpu, build)
     assert np.array_equal(got, want)
     assert np.array_equal(got, np.pad(v, ((1, 1), (0, 2), (1, 0), (2, 3)), mode="wrap"))

@@ -19,6 +19,7 @@ if (_CORE_TESTS / "tiny_models.py").exists() and str(_CORE_TESTS) not in sys.pat
 tiny_models = pytest.importorskip("tiny_models", reason="the core's tests/tiny_models.py is not beside the plugin")
 
 from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available  # noqa: E402
+from ggml_core.testing.plugin_tests import model_logits  # noqa: E402
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4]
 CFG = tiny_models.TinyConfig(n_layer=3)
@@ -33,11 +34,7 @@ def _needs_webgpu() -> None:
 
 
 def _logits(path: Path, req: PlacementRequest, kv_type: str, *, step: bool = False) -> tuple[np.ndarray, Model]:
-    m = Model.load(path, ModelParams(placement=req, kv_type=kv_type, n_ctx=32, progress=False))
-    with m:
-        if step:
-            return np.concatenate([m.decode([t]) for t in TOKENS]), m
-        return m.process_prompt(TOKENS, all_logits=True), m
+    return model_logits(path, req, TOKENS, step=step, kv_type=kv_type, n_ctx=32)
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:

@@ -6,7 +6,7 @@ that real ones (a 262,144-token embedding table) take on a 128 MiB binding. Resu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from wgpu_helpers import no_device_reason, webgpu_devices
 import ggml_core as g
 from ggml_core import ops
 from ggml_core.quants import quantize
+from ggml_core.testing.plugin_tests import compute_built
 from ggml_webgpu import WebGPUDevice, WebGPUReg
 
 WINDOW = 65536
@@ -32,22 +33,6 @@ def small() -> Iterator[WebGPUDevice]:
     yield dev
 
 
-def _run(dev: g.Device, build: Callable[[g.Context], tuple[g.Tensor, dict[g.Tensor, bytes]]]) -> np.ndarray:
-    ctx = g.Context("w")
-    out, data = build(ctx)
-    graph = g.build_graph(out)
-    assert all(dev.supports_op(n) for n in graph.nodes), [n.op_desc for n in graph.nodes if not dev.supports_op(n)]
-    buf = g.alloc_ctx_tensors(ctx, dev.buffer_type())
-    for t, raw in data.items():
-        t.set_bytes(raw)
-    be = dev.init_backend()
-    be.graph_compute(graph)
-    got = out.to_numpy().copy()
-    be.free()
-    buf.free()
-    return got
-
-
 @pytest.mark.parametrize("wtype", ["f32", "q8_0", "q4_K"])
 def test_mul_mat_with_weights_over_the_window(small: WebGPUDevice, cpu: g.Device, wtype: str) -> None:
     k, m, n = 512, 600, 3
@@ -62,7 +47,7 @@ def test_mul_mat_with_weights_over_the_window(small: WebGPUDevice, cpu: g.Device
         return ops.mul_mat(a, b), {a: raw_w, b: x.tobytes()}
 
     assert len(raw_w) > WINDOW  # really windowed
-    got, want = _run(small, build), _run(cpu, build)
+    got, want = compute_built(small, build), compute_built(cpu, build)
     assert float(((got - want) ** 2).sum() / (want**2).sum()) < 1e-10
 
 
@@ -76,9 +61,9 @@ def test_get_rows_from_a_table_over_the_window(small: WebGPUDevice, cpu: g.Devic
         i = ctx.new_tensor_1d("i32", len(ids), "ids")
         return ops.get_rows(t, i), {t: table.tobytes(), i: ids.tobytes()}
 
-    got = _run(small, build)
+    got = compute_built(small, build)
     assert np.array_equal(got.reshape(len(ids), width), table[ids])
-    assert np.array_equal(got, _run(cpu, build))
+    assert np.array_equal(got, compute_built(cpu, build))
 
 
 def test_other_ops_over_the_window_are_left_to_other_devices(small: WebGPUDevice) -> None:

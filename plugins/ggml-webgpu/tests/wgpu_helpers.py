@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-import ggml_core as g
+from ggml_core.testing.plugin_tests import devices_of
 from ggml_webgpu import WebGPUDevice, webgpu_reg
 
 # wgpu-native warns on stderr when XDG_RUNTIME_DIR is unset; a private temporary folder silences it
@@ -14,7 +14,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="ggml-webgpu-")
 
 def webgpu_devices() -> list[WebGPUDevice]:
     """Every WebGPU device the process-wide registry exposes."""
-    return [d for d in g.devices() if isinstance(d, WebGPUDevice)]
+    return devices_of(WebGPUDevice)
 
 
 def no_device_reason() -> str:

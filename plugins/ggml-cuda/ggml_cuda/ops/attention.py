@@ -6,31 +6,18 @@ range and magnitude scale) are computed here in float32 exactly as ggml does and
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
-import numpy as np
-
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
+from ggml_core.ops import ROPE_TYPE_NEOX, alibi_params, rope_constants
 from ggml_cuda.ops._launch import KERNELS, MAX_GRID_X, MAX_GRID_Y, Args, BindContext, Launch, rows_grid, src, type_id
 
-__all__ = ["FA_MAX_HEAD", "alibi_bases", "rope_constants", "yarn_corr_dims"]
+__all__ = ["FA_MAX_HEAD"]
 
 #: the largest head size FLASH_ATTN_EXT's kernel handles (FA_MAX_D in flash_attn.cu)
 FA_MAX_HEAD: Final = 512
 
 _F32_F16: Final = (GGMLType.F32, GGMLType.F16)
-
-
-def alibi_bases(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes (float32 powers of two)."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
 
 
 # ---------------------------------------------------------------------------------------------- SOFT_MAX
@@ -51,7 +38,7 @@ def _soft_max_ok(node: Tensor) -> bool:
 def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, mask, sinks = src(node, 0), node.src[1], node.src[2]
     scale, max_bias = node.op_param_f32(0), node.op_param_f32(1)
-    m0, m1, n_head_log2 = alibi_bases(a.ne[2], max_bias)
+    m0, m1, n_head_log2 = alibi_params(a.ne[2], max_bias)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(mask) if mask is not None else 0)
     args.ptr(ctx.ptr(sinks) if sinks is not None else 0).ptr(ctx.ptr(node))
     args.tdesc(a).tdesc(mask if mask is not None else a).tdesc(node)
@@ -62,28 +49,6 @@ def _bind_soft_max(node: Tensor, ctx: BindContext) -> list[Launch]:
 
 
 # ---------------------------------------------------------------------------------------------- ROPE
-
-
-def rope_constants(node: Tensor) -> dict[str, float | int]:
-    """The host-side constants of a ROPE node: mode, n_dims, theta step, YaRN range and magnitude scale."""
-    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
-    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    theta_scale = float(np.float32(freq_base) ** np.float32(-2.0 / n_dims))
-    lo, hi = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow)
-    mscale = np.float32(attn_factor)
-    if ext_factor != 0.0:
-        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
-    return {
-        "n_dims": n_dims,
-        "n_offs": n_offs,
-        "neox": int(mode == 2),
-        "theta_scale": theta_scale,
-        "freq_scale": freq_scale,
-        "ext_factor": ext_factor,
-        "corr_lo": lo,
-        "corr_hi": hi,
-        "mscale": float(np.float32(mscale)),
-    }
 
 
 def _rope_ok(node: Tensor) -> bool:
@@ -106,10 +71,10 @@ def _bind_rope(node: Tensor, ctx: BindContext) -> list[Launch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
     c = rope_constants(node)
     args = Args().ptr(ctx.ptr(a)).ptr(ctx.ptr(pos)).ptr(ctx.ptr(ff) if ff is not None else 0).ptr(ctx.ptr(node))
-    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(int(c["n_dims"])).i32(int(c["n_offs"]))
-    args.i32(int(c["neox"])).i32(ff is not None)
-    for key in ("theta_scale", "freq_scale", "ext_factor", "corr_lo", "corr_hi", "mscale"):
-        args.f32(float(c[key]))
+    args.tdesc(a).tdesc(node).i32(type_id(a.type)).i32(c.n_dims).i32(c.n_offs)
+    args.i32(int(c.mode == ROPE_TYPE_NEOX)).i32(ff is not None)
+    for value in (c.theta_scale, c.freq_scale, c.ext_factor, c.corr_low, c.corr_high, c.mscale):
+        args.f32(value)
     grid, block = rows_grid(a.ne[0] // 2, a.nrows, max_block=128)
     return [Launch.of("attention", "k_rope", grid, block, args)]
 
@@ -139,7 +104,7 @@ def _flash_attn_ok(node: Tensor) -> bool:
 def _bind_flash_attn(node: Tensor, ctx: BindContext) -> list[Launch]:
     q, k, v, mask, sinks = src(node, 0), src(node, 1), src(node, 2), node.src[3], node.src[4]
     scale, max_bias, softcap = node.op_param_f32(0), node.op_param_f32(1), node.op_param_f32(2)
-    m0, m1, n_head_log2 = alibi_bases(q.ne[2], max_bias)
+    m0, m1, n_head_log2 = alibi_params(q.ne[2], max_bias)
     args = Args().ptr(ctx.ptr(q)).ptr(ctx.ptr(k)).ptr(ctx.ptr(v)).ptr(ctx.ptr(mask) if mask is not None else 0)
     args.ptr(ctx.ptr(sinks) if sinks is not None else 0).ptr(ctx.ptr(node))
     args.tdesc(q).tdesc(k).tdesc(v).tdesc(mask if mask is not None else q).tdesc(node)

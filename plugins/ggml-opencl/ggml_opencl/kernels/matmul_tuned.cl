@@ -214,11 +214,9 @@ inline void mv_act(global const float* bn, int c, int K, float16* x0, float16* x
 inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
     global const uchar* b = row + 144 * (p >> 2);
     const int j = p & 3;
-    float sc0, mn0, sc1, mn1;
-    scale_min_k4(2 * j, b + 4, &sc0, &mn0);
-    scale_min_k4(2 * j + 1, b + 4, &sc1, &mn1);
-    const float d = rd_f16(b), dmin = rd_f16(b + 2);
-    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+    float d0, m0, d1, m1;
+    k4_scale_min(b, 2 * j, &d0, &m0);
+    k4_scale_min(b, 2 * j + 1, &d1, &m1);
     global const uchar* q = b + 16 + 32 * j;
     const int16 qa = convert_int16(vload16(0, q)), qb = convert_int16(vload16(1, q));
     y[0] = d0 * convert_float16(qa & 0xF) - m0;
@@ -231,11 +229,9 @@ inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float1
 inline void mv_load_unit(global const uchar* row, long nb0, int p, int K, float16* y) {
     global const uchar* b = row + 176 * (p >> 2);
     const int j = p & 3;
-    float sc0, mn0, sc1, mn1;
-    scale_min_k4(2 * j, b + 4, &sc0, &mn0);
-    scale_min_k4(2 * j + 1, b + 4, &sc1, &mn1);
-    const float d = rd_f16(b), dmin = rd_f16(b + 2);
-    const float d0 = d * sc0, m0 = dmin * mn0, d1 = d * sc1, m1 = dmin * mn1;
+    float d0, m0, d1, m1;
+    k4_scale_min(b, 2 * j, &d0, &m0);
+    k4_scale_min(b, 2 * j + 1, &d1, &m1);
     global const uchar* q = b + 48 + 32 * j;
     const int16 qa = convert_int16(vload16(0, q)), qb = convert_int16(vload16(1, q));
     const int16 ha = convert_int16(vload16(0, b + 16)), hb = convert_int16(vload16(1, b + 16));

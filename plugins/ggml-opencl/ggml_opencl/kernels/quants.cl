@@ -56,15 +56,20 @@ inline int tq1_digit(global const uchar* b, int e) {
     return (((q * p) & 0xFF) * 3) >> 8;
 }
 
-// get_scale_min_k4 of Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7)
-inline void scale_min_k4(int j, global const uchar* q, float* sc, float* m) {
+// sub-block j (0..7) of a Q4_K / Q5_K block b (d, dmin, scales[12], ...): its scale d·sc and its min dmin·m, with
+// the 6-bit sc and m of ggml's get_scale_min_k4
+inline void k4_scale_min(global const uchar* b, int j, float* d, float* m) {
+    global const uchar* q = b + 4;
+    float sc, mn;
     if (j < 4) {
-        *sc = (float)(q[j] & 63);
-        *m = (float)(q[j + 4] & 63);
+        sc = (float)(q[j] & 63);
+        mn = (float)(q[j + 4] & 63);
     } else {
-        *sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        sc = (float)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        mn = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+    *d = rd_f16(b) * sc;
+    *m = rd_f16(b + 2) * mn;
 }
 
 // 6-bit signed scale j (0..15) of a Q3_K block, minus 32
@@ -173,9 +178,8 @@ DQ32_ATTR void dq32(int t, global const uchar* row, int c, float* y) {
     case T_Q4_K: {  // d dmin scales[12] qs[128]
         global const uchar* b = row + 144 * (c >> 3);
         const int s = c & 7, shift = 4 * (s & 1);
-        float sc, mn;
-        scale_min_k4(s, b + 4, &sc, &mn);
-        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
+        float d1, m1;
+        k4_scale_min(b, s, &d1, &m1);
         global const uchar* q = b + 16 + 32 * (s >> 1);
         for (int l = 0; l < 32; ++l) y[l] = d1 * (float)((q[l] >> shift) & 0xF) - m1;
         break;
@@ -183,9 +187,8 @@ DQ32_ATTR void dq32(int t, global const uchar* row, int c, float* y) {
     case T_Q5_K: {  // d dmin scales[12] qh[32] qs[128]
         global const uchar* b = row + 176 * (c >> 3);
         const int s = c & 7, shift = 4 * (s & 1);
-        float sc, mn;
-        scale_min_k4(s, b + 4, &sc, &mn);
-        const float d1 = rd_f16(b) * sc, m1 = rd_f16(b + 2) * mn;
+        float d1, m1;
+        k4_scale_min(b, s, &d1, &m1);
         global const uchar* q = b + 48 + 32 * (s >> 1);
         for (int l = 0; l < 32; ++l) {
             const int v = ((q[l] >> shift) & 0xF) | (((b[16 + l] >> s) & 1) << 4);

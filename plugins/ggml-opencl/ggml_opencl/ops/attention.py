@@ -3,29 +3,17 @@ channel offset), FLASH_ATTN_EXT, DIAG_MASK."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.ops import rope_yarn_corr_dims as yarn_corr_dims
+from ggml_core.ops import alibi_params, rope_constants
 from ggml_opencl._device_info import DeviceInfo
 from ggml_opencl.ops._dispatch import KERNELS, Launcher, Thunk, enqueue, enqueue_nd, int4, local_mem, targs
 
-__all__ = ["alibi_params", "yarn_corr_dims"]
+__all__ = ["FA_DMAX"]
 
 #: largest V head size of the flash-attention kernel (its per-item accumulator, FA_DMAX in attention.cl)
 FA_DMAX = 256
-
-
-def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
 
 
 def _opt(launcher: Launcher, t: Tensor | None, fallback: Tensor) -> list[object]:
@@ -103,24 +91,18 @@ def _rope_ok(info: DeviceInfo, node: Tensor) -> bool:
 def _bind_rope(launcher: Launcher, node: Tensor) -> Thunk:
     a, pos, ff = node.src[0], node.src[1], node.src[2]
     assert a is not None and pos is not None
-    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
-    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    corr = yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
-    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
-    mscale = np.float32(attn_factor)
-    if ext_factor != 0.0:
-        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
+    c = rope_constants(node)
     args = [
-        np.int32(mode),
-        np.int32(n_dims),
-        np.int32(n_offs),
-        int4([node.op_param_i32(i) for i in range(11, 15)]),
-        np.float32(theta_scale),
-        np.float32(freq_scale),
-        np.float32(ext_factor),
-        np.float32(mscale),
-        np.float32(corr[0]),
-        np.float32(corr[1]),
+        np.int32(c.mode),
+        np.int32(c.n_dims),
+        np.int32(c.n_offs),
+        int4(list(c.sections)),
+        np.float32(c.theta_scale),
+        np.float32(c.freq_scale),
+        np.float32(c.ext_factor),
+        np.float32(c.mscale),
+        np.float32(c.corr_low),
+        np.float32(c.corr_high),
         *targs(launcher, a),
         np.int32(a.type),
         *targs(launcher, pos),

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
-import numpy as np
-
 from ggml_core import GGMLOp, GGMLType, Tensor
-from ggml_core.ops import rope_yarn_corr_dims
+from ggml_core.ops import alibi_params, rope_constants
 from ggml_webgpu.ops._dispatch import (
     KERNELS,
     Dispatch,
@@ -23,17 +20,7 @@ from ggml_webgpu.ops._dispatch import (
 
 T = GGMLType
 
-__all__ = ["FA_DMAX", "alibi_params"]
-
-
-def alibi_params(n_head: int, max_bias: float) -> tuple[float, float, int]:
-    """(m0, m1, n_head_log2) of ggml's ALiBi slopes, in float32 as ggml computes them."""
-    n_head_log2 = 1 << math.floor(math.log2(max(n_head, 1)))
-    if max_bias <= 0.0:
-        return 1.0, 1.0, n_head_log2
-    m0 = np.float32(2.0) ** (np.float32(-max_bias) / np.float32(n_head_log2))
-    m1 = np.float32(2.0) ** (np.float32(-max_bias / 2.0) / np.float32(n_head_log2))
-    return float(m0), float(m1), n_head_log2
+__all__ = ["FA_DMAX"]
 
 
 def _soft_max_ok(limits: Limits, node: Tensor) -> bool:
@@ -103,26 +90,20 @@ def _rope_ok(limits: Limits, node: Tensor) -> bool:
 @KERNELS.kernel(GGMLOp.ROPE, supports=_rope_ok)
 def _bind_rope(launcher: Launcher, node: Tensor) -> list[Dispatch]:
     a, pos, ff = src(node, 0), src(node, 1), node.src[2]
-    n_dims, mode, n_ctx_orig, n_offs = (node.op_param_i32(i) for i in (1, 2, 4, 15))
-    freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow = (node.op_param_f32(i) for i in range(5, 11))
-    corr = rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow) if ext_factor != 0.0 else (0.0, 0.0)
-    theta_scale = np.float32(freq_base) ** np.float32(-2.0 / n_dims)
-    mscale = np.float32(attn_factor)
-    if ext_factor != 0.0:
-        mscale = mscale * (np.float32(1.0) + np.float32(0.1) * np.log(np.float32(1.0) / np.float32(freq_scale)))
+    c = rope_constants(node)
     n = a.nelements // 2
     words = [
         n,
-        mode,
-        n_dims,
-        n_offs,
-        *(node.op_param_i32(i) for i in range(11, 15)),
-        f32(theta_scale),
-        f32(freq_scale),
-        f32(ext_factor),
-        f32(mscale),
-        f32(corr[0]),
-        f32(corr[1]),
+        c.mode,
+        c.n_dims,
+        c.n_offs,
+        *c.sections,
+        f32(c.theta_scale),
+        f32(c.freq_scale),
+        f32(c.ext_factor),
+        f32(c.mscale),
+        f32(c.corr_low),
+        f32(c.corr_high),
         a.type,
         int(ff is not None),
     ]

@@ -69,14 +69,19 @@ fn tq1_digit(b: u32, e: u32) -> i32 {
 }
 fn a_i8(b: u32) -> f32 { return f32(bitcast<i32>(A_u8(b) << 24u) >> 24u); }
 
-// get_scale_min_k4 of Q4_K / Q5_K: the 6-bit scale (x) and min (y) of sub-block j (0..7); q: the 12 scale bytes
-fn scale_min_k4(j: u32, q: u32) -> vec2<f32> {
+// sub-block j (0..7) of a Q4_K / Q5_K block at b (d, dmin, scales[12], ...): its scale d·sc (x) and its min dmin·m
+// (y), with the 6-bit sc and m of ggml's get_scale_min_k4
+fn k4_scale_min(b: u32, j: u32) -> vec2<f32> {
+    let q = b + 4u;
+    var sm: vec2<f32>;
     if (j < 4u) {
-        return vec2<f32>(f32(A_u8(q + j) & 63u), f32(A_u8(q + j + 4u) & 63u));
+        sm = vec2<f32>(f32(A_u8(q + j) & 63u), f32(A_u8(q + j + 4u) & 63u));
+    } else {
+        let sc = (A_u8(q + j + 4u) & 0xfu) | ((A_u8(q + j - 4u) >> 6u) << 4u);
+        let mn = (A_u8(q + j + 4u) >> 4u) | ((A_u8(q + j) >> 6u) << 4u);
+        sm = vec2<f32>(f32(sc), f32(mn));
     }
-    let sc = (A_u8(q + j + 4u) & 0xfu) | ((A_u8(q + j - 4u) >> 6u) << 4u);
-    let mn = (A_u8(q + j + 4u) >> 4u) | ((A_u8(q + j) >> 6u) << 4u);
-    return vec2<f32>(f32(sc), f32(mn));
+    return vec2<f32>(a_f16(b) * sm.x, a_f16(b + 2u) * sm.y);
 }
 
 // 6-bit signed scale j (0..15) of a Q3_K block, minus 32; s: the 12 scale bytes
@@ -175,23 +180,19 @@ fn a_dq32(t: u32, row: u32, c: u32, y: ptr<function, array<f32, 32>>) {
             let b = row + 144u * (c >> 3u);
             let s = c & 7u;
             let shift = 4u * (s & 1u);
-            let sm = scale_min_k4(s, b + 4u);
-            let d1 = a_f16(b) * sm.x;
-            let m1 = a_f16(b + 2u) * sm.y;
+            let dm = k4_scale_min(b, s);
             let q = b + 16u + 32u * (s >> 1u);
-            for (var l = 0u; l < 32u; l++) { (*y)[l] = d1 * f32((A_u8(q + l) >> shift) & 0xfu) - m1; }
+            for (var l = 0u; l < 32u; l++) { (*y)[l] = dm.x * f32((A_u8(q + l) >> shift) & 0xfu) - dm.y; }
         }
         case 13u: {  // Q5_K: d dmin scales[12] qh[32] qs[128]
             let b = row + 176u * (c >> 3u);
             let s = c & 7u;
             let shift = 4u * (s & 1u);
-            let sm = scale_min_k4(s, b + 4u);
-            let d1 = a_f16(b) * sm.x;
-            let m1 = a_f16(b + 2u) * sm.y;
+            let dm = k4_scale_min(b, s);
             let q = b + 48u + 32u * (s >> 1u);
             for (var l = 0u; l < 32u; l++) {
                 let v = ((A_u8(q + l) >> shift) & 0xfu) | (((A_u8(b + 16u + l) >> s) & 1u) << 4u);
-                (*y)[l] = d1 * f32(v) - m1;
+                (*y)[l] = dm.x * f32(v) - dm.y;
             }
         }
         case 14u: {  // Q6_K: ql[128] qh[64] scales[16] d; values (d * scale) * (q - 32), one scale per 16
