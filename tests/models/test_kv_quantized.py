@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from tiny_models import TinyConfig, llama_cpp_built, random_weights, reference_logits, write_model  # noqa: F401
 
-from ggml_core.models import Model, ModelParams, PlacementRequest
+from ggml_core import GGMLOp
+from ggml_core.models import Model, ModelParams, PlacementRequest, scheduler_available
 from ggml_core.testing import llama_cpp
 
 CFG = TinyConfig(n_embd=128, n_head=4, n_head_kv=2, n_vocab=64, n_ctx=64)  # head_dim 32
@@ -105,3 +106,30 @@ def test_a_block_wider_than_the_head_is_refused(tmp_path: Path) -> None:
     p = ModelParams(placement=PlacementRequest(devices=["CPU"]), n_ctx=64, type_k="q8_0", progress=False)
     with pytest.raises(ValueError, match="block of 32 values does not divide n_embd_head_k=16"):
         Model.load(path, p)
+
+
+def test_a_device_that_cannot_write_the_cache_leaves_it_on_the_host(model: Path) -> None:
+    """A device that runs MUL_MAT and writes only f32 caches (tests/sched_plugin's SubsetDevice) holds the layers;
+    the q8_0 caches stay in host memory (a placement note says why), attention reads them there: the logits are
+    the CPU's."""
+    if not scheduler_available():
+        pytest.skip("the scheduler (ggml_core.sched) is not installed")
+    from sched_plugin import SubsetDevice, SubsetPlugin
+
+    from ggml_core.backend.registry import get_registry, reset_registry
+
+    want = _ours(model, "q8_0", "q8_0", True)
+    reset_registry()
+    try:
+        ops = (GGMLOp.MUL_MAT, GGMLOp.ADD, GGMLOp.MUL, GGMLOp.RMS_NORM, GGMLOp.SET_ROWS)
+        dev = SubsetDevice("Sub0", ops)
+        get_registry().register_plugin(SubsetPlugin([dev]), "sub-kvq")
+        p = ModelParams(n_ctx=64, kv_type="q8_0", flash_attn=True, progress=False)
+        with Model.load(model, p) as m:
+            assert all(m.placement.device_of(i) is dev for i in range(CFG.n_layer))
+            assert all(m.placement.kv_device_of(i).name == "CPU" for i in range(CFG.n_layer))
+            assert any("Sub0 cannot write a q8_0 KV cache" in n for n in m.placement.notes), m.placement.notes
+            got = m.process_prompt(TOKENS, all_logits=True)
+    finally:
+        reset_registry()
+    assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
