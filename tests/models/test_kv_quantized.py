@@ -134,3 +134,43 @@ def test_a_device_that_cannot_write_the_cache_leaves_it_on_the_host(model: Path)
     finally:
         reset_registry()
     assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
+
+
+def _opencl_or_skip() -> str:
+    from opencl_device import opencl_backend
+
+    return str(opencl_backend().device.name)
+
+
+@pytest.mark.parametrize(
+    ("type_k", "type_v", "fa", "on_device"),
+    [
+        ("q8_0", "q8_0", True, True),
+        ("q4_0", "f16", False, True),
+        ("iq4_nl", "q5_1", True, False),  # OpenCL's SET_ROWS writes no iq4_nl: the caches stay on the host
+    ],
+)
+def test_opencl_holds_the_caches_it_can_write(model: Path, type_k: str, type_v: str, fa: bool, on_device: bool) -> None:
+    """Every layer on OpenCL: its caches there when it writes the types (SET_ROWS), else on the host with a note;
+    the logits are the CPU's to the device's own summation order (measured 5e-5 at most)."""
+    ocl = _opencl_or_skip()
+    want = _ours(model, type_k, type_v, fa)
+    p = ModelParams(
+        placement=PlacementRequest(devices=[ocl]), n_ctx=64, type_k=type_k, type_v=type_v, flash_attn=fa,
+        progress=False,
+    )  # fmt: skip
+    with Model.load(model, p) as m:
+        got = m.process_prompt(TOKENS, all_logits=True)
+        kv_devs = {m.placement.kv_device_of(i).name for i in range(CFG.n_layer)}
+        notes = m.placement.notes
+    assert kv_devs == ({ocl} if on_device else {"CPU"}), kv_devs
+    assert on_device or any(f"{ocl} cannot write a {type_k}/{type_v} KV cache" in n for n in notes), notes
+    assert np.abs(got - want).max() <= 1e-3, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
+
+
+def test_split_mode_tensor_refuses_a_quantized_cache(model: Path) -> None:
+    ocl = _opencl_or_skip()
+    req = PlacementRequest(devices=["CPU", ocl], split_mode="tensor")
+    p = ModelParams(placement=req, n_ctx=64, type_k="q8_0", type_v="f16", progress=False)
+    with pytest.raises(ValueError, match="--split-mode tensor keeps f16 or f32 caches, got -ctk q8_0 -ctv f16"):
+        Model.load(model, p)
