@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFWriter
 
-from ggml_core import GGMLType
+from ggml_core import GGMLType, as_type
 from ggml_core.quants import dequantize, quantize
 from ggml_core.testing import llama_cpp
 from ggml_core.testing.recurrent_models import add_placeholder_vocab
@@ -280,6 +280,18 @@ def _round_acts(x: np.ndarray, wtype: str) -> np.ndarray:
     return dequantize(quantize(x32, dot), dot).astype(np.float64)
 
 
+def _cached(x: np.ndarray, kv_type: str) -> np.ndarray:
+    """Rows ``x`` ``(n, heads, d)`` as a cache of ``kv_type`` holds them (ggml-cpu's from_float: x86 Q8_0 ties to
+    even, the other types through ggml's reference quantizers)."""
+    x32 = np.ascontiguousarray(x.reshape(x.shape[0], -1), dtype=np.float32)
+    t = as_type(kv_type)
+    if t == GGMLType.Q8_0 or not t.is_quantized:
+        got = activations(x32, t)  # Q8_0 is its own dot type; f16 rounds, f32 stays
+    else:
+        got = dequantize(quantize(x32, t), t).reshape(x32.shape)
+    return got.astype(np.float64).reshape(x.shape)
+
+
 def _rms_norm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -315,8 +327,13 @@ def reference_logits(
     kv_type: str = "f32",
     *,
     round_activations: bool = True,
+    type_v: str | None = None,
 ) -> np.ndarray:
     """Logits of every position ``[n_tokens, n_vocab]`` for the whole sequence, from the definition.
+
+    ``kv_type``: the cache type of K (and of V when ``type_v`` is None). A quantized cache (or K and V of different
+    types) stores each token's row as ggml-cpu's SET_ROWS rounds it, q is rounded to K's dot type, and the
+    attention weights stay f32 unless V is f16 (read by MUL_MAT; flash attention's f16 accumulation is not modelled).
 
     ``round_activations=False`` leaves out ggml's activation rounding (weights stay as stored): a test can check
     that the emulation is what makes its comparison pass.
@@ -357,7 +374,12 @@ def reference_logits(
         if cfg.gemma:
             q, scale = q * np.float64(np.float32(scale)), 1.0
         v = v.reshape(n, cfg.n_head_kv, hd)
-        if kv_type == "f16":  # the cache stores f16; mul_mat rounds q to f16 to meet it
+        mixed = type_v is not None or kv_type not in ("f32", "f16")
+        if mixed:
+            k, v = _cached(k, kv_type), _cached(v, type_v or kv_type)
+            if round_activations:
+                q = activations(q.astype(np.float32), as_type(kv_type)).astype(np.float64)
+        elif kv_type == "f16":  # the cache stores f16; mul_mat rounds q to f16 to meet it
             k = k.astype(np.float32).astype(np.float16).astype(np.float64)
             v = v.astype(np.float32).astype(np.float16).astype(np.float64)
             if round_activations:
@@ -372,7 +394,7 @@ def reference_logits(
             s = s * scale + mask
             p = np.exp(s - s.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
-            if kv_type == "f16" and round_activations:
+            if (type_v or kv_type) == "f16" and round_activations:
                 p = p.astype(np.float32).astype(np.float16).astype(np.float64)
             out[:, hh] = p @ v[:, kvh]
         a = mm(b + "attn_output.weight", out.reshape(n, cfg.n_head * hd))

@@ -22,18 +22,20 @@ __all__ = [
     "KV_TYPES",
     "add_chat_args",
     "add_sampling_args",
+    "cache_type",
     "chat_template",
     "check_combination",
     "decoder",
-    "kv_type",
+    "kv_types",
     "print_verbose",
     "process_escapes",
     "sampler_from_args",
     "text_file",
 ]
 
-#: the KV cache types this project stores (llama.cpp also takes bf16 and quantized caches)
-KV_TYPES: Final = ("f16", "f32")
+#: llama.cpp's cache types (``-ctk``, ``-ctv``); ggml_core.models.kvcache.KV_TYPES, named here without importing
+#: the models package
+KV_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 #: llama.cpp's built-in chat templates (``src/llama-chat.cpp``) that ``--chat-template NAME`` selects, as Jinja
 BUILTIN_TEMPLATES: Final = {
@@ -203,21 +205,24 @@ def process_escapes(text: str) -> str:
     return out.decode("utf-8", errors="replace")
 
 
-def kv_type(args: argparse.Namespace) -> str:
-    """The KV cache type from ``--kv-type`` or llama.cpp's ``-ctk``/``-ctv`` (one type for both here)."""
+def cache_type(text: str) -> str:
+    """An argparse type: one of llama.cpp's cache types (its spellings, case as given)."""
+    if text not in KV_TYPES:
+        raise argparse.ArgumentTypeError(f"unsupported cache type {text!r} (one of {', '.join(KV_TYPES)})")
+    return text
+
+
+def kv_types(args: argparse.Namespace) -> tuple[str, str]:
+    """The K and V cache types: llama.cpp's ``-ctk``/``-ctv``, each defaulting to ``--kv-type`` (both)."""
     k, v = getattr(args, "cache_type_k", None), getattr(args, "cache_type_v", None)
-    return str(k or v or args.kv_type)
+    return str(k or args.kv_type), str(v or args.kv_type)
 
 
 def check_combination(args: argparse.Namespace) -> str | None:
     """What the flags cannot be together, in one line; None when they can."""
-    k, v = getattr(args, "cache_type_k", None), getattr(args, "cache_type_v", None)
-    if k and v and k != v:
-        return f"-ctk {k} with -ctv {v}: the K and V caches have one type here; give the same type to both"
-    chosen = {"-ctk": k, "-ctv": v}
-    for flag, value in chosen.items():
-        if value and args.kv_type != "f16" and value != args.kv_type:
-            return f"{flag} {value} contradicts --kv-type {args.kv_type}; give one of them"
+    _, v = kv_types(args)
+    if v not in ("f32", "f16", "bf16") and getattr(args, "flash_attn", "on") == "off":
+        return f"V cache quantization requires flash_attn: -ctv {v} needs -fa on (or auto)"
     return None
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ggml_core.cli._llama_args import KV_TYPES, kv_type
+from ggml_core.cli._llama_args import KV_TYPES, cache_type, kv_types
 from ggml_core.cli._placement_args import (
     SPLIT_MODE_CHOICES,
     SPLIT_MODE_HELP,
@@ -79,9 +79,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="KV cache cells (default: what prompt and generation need)",
     )
     c.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
-    c.add_argument("--kv-type", choices=KV_TYPES, default="f16", help="KV cache type (default f16)")
-    c.add_argument("--cache-type-k", "-ctk", choices=KV_TYPES, help="llama.cpp's K cache type (one type for K and V)")
-    c.add_argument("--cache-type-v", "-ctv", choices=KV_TYPES, help="llama.cpp's V cache type (one type for K and V)")
+    c.add_argument("--kv-type", type=cache_type, default="f16", help="K and V cache type (default f16)")
+    c.add_argument("--cache-type-k", "-ctk", type=cache_type, help=f"K cache type ({', '.join(KV_TYPES)})")
+    c.add_argument("--cache-type-v", "-ctv", type=cache_type, help="V cache type (quantized: needs -fa on)")
     c.add_argument(
         "--flash-attn",
         "-fa",
@@ -124,7 +124,9 @@ def model_params(
     return ModelParams(
         placement=req,
         n_ctx=n_ctx,
-        kv_type=kv_type(args),
+        kv_type=args.kv_type,
+        type_k=kv_types(args)[0],
+        type_v=kv_types(args)[1],
         flash_attn={"on": True, "off": False}.get(args.flash_attn),
         batch_size=args.batch_size,
         n_threads=args.threads,

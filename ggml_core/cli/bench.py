@@ -41,6 +41,7 @@ FIELDS = (
     "split_mode",
     "tensor_split",
     "type_k",
+    "type_v",
     "flash_attn",
     "n_batch",
     "n_prompt",
@@ -109,8 +110,9 @@ def add_parser(sub: Any, name: str) -> None:
     )  # fmt: skip
     p.add_argument("--flash-attn", "-fa", action="append", type=int_list(0, 1, "flash attention"), help="0,1")
     p.add_argument(
-        "--cache-type-k", "-ctk", action="append", type=_kv_types, help=f"KV cache types ({', '.join(KV_TYPES)})"
+        "--cache-type-k", "-ctk", action="append", type=_kv_types, help=f"K cache types ({', '.join(KV_TYPES)})"
     )
+    p.add_argument("--cache-type-v", "-ctv", action="append", type=_kv_types, help="V cache types (quantized: -fa 1)")
     p.add_argument("--batch-size", "-b", type=int_in(1, INT32_MAX), default=512, help="prompt tokens per batch")
     p.add_argument("--output", "-o", choices=["md", "csv", "json", "jsonl"], default="md", help="output format")
     p.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the random token ids")
@@ -240,9 +242,10 @@ def _measure_all(args: argparse.Namespace, on_result: Callable[[BenchResult], No
         _flat(args.threads, [None]),
         _flat(args.flash_attn, [0]),
         _flat(args.cache_type_k, ["f16"]),
+        _flat(args.cache_type_v, ["f16"]),
     )
-    for path, devices, ngl, sm, ts, threads, fa, ctk in combos:
-        config = _Config(devices, ngl, sm, ts, threads, bool(fa), ctk)
+    for path, devices, ngl, sm, ts, threads, fa, ctk, ctv in combos:
+        config = _Config(devices, ngl, sm, ts, threads, bool(fa), ctk, ctv)
         for r in _measure(args, Path(path), config, tests):
             on_result(r)
             yield r
@@ -259,6 +262,7 @@ class _Config:
     threads: int | None
     flash_attn: bool
     type_k: str
+    type_v: str
 
     def request(self) -> Any:
         """The PlacementRequest: a hand-chosen placement is split by layer (as run's), else --split-mode auto."""
@@ -280,7 +284,8 @@ def _measure(args: argparse.Namespace, path: Path, config: _Config, tests: list[
     params = ModelParams(
         placement=config.request(),
         n_ctx=(n_ctx + 255) // 256 * 256,
-        kv_type=config.type_k,
+        type_k=config.type_k,
+        type_v=config.type_v,
         flash_attn=config.flash_attn,
         batch_size=args.batch_size,
         n_threads=config.threads,
@@ -301,6 +306,7 @@ def _measure(args: argparse.Namespace, path: Path, config: _Config, tests: list[
             "split_mode": m.placement.split_mode,
             "tensor_split": "/".join(f"{x:g}" for x in config.tensor_split) if config.tensor_split else "",
             "type_k": config.type_k,
+            "type_v": config.type_v,
             "flash_attn": config.flash_attn,
             "n_batch": args.batch_size,
             "test_time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -377,11 +383,14 @@ def format_results(results: Sequence[BenchResult], fmt: str) -> str:
         ("sm", lambda v: str(v["split_mode"])),
         ("ts", lambda v: str(v["tensor_split"])),
         ("type_k", lambda v: str(v["type_k"])),
+        ("type_v", lambda v: str(v["type_v"])),
         ("fa", lambda v: str(int(v["flash_attn"]))),
         ("test", _test_name),
         ("t/s", lambda v: f"{v['avg_ts']:.2f} ± {v['stddev_ts']:.2f}"),
     ]
     columns = [(h, c) for h, c in columns if h not in ("sm", "ts") or len({c(v) for v in rows}) > 1]
+    if all(v["type_v"] == "f16" for v in rows):  # as llama-bench: type_v shown when not the default
+        columns = [(h, c) for h, c in columns if h != "type_v"]
     lines = ["| " + " | ".join(h for h, _ in columns) + " |"]
     lines.append("|" + "|".join("---:" if h == "t/s" else "---" for h, _ in columns) + "|")
     lines += ["| " + " | ".join(c(v) for _, c in columns) + " |" for v in rows]

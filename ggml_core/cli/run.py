@@ -292,7 +292,9 @@ def _header_info(model: Any, path: Path, is_default: bool) -> dict[str, Any]:
         "scheduler": model.executor.uses_scheduler,
         "n_splits": model.executor.n_splits,
         "n_ctx": model.n_ctx,
-        "kv_type": model.params.kv_type,
+        "kv_type": model.params.cache_type_k,  # K's type (V's is "type_v")
+        "type_k": model.params.cache_type_k,
+        "type_v": model.params.cache_type_v,
         "flash_attn": model.params.flash_attn,
         "batch_size": model.params.batch_size,
         "uploads": [
@@ -320,5 +322,10 @@ def _print_header(info: dict[str, Any], out: Any) -> None:
     for note in info["placement_notes"]:
         out.write(f"  note: {note}\n")
     attn = "flash attention" if info["flash_attn"] else "soft_max attention"
-    out.write(f"context {info['n_ctx']} cells, KV {info['kv_type']}, {attn}, batch {info['batch_size']}\n")
+    out.write(f"context {info['n_ctx']} cells, KV {_kv_types(info)}, {attn}, batch {info['batch_size']}\n")
     out.flush()
+
+
+def _kv_types(info: dict[str, Any]) -> str:
+    k, v = info["type_k"], info["type_v"]
+    return k if k == v else f"K {k} V {v}"

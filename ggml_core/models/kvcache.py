@@ -1,4 +1,9 @@
-"""The KV cache: one K and one V tensor per layer on that layer's device, f16 (llama.cpp's default) or f32.
+"""The KV cache: one K and one V tensor per layer on that layer's device, of llama.cpp's cache types (``-ctk``,
+``-ctv``: f16, its default, f32, bf16, or quantized q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1; K and V may differ).
+
+SET_ROWS quantizes the new rows as it writes them. A quantized K is read by MUL_MAT (``kq``) or FLASH_ATTN_EXT; a
+quantized V only by FLASH_ATTN_EXT (V is stored transposed without it, one value per row, which no block type
+holds), as llama.cpp requires. A quantized type's block must divide the head dimension (:func:`check_kv_types`).
 
 One sequence. K is ``[n_embd_k_gqa, size]`` (a token's keys are one row). V is stored the same way for flash
 attention, and *transposed* otherwise (``v_trans``, as llama.cpp does), so that the ``kq · v`` product reads rows of
@@ -34,17 +39,53 @@ from ggml_core.models.hparams import HParams
 from ggml_core.models.plan.placement import Placement
 from ggml_core.ops import cont, reshape_2d, set_rows, transpose, view_3d
 
-__all__ = ["GROUPS", "KV_TYPES", "KVCache", "kv_bytes_per_layer", "state_bytes_per_layer", "swa_cache_size"]
+__all__ = [
+    "GROUPS",
+    "KV_TYPES",
+    "KVCache",
+    "check_kv_types",
+    "kv_bytes_per_layer",
+    "state_bytes_per_layer",
+    "swa_cache_size",
+]
 
-KV_TYPES: Final = ("f16", "f32")
+#: llama.cpp's cache types (``-ctk``/``-ctv``), in its order
+KV_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 #: the layer groups of a cache
 GROUPS: Final = ("full", "swa")
 
 
-def kv_bytes_per_layer(hp: HParams, kv_size: int, kv_type: str) -> int:
-    """Bytes of one layer's K and V, or of its recurrent states: the larger kind where a hybrid has both."""
-    t = as_type(kv_type)
-    attn = row_size(t, hp.n_embd_k_gqa) * kv_size + row_size(t, hp.n_embd_v_gqa) * kv_size
+def check_kv_types(hp: HParams | None, type_k: str, type_v: str, flash_attn: bool | None) -> None:
+    """ValueError, one line, unless the cache can have these types: llama.cpp's names, a quantized V only with
+    flash attention (``flash_attn`` None: not decided yet, checked again once it is), and a quantized type's block
+    dividing its head dimension (``hp`` None: not checked)."""
+    for flag, name in (("--cache-type-k", type_k), ("--cache-type-v", type_v)):
+        if name not in KV_TYPES:
+            raise ValueError(f"{flag}: unsupported cache type {name!r} (one of {', '.join(KV_TYPES)})")
+    if flash_attn is False and as_type(type_v).is_quantized:
+        raise ValueError(
+            f"V cache quantization requires flash_attn: --cache-type-v {type_v} needs --flash-attn on "
+            "(or a float V cache: f16, bf16, f32)"
+        )
+    if hp is None:
+        return
+    for flag, name, dim, what in (
+        ("--cache-type-k", type_k, hp.head_dim_k, "n_embd_head_k"),
+        ("--cache-type-v", type_v, hp.head_dim_v, "n_embd_head_v"),
+    ):
+        blck = as_type(name).block_size
+        if dim % blck:
+            raise ValueError(
+                f"{flag} {name}: its block of {blck} values does not divide {what}={dim} of this model; "
+                "use f16 or a type of a smaller block"
+            )
+
+
+def kv_bytes_per_layer(hp: HParams, kv_size: int, type_k: str, type_v: str | None = None) -> int:
+    """Bytes of one layer's K and V (V of ``type_k`` when ``type_v`` is None), or of its recurrent states: the
+    larger kind where a hybrid has both."""
+    tk, tv = as_type(type_k), as_type(type_v or type_k)
+    attn = row_size(tk, hp.n_embd_k_gqa) * kv_size + row_size(tv, hp.n_embd_v_gqa) * kv_size
     if not hp.has_recurrent:
         return attn
     states = state_bytes_per_layer(hp)
@@ -70,10 +111,13 @@ class KVCache:
 
     hp: HParams
     kv_size: int
+    #: the K cache type (and V's when :attr:`type_v` is None)
     type: GGMLType
     v_trans: bool
     #: cells of the sliding-window layers (``kv_size`` when they keep everything)
     swa_size: int = 0
+    #: the V cache type (None: :attr:`type`)
+    type_v: GGMLType | None = None
     #: V stored by rows like K (``v_trans`` False) but read as ``[n_kv, head_dim, n_head_kv]`` through a contiguous
     #: transpose, as llama.cpp's attention without flash attention does (``-sm tensor``: rows split by KV heads)
     v_read_transposed: bool = False
@@ -99,25 +143,27 @@ class KVCache:
         kv_type: str,
         *,
         v_trans: bool,
+        type_v: str | None = None,
         swa_size: int | None = None,
         alloc: bool = True,
         deferred: bool = False,
     ) -> KVCache:
-        """Allocate the cache on the layers' devices (``swa_size``: cells of the sliding-window layers).
+        """Allocate the cache on the layers' devices: K of ``kv_type``, V of ``type_v`` (None: ``kv_type``);
+        ``swa_size``: cells of the sliding-window layers.
 
         ``alloc=False`` allocates nothing: the tensors are bound to zero-size stand-ins of their devices' buffer
         types, so that graphs over the cache can be planned and measured (``--fit``), never computed.
         ``deferred``: the tensors are made without memory, for the meta device to allocate by KV heads (``-sm
         tensor``; the owner appends the buffers to :attr:`buffers`); V is read through a transpose.
         """
-        if kv_type not in KV_TYPES:
-            raise ValueError(f"--kv-type must be one of {', '.join(KV_TYPES)}, got {kv_type!r}")
+        # V read by rows (flash attention) is the only reading of a quantized V
+        check_kv_types(hp, kv_type, type_v or kv_type, not v_trans and not deferred)
         if kv_size <= 0:
             raise ValueError(f"the KV cache needs at least one cell, got kv_size={kv_size}")
         swa = kv_size if swa_size is None or not hp.has_swa else min(swa_size, kv_size)
         if hp.has_swa and swa < min(hp.n_swa, kv_size):
             raise ValueError(f"the sliding-window cache needs at least the window ({hp.n_swa} cells), got {swa}")
-        cache = cls(hp, kv_size, as_type(kv_type), v_trans, swa)
+        cache = cls(hp, kv_size, as_type(kv_type), v_trans, swa, as_type(type_v or kv_type))
         ctxs: dict[str, Context] = {}
         devs = {}
         for il in range(hp.n_layer):
@@ -127,7 +173,7 @@ class KVCache:
             recurrent = hp.is_recurrent(il)
             n = cache.size(il) if hp.has_attention(il) else 0  # a recurrent (or FFN-only) layer keeps no cells
             cache.k.append(ctx.new_tensor_2d(cache.type, hp.n_embd_k_gqa, n, f"cache_k_l{il}"))
-            cache.v.append(ctx.new_tensor_2d(cache.type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
+            cache.v.append(ctx.new_tensor_2d(cache.value_type, hp.n_embd_v_gqa, n, f"cache_v_l{il}"))
             cache.r.append(ctx.new_tensor_2d("f32", hp.n_embd_r, 1, f"cache_r_l{il}") if recurrent else None)
             has_s = recurrent and hp.n_embd_s > 0  # LFM2 keeps only its window
             cache.s.append(ctx.new_tensor_2d("f32", hp.n_embd_s, 1, f"cache_s_l{il}") if has_s else None)
@@ -154,6 +200,11 @@ class KVCache:
             raise
         cache.clear_positions()
         return cache
+
+    @property
+    def value_type(self) -> GGMLType:
+        """The V cache type."""
+        return self.type if self.type_v is None else self.type_v
 
     # --------------------------------------------------------------------------------------------- cells
 

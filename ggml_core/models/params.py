@@ -110,7 +110,12 @@ class ModelParams:
     placement: PlacementRequest = field(default_factory=PlacementRequest)
     #: KV cache cells (the context size); None: :func:`default_n_ctx`
     n_ctx: int | None = None
+    #: the K and V cache type (``--kv-type``); :attr:`type_k` / :attr:`type_v` override it for one of them
     kv_type: str = "f16"
+    #: llama.cpp's ``-ctk``: the K cache type (None: :attr:`kv_type`)
+    type_k: str | None = None
+    #: llama.cpp's ``-ctv``: the V cache type (None: :attr:`kv_type`); a quantized V needs flash attention
+    type_v: str | None = None
     #: FLASH_ATTN_EXT instead of SOFT_MAX attention; None: llama.cpp's ``-fa auto`` (on when every layer's device
     #: runs it, see :func:`~ggml_core.models.plan.planner.flash_attn_auto`)
     flash_attn: bool | None = False
@@ -129,6 +134,24 @@ class ModelParams:
     fit: FitParams = field(default_factory=FitParams)
     #: what ``--split-mode auto`` optimises for: prompt and generated tokens (models/plan/autosplit.py)
     workload: Workload = field(default_factory=Workload)
+
+    @property
+    def cache_type_k(self) -> str:
+        """The K cache type."""
+        return self.type_k or self.kv_type
+
+    @property
+    def cache_type_v(self) -> str:
+        """The V cache type."""
+        return self.type_v or self.kv_type
+
+    @property
+    def planned_flash_attn(self) -> bool:
+        """Flash attention as plans size it: ``-fa auto`` (None) counts as off, except with a quantized V cache,
+        which only flash attention reads (the run refuses it if auto turns flash attention off)."""
+        if self.flash_attn is not None:
+            return self.flash_attn
+        return self.cache_type_v not in ("f32", "f16", "bf16")
 
 
 def default_n_ctx(hp: HParams) -> int:

@@ -29,7 +29,7 @@ from ggml_core.models.executor import Executor
 from ggml_core.models.gguf_file import GGUFFile, open_gguf
 from ggml_core.models.graph import BuiltGraph, build_graph, graph_size_for
 from ggml_core.models.hparams import HParams
-from ggml_core.models.kvcache import KVCache, swa_cache_size
+from ggml_core.models.kvcache import KVCache, check_kv_types, swa_cache_size
 from ggml_core.models.params import KV_PAD, ModelParams, check_context, default_n_ctx
 from ggml_core.models.plan.placement import Placement
 from ggml_core.models.plan.planner import flash_attn_auto, plan_model
@@ -193,8 +193,15 @@ class Model:
 
             state_of = split_states(f, hp, placement.tensor_shares)
             params = replace(params, flash_attn=False)
+            if params.cache_type_k not in ("f16", "f32") or params.cache_type_v not in ("f16", "f32"):
+                raise ValueError(
+                    f"--split-mode tensor keeps f16 or f32 caches, got -ctk {params.cache_type_k} "
+                    f"-ctv {params.cache_type_v}; use --split-mode layer for other cache types"
+                )
         if params.flash_attn is None:
-            params = replace(params, flash_attn=flash_attn_auto(hp, placement, params.kv_type))
+            fa = flash_attn_auto(hp, placement, params.cache_type_k, params.cache_type_v)
+            params = replace(params, flash_attn=fa)
+        check_kv_types(hp, params.cache_type_k, params.cache_type_v, params.flash_attn)
         deferred = None if state_of is None else (lambda t: state_of(t) is not None)
         weights = load_weights(
             f, specs, placement, progress=params.progress, stream=stream, upload=upload, deferred=deferred
@@ -206,7 +213,14 @@ class Model:
             swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
             v_trans = not params.flash_attn and state_of is None
             kv = KVCache.create(
-                hp, placement, n_ctx, params.kv_type, v_trans=v_trans, swa_size=swa, deferred=state_of is not None
+                hp,
+                placement,
+                n_ctx,
+                params.cache_type_k,
+                type_v=params.cache_type_v,
+                v_trans=v_trans,
+                swa_size=swa,
+                deferred=state_of is not None,
             )
             executor = Executor(
                 placement.tensor_devices or placement.devices,

@@ -48,6 +48,7 @@ _QUANTIZE: Final[dict[GGMLType, _Kernel]] = {
     GGMLType.Q5_K: _kquants.quantize_q5_k,
     GGMLType.Q6_K: _kquants.quantize_q6_k,
     GGMLType.Q8_K: _kquants.quantize_q8_k,
+    GGMLType.IQ4_NL: _others.quantize_iq4_nl,
 }
 
 _DEQUANTIZE: Final[dict[GGMLType, _Kernel]] = {

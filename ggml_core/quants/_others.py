@@ -1,4 +1,5 @@
-"""Dequantization of the other grid-free types: IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0 and Q1_0.
+"""Dequantization of the other grid-free types: IQ4_NL, IQ4_XS, MXFP4, NVFP4, TQ1_0, TQ2_0 and Q1_0; IQ4_NL's
+reference quantizer.
 
 Each ``dequantize_*`` maps ``(n_blocks, type_size)`` bytes to ``(n_blocks, block_size)`` float32, equal to ggml's
 ``dequantize_row_*``. (The IQ1/IQ2/IQ3 types need ggml's large lattice tables and are not implemented.)
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32Array, I32Array, U8Array, read_f16
+from ._common import F32, F32Array, I32Array, U8Array, f32_to_f16_bits, first_absmax, le_bytes_u16, read_f16, seq_sum
 
 #: ``kvalues_iq4nl`` of ggml-common.h
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
@@ -26,6 +27,39 @@ def dequantize_iq4_nl(b: U8Array) -> F32Array:
     d = read_f16(b, 0)[:, None]
     lo, hi = _nibbles(b[:, 2:18])
     return np.concatenate([d * KVALUES_IQ4NL[lo], d * KVALUES_IQ4NL[hi]], axis=1)
+
+
+def _nearest_iq4nl(x: F32Array) -> I32Array:
+    """ggml's ``best_index_int8(16, kvalues_iq4nl, x)``: the nearest grid value's index, a tie to the upper one."""
+    v = KVALUES_IQ4NL
+    mu = np.clip(np.searchsorted(v, x, side="right"), 1, 15)
+    lower = (x - v[mu - 1]) < (v[mu] - x)
+    idx = np.where(lower, mu - 1, mu)
+    return np.where(x <= v[0], 0, np.where(x >= v[15], 15, idx)).astype(np.int32)
+
+
+def quantize_iq4_nl(x: F32Array) -> U8Array:
+    """``quantize_row_iq4_nl_ref`` (ggml-cpu's ``from_float`` for IQ4_NL; no importance weights, ``ntry = -1``):
+    indices of ``x / (max/-127)`` on the grid, then ``d = Σ w·q·x / Σ w·q²`` with ``w = x²`` (float32, in order).
+
+    A block below 1e-15 in magnitude gets ``d = 0`` and indices 0 (ggml leaves the previous block's there; either
+    dequantizes to zeros)."""
+    amax, vmax = first_absmax(x, axis=1)
+    live = amax >= F32(1e-15)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d0 = np.where(live, vmax / F32(-127.0), F32(1.0)).astype(np.float32)
+        inv = (F32(1.0) / d0).astype(np.float32)
+        idx = _nearest_iq4nl((inv[:, None] * x).astype(np.float32))
+        q = KVALUES_IQ4NL[idx]
+        wq = (x * x) * q  # (w·q), as C evaluates w*q*x left to right
+        sumqx, sumq2 = seq_sum((wq * x).T), seq_sum((wq * q).T)
+        d = np.where(sumq2 > 0, sumqx / sumq2, F32(0.0)).astype(np.float32)
+    d = np.where(live, d, F32(0.0)).astype(np.float32)
+    idx = np.where(live[:, None], idx, 0)
+    out = np.empty((x.shape[0], 18), dtype=np.uint8)
+    out[:, 0:2] = le_bytes_u16(f32_to_f16_bits(d))
+    out[:, 2:] = (idx[:, :16] | (idx[:, 16:] << 4)).astype(np.uint8)
+    return out
 
 
 def dequantize_iq4_xs(b: U8Array) -> F32Array:

@@ -146,9 +146,31 @@ def test_file_prompt_drops_one_trailing_newline(
 
 def test_cache_types(plain_model: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _json(capsys, "run", str(plain_model), "-p", "ab", "-ctk", "f32", "-ctv", "f32", *RUN)["kv_type"] == "f32"
-    assert main(["run", str(plain_model), "-p", "ab", "-ctk", "f32", "-ctv", "f16", *RUN]) == 2
+    both = _json(capsys, "run", str(plain_model), "-p", "ab", "-ctk", "f32", "-ctv", "f16", *RUN)
+    assert (both["type_k"], both["type_v"]) == ("f32", "f16")
+    half = _json(capsys, "run", str(plain_model), "-p", "ab", "--kv-type", "f32", "-ctv", "f16", *RUN)
+    assert (half["type_k"], half["type_v"]) == ("f32", "f16")  # -ctk/-ctv override --kv-type's half
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["-ctv", "q4_0"], "V cache quantization requires flash_attn: -ctv q4_0 needs -fa on"),
+        (["--kv-type", "q8_0", "-fa", "off"], "V cache quantization requires flash_attn: -ctv q8_0 needs -fa on"),
+        (["-ctk", "q4_2"], "argument --cache-type-k/-ctk: unsupported cache type 'q4_2' (one of f32, f16, bf16,"),
+        (["-ctk", "q8_0"], "--cache-type-k q8_0: its block of 32 values does not divide n_embd_head_k=16"),
+    ],
+)
+def test_cache_type_refusals(
+    plain_model: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    try:
+        rc = main(["run", str(plain_model), "-p", "ab", *flags, *RUN])
+    except SystemExit as exc:  # argparse's own type check
+        rc = int(exc.code or 0)
     err = capsys.readouterr().err
-    assert "-ctk f32 with -ctv f16" in err and err.count("\n") == 1
+    assert rc != 0 and message in err, err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1, err
 
 
 def test_penalties_change_greedy_output_as_the_definition_says(

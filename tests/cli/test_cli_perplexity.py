@@ -58,7 +58,7 @@ def _chunk_log_probs(model_path: Path, tokens: list[int], n_ctx: int) -> list[tu
 
 
 def _ppl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    rc = main(["perplexity", "--device", "CPU", "-ctk", "f32", *argv])
+    rc = main(["perplexity", "--device", "CPU", "-ctk", "f32", "-ctv", "f32", *argv])  # both f32, as the reference
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 

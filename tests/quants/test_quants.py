@@ -496,9 +496,9 @@ class TestAPI:
             dequantize_rows_into(out, T.Q3_K, np.empty((4, 255), np.float32))
 
     def test_can_quantize_and_dequantize(self) -> None:
-        for t in [*QUANT_TYPES, T.F32, T.F16, T.BF16]:
+        for t in [*QUANT_TYPES, T.F32, T.F16, T.BF16, T.IQ4_NL]:
             assert can_quantize(t) and can_dequantize(t), t.name
-        for t in (T.IQ4_NL, T.IQ4_XS, T.MXFP4, T.NVFP4, T.TQ1_0, T.TQ2_0, T.Q1_0):
+        for t in (T.IQ4_XS, T.MXFP4, T.NVFP4, T.TQ1_0, T.TQ2_0, T.Q1_0):
             assert can_dequantize(t) and not can_quantize(t), t.name
         assert not can_quantize("iq2_xxs") and not can_dequantize("IQ2_XXS")
         assert not can_quantize(T.I32)

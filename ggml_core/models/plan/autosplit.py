@@ -292,8 +292,13 @@ def _layer_key(f: GGUFFile, hp: HParams, specs: Sequence[WeightSpec], params: Mo
         f"{hp.arch} e{hp.n_embd} ff{hp.n_ff} h{hp.n_head}/{hp.n_head_kv} d{hp.head_dim_k} x{hp.n_expert_used}/"
         f"{hp.n_expert}"
     )
-    attn = "fa" if params.flash_attn else "sm"
-    return f"{shape} {types} kv:{params.kv_type} {attn} t{params.n_threads or 0}"
+    attn = "fa" if params.planned_flash_attn else "sm"
+    kv = (
+        params.cache_type_k
+        if params.cache_type_k == params.cache_type_v
+        else f"{params.cache_type_k}/{params.cache_type_v}"
+    )
+    return f"{shape} {types} kv:{kv} {attn} t{params.n_threads or 0}"
 
 
 class _Timer:
@@ -321,7 +326,11 @@ class _Timer:
             groups.setdefault(id(buft), (buft, []))[1].append((t, s))
             weights.tensors[s.name] = t
         kv_dev = (
-            dev if dev is not cpu and kv_supported(dev, as_type(self.params.kv_type), hp.n_embd_k_gqa, n_kv) else cpu
+            dev
+            if dev is not cpu
+            and kv_supported(dev, as_type(self.params.cache_type_k), hp.n_embd_k_gqa, n_kv)
+            and kv_supported(dev, as_type(self.params.cache_type_v), hp.n_embd_v_gqa, n_kv)
+            else cpu
         )
         executor = None
         kv = None
@@ -337,8 +346,9 @@ class _Timer:
                 hp,
                 cast(Any, _KVAt(kv_dev)),
                 n_kv,
-                self.params.kv_type,
-                v_trans=not self.params.flash_attn,
+                self.params.cache_type_k,
+                type_v=self.params.cache_type_v,
+                v_trans=not self.params.planned_flash_attn,
                 swa_size=swa,
             )
             with Context("autosplit: graph") as ctx:
@@ -350,7 +360,7 @@ class _Timer:
                     n_tokens,
                     n_kv,
                     all_logits=True,
-                    flash_attn=bool(self.params.flash_attn),
+                    flash_attn=self.params.planned_flash_attn,
                     graph_size=graph_size_for(hp),
                 )
                 x = ctx.new_tensor("f32", (hp.n_embd, n_tokens), "autosplit_x").set_input()
@@ -373,7 +383,7 @@ class _Timer:
             n_kv_g = kv.n_kv(group, n_kv)
             pos = np.arange(n_kv - n_tokens, n_kv, dtype=np.int32) if n_kv >= n_tokens else np.arange(n_tokens)
             cells = kv.cells(group, pos)
-            mask = np.zeros((n_tokens, n_kv_g), dtype=np.float16 if self.params.flash_attn else np.float32)
+            mask = np.zeros((n_tokens, n_kv_g), dtype=np.float16 if self.params.planned_flash_attn else np.float32)
             sfx = "" if group == "full" else "_" + group
 
             values = {

@@ -35,6 +35,7 @@ __all__ = [
     "WeightInfo",
     "assign_weights",
     "bind_probe",
+    "check_host_kv",
     "consumer_kind",
     "consumer_op",
     "describe_weights",
@@ -256,6 +257,20 @@ def kv_supported(dev: Device, kv_type: GGMLType, row_len: int, n_rows: int) -> b
     return _accepts(dev, dev.buffer_type(), cache, build)
 
 
+def check_host_kv(cpu: Device, kv: KVInfo) -> None:
+    """ValueError, one line, unless the host writes the cache's types (the caches no device can keep are there)."""
+    v_row, v_rows = (1, kv.n_embd_v * kv.n_ctx) if kv.v_trans else (kv.n_embd_v, kv.n_ctx)
+    for flag, t, row, rows in (
+        ("--cache-type-k", kv.type, kv.n_embd_k, kv.n_ctx),
+        ("--cache-type-v", kv.value_type, v_row, v_rows),
+    ):
+        if not kv_supported(cpu, t, row, rows):
+            raise ValueError(
+                f"{flag} {t.traits.name}: {cpu.name} cannot write {t.traits.name} cache rows (SET_ROWS); "
+                "use another cache type (q8_0, q4_0, f16, ...)"
+            )
+
+
 # ------------------------------------------------------------------------------------------------ assignment
 
 
@@ -274,13 +289,20 @@ class WeightInfo:
 
 @dataclass(frozen=True)
 class KVInfo:
-    """The KV cache's type and row shapes, for the in-place write probe."""
+    """The KV cache's types and row shapes, for the in-place write probe."""
 
+    #: K's type (and V's when :attr:`type_v` is None)
     type: GGMLType
     n_embd_k: int
     n_embd_v: int
     n_ctx: int
     v_trans: bool
+    type_v: GGMLType | None = None
+
+    @property
+    def value_type(self) -> GGMLType:
+        """V's type."""
+        return self.type if self.type_v is None else self.type_v
 
 
 def _count_shared_once(
@@ -449,13 +471,12 @@ def assign_weights(
             continue
         if dev.name not in kv_ok:
             v_row, v_rows = (1, kv.n_embd_v * kv.n_ctx) if kv.v_trans else (kv.n_embd_v, kv.n_ctx)
-            kv_ok[dev.name] = kv_supported(dev, kv.type, kv.n_embd_k, kv.n_ctx) and kv_supported(
-                dev, kv.type, v_row, v_rows
-            )
+            tv = kv.value_type
+            kv_ok[dev.name] = kv_supported(dev, kv.type, kv.n_embd_k, kv.n_ctx) and kv_supported(dev, tv, v_row, v_rows)
             if not kv_ok[dev.name]:
+                types = kv.type.traits.name if tv == kv.type else f"{kv.type.traits.name}/{tv.traits.name}"
                 placement.notes.append(
-                    f"{dev.name} cannot write a {kv.type.traits.name} KV cache (SET_ROWS): its layers' caches are "
-                    "in host memory"
+                    f"{dev.name} cannot write a {types} KV cache (SET_ROWS): its layers' caches are in host memory"
                 )
         if not kv_ok[dev.name]:
             placement.kv_device[il] = cpu

@@ -134,7 +134,10 @@ def measure(
         if dev is not cpu:
             slot_cost[s.slot] = slot_cost.get(s.slot, 0) + nbytes
     swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
-    kv = KVCache.create(hp, placement, n_ctx, params.kv_type, v_trans=not params.flash_attn, swa_size=swa, alloc=False)
+    fa = params.planned_flash_attn
+    kv = KVCache.create(
+        hp, placement, n_ctx, params.cache_type_k, type_v=params.cache_type_v, v_trans=not fa, swa_size=swa, alloc=False
+    )
     kv_dev: dict[str, int] = {}
     for il in range(hp.n_layer):
         dev = placement.kv_device_of(il)
@@ -152,7 +155,7 @@ def measure(
         min(params.batch_size, n_ctx),
         n_ctx,
         all_logits=True,
-        flash_attn=bool(params.flash_attn),  # auto (None) is resolved after the fit: sized as soft_max
+        flash_attn=fa,  # auto (None) is resolved after the fit: sized as soft_max unless V is quantized
     )
     own = backends is None
     pool = backends or _Backends()

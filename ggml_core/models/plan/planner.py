@@ -19,10 +19,18 @@ from ggml_core.alloc import pad
 from ggml_core.backend.registry import get_registry
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.hparams import HParams
-from ggml_core.models.kvcache import kv_bytes_per_layer, swa_cache_size
+from ggml_core.models.kvcache import check_kv_types, kv_bytes_per_layer, swa_cache_size
 from ggml_core.models.params import KV_PAD, ModelParams, default_n_ctx
 from ggml_core.models.plan.autosplit import plan_auto
-from ggml_core.models.plan.bufts import PROBE_TOKENS, KVInfo, ProbeShapes, WeightInfo, assign_weights, bind_probe
+from ggml_core.models.plan.bufts import (
+    PROBE_TOKENS,
+    KVInfo,
+    ProbeShapes,
+    WeightInfo,
+    assign_weights,
+    bind_probe,
+    check_host_kv,
+)
 from ggml_core.models.plan.fit import fit_model
 from ggml_core.models.plan.placement import Placement, plan_placement, resolve_devices
 from ggml_core.models.weights import WeightSpec, slot_bytes, slot_nbytes
@@ -37,15 +45,16 @@ def compute_estimate(hp: HParams, n_batch: int, n_ctx: int) -> int:
     return 4 * n_batch * live + 4 * 2**20
 
 
-def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
+def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str, type_v: str | None = None) -> bool:
     """llama.cpp's ``--flash-attn auto``: FLASH_ATTN_EXT when the device of every layer runs it on that layer's
     cache (as llama.cpp checks that no FLASH_ATTN_EXT node left its layer's device), else SOFT_MAX attention.
 
-    The op is probed on stand-ins (a 512-token batch over 256 cells of ``kv_type``, the cache bound to a zero-size
+    The op is probed on stand-ins (a 512-token batch over 256 cells, K of ``kv_type``, V of ``type_v`` (None: the
+    same), the cache bound to a zero-size
     buffer of its device's buffer type); a device whose ``supports_op`` raises counts as not supporting it. On the
     CPU it is on, as in llama.cpp, whose CPU backend runs FLASH_ATTN_EXT.
     """
-    t = as_type(kv_type)
+    t, tv = as_type(kv_type), as_type(type_v or kv_type)
     n_kv = KV_PAD
     seen: dict[tuple[int, int], bool] = {}
     for il in range(hp.n_layer):
@@ -55,7 +64,7 @@ def flash_attn_auto(hp: HParams, placement: Placement, kv_type: str) -> bool:
             with Context("probe flash_attn") as ctx:
                 q = ctx.new_tensor("f32", (hp.head_dim_k, PROBE_TOKENS, hp.n_head), "probe_q")
                 k = ctx.new_tensor(t, (hp.head_dim_k, n_kv, hp.n_head_kv), "probe_k")
-                v = ctx.new_tensor(t, (hp.head_dim_v, n_kv, hp.n_head_kv), "probe_v")
+                v = ctx.new_tensor(tv, (hp.head_dim_v, n_kv, hp.n_head_kv), "probe_v")
                 mask = ctx.new_tensor("f16", (n_kv, PROBE_TOKENS), "probe_mask")
                 node = ops.flash_attn_ext(q, k, v, mask, 1.0, 0.0, hp.attn_softcap)
             for c in (k, v):
@@ -119,13 +128,12 @@ def plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelPa
     n_ctx = params.n_ctx or default_n_ctx(hp)
     if n_ctx <= 0:
         raise ValueError(f"--ctx-size must be positive, got {n_ctx}")
-    if params.kv_type not in ("f16", "f32"):
-        raise ValueError(f"--kv-type must be f16 or f32, got {params.kv_type!r}")
+    check_kv_types(hp, params.cache_type_k, params.cache_type_v, params.flash_attn)
     # per layer on average: sliding-window layers keep only their window
     swa = n_ctx if params.swa_full else swa_cache_size(hp, n_ctx, min(params.batch_size, n_ctx), KV_PAD)
     n_swa_layers = sum(hp.is_swa(il) for il in range(hp.n_layer))
     cells = (n_ctx * (hp.n_layer - n_swa_layers) + swa * n_swa_layers + hp.n_layer - 1) // hp.n_layer
-    kv_layer = kv_bytes_per_layer(hp, cells, params.kv_type)
+    kv_layer = kv_bytes_per_layer(hp, cells, params.cache_type_k, params.cache_type_v)
     compute = compute_estimate(hp, min(params.batch_size, n_ctx), n_ctx)
     req = params.placement
     placement = plan_placement(req, hp.n_layer, slot_bytes(f, specs), kv_layer, compute, check_fit=False)
@@ -136,9 +144,18 @@ def plan_once(f: GGUFFile, hp: HParams, specs: list[WeightSpec], params: ModelPa
         )
         for s in specs
     ]
-    kv = KVInfo(as_type(params.kv_type), hp.n_embd_k_gqa, hp.n_embd_v_gqa, n_ctx, not params.flash_attn)
+    kv = KVInfo(
+        as_type(params.cache_type_k),
+        hp.n_embd_k_gqa,
+        hp.n_embd_v_gqa,
+        n_ctx,
+        not params.planned_flash_attn,
+        as_type(params.cache_type_v),
+    )
     assign_weights(placement, infos, shapes, req.overrides, kv, kv_offload=req.kv_offload)
     cpu = placement.slot_device[-1]
+    if any(placement.kv_device_of(il) is cpu for il in range(hp.n_layer)):
+        check_host_kv(cpu, kv)
     items = [
         (c.device, c.slot, c.nbytes, c.buft is cpu.buffer_type() and placement.maps(cpu))
         for c in placement.weights.values()

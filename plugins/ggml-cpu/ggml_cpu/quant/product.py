@@ -71,6 +71,8 @@ DOT_TYPE: Final = {
     GGMLType.Q6_K: GGMLType.Q8_K,
     # gpt-oss's experts: no block kernel, dequantized tiles (exact: E2M1 values times a power of two) + SGEMM
     GGMLType.MXFP4: GGMLType.Q8_0,
+    # an iq4_nl KV cache (or weights): dequantized tiles (d·grid value, exact in float32) + SGEMM, as MXFP4
+    GGMLType.IQ4_NL: GGMLType.Q8_0,
 }
 
 #: weight types with compiled block kernels (:mod:`.legacy`, :mod:`.kquants`)
