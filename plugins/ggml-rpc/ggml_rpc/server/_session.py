@@ -518,6 +518,7 @@ class Session:
                 return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
 
             graph, ctx = build_graph(msg, self.buffers, dev, usable, self.limits)
+            self.server.count("graphs decoded")
             scratch = graph_scratch(graph.nodes)
             self._compute(msg.device, graph, scratch)
         except BaseException:
