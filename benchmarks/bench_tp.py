@@ -18,8 +18,14 @@ backend), the all-reduces and the bytes copied between devices per token are pri
 with the CPU time of the client + the two servers per prompt and per generated token (user + system, from
 ``/proc``, in 10 ms ticks: what the processes computed or spent on the protocol, against the wall time).
 
-Usage: ``python benchmarks/bench_tp.py [--type q8_0] [--n-prompt 128] [--n-gen 16] [--reps 3] [--json PATH]``;
-the results go to ``benchmarks/results/bench_tp.json`` as JSON.
+The all-reduce time per token: a chain of steps ``rms_norm(W2 · (W1 · x))`` over the model's width, split 1:1 over
+the same two servers (one all-reduce each, tiny products), timed per step (:func:`all_reduce_round_ms`), times the
+decode step's all-reduces.
+
+Usage: ``python benchmarks/bench_tp.py [--type q8_0] [--n-prompt 128] [--n-gen 16] [--reps 3] [--baseline-tree DIR]
+[--json PATH]``; ``--baseline-tree`` runs DIR's own bench_tp.py (its own process and servers, one repetition) before
+each round, so a change is measured against its baseline under the same load. The results go to
+``benchmarks/results/bench_tp.json`` as JSON.
 """
 
 from __future__ import annotations
