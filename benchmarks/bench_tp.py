@@ -18,13 +18,20 @@ backend), the all-reduces and the bytes copied between devices per token are pri
 with the CPU time of the client + the two servers per prompt and per generated token (user + system, from
 ``/proc``, in 10 ms ticks: what the processes computed or spent on the protocol, against the wall time).
 
-Usage: ``python benchmarks/bench_tp.py [--type q8_0] [--n-prompt 128] [--n-gen 16] [--reps 3] [--json PATH]``;
-the results go to ``benchmarks/results/bench_tp.json`` as JSON.
+The all-reduce time per token: a chain of steps ``rms_norm(W2 · (W1 · x))`` over the model's width, split 1:1 over
+the same two servers (one all-reduce each, tiny products), timed per step (:func:`all_reduce_round_ms`), times the
+decode step's all-reduces.
+
+Usage: ``python benchmarks/bench_tp.py [--type q8_0] [--n-prompt 128] [--n-gen 16] [--reps 3] [--baseline-tree DIR]
+[--json PATH]``; ``--baseline-tree`` runs DIR's own bench_tp.py (its own process and servers, one repetition) before
+each round, so a change is measured against its baseline under the same load. The results go to
+``benchmarks/results/bench_tp.json`` as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -124,12 +131,64 @@ def _per_token(m: Any) -> dict[str, Any]:
     }
 
 
+def all_reduce_round_ms(backends: list[Any], n_rounds: int, reps: int) -> float:
+    """Milliseconds per all-reduce round on ``backends`` under ``-sm tensor``: a chain of ``n_rounds`` steps, each
+    ``rms_norm(W2 · (W1 · x))`` over the model's width with a 64-wide middle split 1:1 (W1 by rows, W2 by columns:
+    one all-reduce of an ``n_embd`` vector per step, as after a layer's attention or FFN), timed to the read of the
+    result. The products are tiny, so this is what each all-reduce costs a decode step: the graphs sent, the
+    partial sums exchanged and added, the mirrored sum passed on."""
+    from ggml_core import Context, Graph, ops
+    from ggml_core.sched import MetaDevice, SplitState
+
+    n_embd, mid = SHAPE["n_embd"], 64
+    ctx = Context("bench-allreduce")
+    x = ctx.new_tensor("f32", [n_embd, 1], "x").set_input()
+    split: dict[int, SplitState] = {}
+    h = x
+    weights = []
+    for i in range(n_rounds):
+        w1 = ctx.new_tensor("f32", [n_embd, mid], f"w1.{i}")
+        w2 = ctx.new_tensor("f32", [mid, n_embd], f"w2.{i}")
+        split[w1.id], split[w2.id] = SplitState.split(1, (mid // 2, mid // 2)), SplitState.split(0, (mid // 2,) * 2)
+        weights += [w1, w2]
+        h = ops.rms_norm(ops.mul_mat(w2, ops.mul_mat(w1, h)), 1e-6)
+    h.set_output()
+    g = Graph()
+    g.build_forward_expand(h)
+    tp = MetaDevice(backends).split_graph(g, lambda t: split.get(t.id))
+    tp.alloc_weights()
+    rng = np.random.default_rng(2)
+    for w in weights:
+        tp.set_weight(w, rng.uniform(-0.1, 0.1, w.ne[::-1][2:]).astype(np.float32))
+    tp.alloc()
+    out = tp.tensor(h)
+
+    def step() -> None:
+        x.set_data(rng.standard_normal((1, n_embd)).astype(np.float32))
+        tp.compute()
+        out.to_numpy()
+
+    step()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3 / n_rounds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--type", default="q8_0", help="weight type of the matrices (default q8_0)")
     ap.add_argument("--n-prompt", type=int, default=128)
     ap.add_argument("--n-gen", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="a source checkout whose bench_tp.py runs in a process of its own (and its own servers) before each "
+        "round, one repetition each: same run, same load; rows gain its tokens/s and the ratio to it",
+    )
     add_json_option(ap, "bench_tp")
     args = ap.parse_args()
 
@@ -156,12 +215,18 @@ def main() -> None:
         # CPU seconds (client, servers) of the pp and of the tg runs
         cpu_pp: dict[str, list[np.ndarray]] = {c: [] for c in CONFIGS}
         cpu: dict[str, list[np.ndarray]] = {c: [] for c in CONFIGS}
+        base_runs: list[dict[str, Any]] = []
         for _ in range(args.reps):
+            if args.baseline_tree is not None:
+                base_runs.append(_baseline(args, Path(tmp) / "baseline.json"))
             for c, m in models.items():
                 pp[c].append(_timed(lambda m=m: _pp(m, prompt[: args.n_prompt]), pids, cpu_pp[c]))
             for c, m in models.items():
                 tg[c].append(_timed(lambda m=m: _tg(m, prompt, args.n_gen), pids, cpu[c]))
         per_token = {c: _per_token(m) for c, m in models.items()}
+        backends = [get_registry().get_reg(f"RPC[{a}]").devices[0].init_backend() for a in addresses]
+        n_red = per_token[CONFIGS[1]]["all_reduces"]
+        round_ms = all_reduce_round_ms(backends, n_red, 5 * args.reps)
 
     base_pp, base_tg = statistics.median(pp[CONFIGS[0]]), statistics.median(tg[CONFIGS[0]])
     print(f"# {args.type}, pp{args.n_prompt}, tg{args.n_gen}, medians of {args.reps}; servers and client 1 thread")
@@ -187,7 +252,45 @@ def main() -> None:
             f"# {c}: pp{args.n_prompt} {1e3 * args.n_prompt / statistics.median(pp[c]):.1f} ms wall, CPU "
             f"{pcl:.1f} + {psv:.1f} ms; decode splits per backend {per_token[c]['splits_per_backend']}"
         )
+    print(
+        f"# all-reduce: {round_ms:.2f} ms per round ({n_red} rounds per decode step: {round_ms * n_red:.1f} ms per "
+        "token), from a chain of all-reduces with tiny products on the same two servers"
+    )
+    res.data["all_reduce_ms_per_round"] = round_ms
+    res.data["all_reduce_ms_per_token"] = round_ms * n_red
+    if base_runs:
+        print(f"# against {args.baseline_tree} (its own process and servers before each round), medians:")
+        for i, c in enumerate(CONFIGS):
+            row = res.data["rows"][i]
+            for k in ("pp", "tg"):
+                b = statistics.median(r["rows"][i][f"{k}_all"][0] for r in base_runs)
+                row[f"baseline_{k}_tokens_per_s"] = b
+                row[f"{k}_vs_baseline"] = row[f"{k}_tokens_per_s"] / b
+            print(
+                f"{c:<22} pp {row['baseline_pp_tokens_per_s']:8.1f} -> {row['pp_tokens_per_s']:8.1f} t/s "
+                f"({row['pp_vs_baseline']:.2f}x), tg {row['baseline_tg_tokens_per_s']:7.1f} -> "
+                f"{row['tg_tokens_per_s']:7.1f} t/s ({row['tg_vs_baseline']:.2f}x); baseline ratios to 1 server: pp "
+                f"{statistics.median(r['rows'][i]['pp_ratio'] for r in base_runs):.2f}, tg "
+                f"{statistics.median(r['rows'][i]['tg_ratio'] for r in base_runs):.2f}, decode splits "
+                f"{base_runs[-1]['rows'][i]['decode_splits']}"
+            )
+    print(
+        f"# load average at the end: {os.getloadavg()[0]:.2f} (at the start: {res.data['machine']['load_average'][0]})"
+    )
+    res.data["settings"]["baseline_tree"] = str(args.baseline_tree) if args.baseline_tree else None
     res.write_json(args.json)
+
+
+def _baseline(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """One repetition of the baseline checkout's bench_tp.py (same settings), its JSON results."""
+    tree = args.baseline_tree.resolve()
+    plugins = sorted(str(p) for p in (tree / "plugins").iterdir() if any(p.glob("ggml_*/__init__.py")))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *plugins]))
+    env.pop("GGML_RPC_SERVERS", None)
+    cmd = [sys.executable, str(tree / "benchmarks" / "bench_tp.py"), "--type", args.type, "--n-prompt"]
+    cmd += [str(args.n_prompt), "--n-gen", str(args.n_gen), "--reps", "1", "--json", str(out)]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ How each op is split (its rules by its operands' states) is :mod:`ggml_core.sche
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from ggml_core._tensor import Tensor
 from ggml_core.alloc import alloc_ctx_tensors
 from ggml_core.backend.interfaces import Backend, Buffer, BufferUsage, Device, DeviceType
 from ggml_core.backend.registry import get_registry
-from ggml_core.ops import GGMLOp
+from ggml_core.ops import VIEW_OPS, GGMLOp
 from ggml_core.sched._scheduler import Scheduler
 from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
 from ggml_core.sched._splitter import GraphSplitter, SplitResult, StateOf, region
@@ -72,10 +73,69 @@ class MetaDevice:
             raise ValueError(f"cannot reuse the shards of {reuse.meta.name} in {self.name}")
         prior = (reuse.states, reuse.shards) if reuse is not None else None
         got = GraphSplitter(self.devices, graph, state_of, prior, use_hooks=self.use_plugin_all_reduce).run()
+        overlap_order(got.graph, got.assign)
         sched = Scheduler(self.scheduler_backends(), graph_size=got.graph.size)
+        sched.cut_at_copies = True
         for t, d in got.assign:
             sched.set_tensor_backend(t, self.backends[d])
         return TensorParallelGraph(**vars(got), meta=self, scheduler=sched)
+
+
+def _base(t: Tensor) -> Tensor:
+    while t.view_src is not None:
+        t = t.view_src
+    return t
+
+
+def overlap_order(graph: Graph, assign: Sequence[tuple[Tensor, int]]) -> None:
+    """Reorder ``graph``'s nodes so that the devices compute side by side: between two all-reduces, the other devices'
+    parts come before the first device's, which also runs the mirrored nodes (the reduction, the residual, the
+    norms) that the others wait for. So the others start as soon as the mirrored result reaches them, while the
+    first device computes its own part.
+
+    A topological order (each node after its operands and views' sources) that takes the first device's part
+    nodes (those that read nothing of another device) only when nothing else is ready, and otherwise the earliest
+    node of the original order; nodes touching memory that some node writes into (a KV cache, through SET_ROWS)
+    keep their original order among themselves.
+    """
+    nodes = graph.nodes
+    dev = {id(t): d for t, d in assign}
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    deps: list[set[int]] = [set() for _ in nodes]
+    for i, n in enumerate(nodes):
+        for s in (*n.src, n.view_src):
+            j = pos.get(id(s)) if s is not None else None
+            if j is not None and j != i:
+                deps[i].add(j)
+    written = {id(_base(n)) for n in nodes if n.view_src is not None and n.op not in VIEW_OPS}
+    last: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for b in {id(_base(t)) for t in (n, *n.src) if t is not None} & written:
+            if b in last:
+                deps[i].add(last[b])
+            last[b] = i
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, ds in enumerate(deps):
+        for j in ds:
+            users[j].append(i)
+
+    def deferred(i: int) -> bool:
+        n = nodes[i]
+        return dev.get(id(n)) == 0 and all(dev.get(id(s), 0) == 0 for s in n.src if s is not None)
+
+    waiting = [len(ds) for ds in deps]
+    ready = [(deferred(i), i) for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[Tensor] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (deferred(u), u))
+    assert len(order) == len(nodes), "the per-device graph has a cycle"
+    graph.nodes[:] = order
 
 
 @dataclass

@@ -135,6 +135,9 @@ class Scheduler:
         self.bytes_copied = 0
         #: copy only the experts a batch uses of host expert weights offloaded to a MUL_MAT_ID (ggml's behaviour)
         self.partial_expert_copy = True
+        #: start a new split before a node reading another backend's result (see :func:`split_graph`): devices
+        #: computing side by side (the meta device) then wait for each other only where they exchange data
+        self.cut_at_copies = False
 
     def __repr__(self) -> str:
         return f"Scheduler([{', '.join(b.name for b in self.backends)}], n_splits={self.n_splits})"
@@ -227,7 +230,7 @@ class Scheduler:
             res.apply()
         else:
             self._placer.place(graph, self._overrides)
-            res = split_graph(self._placer, graph, key, self.n_copies, self.cur_copy)
+            res = split_graph(self._placer, graph, key, self.n_copies, self.cur_copy, cut_at_copies=self.cut_at_copies)
             self.n_placements += 1
             self._cache[key] = res
             while len(self._cache) > _SPLIT_CACHE:

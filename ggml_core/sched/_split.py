@@ -2,9 +2,11 @@
 
 A new split starts where the backend changes, where a weight of the current node lives on a backend the split
 cannot read (so offloaded weight memory can be reused), and where the split already has
-:data:`MAX_SPLIT_INPUTS` inputs and would need another. An operand on another backend whose memory the split's
-backend cannot use gets ``n_copies`` same-layout copies named ``"<backend>#<tensor>#<c>"``; the node reads copy
-``cur_copy`` (its operand is rewired for as long as the scheduler holds the graph — see :class:`SplitResult`).
+:data:`MAX_SPLIT_INPUTS` inputs and would need another; with ``cut_at_copies`` (the meta device's scheduler) also
+before a node reading a result of another backend, so that the split's earlier nodes need not wait for it. An
+operand on another backend whose memory the split's backend cannot use gets ``n_copies`` same-layout copies named
+``"<backend>#<tensor>#<c>"``; the node reads copy ``cur_copy`` (its operand is rewired for as long as the
+scheduler holds the graph — see :class:`SplitResult`).
 
 The allocator then plans one graph: per split, each input's source (held by a dependency view so it is not freed
 before the copy) and its copy, then the split's nodes; with pipeline copies all copies are leafs, allocated first.
@@ -19,7 +21,7 @@ from ggml_core._errors import GraphError
 from ggml_core._graph import Graph
 from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.backend.interfaces import BufferUsage
-from ggml_core.ops._enum import VIEW_OPS
+from ggml_core.ops._enum import VIEW_OPS, GGMLOp
 
 if TYPE_CHECKING:
     from ggml_core.sched._placement import Placer
@@ -93,8 +95,14 @@ def _dup_layout(src: Tensor, name: str) -> Tensor:
     return Tensor(None, src.type, src.ne, nb=src.nb, name=name)
 
 
-def split_graph(placer: Placer, graph: Graph, key: tuple[object, ...], n_copies: int, cur_copy: int) -> SplitResult:
-    """Cut ``graph`` (already placed by ``placer``) into splits, create the input copies, build the allocator graph."""
+def split_graph(
+    placer: Placer, graph: Graph, key: tuple[object, ...], n_copies: int, cur_copy: int, *, cut_at_copies: bool = False
+) -> SplitResult:
+    """Cut ``graph`` (already placed by ``placer``) into splits, create the input copies, build the allocator graph.
+
+    ``cut_at_copies``: also start a new split before a node that reads a result computed on another backend (not
+    copied into the split yet), so that the nodes before it run without waiting for that backend.
+    """
     ids = placer.ids
     backends = placer.backends
     nodes = graph.nodes
@@ -128,6 +136,15 @@ def split_graph(placer: Placer, graph: Graph, key: tuple[object, ...], n_copies:
                 if full and sb != cur and (s.id, cur) not in copies and not placer.buffer_supported(s, cur):
                     need_new = True
                     break
+        if cut_at_copies and nb == cur and not need_new and i > split.i_start:
+            need_new = any(
+                s is not None
+                and s.op != GGMLOp.NONE
+                and ids.get(s.id, -1) != cur
+                and (s.id, cur) not in copies
+                and not placer.buffer_supported(s, cur)
+                for s in node.src
+            )
         if nb != cur or need_new:
             split.i_end = i
             splits.append(split)

@@ -30,6 +30,7 @@ from ggml_core.sched import (
     llama_split_states,
     shard_sizes,
 )
+from ggml_core.sched._meta import overlap_order
 
 
 @pytest.fixture(scope="module")
@@ -400,3 +401,66 @@ def test_an_op_without_a_rule_names_node_and_states() -> None:
         MetaDevice(backends).split_graph(g, lambda t: "rows" if t is w else None)  # type: ignore[arg-type,return-value]
     with pytest.raises(SplitError, match=r"does not cover its 96 indices"):
         MetaDevice(backends).split_graph(g, lambda t: SplitState.split(1, (48, 40)) if t is w else None)
+
+
+@pytest.fixture()
+def two_rpc() -> Iterator[list[gc.Backend]]:
+    """Devices of two RPC servers on 127.0.0.1 (ggml-rpc's own server, serving the CPU)."""
+    rpc = pytest.importorskip("ggml_rpc", reason="needs the ggml-rpc plugin")
+    from ggml_rpc.server import RPCServer
+
+    servers = [RPCServer([gc.get_device("CPU")], "127.0.0.1", 0).start() for _ in range(2)]
+    try:
+        yield [rpc.RPCReg(s.address).devices[0].init_backend() for s in servers]
+    finally:
+        rpc.disconnect_all()
+        for s in servers:
+            s.shutdown()
+
+
+def test_parts_run_in_splits_apart_from_the_reduction(cpu: gc.Backend, two_rpc: list[gc.Backend]) -> None:
+    """Devices compute side by side: between two all-reduces the second device's part is sent first, the first
+    device's part runs in a split apart from the reduction that waits for the second's partial."""
+    shape: dict[str, Any] = {"n_layers": 2, "n_embd": 64, "n_head": 4, "n_ff": 96, "n_tokens": 5, "kv_cache": True}
+    vals = L.random_values(L.build_llama(**shape), seed=11)
+    got, tp, _ = _tensor_parallel(two_rpc, (1, 1), vals, **shape)
+    np.testing.assert_allclose(got, _single_device(cpu, vals, **shape), rtol=1e-4, atol=1e-4)
+    plan = tp.scheduler.plan()
+    split_of = {i: s for s in plan.splits for i in s.node_ids}
+    reductions = [n for n in tp.graph.nodes if n.name.endswith("-allreduce1")]
+    assert len(reductions) == tp.n_all_reduces == 4
+    rpc0, rpc1 = (be.name for be in two_rpc)
+    for r in reductions:
+        p0, p1 = r.src[0], r.src[1]
+        assert p0 is not None and p1 is not None
+        s_r, s_0, s_1 = split_of[r.id], split_of[p0.id], split_of[p1.id]
+        assert (s_r.backend, s_0.backend, s_1.backend) == (rpc0, rpc0, rpc1)
+        # the first device computes its part without waiting for the second's: not in the reduction's split, and
+        # sent after the second device's part
+        assert s_0.index < s_r.index
+        assert s_1.index < s_0.index
+    # one split per device between two all-reduces, one more for the reduction (and the input embedding's)
+    assert plan.n_splits <= 3 * (tp.n_all_reduces + 1) + 1
+
+
+def test_order_is_topological_and_keeps_cache_writes_before_reads() -> None:
+    ctx = Context("overlap")
+    cache = ctx.new_tensor("f32", [4, 8], "cache")
+    x = ctx.new_tensor("f32", [4, 2], "x").set_input()
+    idx = ctx.new_tensor("i64", [2], "idx").set_input()
+    a = ops.scale(x, 2.0).set_name("a")  # device 0
+    w = ops.set_rows(cache, a, idx).set_name("write")  # device 0, writes the cache
+    view = ops.view_2d(cache, 4, 8, cache.nb[1], 0).set_name("read-view")
+    r = ops.scale(view, 3.0).set_name("read")  # device 0, reads the cache: must stay after the write
+    b = ops.scale(x, 5.0).set_name("b")  # device 1, independent, last in the original order
+    g = Graph()
+    for t in (w, r, b):
+        g.build_forward_expand(t)
+    before = [n.name for n in g.nodes]
+    overlap_order(g, [(a, 0), (w, 0), (r, 0), (b, 1)])
+    after = [n.name for n in g.nodes]
+    assert sorted(after) == sorted(before)
+    pos = {name: i for i, name in enumerate(after)}
+    assert pos["b"] == 0  # the other device's part goes first
+    assert pos["a"] < pos["write"] < pos["read"]  # operands first; the cache read after its write
+    assert pos["read-view"] < pos["read"]

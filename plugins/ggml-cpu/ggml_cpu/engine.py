@@ -102,9 +102,10 @@ class Engine:
     :param n_threads: threads for BLAS and the compiled kernels
     """
 
-    #: plans kept per engine (oldest dropped first). A plan's views keep its buffers' memory alive, so plans are
-    #: also dropped when their graph is garbage-collected and when a buffer they use was freed or replaced.
-    MAX_PLANS: Final = 16
+    #: plans kept per engine (the least recently used dropped first; a tensor-parallel step computes about 20 graphs
+    #: per device in turn). A plan's views keep its buffers' memory alive, so plans are also dropped when their
+    #: graph is garbage-collected and when a buffer they use was freed or replaced.
+    MAX_PLANS: Final = 64
 
     def __init__(self, name: str, n_threads: int) -> None:
         self.name = name
@@ -124,6 +125,7 @@ class Engine:
         """The graph's plan: the cached one while valid, else a new one."""
         cached = self._plans.get(graph.uid)
         if cached is not None and cached.valid_for(graph):
+            self._plans[graph.uid] = self._plans.pop(graph.uid)  # the most recently used last
             return cached
         steps: list[tuple[Tensor, Thunk]] = []
         nodes = graph.nodes

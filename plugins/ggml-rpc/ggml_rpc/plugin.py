@@ -61,7 +61,7 @@ from ggml_rpc.protocol import (
     RPCError,
     RPCNoCPUError,
 )
-from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
+from ggml_rpc.serialize import GraphPayloads, fits_wire, serialize_tensor
 
 __all__ = [
     "RPCBackend",
@@ -303,13 +303,18 @@ class RPCBackend(Backend):
 
     device: RPCDevice
 
+    def __init__(self, device: RPCDevice) -> None:
+        super().__init__(device)
+        #: the payloads of the graphs computed lately (serialised again only when they changed)
+        self.payloads = GraphPayloads()
+
     def graph_compute_async(self, graph: Graph) -> None:
         """GRAPH_COMPUTE, or GRAPH_RECOMPUTE when this device's last graph was byte-for-byte the same."""
         if not graph.nodes:
             return
         dev = self.device
         conn = dev.conn
-        payload = serialize_graph(dev.index, graph, conn)
+        payload = self.payloads.payload(dev.index, graph, conn)
         with conn.lock:
             if conn.last_graph.get(dev.index) == payload:
                 conn.send(Cmd.GRAPH_RECOMPUTE, [_U32.pack(dev.index)])

@@ -8,7 +8,8 @@ for tensors in a buffer of *this* connection, 0 otherwise (as ggml does for tens
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Final
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Final
 
 from ggml_core import Graph, Tensor, TensorError
 from ggml_rpc.protocol import NULL_TENSOR, RPC_TENSOR, U32_MAX, name_bytes
@@ -16,7 +17,7 @@ from ggml_rpc.protocol import NULL_TENSOR, RPC_TENSOR, U32_MAX, name_bytes
 if TYPE_CHECKING:
     from ggml_rpc.client import Connection
 
-__all__ = ["fits_wire", "serialize_graph", "serialize_tensor"]
+__all__ = ["GraphPayloads", "fits_wire", "serialize_graph", "serialize_tensor"]
 
 _GRAPH_HEAD: Final = struct.Struct("<II")
 _U32: Final = struct.Struct("<I")
@@ -95,9 +96,44 @@ def _closure(graph: Graph) -> list[Tensor]:
 
 def serialize_graph(device: int, graph: Graph, conn: Connection) -> bytes:
     """GRAPH_COMPUTE's payload: ``u32 device, u32 n_nodes, u64 node_ids[], u32 n_tensors, rpc_tensor[]``."""
-    tensors = _closure(graph)
+    return _payload(device, graph, _closure(graph), conn)
+
+
+def _payload(device: int, graph: Graph, tensors: list[Tensor], conn: Connection) -> bytes:
     uses = graph.use_counts
     ids = [n.id for n in graph.nodes]
     body = b"".join(serialize_tensor(t, conn, uses.get(t.id, 0)) for t in tensors)
     head = _GRAPH_HEAD.pack(device, len(ids))
     return b"".join([head, struct.pack(f"<{len(ids)}Q", *ids), _U32.pack(len(tensors)), body])
+
+
+def _signature(graph: Graph, tensors: list[Tensor]) -> list[Any]:
+    """What a payload depends on that may change while the graph stays the same object (as the CPU plugin's plans
+    check): its nodes, each tensor's memory and operands (a scheduler rewires operands and rebinds memory)."""
+    sig: list[Any] = list(graph.nodes)
+    sig += [(t.buffer, t.data_offset, t.view_src, *t.src) for t in tensors]
+    return sig
+
+
+class GraphPayloads:
+    """The GRAPH_COMPUTE payloads of the graphs one device computed lately, by graph: a graph sent again unchanged
+    (a scheduler runs the same splits every step) costs a check of its tensors instead of their serialisation."""
+
+    #: graphs remembered (a tensor-parallel step of a 4-layer model has about 20 per device)
+    LIMIT: Final = 64
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[int, tuple[list[Tensor], list[Any], bytes]] = OrderedDict()
+
+    def payload(self, device: int, graph: Graph, conn: Connection) -> bytes:
+        """``serialize_graph(device, graph, conn)``, from the cache while nothing it depends on changed."""
+        got = self._items.get(graph.uid)
+        if got is not None and _signature(graph, got[0]) == got[1]:
+            self._items.move_to_end(graph.uid)
+            return got[2]
+        tensors = _closure(graph)
+        payload = _payload(device, graph, tensors, conn)
+        self._items[graph.uid] = (tensors, _signature(graph, tensors), payload)
+        if len(self._items) > self.LIMIT:
+            self._items.popitem(last=False)
+        return payload

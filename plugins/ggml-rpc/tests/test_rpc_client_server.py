@@ -18,12 +18,14 @@ import pytest
 from rpc_helpers import run_layer
 
 from ggml_core import (
+    Backend,
     BufferUsage,
     Context,
     Device,
     DeviceType,
     GGMLType,
     OutOfBoundsError,
+    Tensor,
     TensorError,
     alloc_ctx_tensors,
     build_graph,
@@ -105,17 +107,35 @@ def test_graphs_compute_remotely_as_on_the_local_cpu(
     assert server.stats["GRAPH_COMPUTE"] == 1 and server.stats["GRAPH_RECOMPUTE"] == 2
 
 
-def test_a_changed_graph_is_sent_again(rpc_dev: RPCDevice, server: RPCServer) -> None:
+def _two_scales(rpc_dev: RPCDevice) -> tuple[Tensor, Tensor, Tensor, Backend]:
+    """``a`` (8 floats) and the nodes ``2a`` and ``3a``, allocated on the remote device, with its backend."""
     ctx = Context()
     a = ctx.new_tensor("f32", (8,))
     b, c = ops.scale(a, 2.0), ops.scale(a, 3.0)
     be = rpc_dev.init_backend()
     alloc_ctx_tensors(ctx, be)
+    return a, b, c, be
+
+
+def test_a_changed_graph_is_sent_again(rpc_dev: RPCDevice, server: RPCServer) -> None:
+    a, b, c, be = _two_scales(rpc_dev)
     a.set_data(np.ones(8, np.float32))
     for out, want in ((b, 2.0), (c, 3.0), (b, 2.0), (b, 2.0)):
         be.graph_compute(build_graph(out))
         np.testing.assert_array_equal(out.to_numpy().reshape(-1), np.full(8, want, np.float32))
     assert server.stats["GRAPH_COMPUTE"] == 3 and server.stats["GRAPH_RECOMPUTE"] == 1
+
+
+def test_graphs_sent_in_turn_are_decoded_once(rpc_dev: RPCDevice, server: RPCServer) -> None:
+    a, b, c, be = _two_scales(rpc_dev)
+    graphs = [(build_graph(b), b, 2.0), (build_graph(c), c, 3.0)]
+    for k in range(3):
+        a.set_data(np.full(8, k, np.float32))
+        for g, out, f in graphs:
+            be.graph_compute(g)
+            np.testing.assert_array_equal(out.to_numpy().reshape(-1), np.full(8, f * k, np.float32))
+    # each GRAPH_COMPUTE differs from the device's last graph, but the server decodes each graph once
+    assert server.stats["GRAPH_COMPUTE"] == 6 and server.stats["graphs decoded"] == 2
 
 
 def test_supports_op_is_asked_of_a_ggml_core_server(rpc_dev: RPCDevice, cpu: Device, server: RPCServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from ggml_rpc.protocol import (
     Cmd,
     RpcTensor,
 )
-from ggml_rpc.serialize import fits_wire, serialize_graph, serialize_tensor
+from ggml_rpc.serialize import GraphPayloads, fits_wire, serialize_graph, serialize_tensor
 
 # ggml.h at llama.cpp 0c1e570 (RPC protocol 7.0.0): enum ggml_op in order, GGML_OP_COUNT == 101
 GGML_OPS = """
@@ -186,3 +187,29 @@ def test_graph_payload_lists_every_reachable_tensor_after_its_sources() -> None:
             if s:
                 assert pos[s] < pos[t.id]
     assert all(t.flags & 16 for t in tensors if t.op)  # nodes carry GGML_TENSOR_FLAG_COMPUTE
+
+
+def test_graph_payloads_are_kept_until_the_graph_changes() -> None:
+    from ggml_core import build_graph
+
+    ctx = Context()
+    a = ctx.new_tensor("f32", (4, 4), name="a")
+    b = ctx.new_tensor("f32", (4, 4), name="b")
+    x = ops.add(a, a)
+    g = build_graph(x)
+    cache = GraphPayloads()
+    first = cache.payload(1, g, None)  # type: ignore[arg-type]
+    assert first == serialize_graph(1, g, None)  # type: ignore[arg-type]
+    assert cache.payload(1, g, None) is first  # type: ignore[arg-type]  # unchanged: kept
+    x.src[1] = b  # an operand rewired (as a scheduler does for a copied input)
+    rewired = cache.payload(1, g, None)  # type: ignore[arg-type]
+    assert rewired != first and rewired == serialize_graph(1, g, None)  # type: ignore[arg-type]
+    assert b.id in {RpcTensor.unpack_from(rewired, 12 + 8 * len(g.nodes) + i * 296).id for i in range(3)}
+    conn = object()  # the connection whose remote buffer the node is bound to (what serialisation reads of it)
+    x.buffer = SimpleNamespace(rpc_remote=(conn, 7, 4096))  # type: ignore[assignment]
+    x.data_offset = 0
+    bound = cache.payload(1, g, conn)  # type: ignore[arg-type]
+    assert bound == serialize_graph(1, g, conn) != rewired  # type: ignore[arg-type]
+    x.data_offset = 64  # the node's memory moved
+    moved = cache.payload(1, g, conn)  # type: ignore[arg-type]
+    assert moved == serialize_graph(1, g, conn) != bound  # type: ignore[arg-type]

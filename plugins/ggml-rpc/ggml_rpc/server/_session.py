@@ -28,6 +28,7 @@ import socket
 import ssl
 import struct
 import time
+from collections import OrderedDict
 from typing import Final
 
 from ggml_core import AllocationError, Backend, Context, Device, GGMLError, Graph, Tensor
@@ -58,6 +59,8 @@ _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
 _2U64: Final = struct.Struct("<QQ")
 _SET_HEAD: Final = RPC_TENSOR_SIZE + SET_TENSOR_HEADER.size
+#: decoded graphs kept per device and connection (a tensor-parallel step of a 4-layer model sends about 20)
+DECODED_GRAPHS: Final = 64
 
 
 class Session:
@@ -74,6 +77,10 @@ class Session:
         #: the last graph computed per device, with the context keeping its tensors, its share of the server's
         #: graph memory and its kernels' scratch (GRAPH_RECOMPUTE)
         self.stored: dict[int, tuple[Graph, Context, int, int]] = {}
+        #: per device, the graphs decoded lately by their GRAPH_COMPUTE payload, least recently used first: a
+        #: payload seen before runs its decoded graph again (a client alternating between several graphs, as a
+        #: tensor-parallel step does, pays the decoding once per graph)
+        self.decoded: dict[int, OrderedDict[bytes, tuple[Graph, Context, int, int]]] = {}
         self.commands = 0
         #: when the message being read began and must be complete (monotonic seconds)
         self._begun = self._deadline = 0.0
@@ -139,11 +146,22 @@ class Session:
             self.server.memory[rec.device].give(rec.size)
 
     def _forget_graphs(self, device: int | None = None) -> None:
-        """Drop the stored graphs (of one device, or all) and return their graph memory."""
-        for index in [device] if device is not None else list(self.stored):
-            stored = self.stored.pop(index, None)
-            if stored is not None:
-                self.server.graph_memory.give(stored[2])
+        """Drop the stored and decoded graphs (of one device, or all) and return their graph memory."""
+        for index in [device] if device is not None else list(self.decoded):
+            self.stored.pop(index, None)
+            for entry in self.decoded.pop(index, {}).values():
+                self.server.graph_memory.give(entry[2])
+
+    def _evict_graph(self) -> bool:
+        """Drop the least recently used decoded graph of any device that is not its device's last one (kept for
+        GRAPH_RECOMPUTE); False when there is none."""
+        for index, graphs in self.decoded.items():
+            for key, entry in graphs.items():
+                if self.stored.get(index) is not entry:
+                    del graphs[key]
+                    self.server.graph_memory.give(entry[2])
+                    return True
+        return False
 
     def _read(self, n: int) -> bytearray:
         """The next ``n`` bytes of the current message, by its deadline."""
@@ -466,18 +484,33 @@ class Session:
             raise Refused(f"GRAPH_COMPUTE: payload of {size} bytes is shorter than its 12-byte header")
         device = _U32.unpack(self._read(4))[0]
         self._device(device, "GRAPH_COMPUTE")
-        self._forget_graphs(device)
         cost = self.limits.graph_cost(size)
         pool = self.server.graph_memory
-        if not pool.take(cost, wait_until=self._deadline):  # wait for other connections' graphs, not forever
-            raise Refused(
-                f"GRAPH_COMPUTE of {size} bytes needs up to {cost} bytes of server memory to decode; the server's "
-                f"graph memory ({pool.total} bytes) stayed in use by other connections"
-            )
+        while not pool.take(cost):  # this connection's older graphs make room first, then other connections'
+            if self._evict_graph():
+                continue
+            if self.decoded.get(device):
+                self._forget_graphs(device)
+                continue
+            if not pool.take(cost, wait_until=self._deadline):  # wait for other connections' graphs, not forever
+                raise Refused(
+                    f"GRAPH_COMPUTE of {size} bytes needs up to {cost} bytes of server memory to decode; the "
+                    f"server's graph memory ({pool.total} bytes) stayed in use by other connections"
+                )
+            break
+        graphs = self.decoded.setdefault(device, OrderedDict())
         try:
             payload = bytearray(size)
             payload[:4] = _U32.pack(device)
             recv_into_exact(self.sock, memoryview(payload)[4:], self._deadline)
+            key = bytes(payload)
+            entry = graphs.get(key)
+            if entry is not None:
+                pool.give(cost)
+                graphs.move_to_end(key)
+                self.stored[device] = entry
+                self._compute(device, entry[0], entry[3])
+                return
             msg = parse_graph(payload, self.limits.max_nodes, self.limits.max_tensors)
             dev = self.devices[device]
 
@@ -485,12 +518,15 @@ class Session:
                 return rec.device == msg.device or dev.supports_buft(rec.buffer.buffer_type)
 
             graph, ctx = build_graph(msg, self.buffers, dev, usable, self.limits)
+            self.server.count("graphs decoded")
             scratch = graph_scratch(graph.nodes)
             self._compute(msg.device, graph, scratch)
         except BaseException:
             pool.give(cost)
             raise
-        self.stored[msg.device] = (graph, ctx, cost, scratch)
+        graphs[key] = self.stored[device] = (graph, ctx, cost, scratch)
+        while len(graphs) > DECODED_GRAPHS:
+            pool.give(graphs.popitem(last=False)[1][2])
 
     def _graph_recompute(self, p: bytearray) -> None:
         index = _U32.unpack(p)[0]
