@@ -186,6 +186,11 @@ class Model:
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         hp = read_hparams(f)
         specs = weight_specs(f, hp)
+        if params.placement.split_mode == "tensor" and params.cache_type_v not in ("f16", "f32"):
+            raise ValueError(
+                f"--split-mode tensor reads V by rows without flash attention, so its V cache is f16 or f32, got "
+                f"-ctv {params.cache_type_v}; quantize K only (-ctk), or use --split-mode layer"
+            )
         params, placement = plan_model(f, hp, specs, params)
         state_of = None
         if placement.split_mode == "tensor":  # SOFT_MAX attention, V by rows: see models/tensor_parallel.py
@@ -193,11 +198,6 @@ class Model:
 
             state_of = split_states(f, hp, placement.tensor_shares)
             params = replace(params, flash_attn=False)
-            if params.cache_type_k not in ("f16", "f32") or params.cache_type_v not in ("f16", "f32"):
-                raise ValueError(
-                    f"--split-mode tensor keeps f16 or f32 caches, got -ctk {params.cache_type_k} "
-                    f"-ctv {params.cache_type_v}; use --split-mode layer for other cache types"
-                )
         if params.flash_attn is None:
             fa = flash_attn_auto(hp, placement, params.cache_type_k, params.cache_type_v)
             params = replace(params, flash_attn=fa)

@@ -502,28 +502,28 @@ class GraphSplitter:
         assert src is not None
         st = self.states[src.id]
         row = src.nb[1]
-        esize = src.type.type_size // src.type.block_size
-        b = next((i for i in range(4) if t.ne[i] * t.nb[i] == row and t.ne[i] > 1), None)
+        bs, ts = src.type.block_size, src.type.type_size
+
+        def extent(i: int) -> int:  # bytes one step of every index up to axis i spans (axis 0 counts blocks)
+            return t.ne[0] // bs * t.nb[0] if i == 0 else t.ne[i] * t.nb[i]
+
+        b = next((i for i in range(4) if extent(i) == row and t.ne[i] > 1), None)
         ok = (
             st.axis == 0
             and src.is_contiguous
-            and src.type.block_size == 1
             and b is not None
             and t.view_offs % row == 0
             # every other axis stays inside one unit or walks whole rows (cells), in either order: a cache's
             # [head_dim, cells, heads] view as well as [head_dim, heads, cells]
-            and all(
-                t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and t.nb[i] * t.ne[i] <= t.nb[b])
-                for i in range(4)
-                if i != b
-            )
-            and all(s * esize % t.nb[b] == 0 for s in st.sizes)
+            and all(t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and extent(i) <= t.nb[b]) for i in range(4) if i != b)
+            # a quantized cache splits at block boundaries: each share whole blocks, whole units of the view
+            and all(s % bs == 0 and s // bs * ts % t.nb[b] == 0 for s in st.sizes)
         )
         if not ok or b is None:
             raise SplitError(
                 t, f"VIEW (ne {list(t.ne)}, nb {list(t.nb)}) cuts through {st.describe()} of {src.name!r} unevenly"
             )
-        sizes = [s * esize // t.nb[b] for s in st.sizes]
+        sizes = [s // bs * ts // t.nb[b] for s in st.sizes]
         parts = []
         for d, size in enumerate(sizes):
             sh = self.shards[src.id][d]

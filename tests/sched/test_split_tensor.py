@@ -200,6 +200,36 @@ def test_one_device_and_flash_attention_are_refused(tmp_path: Path) -> None:
         Model.load(path, ModelParams(placement=_tensor(["CPU", "CPU"]), flash_attn=True, n_ctx=64, progress=False))
 
 
+@pytest.mark.parametrize("type_k", ["q8_0", "q4_0"])
+def test_a_quantized_k_cache_is_split_at_block_boundaries(tmp_path: Path, type_k: str) -> None:
+    """-ctk q8_0 / q4_0 (heads of 32 values: one block each) over CPU + OpenCL0: each device writes and reads the
+    quantized rows of its own KV heads; the logits are the one-device run's with the same cache type, prompt and
+    token by token."""
+    second = _opencl_or_skip()
+    cfg = CFG.with_(n_embd=128)
+    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 3), "f32")
+    outs = []
+    for req in (PlacementRequest(devices=["CPU"]), _tensor(["CPU", second])):
+        params = ModelParams(placement=req, type_k=type_k, type_v="f32", n_ctx=64, progress=False)
+        with Model.load(path, params) as m:
+            prompt = m.process_prompt(TOKENS, all_logits=True)
+            m.reset()
+            outs.append((prompt, np.concatenate([m.decode([t]) for t in TOKENS])))
+            if req.split_mode == "tensor":
+                _check_split(m, ["CPU", second], cfg)
+    for i in range(2):
+        np.testing.assert_allclose(outs[1][i], outs[0][i], atol=1e-4, rtol=0)
+
+
+def test_a_quantized_v_cache_is_refused(tmp_path: Path) -> None:
+    """-sm tensor reads V by rows without flash attention, which a quantized V cache needs."""
+    cfg = CFG.with_(n_embd=128)
+    path = write_model(tmp_path / "m.gguf", cfg, random_weights(cfg, 3), "f32")
+    params = ModelParams(placement=_tensor(["CPU", "CPU"]), type_v="q8_0", n_ctx=64, progress=False)
+    with pytest.raises(ValueError, match="V cache is f16 or f32, got -ctv q8_0; quantize K only"):
+        Model.load(path, params)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ggml_core.cli", *args], capture_output=True, text=True, timeout=300, check=False
