@@ -246,7 +246,8 @@ def _upload(
         return
     total = sum(t.nbytes for t, _ in made)
     start = time.perf_counter()
-    label = f"{dev.name} ({dev.device_id})" if dev.device_id and dev.device_id != dev.name else dev.name
+    where = getattr(dev, "device_id", None)
+    label = f"{dev.name} ({where})" if where and where != dev.name else dev.name
     # a remote device's connection may count the weights its server already held (ggml-rpc: load once)
     conn = getattr(dev, "conn", None)
     held_before = int(getattr(conn, "weights_cached", 0))
