@@ -11,7 +11,9 @@ AMX always off (on the Sapphire Rapids VMs here, cpuinfo lists AMX but the VM fa
 another kind is rebuilt rather than trusted.
 
 Cache: ``GGML_LLAMA_CPP_CACHE`` or ``~/.cache/ggml-core/llama.cpp-0c1e570``. First build: the library targets only,
-about 4-8 minutes on 2 cores. :class:`Unavailable` says why when there is no compiler, no cmake or no network.
+about 4-8 minutes on 2 cores. :func:`llama_bench` builds llama.cpp's own ``llama-bench`` with the RPC backend from
+the same source with the same ISA flags (benchmarks only; nothing in the tests asks for it). :class:`Unavailable`
+says why when there is no compiler, no cmake or no network.
 """
 
 from __future__ import annotations
@@ -201,8 +203,9 @@ def _bench_flags() -> list[str]:
 def llama_bench() -> Path:
     """llama.cpp's ``llama-bench`` with the RPC backend (``--rpc host:port,...``), for this CPU.
 
-    Built on first use (the ``llama-bench`` target only, same source and ISA flags as :func:`harness`; about 10-15
-    minutes on 2 cores), then found in the cache: ``llama-bench-<key>`` next to the harness.
+    Built on first use (the ``llama-bench`` target only, with llama.cpp's common library; same source and ISA flags
+    as :func:`harness`; about 13-20 minutes on 2 cores), then found in the cache: ``llama-bench-<key>`` next to the
+    harness. The build's log: ``build-bench-<key>.log`` there.
     """
     flags = _bench_flags()
     key = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
