@@ -3,7 +3,7 @@ ggml-core's servers (with server-to-server copies, and without: ``--no-peer-copy
 ``ggml-rpc-server``, and llama.cpp's client (``llama-bench --rpc``) with both servers.
 
 Usage (as root, with iproute2): ``python benchmarks/bench_rpc_hosts.py [--hosts 2,3] [--prompt 64] [--tokens 64]
-[--repeat 5] [--model PATH] [--no-llama-client] [--json PATH]``; the results also go to
+[--repeat 5] [--model PATH] [--links 0,1,2,3] [--no-llama-client] [--json PATH]``; the results also go to
 ``benchmarks/results/bench_rpc_hosts.json``.
 
 The hosts are network namespaces on this machine (``ggml_rpc.testing.NetBed``): each server runs in its own namespace
@@ -19,11 +19,12 @@ pairing, after a warm-up prompt and two decode steps:
 - prompt tokens/s: ``--prompt`` tokens over the median of ``--repeat`` prompts (each one batch);
 - generation tokens/s: one over the median time of ``--tokens`` decode steps, one token each;
 - round trips, bytes sent and received per generated token, summed over every server connection (the client's own
-  counters), and the same counted by the hosts' relays: turns (a reply after a request, a round trip on the wire)
-  and bytes each way.
+  counters), and the same counted by the hosts' relays: turns (an answer after a request on a connection: a round
+  trip for a client that waits for each answer; a client that reads an answer later is seen making more) and bytes
+  each way.
 
 llama.cpp's client: ``llama-bench -m MODEL --rpc ENDPOINTS -ngl 99 -ts 1/1[/1] -fa 0 -t 1 -p P -n N -r R`` (built
-on first use by :func:`ggml_core.testing.llama_cpp.llama_bench`, 10-15 minutes), on the same bed after ggml-core's
+on first use by :func:`ggml_core.testing.llama_cpp.llama_bench`, 13-20 minutes), on the same bed after ggml-core's
 client, against the ``ggml-core rpc-server`` hosts and the llama.cpp hosts. ``-ts`` with equal shares gives the
 split ggml-core's client makes (both place layer ``i`` of ``n + 1`` slots, the output last, on the device whose
 cumulative share first exceeds ``i / (n + 1)``; the token embeddings stay on the client's CPU). Its prompt and
