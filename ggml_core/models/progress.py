@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 __all__ = ["Progress"]
 
 
 class Progress:
-    """``with Progress(total, "OpenCL0") as p: p.advance(n)``; prints the rate when done."""
+    """``with Progress(total, "OpenCL0") as p: p.advance(n)``; prints the rate when done.
 
-    def __init__(self, total: int, label: str, *, enabled: bool = True, stream: TextIO | None = None) -> None:
+    ``cached``: bytes counted done that were not sent (the receiver already held them: an RPC server's cache), shown
+    next to the bar and in the final line when there are any."""
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        cached: Callable[[], int] | None = None,
+    ) -> None:
         self.total = max(int(total), 0)
         self.label = label
+        self.cached = cached
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.done = 0
@@ -42,8 +55,12 @@ class Progress:
         frac = self.done / self.total if self.total else 1.0
         width = 30
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        self.stream.write(f"\r  uploading to {self.label} [{bar}] {frac * 100:5.1f}% ")
+        self.stream.write(f"\r  uploading to {self.label} [{bar}] {frac * 100:5.1f}%{self._cached_note()} ")
         self.stream.flush()
+
+    def _cached_note(self) -> str:
+        held = self.cached() if self.cached is not None else 0
+        return f", {held / 2**20:.1f} MiB of it already held there (not sent)" if held > 0 else ""
 
     @property
     def seconds(self) -> float:
@@ -64,6 +81,6 @@ class Progress:
             self.stream.write("\n")
         self.stream.write(
             f"  uploaded {self.done / 2**20:.1f} MiB to {self.label} in {self.seconds:.2f} s "
-            f"({self.done / 2**20 / max(self.seconds, 1e-9):.1f} MiB/s)\n"
+            f"({self.done / 2**20 / max(self.seconds, 1e-9):.1f} MiB/s){self._cached_note()}\n"
         )
         self.stream.flush()

@@ -246,7 +246,14 @@ def _upload(
         return
     total = sum(t.nbytes for t, _ in made)
     start = time.perf_counter()
-    with Progress(total, dev.name, enabled=progress, stream=stream if stream is not None else sys.stderr) as bar:
+    where = getattr(dev, "device_id", None)
+    label = f"{dev.name} ({where})" if where and where != dev.name else dev.name
+    # a remote device's connection may count the weights its server already held (ggml-rpc: load once)
+    conn = getattr(dev, "conn", None)
+    held_before = int(getattr(conn, "weights_cached", 0))
+    cached = lambda: int(getattr(conn, "weights_cached", 0)) - held_before  # noqa: E731
+    err = stream if stream is not None else sys.stderr
+    with Progress(total, label, enabled=progress, stream=err, cached=cached) as bar:
         for t, s in made:
             src = f.tensor_bytes(s.source)
             tbuf = t.buffer

@@ -11,7 +11,9 @@ AMX always off (on the Sapphire Rapids VMs here, cpuinfo lists AMX but the VM fa
 another kind is rebuilt rather than trusted.
 
 Cache: ``GGML_LLAMA_CPP_CACHE`` or ``~/.cache/ggml-core/llama.cpp-0c1e570``. First build: the library targets only,
-about 4-8 minutes on 2 cores. :class:`Unavailable` says why when there is no compiler, no cmake or no network.
+about 4-8 minutes on 2 cores. :func:`llama_bench` builds llama.cpp's own ``llama-bench`` with the RPC backend from
+the same source with the same ISA flags (benchmarks only; nothing in the tests asks for it). :class:`Unavailable`
+says why when there is no compiler, no cmake or no network.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LlamaCpp", "Unavailable", "cmake_isa_flags", "cpu_model", "harness"]
+__all__ = ["LlamaCpp", "Unavailable", "cmake_isa_flags", "cpu_model", "harness", "llama_bench"]
 
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
@@ -132,21 +135,33 @@ def _sdist(cache: Path, log: Path) -> Path:
     return sdist
 
 
-def _build(cache: Path, out: Path, flags: list[str], log: Path) -> None:
+def _compilers() -> tuple[str, str]:
     cmake = shutil.which("cmake")
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cmake is None or cxx is None or (shutil.which("cc") or shutil.which("gcc")) is None:
         raise Unavailable("building llama.cpp needs cmake and a C/C++ compiler (apt-get install cmake g++)")
+    return cmake, cxx
+
+
+def _configure_and_build(cache: Path, tmp: Path, flags: list[str], target: str, log: Path) -> tuple[Path, Path]:
+    """Unpack the vendored llama.cpp into ``tmp``, configure it with ``flags`` and build ``target``: (src, build)."""
+    cmake, _ = _compilers()
     sdist = _sdist(cache, log)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(VENDOR)]
+        tar.extractall(tmp, members=members, filter="data")
+    src, build = tmp / VENDOR, tmp / "build"
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    _run([cmake, "-S", str(src), "-B", str(build), *gen, *flags], log, 600, what="cmake")
+    jobs = str(max(1, min(4, os.cpu_count() or 2)))
+    _run([cmake, "--build", str(build), "--target", target, "-j", jobs], log, 3600, what=f"building {target}")
+    return src, build
+
+
+def _build(cache: Path, out: Path, flags: list[str], log: Path) -> None:
+    _, cxx = _compilers()
     with tempfile.TemporaryDirectory(prefix="llama-cpp-build-") as tmp:
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(VENDOR)]
-            tar.extractall(tmp, members=members, filter="data")
-        src, build = Path(tmp) / VENDOR, Path(tmp) / "build"
-        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        _run([cmake, "-S", str(src), "-B", str(build), *gen, *BASE_FLAGS, *flags], log, 600, what="cmake")
-        jobs = str(max(1, min(4, os.cpu_count() or 2)))
-        _run([cmake, "--build", str(build), "--target", "llama", "-j", jobs], log, 3600, what="building llama.cpp")
+        src, build = _configure_and_build(cache, Path(tmp), [*BASE_FLAGS, *flags], "llama", log)
         libs = [str(build / lib) for lib in LIBS]
         includes = ["-I", str(src / "include"), "-I", str(src / "ggml" / "include")]
         base = [cxx, "-O2", "-std=c++17", *includes, str(HARNESS_SOURCE), *libs]
@@ -158,6 +173,17 @@ def _build(cache: Path, out: Path, flags: list[str], log: Path) -> None:
         os.replace(tmp_bin, out)
 
 
+def _cached(out: Path, build: Callable[[], None]) -> Path:
+    """``out`` when the cache has it, else after ``build()`` made it (one build at a time; parallel runs wait)."""
+    if out.is_file():
+        return out
+    with (out.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_file():
+            build()
+    return out
+
+
 def harness() -> Path:
     """The harness binary for this CPU (built on first use; later calls find it in the cache)."""
     flags = cmake_isa_flags()
@@ -165,13 +191,35 @@ def harness() -> Path:
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     out = cache / f"llama_cpp_harness-{key}"
-    if out.is_file():
-        return out
-    with (cache / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; parallel runs wait for it
-        if not out.is_file():
-            _build(cache, out, flags, cache / f"build-{key}.log")
-    return out
+    return _cached(out, lambda: _build(cache, out, flags, cache / f"build-{key}.log"))
+
+
+def _bench_flags() -> list[str]:
+    """:data:`BASE_FLAGS` with llama.cpp's tools, its common library and the RPC backend switched on."""
+    on = {"-DLLAMA_BUILD_TOOLS=OFF": "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_COMMON=OFF": "-DLLAMA_BUILD_COMMON=ON"}
+    return [*(on.get(f, f) for f in BASE_FLAGS), "-DGGML_RPC=ON", *cmake_isa_flags()]
+
+
+def llama_bench() -> Path:
+    """llama.cpp's ``llama-bench`` with the RPC backend (``--rpc host:port,...``), for this CPU.
+
+    Built on first use (the ``llama-bench`` target only, with llama.cpp's common library; same source and ISA flags
+    as :func:`harness`; about 13-20 minutes on 2 cores), then found in the cache: ``llama-bench-<key>`` next to the
+    harness. The build's log: ``build-bench-<key>.log`` there.
+    """
+    flags = _bench_flags()
+    key = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12]
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    out = cache / f"llama-bench-{key}"
+
+    def build() -> None:
+        with tempfile.TemporaryDirectory(prefix="llama-bench-build-") as tmp:
+            _, tree = _configure_and_build(cache, Path(tmp), flags, "llama-bench", cache / f"build-bench-{key}.log")
+            shutil.copy2(tree / "bin" / "llama-bench", out.with_suffix(".tmp"))
+            os.replace(out.with_suffix(".tmp"), out)
+
+    return _cached(out, build)
 
 
 @dataclass(frozen=True)

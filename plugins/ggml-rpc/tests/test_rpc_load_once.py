@@ -81,3 +81,28 @@ def test_a_ggml_core_server_without_a_cache_is_not_asked(
     (name,) = rpc_registry(server)
     _load(path, [name])
     assert server.stats["SET_TENSOR_HASH"] == 0 and server.stats["SET_TENSOR"] > 0
+
+
+def test_the_upload_line_names_the_server_and_the_bytes_it_already_held(
+    tmp_path: Path,
+    make_server: Callable[..., RPCServer],
+    rpc_registry: Callable[..., list[str]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dataclasses import replace
+
+    path = write_default_model(tmp_path / "default.gguf")
+    server = make_server(cache_dir=tmp_path / "cache", limits=replace(TEST_LIMITS, cache_min_bytes=0))
+    (name,) = rpc_registry(server)
+    dev = get_registry().get_device(name)
+    assert isinstance(dev, RPCDevice)
+    params = ModelParams(placement=PlacementRequest(devices=[name]), kv_type="f32", n_ctx=64, progress=True)
+    held = []
+    for _ in range(2):
+        before = dev.conn.weights_cached
+        Model.load(path, params).close()
+        held.append(dev.conn.weights_cached - before)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip().startswith("uploaded")]
+    assert len(lines) == 2 and all(f" to {name} ({dev.conn.endpoint}/0) in " in line for line in lines)
+    assert held[1] > 1 << 20  # the second load finds every weight on the server
+    assert lines[1].endswith(f", {held[1] / 2**20:.1f} MiB of it already held there (not sent)")

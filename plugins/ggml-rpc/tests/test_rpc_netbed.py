@@ -6,6 +6,7 @@ Needs root and iproute2 (``ip``, ``tc``); skips with the reason otherwise.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from ggml_core.backend.registry import get_registry, reset_registry
 from ggml_core.models import scheduler_available
 from ggml_core.models.default_model import write_default_model
 from ggml_rpc import disconnect_all
+from ggml_rpc.protocol import Cmd
 from ggml_rpc.testing import Link, NetBed, netbed_unavailable
 
 _why = netbed_unavailable()
@@ -67,6 +69,28 @@ def test_the_bed_delays_limits_and_tears_down() -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=20).stdout
     assert not names & {line.split()[0] for line in listed.splitlines() if line.strip()}
     assert server is not None and server.poll() is not None
+
+
+def test_the_relay_counts_bytes_chunks_and_turns() -> None:
+    """Three DEVICE_COUNT requests, each answered before the next: 3 turns, 3 x 9 bytes out (command byte, size),
+    3 x 12 bytes back (size, count); a pipelined pair (both sent, then both answers read) is 1 or 2 turns as the
+    answers arrive, never more."""
+    with NetBed() as bed:
+        host = bed.add_host(Link(0.0001, 1_000_000_000))
+        with RawClient(host.endpoint) as c:
+            c.device_count()
+            before = bed.traffic(host)
+            for _ in range(3):
+                assert c.device_count() >= 1
+            got = bed.traffic(host) - before
+            assert (got.turns, got.sent, got.received) == (3, 27, 36)
+            assert got.sent_chunks == 3 and got.received_chunks == 3
+            before = bed.traffic(host)
+            c.sock.sendall(2 * struct.pack("<BQ", Cmd.DEVICE_COUNT, 0))
+            c.answer(4)
+            c.answer(4)
+            got = bed.traffic(host) - before
+            assert got.turns in (1, 2) and (got.sent, got.received) == (18, 24)
 
 
 def test_logits_over_two_hosts_equal_the_local_run(

@@ -1,6 +1,16 @@
 """Test beds for RPC over real networks: server hosts in network namespaces behind (delay, rate) links."""
 
-from ._netbed import Host, Link, NetBed, NetBedError, ServerArgv, ggml_core_server, llama_cpp_server, netbed_unavailable
+from ._netbed import (
+    Host,
+    Link,
+    NetBed,
+    NetBedError,
+    ServerArgv,
+    Traffic,
+    ggml_core_server,
+    llama_cpp_server,
+    netbed_unavailable,
+)
 
 __all__ = [
     "Host",
@@ -8,6 +18,7 @@ __all__ = [
     "NetBed",
     "NetBedError",
     "ServerArgv",
+    "Traffic",
     "ggml_core_server",
     "llama_cpp_server",
     "netbed_unavailable",

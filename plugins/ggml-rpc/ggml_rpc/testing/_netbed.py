@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,16 @@ from pathlib import Path
 
 from ._relay import open_in_netns
 
-__all__ = ["Host", "Link", "NetBed", "NetBedError", "ggml_core_server", "llama_cpp_server", "netbed_unavailable"]
+__all__ = [
+    "Host",
+    "Link",
+    "NetBed",
+    "NetBedError",
+    "Traffic",
+    "ggml_core_server",
+    "llama_cpp_server",
+    "netbed_unavailable",
+]
 
 MAX_HOSTS = 12
 SERVER_PORT = 50052
@@ -65,6 +75,28 @@ class Link:
         ms = self.delay * 1e3
         rate = f"{self.rate / 1e9:g} Gbit/s" if self.rate >= 1e9 else f"{self.rate / 1e6:g} Mbit/s"
         return f"{ms:g} ms, {rate}"
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What crossed a host's client relay since it started: bytes and chunks each way, and turns (replies after
+    requests: round trips on the wire). Subtract two readings for what passed between them."""
+
+    sent: int
+    received: int
+    sent_chunks: int
+    received_chunks: int
+    turns: int
+
+    def __sub__(self, other: Traffic) -> Traffic:
+        return Traffic(*(a - b for a, b in zip(self.fields(), other.fields(), strict=True)))
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(*(a + b for a, b in zip(self.fields(), other.fields(), strict=True)))
+
+    def fields(self) -> tuple[int, int, int, int, int]:
+        """(sent, received, sent_chunks, received_chunks, turns)."""
+        return self.sent, self.received, self.sent_chunks, self.received_chunks, self.turns
 
 
 @dataclass
@@ -266,6 +298,18 @@ class NetBed:
              "--target", f"{host.address}:{SERVER_PORT}", "--delay", repr(delay), "--listen", listen],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
+
+    def traffic(self, host: Host) -> Traffic:
+        """What has crossed ``host``'s client relay (every connection, both ways) since it started."""
+        relay = host.relay
+        if relay is None or relay.stdout is None or relay.poll() is not None:
+            raise NetBedError(f"host {host.index}: its relay is not running")
+        os.kill(relay.pid, signal.SIGUSR2)
+        ready, _, _ = select.select([relay.stdout], [], [], COMMAND_TIMEOUT)
+        line = relay.stdout.readline() if ready else ""
+        if not line.startswith("traffic "):
+            raise NetBedError(f"host {host.index}: the relay did not report its traffic (got {line.strip()!r})")
+        return Traffic(*(int(x) for x in line.split()[1:]))
 
     def log_tail(self, host: Host, n: int = 2000) -> str:
         """The end of the host's server log."""

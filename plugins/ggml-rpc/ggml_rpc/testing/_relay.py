@@ -7,6 +7,11 @@ the namespace it was started in, and opens each upstream connection inside ``NS`
 from then on (a partition: connections stay open, no byte passes either way). At most :data:`MAX_CONNECTIONS`
 connections at once; each chunk is at most :data:`CHUNK` bytes, and at most :data:`MAX_HELD` bytes are held per
 direction (the reader waits beyond that).
+
+Traffic is counted over every connection: bytes and chunks each way, and *turns*: the chunks from the target that
+follow a chunk from the client on the same connection (a reply after a request: one round trip on the wire,
+however many requests were pipelined before it). SIGUSR2 prints ``traffic UP_BYTES DOWN_BYTES UP_CHUNKS
+DOWN_CHUNKS TURNS`` (totals since the start) on standard output.
 """
 
 from __future__ import annotations
@@ -31,6 +36,38 @@ MAX_CONNECTIONS = 64
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _dropping = threading.Event()
+
+
+class _Traffic:
+    """Totals over every connection (one lock: a relay moves a few thousand chunks a second at most)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.bytes = [0, 0]  # [to the target, from the target]
+        self.chunks = [0, 0]
+        self.turns = 0
+
+    def line(self) -> str:
+        with self.lock:
+            return f"traffic {self.bytes[0]} {self.bytes[1]} {self.chunks[0]} {self.chunks[1]} {self.turns}"
+
+
+_traffic = _Traffic()
+
+
+class _Turns:
+    """Which way a connection's last chunk went: a chunk back after one out is a turn (a round trip)."""
+
+    def __init__(self) -> None:
+        self.last = 1
+
+    def saw(self, way: int, n: int) -> None:
+        with _traffic.lock:
+            _traffic.bytes[way] += n
+            _traffic.chunks[way] += 1
+            if way == 1 and self.last == 0:
+                _traffic.turns += 1
+            self.last = way
 
 
 def _setns(fd: int) -> None:
@@ -76,8 +113,11 @@ def open_in_netns(netns: str, address: tuple[str, int], timeout: float) -> socke
 class _Direction:
     """One direction of a relayed connection: a reader that stamps chunks, a writer that sends each when due."""
 
-    def __init__(self, src: socket.socket, dst: socket.socket, delay: float, done: threading.Event) -> None:
+    def __init__(
+        self, src: socket.socket, dst: socket.socket, delay: float, done: threading.Event, way: int, turns: _Turns
+    ) -> None:
         self.src, self.dst, self.delay, self.done = src, dst, delay, done
+        self.way, self.turns = way, turns
         self.queue: collections.deque[tuple[float, bytes]] = collections.deque()
         self.held = 0
         self.cond = threading.Condition()
@@ -94,6 +134,7 @@ class _Direction:
                     break
                 if _dropping.is_set():
                     continue
+                self.turns.saw(self.way, len(chunk))
                 with self.cond:
                     while self.held > MAX_HELD and not self.done.is_set():
                         self.cond.wait(0.1)
@@ -148,9 +189,9 @@ def _serve(listener: socket.socket, netns: str, target: tuple[str, int], delay: 
             client.close()
             active.release()
             continue
-        done = threading.Event()
-        _Direction(client, upstream, delay, done).start()
-        _Direction(upstream, client, delay, done).start()
+        done, turns = threading.Event(), _Turns()
+        _Direction(client, upstream, delay, done, 0, turns).start()
+        _Direction(upstream, client, delay, done, 1, turns).start()
 
         def release(done: threading.Event = done, pair: tuple[socket.socket, ...] = (client, upstream)) -> None:
             done.wait()
@@ -172,6 +213,7 @@ def main() -> int:
     host, port = args.target.rsplit(":", 1)
     listen_host, listen_port = args.listen.rsplit(":", 1)
     signal.signal(signal.SIGUSR1, lambda *_: _dropping.set())
+    signal.signal(signal.SIGUSR2, lambda *_: print(_traffic.line(), flush=True))
     listener = socket.create_server((listen_host, int(listen_port)))
     print(f"relay {listen_host}:{listener.getsockname()[1]}", flush=True)
     _serve(listener, args.netns, (host, int(port)), max(0.0, args.delay))
