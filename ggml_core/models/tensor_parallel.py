@@ -1,9 +1,10 @@
 """``--split-mode tensor``: one model's weights split over several devices through the meta device
 (:class:`ggml_core.sched.MetaDevice`), each device computing its share of every layer.
 
-The families of :data:`FAMILIES` (attention and FFN or mixture-of-experts blocks; :func:`check_supported` names the
-family of any other model, such as the recurrent and hybrid ones). The weights take the states of
-:func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` (and their biases) and
+The families of :data:`FAMILIES` (attention and FFN or mixture-of-experts blocks, and the hybrids of
+:data:`HYBRID_FAMILIES`, whose recurrent mixers and their states stay whole on the first device;
+:func:`check_supported` names the family of any other model, such as the purely recurrent ones). The weights take
+the states of :func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` (and their biases) and
 ``ffn_gate``/``ffn_up`` split by output rows, ``attn_output`` and ``ffn_down`` by input columns (their products are
 partial sums, all-reduced once after the attention and once after the FFN), attention sinks by head; each expert of
 a mixture of experts split as a dense FFN (``ffn_{gate,up}_exps`` by rows, ``ffn_down_exps`` by columns, the
@@ -46,6 +47,8 @@ from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorPa
 
 __all__ = [
     "FAMILIES",
+    "GATED_Q",
+    "HYBRID_FAMILIES",
     "SUPPORTED",
     "TensorParallel",
     "account",
@@ -56,10 +59,26 @@ __all__ = [
     "split_states",
 ]
 
+#: the hybrid families ``-sm tensor`` runs: their attention and FFN layers split as the others', their recurrent
+#: mixers (Mamba-2, gated delta net, short convolution) computed whole on the first device, their states kept there
+HYBRID_FAMILIES: Final = ("granitehybrid", "nemotron_h", "lfm2", "qwen35", "qwen35moe", "qwen3next")
 #: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
 #: and each expert by width), each checked against the one-device logits (tests/sched/test_split_tensor_families.py)
-FAMILIES: Final = ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "dots1", "gemma2", "gemma3", "gpt-oss")
+FAMILIES: Final = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen2moe",
+    "qwen3moe",
+    "dots1",
+    "gemma2",
+    "gemma3",
+    "gpt-oss",
+    *HYBRID_FAMILIES,
+)
 SUPPORTED: Final = ", ".join(FAMILIES)
+#: the families whose ``attn_q`` gives each head's query then its gate
+GATED_Q: Final = frozenset(("qwen35", "qwen35moe", "qwen3next"))
 
 
 def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
@@ -72,7 +91,7 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
         kind += " (recurrent layers)"
     elif hp.has_swa:
         kind += " (sliding-window layers)"
-    if hp.arch not in FAMILIES or hp.has_recurrent:
+    if hp.arch not in FAMILIES:
         raise SplitError(None, f"-sm tensor supports: {SUPPORTED}; this model is {kind}")
     for flag, given in flags.items():
         if given:
@@ -167,6 +186,7 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         n_ff=hp.n_ff,
         ff_granule=granule,
         mirror_kv=mirror_kv,
+        gated_q=hp.arch in GATED_Q,
     )
 
 

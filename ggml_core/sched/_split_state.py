@@ -148,6 +148,7 @@ def llama_split_states(
     n_ff: int,
     ff_granule: int = 1,
     mirror_kv: bool = False,
+    gated_q: bool = False,
 ) -> Callable[[Tensor], SplitState | None]:
     """The split state of each weight of a llama-style model (llama.cpp's tensor names) over devices in
     ``proportions``.
@@ -159,7 +160,8 @@ def llama_split_states(
     splits at block boundaries). Names: ``blk.<i>.attn_q.weight`` (or without ``.weight``), biases
     ``blk.<i>.attn_q.bias``, attention sinks (one per head), experts ``ffn_{gate,up,down}_exps`` with their biases
     (``ffn_down_exps.bias``, added after the sum, mirrored), shared experts ``*_shexp``; KV caches
-    ``cache_k_l<i>``/``cache_v_l<i>``, one row per cell. Other tensors answer None (mirrored).
+    ``cache_k_l<i>``/``cache_v_l<i>``, one row per cell; with ``gated_q`` (Qwen3-Next, Qwen3.5) ``attn_q`` holds
+    each head's query then its gate, two head widths of rows per head. Other tensors answer None (mirrored).
     """
     if n_head % n_head_kv:
         raise SplitError(None, f"{n_head} heads are not a multiple of {n_head_kv} KV heads")
@@ -179,6 +181,7 @@ def llama_split_states(
         "kv": tuple(h * head_dim for h in kv),
         "heads": heads,
     }
+    q_rows = tuple(h * head_dim * (2 if gated_q else 1) for h in heads)
     ff_sizes: dict[int, tuple[int, ...]] = {}
 
     def ff(width: int) -> tuple[int, ...]:
@@ -198,6 +201,8 @@ def llama_split_states(
         if role is None or (mirror_kv and role[1] in _KV_ROLES):
             return None
         axis, which = role
+        if m is not None and m.group(1) == "attn_q" and m.group(2) != "bias":
+            return SplitState.split(axis, q_rows)
         return SplitState.split(axis, ff(t.ne[axis]) if which == "ff" else sizes[which])
 
     return state_of

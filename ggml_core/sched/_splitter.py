@@ -5,14 +5,20 @@ operand is split on axis 0; of two operands split on axis 0 alike, partial; of t
 (attention heads, KV heads broadcast over their query-head group, or one mirrored KV head broadcast over every
 head), split there. MUL_MAT_ID (experts) as MUL_MAT: experts split by output rows give results split on axis 0,
 experts split by input columns with an input split alike give partial sums. Element-wise ops, GLU, ROPE (heads
-axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM (not along axis 0), SCALE, UNARY
+axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM (not along axis 0), SCALE, SQR, UNARY
 and CONT keep the state; so does ADD_ID on rows split on axis 0 (its bias sliced alike); a mirrored operand of full
-extent on the split axis is sliced by a view. RESHAPE, CONT to a new shape, PERMUTE and TRANSPOSE move the axis.
+extent on the split axis is sliced by a view. RESHAPE, CONT to a new shape, PERMUTE and TRANSPOSE move the axis;
+a VIEW of rows split on axis 0 by units (heads) takes the same part of every unit (a query and its gate, one
+after the other in each head's rows, are two such views).
 
 Partial sums stay partial through linear steps: views, reshapes, permutes, CONT and SCALE of each part, ADD of two
 partials, MUL by a mirrored tensor, and ADD or ADD_ID of a mirrored tensor (added to the first device's part only).
-Any other node reading a partial tensor gets the all-reduce first (:func:`all_reduce`), once per tensor. Anything
-else reading a split tensor raises :class:`SplitError` naming the node, its op and its operands' states.
+Any other node reading a partial tensor gets the all-reduce first (:func:`all_reduce`), once per tensor; a node
+reading a partial tensor already reduced reads the sum (a view of the residual in a layer whose mixer is mirrored).
+Anything else reading a split tensor raises :class:`SplitError` naming the node, its op and its operands' states.
+
+Leafs the graph writes into are caches (cleared, apart from the weights): SET_ROWS destinations (KV caches) and CPY
+destinations (recurrent states, mirrored: on the first device, beside the mixer that reads and writes them).
 """
 
 from __future__ import annotations
@@ -39,7 +45,16 @@ StateOf = Callable[[Tensor], "SplitState | None"]
 
 _ELEMENTWISE = {GGMLOp.ADD: (0, 1), GGMLOp.SUB: (0, 1), GGMLOp.MUL: (0, 1), GGMLOp.DIV: (0, 1), GGMLOp.GLU: (0, 1)}
 _VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS}
-_SAME_STATE = {GGMLOp.SCALE, GGMLOp.UNARY, GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.ROPE, GGMLOp.SOFT_MAX, GGMLOp.CONT}
+_SAME_STATE = {
+    GGMLOp.SCALE,
+    GGMLOp.SQR,
+    GGMLOp.UNARY,
+    GGMLOp.RMS_NORM,
+    GGMLOp.NORM,
+    GGMLOp.ROPE,
+    GGMLOp.SOFT_MAX,
+    GGMLOp.CONT,
+}
 #: op → the operand indexed along its axis 0 by the split axis of the op's result (SOFT_MAX's sinks: one per head)
 _PER_INDEX = {GGMLOp.SOFT_MAX: 2}
 #: ops a partial sum passes through part by part (one source)
@@ -58,6 +73,19 @@ def region(t: Tensor, axis: int, start: int, size: int) -> tuple[int, int, int, 
         return start // blk * unit, size // blk * unit, t.ne[1] * t.ne[2] * t.ne[3], t.nb[1]
     rows = math.prod(t.ne[axis + 1 :])
     return start * t.nb[axis], size * t.nb[axis], rows, t.ne[axis] * t.nb[axis]
+
+
+def _written_leafs(graph: Graph) -> set[int]:
+    """Ids of the tensors a graph writes into: SET_ROWS destinations (KV caches) and the tensors CPY copies into
+    (recurrent states, through a view or whole)."""
+    out = set()
+    for n in graph.nodes:
+        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
+        while dest is not None and dest.view_src is not None:
+            dest = dest.view_src
+        if dest is not None:
+            out.add(dest.id)
+    return out
 
 
 def _slice(t: Tensor, axis: int, start: int, size: int) -> Tensor:
@@ -332,6 +360,8 @@ class GraphSplitter:
         if t.flags & TensorFlag.OUTPUT:
             return False
         src = t.src
+        if any(s is not None and s.id in self.reduced for s in src):  # read the sum made already: no second one
+            return False
         partial = [s is not None and self.states[s.id].kind is SplitKind.PARTIAL for s in src]
         op = t.op
         a = src[0]
@@ -504,16 +534,17 @@ class GraphSplitter:
         row = src.nb[1]
         esize = src.type.type_size // src.type.block_size
         b = next((i for i in range(4) if t.ne[i] * t.nb[i] == row and t.ne[i] > 1), None)
+        within = t.view_offs % row  # where in its unit the view starts (a gate after the query of each head)
         ok = (
             st.axis == 0
             and src.is_contiguous
             and src.type.block_size == 1
             and b is not None
-            and t.view_offs % row == 0
+            and within < t.nb[b]
             # every other axis stays inside one unit or walks whole rows (cells), in either order: a cache's
             # [head_dim, cells, heads] view as well as [head_dim, heads, cells]
             and all(
-                t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and t.nb[i] * t.ne[i] <= t.nb[b])
+                t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and within + t.nb[i] * t.ne[i] <= t.nb[b])
                 for i in range(4)
                 if i != b
             )
@@ -530,7 +561,7 @@ class GraphSplitter:
             ne = list(t.ne)
             ne[b] = size
             nb = [t.nb[i] // row * sh.nb[1] if i != b and t.nb[i] % row == 0 else t.nb[i] for i in range(4)]
-            off = t.view_offs // row * sh.nb[1]
+            off = t.view_offs // row * sh.nb[1] + within
             parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], off).set_name(t.name))
         self._set_split(t, SplitState.split(b, sizes), parts)
 
@@ -539,7 +570,7 @@ class GraphSplitter:
     def run(self) -> SplitResult:
         for leaf in self.graph.leafs:
             self.leaf(leaf)
-        self.written = {n.src[2].id for n in self.graph.nodes if n.op == GGMLOp.SET_ROWS and n.src[2] is not None}
+        self.written = _written_leafs(self.graph)
         for node in self.graph.nodes:
             for s in node.src:
                 if s is not None and s.id not in self.states:  # a leaf reached only through a node

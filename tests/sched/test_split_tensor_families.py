@@ -14,11 +14,12 @@ llama or qwen3 model without GELU, stays within 4e-7.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
 from gpt_oss_models import SEED, gpt_oss_weights, write_gpt_oss
 from opencl_device import opencl_backend
 from tiny_models import TinyConfig, random_weights, write_model
@@ -30,12 +31,19 @@ from ggml_core.models.tensor_parallel import FAMILIES
 from ggml_core.sched import SplitError, SplitKind, SplitState
 from ggml_core.testing.recurrent_models import (
     GraniteConfig,
+    LFM2Config,
     MambaConfig,
+    NemotronConfig,
     granite_weights,
+    lfm2_weights,
     mamba2_weights,
+    nemotron_weights,
     write_granitehybrid,
+    write_lfm2,
     write_mamba2,
+    write_nemotron_h,
 )
+from ggml_core.testing.rwkv_models import RwkvConfig, rwkv7_weights, write_rwkv7
 
 PROMPT = [1, 5, 9, 3, 7, 2, 11, 4, 8]
 STEPS = [60, 33, 17, 25, 40]
@@ -55,11 +63,26 @@ CONFIGS = {
     "gemma3-2kv": TinyConfig(arch="gemma3", n_layer=6, n_head_kv=2, n_swa=4, tied_output=True),
 }
 
+# each expert two q8_0 blocks wide, so that the quantized experts split
+_QWEN35MOE = DeltaNetConfig(arch="qwen35moe", n_ff_exp=64)
+_QWEN3NEXT = DeltaNetConfig(arch="qwen3next", sections=None, n_ff_exp=64)
+#: the hybrid families' test models (recurrent mixers between attention layers) by path and weight type
+HYBRIDS: dict[str, Callable[[Path, str], Path]] = {
+    "granitehybrid": lambda p, w: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 1), w),
+    "nemotron_h": lambda p, w: write_nemotron_h(p, NemotronConfig(), nemotron_weights(NemotronConfig(), 4), w),
+    "lfm2": lambda p, w: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 4), w),
+    "qwen35": lambda p, w: write_delta_net_model(p, DeltaNetConfig(), delta_net_model_weights(DeltaNetConfig(), 1), w),
+    "qwen35moe": lambda p, w: write_delta_net_model(p, _QWEN35MOE, delta_net_model_weights(_QWEN35MOE, 1), w),
+    "qwen3next": lambda p, w: write_delta_net_model(p, _QWEN3NEXT, delta_net_model_weights(_QWEN3NEXT, 1), w),
+}
+
 
 def _model(tmp_path: Path, family: str, wtype: str) -> Path:
     """A test model of ``family`` (``gpt-oss``: f32 with MXFP4 experts, ``wtype`` "mxfp4")."""
     if family == "gpt-oss":
         return write_gpt_oss(tmp_path / "gpt-oss.gguf", gpt_oss_weights(SEED))
+    if family in HYBRIDS:
+        return HYBRIDS[family](tmp_path / f"{family}-{wtype}.gguf", wtype)
     cfg = CONFIGS[family]
     return write_model(tmp_path / f"{family}-{wtype}.gguf", cfg, random_weights(cfg, 3), wtype)
 
@@ -74,24 +97,32 @@ def _run(path: Path, devices: list[str], split: tuple[float, ...] | None = None)
 
 
 def _check_split(m: Model, devices: list[str]) -> None:
-    """Every layer's attention and FFN (or each expert) really was split: shards on each device."""
+    """Every layer's attention and FFN (or each expert) really was split: shards on each device (a hybrid's last
+    attention layer and last FFN)."""
     tp = m.executor.tensor_parallel
     assert tp is not None and tp.owner is not None
     owner = tp.owner
     hp = m.hp
-    names = ["attn_q.weight", "attn_output.weight"]
-    names += ["ffn_gate_exps.weight", "ffn_down_exps.weight"] if hp.is_moe else ["ffn_up.weight", "ffn_down.weight"]
+    attn = ["attn_q.weight", "attn_output.weight"]
+    ffn = ["ffn_gate_exps.weight", "ffn_down_exps.weight"] if hp.is_moe else ["ffn_up.weight", "ffn_down.weight"]
     if hp.attn_sinks:
-        names += ["attn_sinks.weight", "attn_q.bias", "ffn_up_exps.bias"]
+        attn += ["attn_sinks.weight", "attn_q.bias"]
+        ffn += ["ffn_up_exps.bias"]
+    attn_layers = [il for il in range(hp.n_layer) if hp.has_attention(il)]
+    ffn_layers = [il for il in range(hp.n_layer) if m.weights.get(f"blk.{il}.{ffn[1]}") is not None]
+    dense_lead = [
+        il for il in range(hp.n_layer) if hp.is_moe and m.weights.get(f"blk.{il}.ffn_down.weight") is not None
+    ]
+    names = [f"blk.{attn_layers[-1]}.{n}" for n in attn] + [f"blk.{ffn_layers[-1]}.{n}" for n in ffn]
     for name in names:
-        t = m.weights[f"blk.{hp.n_layer - 1}.{name}"]
+        t = m.weights[name]
         assert owner.state(t).kind is SplitKind.SPLIT, name
         for d, dev in enumerate(devices):
             buf = owner.shard(t, d).buffer
             assert buf is not None and buf.buffer_type.device is not None
             assert buf.buffer_type.device.name == dev
-    # one all-reduce after the attention, one after the FFN, per layer
-    assert owner.n_all_reduces == 2 * hp.n_layer
+    # one all-reduce after each attention, one after each FFN
+    assert owner.n_all_reduces == len(attn_layers) + len(ffn_layers) + len(dense_lead)
 
 
 def _compare(tmp_path: Path, family: str, wtype: str, devices: list[str]) -> float:
@@ -127,7 +158,7 @@ def rpc_devices(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         reset_registry()
 
 
-ALL = [(f, w) for f in CONFIGS for w in ("f32", "q8_0")] + [("gpt-oss", "mxfp4")]
+ALL = [(f, w) for f in [*CONFIGS, *HYBRIDS] for w in ("f32", "q8_0")] + [("gpt-oss", "mxfp4")]
 KEY = [
     ("llama", "f32"),
     ("llama", "q8_0"),
@@ -136,11 +167,13 @@ KEY = [
     ("qwen3moe", "f32"),
     ("qwen3moe", "q8_0"),
     ("gpt-oss", "mxfp4"),
+    ("granitehybrid", "f32"),
+    ("qwen35", "f32"),
 ]
 
 
 def test_every_family_listed_is_tested() -> None:
-    tested = {CONFIGS[f].arch for f in CONFIGS} | {"gpt-oss"}
+    tested = {CONFIGS[f].arch for f in CONFIGS} | {"gpt-oss"} | set(HYBRIDS)
     assert set(FAMILIES) == tested
 
 
@@ -188,6 +221,31 @@ def test_one_kv_head_mirrored_with_uneven_query_heads(tmp_path: Path, rpc_device
     assert np.abs(got - one).max() <= TOL["f32"]
 
 
+@pytest.mark.parametrize("family", ["granitehybrid", "qwen35"])
+def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_path: Path, family: str) -> None:
+    """A hybrid's recurrent mixer is mirrored (computed on the first device), its states are caches there: a second
+    sequence after ``reset`` gives the first one's logits."""
+    path = _model(tmp_path, family, "f32")
+    one, _ = _run(path, ["CPU"])
+    req = PlacementRequest(devices=["CPU", opencl_backend().device.name], split_mode="tensor")
+    with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
+        runs = []
+        for _ in range(2):
+            first = m.process_prompt(PROMPT, all_logits=True)
+            runs.append(np.concatenate([first, *(m.decode([t]) for t in STEPS)]))
+            m.reset()
+        owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+        assert owner is not None
+        il = next(il for il in range(m.hp.n_layer) if m.hp.is_recurrent(il))
+        caches = {t.name for t in owner.mirrored_caches}
+        assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= caches
+        for t in owner.mirrored_caches:
+            assert t.buffer is not None and t.buffer.buffer_type.device.name == "CPU"  # type: ignore[union-attr]
+        assert owner.state(m.weights[f"blk.{il}.ssm_out.weight"]).kind is SplitKind.MIRRORED
+    for got in runs:
+        assert np.abs(got - one).max() <= TOL["f32"]
+
+
 def test_kv_heads_that_cannot_cover_the_devices_are_a_clear_error(tmp_path: Path, rpc_devices: list[str]) -> None:
     """2 KV heads over 3 devices: each needs one; (one KV head would be mirrored instead)."""
     cfg = CONFIGS["qwen3moe"]
@@ -196,12 +254,12 @@ def test_kv_heads_that_cannot_cover_the_devices_are_a_clear_error(tmp_path: Path
         _run(path, ["CPU", *rpc_devices])
 
 
-@pytest.mark.parametrize("family", ["mamba2", "granitehybrid"])
-def test_recurrent_and_hybrid_families_are_refused_by_name(tmp_path: Path, family: str) -> None:
+@pytest.mark.parametrize("family", ["mamba2", "rwkv7"])
+def test_recurrent_families_are_refused_by_name(tmp_path: Path, family: str) -> None:
     if family == "mamba2":
         path = write_mamba2(tmp_path / "m.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 1))
     else:
-        path = write_granitehybrid(tmp_path / "m.gguf", GraniteConfig(), granite_weights(GraniteConfig(), 1))
+        path = write_rwkv7(tmp_path / "m.gguf", RwkvConfig(), rwkv7_weights(RwkvConfig(), 1))
     supported = ", ".join(FAMILIES)
     with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is {family} \("):
         _run(path, ["CPU", opencl_backend().device.name])
