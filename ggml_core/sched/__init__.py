@@ -13,7 +13,14 @@ from ggml_core.sched._placement import PlacementError
 from ggml_core.sched._plan import InputCopy, SchedPlan, SplitPlan
 from ggml_core.sched._scheduler import DEFAULT_SCHED_GRAPH_SIZE, MAX_BACKENDS, MAX_COPIES, Scheduler
 from ggml_core.sched._split import MAX_SPLIT_INPUTS
-from ggml_core.sched._split_state import SplitError, SplitKind, SplitState, llama_split_states, shard_sizes
+from ggml_core.sched._split_state import (
+    SplitError,
+    SplitKind,
+    SplitState,
+    llama_split_states,
+    mamba2_split_states,
+    shard_sizes,
+)
 from ggml_core.sched.render import render_dot, render_svg, render_text
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "TensorParallelGraph",
     "all_reduce",
     "llama_split_states",
+    "mamba2_split_states",
     "render_dot",
     "render_svg",
     "render_text",

@@ -15,12 +15,12 @@ import enum
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ggml_core._errors import GGMLError
 from ggml_core._tensor import Tensor
 
-__all__ = ["SplitError", "SplitKind", "SplitState", "llama_split_states", "shard_sizes"]
+__all__ = ["SplitError", "SplitKind", "SplitState", "llama_split_states", "mamba2_split_states", "shard_sizes"]
 
 
 class SplitError(GGMLError, ValueError):
@@ -47,6 +47,10 @@ class SplitState:
     kind: SplitKind
     axis: int = -1
     sizes: tuple[int, ...] = ()
+    #: a SPLIT axis made of consecutive parts of different kinds (a fused projection's ``z | x | B | C | dt``): per
+    #: part, the indices of it each device holds; device ``d`` holds its indices of every part, part after part,
+    #: and ``sizes[d]`` is their sum. Empty: one part, ``sizes`` itself.
+    segments: tuple[tuple[int, ...], ...] = ()
 
     @staticmethod
     def mirrored() -> SplitState:
@@ -65,6 +69,38 @@ class SplitState:
             raise ValueError(f"split axis must be 0..3, got {axis}")
         return SplitState(SplitKind.SPLIT, axis, tuple(int(s) for s in sizes))
 
+    @staticmethod
+    def segmented(axis: int, segments: Sequence[Sequence[int]]) -> SplitState:
+        """Split along ``axis`` made of consecutive parts, each divided over the devices by its own sizes."""
+        segs = tuple(tuple(int(x) for x in seg) for seg in segments)
+        if len({len(seg) for seg in segs}) != 1:
+            raise ValueError(f"every part needs one size per device, got {segs}")
+        sizes = tuple(sum(col) for col in zip(*segs, strict=True))
+        return replace(SplitState.split(axis, sizes), segments=segs if len(segs) > 1 else ())
+
+    @property
+    def parts(self) -> tuple[tuple[int, ...], ...]:
+        """The parts of the split axis (one: ``sizes``), each as its per-device sizes."""
+        return self.segments or (self.sizes,)
+
+    def scaled(self, axis: int, num: int, den: int) -> SplitState | None:
+        """The state on ``axis`` with every size times ``num / den`` (a reshape), None where one is not whole."""
+        parts = [[x * num for x in seg] for seg in self.parts]
+        if any(x % den for seg in parts for x in seg):
+            return None
+        return SplitState.segmented(axis, [[x // den for x in seg] for seg in parts])
+
+    def device_order(self) -> list[int]:
+        """The indices of the split axis in the order the devices hold them (device 0's of every part, then
+        device 1's, ...): the identity without parts."""
+        order: list[list[int]] = [[] for _ in self.sizes]
+        at = 0
+        for seg in self.parts:
+            for d, x in enumerate(seg):
+                order[d] += range(at, at + x)
+                at += x
+        return [i for dev in order for i in dev]
+
     def starts(self) -> list[int]:
         """Where each device's part begins along the axis."""
         out, at = [], 0
@@ -76,7 +112,8 @@ class SplitState:
     def describe(self) -> str:
         """``split(axis 1: 3+1)``, ``mirrored``, ``partial``."""
         if self.kind is SplitKind.SPLIT:
-            return f"split(axis {self.axis}: {'+'.join(map(str, self.sizes))})"
+            parts = " | ".join("+".join(map(str, seg)) for seg in self.parts)
+            return f"split(axis {self.axis}: {parts})"
         return self.kind.value
 
 
@@ -204,5 +241,52 @@ def llama_split_states(
         if m is not None and m.group(1) == "attn_q" and m.group(2) != "bias":
             return SplitState.split(axis, q_rows)
         return SplitState.split(axis, ff(t.ne[axis]) if which == "ff" else sizes[which])
+
+    return state_of
+
+
+_MAMBA_TENSOR = re.compile(r"^blk\.\d+\.(ssm_\w+?)(?:\.(weight|bias))?$")
+_STATE = re.compile(r"^cache_([rs])_l\d+$")
+
+
+def mamba2_split_states(
+    proportions: Sequence[float], *, d_inner: int, d_state: int, n_group: int, n_head: int, d_conv: int
+) -> Callable[[Tensor], SplitState | None]:
+    """The split state of each tensor of a Mamba-2 mixer (llama.cpp's names) over devices in ``proportions``: its
+    groups divided (each device keeps whole groups with their heads, so the gated norm, one per group, and B and C,
+    one per group, stay on the device of their heads).
+
+    ``ssm_in`` by rows, in five parts (``z``, ``x``: the heads' channels; ``B``, ``C``: the groups' states; ``dt``:
+    one per head); ``ssm_conv1d`` (weight by rows, bias) over the ``x | B | C`` channels; ``ssm_dt.bias``, ``ssm_a``,
+    ``ssm_d`` by head, ``ssm_norm`` by group, ``ssm_out`` by input columns (its products partial); the states
+    ``cache_r_l<i>`` (the convolution window, ``d_conv - 1`` values per channel of ``x | B | C``) and
+    ``cache_s_l<i>`` (``d_state × head_dim`` per head) alike. Other tensors answer None.
+    """
+    if n_head % n_group or d_inner % n_head:
+        raise SplitError(None, f"{n_head} SSM heads of width {d_inner / n_head} do not fall in {n_group} groups")
+    groups = shard_sizes(n_group, proportions, "SSM groups")
+    heads = [g * (n_head // n_group) for g in groups]
+    head_dim = d_inner // n_head
+    ch = [h * head_dim for h in heads]
+    bc = [g * d_state for g in groups]
+    states = {
+        ("ssm_in", "weight"): SplitState.segmented(1, [ch, ch, bc, bc, heads]),
+        ("ssm_conv1d", "weight"): SplitState.segmented(1, [ch, bc, bc]),
+        ("ssm_conv1d", "bias"): SplitState.segmented(0, [ch, bc, bc]),
+        ("ssm_dt", "bias"): SplitState.split(0, heads),
+        ("ssm_a", "weight"): SplitState.split(1, heads),
+        ("ssm_d", "weight"): SplitState.split(1, heads),
+        ("ssm_norm", "weight"): SplitState.split(1, groups),
+        ("ssm_out", "weight"): SplitState.split(0, ch),
+        ("r", ""): SplitState.segmented(0, [[x * (d_conv - 1) for x in seg] for seg in (ch, bc, bc)]),
+        ("s", ""): SplitState.split(0, [x * d_state for x in ch]),
+    }
+
+    def state_of(t: Tensor) -> SplitState | None:
+        m = _STATE.match(t.name)
+        if m:
+            return states[(m.group(1), "")]
+        m = _MAMBA_TENSOR.match(t.name)
+        return states.get((m.group(1), m.group(2) or "weight")) if m else None
 
     return state_of

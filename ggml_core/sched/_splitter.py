@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.backend.interfaces import Device
 from ggml_core.ops import GGMLOp
 from ggml_core.sched._allreduce import all_reduce
+from ggml_core.sched._split_recurrent import RULES, RecurrentRules
 from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
 
 __all__ = ["GraphSplitter", "SplitResult", "StateOf", "region"]
@@ -44,7 +45,7 @@ __all__ = ["GraphSplitter", "SplitResult", "StateOf", "region"]
 StateOf = Callable[[Tensor], "SplitState | None"]
 
 _ELEMENTWISE = {GGMLOp.ADD: (0, 1), GGMLOp.SUB: (0, 1), GGMLOp.MUL: (0, 1), GGMLOp.DIV: (0, 1), GGMLOp.GLU: (0, 1)}
-_VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS}
+_VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS, GGMLOp.CPY}
 _SAME_STATE = {
     GGMLOp.SCALE,
     GGMLOp.SQR,
@@ -123,7 +124,7 @@ class SplitResult:
     contexts: list[Context] = field(repr=False)
 
 
-class GraphSplitter:
+class GraphSplitter(RecurrentRules):
     """One pass over a graph's nodes in order, building the per-device graph (the module's rules).
 
     ``reuse``: (states, shards) of an earlier split over the same weights, whose split leafs keep their shards.
@@ -152,6 +153,7 @@ class GraphSplitter:
         self.mirrored_weights: list[Tensor] = []
         self.n_all_reduces = 0
         self.written: set[int] = set()
+        self.scans = {}
 
     # ---- operands ---------------------------------------------------------------------------------------------
 
@@ -246,6 +248,15 @@ class GraphSplitter:
         }.get(t.op)
         if t.op == GGMLOp.CONT and t.src[0] is not None and t.ne != t.src[0].ne:
             rule = self._reshape
+        if t.op in RULES:
+            rule = getattr(self, RULES[t.op])
+        src = t.src[0]
+        if (
+            t.op == GGMLOp.VIEW
+            and src is not None
+            and (src.id in self.scans or self.states[src.id].axis != 0 or self.states[src.id].segments)
+        ):
+            rule = self.recurrent_view
         if rule is None and (t.op in _ELEMENTWISE or t.op in _SAME_STATE):
             rule = self._same_state
         if rule is None:
@@ -284,9 +295,9 @@ class GraphSplitter:
         if sa.kind is SplitKind.SPLIT and sa.axis == 1 and sb.kind is not SplitKind.SPLIT:
             mb = self.m(b, t)
             parts = [ops.mul_mat(self.shards[a.id][d], mb) for d in range(n)]
-            st = SplitState.split(0, sa.sizes)
+            st = replace(sa, axis=0)
         elif sa.kind is SplitKind.SPLIT and sb.kind is SplitKind.SPLIT and sa.axis == sb.axis == 0:
-            if sa.sizes != sb.sizes:
+            if sa.parts != sb.parts:
                 raise SplitError(t, f"contracts operands split differently: {self._describe_srcs(t)}")
             parts = [ops.mul_mat(self.shards[a.id][d], self.shards[b.id][d]) for d in range(n)]
             st = SplitState.partial()
@@ -446,7 +457,7 @@ class GraphSplitter:
                     srcs.append(self.shards[s.id][d])
                 elif s.ne[ax] == 1:
                     srcs.append(self.m(s, t))
-                elif s.ne[ax] == t.ne[ax]:
+                elif s.ne[ax] == t.ne[ax] and not st.segments:
                     srcs.append(_slice(self.m(s, t), ax, start, size))
                 else:
                     raise SplitError(t, f"operand {s.name!r} does not line up with split axis {ax}")
@@ -483,8 +494,9 @@ class GraphSplitter:
             inner_out = math.prod(t.ne[:b])
             if math.prod(t.ne[b + 1 :]) != outer or t.ne[b] <= 1:
                 continue
-            if all(s * inner % inner_out == 0 for s in st.sizes):
-                sizes = [s * inner // inner_out for s in st.sizes]
+            new = st.scaled(b, inner, inner_out)  # every part of the axis (one, or a fused projection's) whole
+            if new is not None:
+                sizes = new.sizes
                 break
         else:
             raise SplitError(
@@ -500,7 +512,7 @@ class GraphSplitter:
             parts.append(ops.reshape_4d(sh, *ne) if t.op == GGMLOp.RESHAPE else ops.cont_4d(sh, *ne))
         for p in parts:
             p.set_name(t.name)
-        self._set_split(t, SplitState.split(b, sizes), parts)
+        self._set_split(t, new, parts)
 
     def _permute(self, t: Tensor) -> None:
         src = t.src[0]
@@ -510,7 +522,7 @@ class GraphSplitter:
         parts = [ops.transpose(s) if t.op == GGMLOp.TRANSPOSE else ops.permute(s, *axes) for s in self.shards[src.id]]
         for p in parts:
             p.set_name(t.name)
-        self._set_split(t, SplitState.split(axes[st.axis], st.sizes), parts)
+        self._set_split(t, replace(st, axis=axes[st.axis]), parts)
 
     def _set_rows(self, t: Tensor) -> None:
         """Rows written into a cache split along axis 0 (KV heads): each device writes its part of each row."""

@@ -68,6 +68,7 @@ _QWEN35MOE = DeltaNetConfig(arch="qwen35moe", n_ff_exp=64)
 _QWEN3NEXT = DeltaNetConfig(arch="qwen3next", sections=None, n_ff_exp=64)
 #: the hybrid families' test models (recurrent mixers between attention layers) by path and weight type
 HYBRIDS: dict[str, Callable[[Path, str], Path]] = {
+    "mamba2": lambda p, w: write_mamba2(p, MambaConfig(), mamba2_weights(MambaConfig(), 1), w),
     "granitehybrid": lambda p, w: write_granitehybrid(p, GraniteConfig(), granite_weights(GraniteConfig(), 1), w),
     "nemotron_h": lambda p, w: write_nemotron_h(p, NemotronConfig(), nemotron_weights(NemotronConfig(), 4), w),
     "lfm2": lambda p, w: write_lfm2(p, LFM2Config(), lfm2_weights(LFM2Config(), 4), w),
@@ -96,6 +97,16 @@ def _run(path: Path, devices: list[str], split: tuple[float, ...] | None = None)
         return np.concatenate([first, *(m.decode([t]) for t in STEPS)]), m
 
 
+def _two_sequences(m: Model) -> list[np.ndarray]:
+    """The logits of the prompt and decode steps, twice, with ``reset`` between (the states cleared)."""
+    runs = []
+    for _ in range(2):
+        first = m.process_prompt(PROMPT, all_logits=True)
+        runs.append(np.concatenate([first, *(m.decode([t]) for t in STEPS)]))
+        m.reset()
+    return runs
+
+
 def _check_split(m: Model, devices: list[str]) -> None:
     """Every layer's attention and FFN (or each expert) really was split: shards on each device (a hybrid's last
     attention layer and last FFN)."""
@@ -113,7 +124,13 @@ def _check_split(m: Model, devices: list[str]) -> None:
     dense_lead = [
         il for il in range(hp.n_layer) if hp.is_moe and m.weights.get(f"blk.{il}.ffn_down.weight") is not None
     ]
-    names = [f"blk.{attn_layers[-1]}.{n}" for n in attn] + [f"blk.{ffn_layers[-1]}.{n}" for n in ffn]
+    # Mamba-2 mixers split by groups of heads, their states too; the other recurrent mixers stay whole
+    mamba = [il for il in range(hp.n_layer) if m.weights.get(f"blk.{il}.ssm_in.weight") is not None]
+    names = [f"blk.{il}.{n}" for il in attn_layers[-1:] for n in attn]
+    names += [f"blk.{il}.{n}" for il in ffn_layers[-1:] for n in ffn]
+    names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in ("ssm_in.weight", "ssm_conv1d.weight", "ssm_out.weight")]
+    for il in mamba:
+        assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= {t.name for t in owner.caches}
     for name in names:
         t = m.weights[name]
         assert owner.state(t).kind is SplitKind.SPLIT, name
@@ -121,8 +138,8 @@ def _check_split(m: Model, devices: list[str]) -> None:
             buf = owner.shard(t, d).buffer
             assert buf is not None and buf.buffer_type.device is not None
             assert buf.buffer_type.device.name == dev
-    # one all-reduce after each attention, one after each FFN
-    assert owner.n_all_reduces == len(attn_layers) + len(ffn_layers) + len(dense_lead)
+    # one all-reduce after each attention, each FFN, each Mamba-2 mixer
+    assert owner.n_all_reduces == len(attn_layers) + len(ffn_layers) + len(dense_lead) + len(mamba)
 
 
 def _compare(tmp_path: Path, family: str, wtype: str, devices: list[str]) -> float:
@@ -168,6 +185,7 @@ KEY = [
     ("qwen3moe", "q8_0"),
     ("gpt-oss", "mxfp4"),
     ("granitehybrid", "f32"),
+    ("granitehybrid", "q8_0"),
     ("qwen35", "f32"),
 ]
 
@@ -221,29 +239,63 @@ def test_one_kv_head_mirrored_with_uneven_query_heads(tmp_path: Path, rpc_device
     assert np.abs(got - one).max() <= TOL["f32"]
 
 
-@pytest.mark.parametrize("family", ["granitehybrid", "qwen35"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen35"])
 def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_path: Path, family: str) -> None:
-    """A hybrid's recurrent mixer is mirrored (computed on the first device), its states are caches there: a second
-    sequence after ``reset`` gives the first one's logits."""
+    """A hybrid's short convolution or delta net is mirrored (computed on the first device), its states are caches
+    there: a second sequence after ``reset`` gives the first one's logits."""
     path = _model(tmp_path, family, "f32")
     one, _ = _run(path, ["CPU"])
     req = PlacementRequest(devices=["CPU", opencl_backend().device.name], split_mode="tensor")
     with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
-        runs = []
-        for _ in range(2):
-            first = m.process_prompt(PROMPT, all_logits=True)
-            runs.append(np.concatenate([first, *(m.decode([t]) for t in STEPS)]))
-            m.reset()
+        runs = _two_sequences(m)
         owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
         assert owner is not None
         il = next(il for il in range(m.hp.n_layer) if m.hp.is_recurrent(il))
-        caches = {t.name for t in owner.mirrored_caches}
-        assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= caches
+        states = {t.name for t in (m.kv.r[il], m.kv.s[il]) if t is not None}  # LFM2 keeps only its window (r)
+        assert f"cache_r_l{il}" in states
+        assert states <= {t.name for t in owner.mirrored_caches}
         for t in owner.mirrored_caches:
             assert t.buffer is not None and t.buffer.buffer_type.device.name == "CPU"  # type: ignore[union-attr]
-        assert owner.state(m.weights[f"blk.{il}.ssm_out.weight"]).kind is SplitKind.MIRRORED
+        mixer = "shortconv.out_proj.weight" if family == "lfm2" else "ssm_out.weight"
+        assert owner.state(m.weights[f"blk.{il}.{mixer}"]).kind is SplitKind.MIRRORED
     for got in runs:
         assert np.abs(got - one).max() <= TOL["f32"]
+
+
+def test_mamba2_split_by_groups_of_heads_unevenly(tmp_path: Path, rpc_devices: list[str]) -> None:
+    """granitehybrid with 4 groups of 2 heads, -ts 3,1: 3 groups (6 heads) on the CPU, 1 on the RPC server; the
+    fused ``ssm_in`` holds each device's z, x, B, C and dt rows; the states split alike and clear with the cache."""
+    cfg = GraniteConfig(n_group=4)
+    path = write_granitehybrid(tmp_path / "m.gguf", cfg, granite_weights(cfg, 2))
+    one, _ = _run(path, ["CPU"])
+    devices = ["CPU", rpc_devices[0]]
+    req = PlacementRequest(devices=devices, split_mode="tensor", tensor_split=(3, 1))
+    with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
+        runs = _two_sequences(m)
+        owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+        assert owner is not None
+        ch, bc = (96, 32), (48, 16)  # 16-wide heads; 16 states per group
+        assert owner.state(m.weights["blk.0.ssm_in.weight"]) == SplitState.segmented(1, [ch, ch, bc, bc, (6, 2)])
+        assert owner.state(m.weights["blk.0.ssm_norm.weight"]) == SplitState.split(1, (3, 1))
+        caches = {t.name: t for t in owner.caches}
+        assert owner.state(caches["cache_s_l0"]) == SplitState.split(0, (96 * 16, 32 * 16))
+        assert owner.state(caches["cache_r_l0"]) == SplitState.segmented(0, [(3 * x, 3 * y) for x, y in (ch, bc, bc)])
+    for got in runs:
+        assert np.abs(got - one).max() <= TOL["f32"]
+
+
+def test_mamba2_with_fewer_groups_than_devices_stays_whole(tmp_path: Path) -> None:
+    """One group (as in many Mamba-2 models) over two devices: the gated norm spans every head, so the mixer and its
+    states stay on the first device, and the logits are still the one-device ones."""
+    cfg = MambaConfig(n_group=1)
+    path = write_mamba2(tmp_path / "m.gguf", cfg, mamba2_weights(cfg, 3))
+    one, _ = _run(path, ["CPU"])
+    got, m = _run(path, ["CPU", opencl_backend().device.name])
+    owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+    assert owner is not None
+    assert owner.state(m.weights["blk.0.ssm_in.weight"]).kind is SplitKind.MIRRORED
+    assert {"cache_r_l0", "cache_s_l0"} <= {t.name for t in owner.mirrored_caches}
+    assert np.abs(got - one).max() <= TOL["f32"]
 
 
 def test_kv_heads_that_cannot_cover_the_devices_are_a_clear_error(tmp_path: Path, rpc_devices: list[str]) -> None:
@@ -254,14 +306,10 @@ def test_kv_heads_that_cannot_cover_the_devices_are_a_clear_error(tmp_path: Path
         _run(path, ["CPU", *rpc_devices])
 
 
-@pytest.mark.parametrize("family", ["mamba2", "rwkv7"])
-def test_recurrent_families_are_refused_by_name(tmp_path: Path, family: str) -> None:
-    if family == "mamba2":
-        path = write_mamba2(tmp_path / "m.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 1))
-    else:
-        path = write_rwkv7(tmp_path / "m.gguf", RwkvConfig(), rwkv7_weights(RwkvConfig(), 1))
+def test_rwkv7_is_refused_by_name(tmp_path: Path) -> None:
+    path = write_rwkv7(tmp_path / "m.gguf", RwkvConfig(), rwkv7_weights(RwkvConfig(), 1))
     supported = ", ".join(FAMILIES)
-    with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is {family} \("):
+    with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is rwkv7 \("):
         _run(path, ["CPU", opencl_backend().device.name])
 
 

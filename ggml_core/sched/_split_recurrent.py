@@ -1,0 +1,201 @@
+"""Tensor-parallel rules of the recurrent mixers (Mamba-2 split by groups of heads) and of split axes made of parts
+(:attr:`SplitState.segments`: a fused projection's ``z | x | B | C | dt`` rows), mixed into
+:class:`~ggml_core.sched._splitter.GraphSplitter`.
+
+- VIEW of a tensor split on axis 0 in parts: a view of one part is split as that part (on the view's outermost
+  axis inside the row, in its units: heads, groups), a view of several consecutive parts keeps them as parts; a
+  VIEW that keeps a split axis ≥ 1 whole (a window's tail) is taken of each device's part.
+- CONCAT of two operands split alike on another axis than the one joined; CPY of a split tensor into a tensor split
+  with the same element count per device (a recurrent state written back).
+- SSM_CONV of a window and a kernel split alike on their channels (axis 1): split on the result's channels.
+- SSM_SCAN of states, x, dt, A split by head and B, C split by group: each device scans its heads; the views of its
+  result, the outputs and the new states, are split by head.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ggml_core import ops
+from ggml_core._tensor import Tensor
+from ggml_core.ops import GGMLOp
+from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
+
+__all__ = ["RecurrentRules"]
+
+
+class RecurrentRules:
+    """The rules of this module, over the splitter's states and shards."""
+
+    n: int
+    states: dict[int, SplitState]
+    shards: dict[int, list[Tensor]]
+    #: SSM_SCAN results: id → (per device: the outputs' element count, the heads)
+    scans: dict[int, tuple[list[int], tuple[int, ...]]]
+
+    def m(self, t: Tensor, reader: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _set_split(self, t: Tensor, st: SplitState, parts: list[Tensor]) -> None:
+        raise NotImplementedError
+
+    def _describe_srcs(self, t: Tensor) -> str:
+        raise NotImplementedError
+
+    def _split_of(self, t: Tensor, s: Tensor | None) -> SplitState:
+        st = self.states[s.id] if s is not None else None
+        if st is None or st.kind is not SplitKind.SPLIT:
+            raise SplitError(t, f"op {t.op.name} needs every operand split: {self._describe_srcs(t)}")
+        return st
+
+    def _named(self, t: Tensor, st: SplitState, parts: list[Tensor]) -> None:
+        for p in parts:
+            p.set_name(t.name)
+        self._set_split(t, st, parts)
+
+    def recurrent_view(self, t: Tensor) -> None:
+        """VIEW of a scan's result, of a tensor split on axis 0 in parts, or keeping a split axis ≥ 1 whole."""
+        src = t.src[0]
+        assert src is not None
+        if src.id in self.scans:
+            self._scan_view(t, src)
+        elif self.states[src.id].axis == 0:
+            self._parts_view(t, src)
+        else:
+            self._whole_axis_view(t, src)
+
+    def _parts_view(self, t: Tensor, src: Tensor) -> None:
+        st = self.states[src.id]
+        row, es = src.nb[1], src.type.type_size
+        within, rest = divmod(t.view_offs % row, es)
+        # the axes inside a row: packed from axis 0 up to b; the others walk whole rows
+        b = 0
+        while b < 3 and t.nb[b + 1] == t.ne[b] * t.nb[b] and t.nb[b + 1] < row:
+            b += 1
+        extent = math.prod(t.ne[: b + 1])
+        bounds = [0]
+        for seg in st.parts:
+            bounds.append(bounds[-1] + sum(seg))
+        ok = (
+            src.is_contiguous
+            and src.type.block_size == 1
+            and not rest
+            and t.nb[0] == es
+            and within in bounds
+            and within + extent in bounds
+            and all(t.ne[i] == 1 or t.nb[i] % row == 0 for i in range(b + 1, 4))
+        )
+        first, last = (bounds.index(within), bounds.index(within + extent)) if ok else (0, 0)
+        unit = math.prod(t.ne[:b])
+        segs = st.parts[first:last]
+        if not ok or (len(segs) > 1 and b) or any(x % unit for seg in segs for x in seg):
+            raise SplitError(
+                t,
+                f"VIEW (ne {list(t.ne)}, nb {list(t.nb)}) does not take whole parts of {st.describe()} of {src.name!r}",
+            )
+        new = SplitState.segmented(b, [[x // unit for x in seg] for seg in segs])
+        parts = []
+        for d, sh in enumerate(self.shards[src.id]):
+            off = sum(seg[d] for seg in st.parts[:first])
+            ne = list(t.ne)
+            ne[b] = new.sizes[d]
+            nb = [t.nb[i] if i <= b else t.nb[i] // row * sh.nb[1] for i in range(4)]
+            offset = t.view_offs // row * sh.nb[1] + off * es
+            parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], offset))
+        self._named(t, new, parts)
+
+    def _whole_axis_view(self, t: Tensor, src: Tensor) -> None:
+        st = self.states[src.id]
+        ax = st.axis
+        ok = (
+            src.is_contiguous
+            and t.ne[ax] == src.ne[ax]
+            and t.nb[ax] == src.nb[ax]
+            and t.view_offs < src.nb[ax]
+            and all(t.ne[i] == 1 for i in range(ax + 1, 4))
+            and all(t.nb[i] * t.ne[i] + t.view_offs <= src.nb[ax] for i in range(ax))
+        )
+        if not ok:
+            raise SplitError(t, f"VIEW (ne {list(t.ne)}, nb {list(t.nb)}) cuts through {st.describe()} of {src.name!r}")
+        parts = []
+        for d, sh in enumerate(self.shards[src.id]):
+            ne = list(t.ne)
+            ne[ax] = st.sizes[d]
+            nb = [t.nb[i] if i <= ax else sh.nb[i] for i in range(4)]
+            parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], t.view_offs))
+        self._named(t, st, parts)
+
+    def _scan_view(self, t: Tensor, src: Tensor) -> None:
+        """The outputs ``[head_dim, n_head, n_t, n_s]`` (offset 0) or the new states (after the outputs, flat)."""
+        outputs, heads = self.scans[src.id]
+        es = src.type.type_size
+        total = sum(outputs)
+        parts = []
+        if t.view_offs == 0 and t.nelements == total and t.nb[1] == t.ne[0] * es:
+            for sh, h in zip(self.shards[src.id], heads, strict=True):
+                nb1 = t.nb[1]
+                parts.append(ops.view_4d(sh, t.ne[0], h, t.ne[2], t.ne[3], nb1, nb1 * h, nb1 * h * t.ne[2], 0))
+            st = SplitState.split(1, heads)
+        elif t.view_offs == total * es and t.ne[1:] == (1, 1, 1) and t.nelements == src.nelements - total:
+            sizes = [sh.nelements - o for sh, o in zip(self.shards[src.id], outputs, strict=True)]
+            parts = [ops.view_1d(sh, n, o * es) for sh, n, o in zip(self.shards[src.id], sizes, outputs, strict=True)]
+            st = SplitState.split(0, sizes)
+        else:
+            raise SplitError(t, f"VIEW of SSM_SCAN result {src.name!r} is neither its outputs nor its states")
+        self._named(t, st, parts)
+
+    def concat(self, t: Tensor) -> None:
+        a, b = t.src[0], t.src[1]
+        sa, sb = self._split_of(t, a), self._split_of(t, b)
+        dim = t.op_param_i32(0)
+        if sa != sb or sa.axis == dim:
+            raise SplitError(
+                t, f"CONCAT along {dim} of operands not split alike on another axis: {self._describe_srcs(t)}"
+            )
+        assert a is not None and b is not None
+        parts = [ops.concat(x, y, dim) for x, y in zip(self.shards[a.id], self.shards[b.id], strict=True)]
+        self._named(t, sa, parts)
+
+    def cpy(self, t: Tensor) -> None:
+        a, b = t.src[0], t.src[1]
+        sa, sb = self._split_of(t, a), self._split_of(t, b)
+        assert a is not None and b is not None
+        pa, pb = self.shards[a.id], self.shards[b.id]
+        if any(x.nelements != y.nelements for x, y in zip(pa, pb, strict=True)):
+            raise SplitError(t, f"CPY between tensors split into different counts: {self._describe_srcs(t)}")
+        del sa
+        self._named(t, sb, [ops.cpy(x, y) for x, y in zip(pa, pb, strict=True)])
+
+    def ssm_conv(self, t: Tensor) -> None:
+        sx, c = t.src[0], t.src[1]
+        ss, sc = self._split_of(t, sx), self._split_of(t, c)
+        if ss != sc or ss.axis != 1:
+            raise SplitError(t, f"SSM_CONV needs window and kernel split alike by channel: {self._describe_srcs(t)}")
+        assert sx is not None and c is not None
+        parts = [ops.ssm_conv(x, k) for x, k in zip(self.shards[sx.id], self.shards[c.id], strict=True)]
+        self._named(t, SplitState.segmented(0, ss.parts), parts)
+
+    def ssm_scan(self, t: Tensor) -> None:
+        s, x, dt, a, b, c, ids = t.src[:7]
+        st = [self._split_of(t, u) for u in (s, x, dt, a, b, c)]
+        heads = st[1].sizes
+        group = x.ne[1] // b.ne[1] if x is not None and b is not None else 0
+        ok = [u.axis for u in st] == [2, 1, 0, 1, 1, 1] and all(u.sizes == heads for u in st[:4])
+        if not ok or st[4] != st[5] or any(g * group != h for g, h in zip(st[4].sizes, heads, strict=True)):
+            raise SplitError(t, f"SSM_SCAN needs its operands split by head (B, C by group): {self._describe_srcs(t)}")
+        assert ids is not None
+        mi = self.m(ids, t)
+        assert s is not None and x is not None and dt is not None and a is not None and b is not None and c is not None
+        k = t.op_param_i32(0)
+        sh = self.shards
+        parts = [
+            ops.ssm_scan(sh[s.id][d], sh[x.id][d], sh[dt.id][d], sh[a.id][d], sh[b.id][d], sh[c.id][d], mi, k)
+            for d in range(self.n)
+        ]
+        outputs = [sh[x.id][d].nelements for d in range(self.n)]
+        self.scans[t.id] = (outputs, heads)
+        self._named(t, SplitState.split(0, [p.ne[0] for p in parts]), parts)
+
+
+#: op → the name of its rule in :class:`RecurrentRules`
+RULES = {GGMLOp.CONCAT: "concat", GGMLOp.CPY: "cpy", GGMLOp.SSM_CONV: "ssm_conv", GGMLOp.SSM_SCAN: "ssm_scan"}
