@@ -54,11 +54,13 @@ from ggml_core.sched import (
     SplitState,
     StateOf,
     TensorParallelGraph,
+    delta_net_split_states,
     llama_split_states,
     mamba2_split_states,
 )
 
 __all__ = [
+    "DELTA_NET_FAMILIES",
     "FAMILIES",
     "GATED_Q",
     "MAMBA2_FAMILIES",
@@ -94,6 +96,8 @@ FAMILIES: Final = (
 SUPPORTED: Final = ", ".join(FAMILIES)
 #: the families whose Mamba-2 mixers split by groups of heads (where they have at least as many groups as devices)
 MAMBA2_FAMILIES: Final = frozenset(("mamba2", "granitehybrid", "nemotron_h"))
+#: the families whose gated delta nets split by value heads (qwen3next's: by key heads with their value heads)
+DELTA_NET_FAMILIES: Final = frozenset(("qwen35", "qwen35moe", "qwen3next"))
 #: the families whose ``attn_q`` gives each head's query then its gate
 GATED_Q: Final = frozenset(("qwen35", "qwen35moe", "qwen3next"))
 
@@ -191,7 +195,7 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         for name in _DOWN:
             if f.has_tensor(key := f"blk.{il}.{name}.weight"):
                 granule = math.lcm(granule, f.tensor_info(key).type.block_size)
-    mixer = _mamba2_states(f, hp, proportions)
+    mixer = _mamba2_states(f, hp, proportions) or _delta_net_states(f, hp, proportions)
     if hp.n_head_kv == 0:  # no attention layer
         return lambda t: mixer(t) if mixer is not None else None
     if hp.head_dim_k != hp.head_dim_v:
@@ -211,6 +215,28 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
     if mixer is None:
         return layers
     return lambda t: layers(t) if (got := mixer(t)) is None else got
+
+
+def _delta_net_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """The gated delta nets' states (:func:`ggml_core.sched.delta_net_split_states`: by value heads in runs of the
+    key heads, qwen3next's by key heads), or None where they stay whole on the first device: another mixer, fewer
+    units than devices, or an ``ssm_out`` whose quantization blocks would cut a device's columns."""
+    if hp.arch not in DELTA_NET_FAMILIES:
+        return None
+    n_k, n_v, size = hp.ssm_n_group, hp.ssm_dt_rank, hp.ssm_d_state
+    interleaved = hp.arch == "qwen3next"
+    if n_v % n_k:
+        return None
+    # the unit a device takes: a key head with its value heads, or a run of n_k value heads
+    units, unit_width = (n_k, n_v // n_k * size) if interleaved else (n_v // n_k, n_k * size)
+    if units < len(proportions):
+        return None
+    for il in range(hp.n_layer):
+        if f.has_tensor(key := f"blk.{il}.ssm_out.weight") and unit_width % f.tensor_info(key).type.block_size:
+            return None
+    return delta_net_split_states(
+        proportions, n_k=n_k, n_v=n_v, size=size, d_conv=hp.ssm_d_conv, interleaved=interleaved
+    )
 
 
 def _mamba2_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:

@@ -5,7 +5,8 @@
 - VIEW of a tensor split on axis 0 in parts: a view of one part is split as that part (on the view's outermost
   axis inside the row, in its units: heads, groups), a view of several consecutive parts keeps them as parts; a
   VIEW that keeps a split axis ≥ 1 whole (a window's tail) is taken of each device's part.
-- CONCAT of two operands split alike on another axis than the one joined; CPY of a split tensor into a tensor split
+- CONCAT of two operands split alike on another axis than the one joined; REPEAT along other axes than the split
+  one; CPY of a split tensor into a tensor split
   with the same element count per device (a recurrent state written back).
 - SSM_CONV of a window and a kernel split alike on their channels (axis 1): split on the result's channels.
 - SSM_SCAN of states, x, dt, A split by head and B, C split by group: each device scans its heads; the views of its
@@ -30,7 +31,9 @@ class RecurrentRules:
     n: int
     states: dict[int, SplitState]
     shards: dict[int, list[Tensor]]
-    #: SSM_SCAN results: id → (per device: the outputs' element count, the heads)
+    mirrored: dict[int, Tensor]
+    assign: list[tuple[Tensor, int]]
+    #: SSM_SCAN and GATED_DELTA_NET results: id → (per device: the outputs' element count, the heads)
     scans: dict[int, tuple[list[int], tuple[int, ...]]]
 
     def m(self, t: Tensor, reader: Tensor) -> Tensor:
@@ -93,6 +96,15 @@ class RecurrentRules:
                 t,
                 f"VIEW (ne {list(t.ne)}, nb {list(t.nb)}) does not take whole parts of {st.describe()} of {src.name!r}",
             )
+        if len(segs) == 1 and not any(segs[0][1:]):  # a part the first device holds alone: mirrored, read from there
+            sh = self.shards[src.id][0]
+            nb = [t.nb[i] if i <= b else t.nb[i] // row * sh.nb[1] for i in range(4)]
+            offset = t.view_offs // row * sh.nb[1] + sum(seg[0] for seg in st.parts[:first]) * es
+            view = ops.view_4d(sh, t.ne[0], t.ne[1], t.ne[2], t.ne[3], nb[1], nb[2], nb[3], offset).set_name(t.name)
+            self.states[t.id] = SplitState.mirrored()
+            self.mirrored[t.id] = view
+            self.assign.append((view, 0))
+            return
         new = SplitState.segmented(b, [[x // unit for x in seg] for seg in segs])
         parts = []
         for d, sh in enumerate(self.shards[src.id]):
@@ -112,7 +124,7 @@ class RecurrentRules:
             and t.ne[ax] == src.ne[ax]
             and t.nb[ax] == src.nb[ax]
             and t.view_offs < src.nb[ax]
-            and all(t.ne[i] == 1 for i in range(ax + 1, 4))
+            and all(t.ne[i] == 1 or t.nb[i] == src.nb[i] for i in range(ax + 1, 4))
             and all(t.nb[i] * t.ne[i] + t.view_offs <= src.nb[ax] for i in range(ax))
         )
         if not ok:
@@ -121,7 +133,7 @@ class RecurrentRules:
         for d, sh in enumerate(self.shards[src.id]):
             ne = list(t.ne)
             ne[ax] = st.sizes[d]
-            nb = [t.nb[i] if i <= ax else sh.nb[i] for i in range(4)]
+            nb = [t.nb[i] if i <= ax else sh.nb[i] for i in range(4)]  # the outer axes walk the part as the whole
             parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], t.view_offs))
         self._named(t, st, parts)
 
@@ -154,6 +166,20 @@ class RecurrentRules:
             )
         assert a is not None and b is not None
         parts = [ops.concat(x, y, dim) for x, y in zip(self.shards[a.id], self.shards[b.id], strict=True)]
+        self._named(t, sa, parts)
+
+    def repeat(self, t: Tensor) -> None:
+        """REPEAT along other axes than the split one (a key head repeated over its value heads)."""
+        a = t.src[0]
+        sa = self._split_of(t, a)
+        assert a is not None
+        if t.ne[sa.axis] != a.ne[sa.axis]:
+            raise SplitError(t, f"REPEAT along its split axis {sa.axis}: {self._describe_srcs(t)}")
+        parts = []
+        for sh, size in zip(self.shards[a.id], sa.sizes, strict=True):
+            ne = list(t.ne)
+            ne[sa.axis] = size
+            parts.append(ops.repeat_4d(sh, ne[0], ne[1], ne[2], ne[3]))
         self._named(t, sa, parts)
 
     def cpy(self, t: Tensor) -> None:
@@ -196,6 +222,38 @@ class RecurrentRules:
         self.scans[t.id] = (outputs, heads)
         self._named(t, SplitState.split(0, [p.ne[0] for p in parts]), parts)
 
+    def gated_delta_net(self, t: Tensor) -> None:
+        """Value heads split (v, the decay, beta, the state by head); q and k mirrored, where every device's first
+        value head reads key head 0 (head ``h`` reads key head ``h % H_k``), or split as the value heads."""
+        q, k, v, g, beta, state = t.src[:6]
+        assert q is not None and k is not None and v is not None and g is not None and beta is not None
+        assert state is not None
+        st = [self._split_of(t, u) for u in (v, g, beta, state)]
+        heads = st[0].sizes
+        sq, sk = self.states[q.id], self.states[k.id]
+        qk_whole = sq.kind is sk.kind is SplitKind.MIRRORED and all(s % q.ne[1] == 0 for s in st[0].starts())
+        qk_split = sq == sk == st[0]
+        ok = [u.axis for u in st] == [1, 1, 1, 2] and all(u.sizes == heads for u in st)
+        if not ok or not (qk_whole or qk_split):
+            raise SplitError(t, f"GATED_DELTA_NET needs its value heads split alike: {self._describe_srcs(t)}")
+        sh = self.shards
+        qs = [self.m(q, t)] * self.n if qk_whole else sh[q.id]
+        ks = [self.m(k, t)] * self.n if qk_whole else sh[k.id]
+        n_keep = t.op_param_i32(0)
+        parts = [
+            ops.gated_delta_net(qs[d], ks[d], sh[v.id][d], sh[g.id][d], sh[beta.id][d], sh[state.id][d], n_keep)
+            for d in range(self.n)
+        ]
+        self.scans[t.id] = ([sh[v.id][d].nelements for d in range(self.n)], heads)
+        self._named(t, SplitState.split(0, [p.ne[0] for p in parts]), parts)
+
 
 #: op → the name of its rule in :class:`RecurrentRules`
-RULES = {GGMLOp.CONCAT: "concat", GGMLOp.CPY: "cpy", GGMLOp.SSM_CONV: "ssm_conv", GGMLOp.SSM_SCAN: "ssm_scan"}
+RULES = {
+    GGMLOp.CONCAT: "concat",
+    GGMLOp.CPY: "cpy",
+    GGMLOp.REPEAT: "repeat",
+    GGMLOp.SSM_CONV: "ssm_conv",
+    GGMLOp.SSM_SCAN: "ssm_scan",
+    GGMLOp.GATED_DELTA_NET: "gated_delta_net",
+}

@@ -20,7 +20,15 @@ from dataclasses import dataclass, replace
 from ggml_core._errors import GGMLError
 from ggml_core._tensor import Tensor
 
-__all__ = ["SplitError", "SplitKind", "SplitState", "llama_split_states", "mamba2_split_states", "shard_sizes"]
+__all__ = [
+    "SplitError",
+    "SplitKind",
+    "SplitState",
+    "delta_net_split_states",
+    "llama_split_states",
+    "mamba2_split_states",
+    "shard_sizes",
+]
 
 
 class SplitError(GGMLError, ValueError):
@@ -245,6 +253,22 @@ def llama_split_states(
     return state_of
 
 
+def _mixer_states(
+    states: dict[tuple[str, str], SplitState], names: re.Pattern[str]
+) -> Callable[[Tensor], SplitState | None]:
+    """The state of a mixer's tensor by (name, ``weight``/``bias``) where ``names`` matches it, of its states
+    ``cache_r_l<i>``/``cache_s_l<i>`` by ("r" or "s", "")."""
+
+    def state_of(t: Tensor) -> SplitState | None:
+        m = _STATE.match(t.name)
+        if m:
+            return states[(m.group(1), "")]
+        m = names.match(t.name)
+        return states.get((m.group(1), m.group(2) or "weight")) if m else None
+
+    return state_of
+
+
 _MAMBA_TENSOR = re.compile(r"^blk\.\d+\.(ssm_\w+?)(?:\.(weight|bias))?$")
 _STATE = re.compile(r"^cache_([rs])_l\d+$")
 
@@ -281,12 +305,49 @@ def mamba2_split_states(
         ("r", ""): SplitState.segmented(0, [[x * (d_conv - 1) for x in seg] for seg in (ch, bc, bc)]),
         ("s", ""): SplitState.split(0, [x * d_state for x in ch]),
     }
+    return _mixer_states(states, _MAMBA_TENSOR)
 
-    def state_of(t: Tensor) -> SplitState | None:
-        m = _STATE.match(t.name)
-        if m:
-            return states[(m.group(1), "")]
-        m = _MAMBA_TENSOR.match(t.name)
-        return states.get((m.group(1), m.group(2) or "weight")) if m else None
 
-    return state_of
+_DELTA_NET_TENSOR = re.compile(r"^blk\.\d+\.((?:attn_qkv|attn_gate|ssm)\w*?)(?:\.(weight|bias))?$")
+
+
+def delta_net_split_states(
+    proportions: Sequence[float], *, n_k: int, n_v: int, size: int, d_conv: int, interleaved: bool = False
+) -> Callable[[Tensor], SplitState | None]:
+    """The split state of each tensor of a gated delta net (llama.cpp's names) over devices in ``proportions``.
+
+    Qwen3.5's (value head ``h`` reads key head ``h % n_k``): the value heads divided in runs of ``n_k`` (so that each
+    device's first head reads key head 0), the key heads (q, k) whole on the first device. Qwen3-Next's
+    (``interleaved``: value head ``h`` reads key head ``h // (n_v / n_k)``): the key heads divided, each with its
+    value heads, and ``ssm_ba`` (per key head, its value heads' betas then their alphas) by key head.
+
+    ``attn_qkv`` by rows in three parts (``q``, ``k``; ``v``: by value head), ``ssm_conv1d`` over the same channels,
+    ``attn_gate``, ``ssm_beta``, ``ssm_alpha``, ``ssm_dt.bias`` and ``ssm_a`` by value head, ``ssm_out`` by input
+    columns (its products partial), the states ``cache_r_l<i>`` (``d_conv - 1`` values per channel) and
+    ``cache_s_l<i>`` (``size × size`` per value head) alike. Other tensors answer None.
+    """
+    if n_v % n_k:
+        raise SplitError(None, f"{n_v} value heads are not a multiple of {n_k} key heads")
+    per = n_v // n_k
+    if interleaved:
+        key_heads = shard_sizes(n_k, proportions, "key heads")
+        heads = [k * per for k in key_heads]
+        keys = [k * size for k in key_heads]
+    else:
+        heads = [r * n_k for r in shard_sizes(per, proportions, f"runs of {n_k} value heads")]
+        keys = [n_k * size, *(0 for _ in heads[1:])]
+    v = [h * size for h in heads]
+    states = {
+        ("attn_qkv", "weight"): SplitState.segmented(1, [keys, keys, v]),
+        ("attn_gate", "weight"): SplitState.split(1, v),
+        ("ssm_beta", "weight"): SplitState.split(1, heads),
+        ("ssm_alpha", "weight"): SplitState.split(1, heads),
+        ("ssm_ba", "weight"): SplitState.split(1, [2 * h for h in heads]),
+        ("ssm_dt", "bias"): SplitState.split(0, heads),
+        ("ssm_a", "weight"): SplitState.split(0, heads),
+        ("ssm_conv1d", "weight"): SplitState.segmented(1, [keys, keys, v]),
+        ("ssm_out", "weight"): SplitState.split(0, v),
+        ("r", ""): SplitState.segmented(0, [[x * (d_conv - 1) for x in seg] for seg in (keys, keys, v)]),
+        ("s", ""): SplitState.split(0, [x * size for x in v]),
+    }
+    return _mixer_states(states, _DELTA_NET_TENSOR)

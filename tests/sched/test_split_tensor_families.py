@@ -27,7 +27,7 @@ from tiny_models import TinyConfig, random_weights, write_model
 from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.models.tensor_parallel import FAMILIES
+from ggml_core.models.tensor_parallel import DELTA_NET_FAMILIES, FAMILIES, MAMBA2_FAMILIES
 from ggml_core.sched import SplitError, SplitKind, SplitState
 from ggml_core.testing.recurrent_models import (
     GraniteConfig,
@@ -124,11 +124,14 @@ def _check_split(m: Model, devices: list[str]) -> None:
     dense_lead = [
         il for il in range(hp.n_layer) if hp.is_moe and m.weights.get(f"blk.{il}.ffn_down.weight") is not None
     ]
-    # Mamba-2 mixers split by groups of heads, their states too; the other recurrent mixers stay whole
-    mamba = [il for il in range(hp.n_layer) if m.weights.get(f"blk.{il}.ssm_in.weight") is not None]
+    # Mamba-2 mixers split by groups of heads, Qwen3.5's delta nets by value heads, their states too; the other
+    # recurrent mixers stay whole
+    split_mixers = MAMBA2_FAMILIES | DELTA_NET_FAMILIES
+    mamba = [il for il in range(hp.n_layer) if hp.is_recurrent(il) and hp.arch in split_mixers]
+    fused = "ssm_in.weight" if hp.arch in MAMBA2_FAMILIES else "attn_qkv.weight"
     names = [f"blk.{il}.{n}" for il in attn_layers[-1:] for n in attn]
     names += [f"blk.{il}.{n}" for il in ffn_layers[-1:] for n in ffn]
-    names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in ("ssm_in.weight", "ssm_conv1d.weight", "ssm_out.weight")]
+    names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in (fused, "ssm_conv1d.weight", "ssm_out.weight")]
     for il in mamba:
         assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= {t.name for t in owner.caches}
     for name in names:
@@ -138,7 +141,7 @@ def _check_split(m: Model, devices: list[str]) -> None:
             buf = owner.shard(t, d).buffer
             assert buf is not None and buf.buffer_type.device is not None
             assert buf.buffer_type.device.name == dev
-    # one all-reduce after each attention, each FFN, each Mamba-2 mixer
+    # one all-reduce after each attention, each FFN, each split recurrent mixer
     assert owner.n_all_reduces == len(attn_layers) + len(ffn_layers) + len(dense_lead) + len(mamba)
 
 
@@ -241,9 +244,14 @@ def test_one_kv_head_mirrored_with_uneven_query_heads(tmp_path: Path, rpc_device
 
 @pytest.mark.parametrize("family", ["lfm2", "qwen35"])
 def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_path: Path, family: str) -> None:
-    """A hybrid's short convolution or delta net is mirrored (computed on the first device), its states are caches
-    there: a second sequence after ``reset`` gives the first one's logits."""
-    path = _model(tmp_path, family, "f32")
+    """A mixer that cannot split is mirrored (computed on the first device), its states are caches there: lfm2's
+    short convolution, a qwen35 delta net with one run of value heads (2 key heads, 2 value heads) for two devices;
+    a second sequence after ``reset`` gives the first one's logits."""
+    if family == "lfm2":
+        path = _model(tmp_path, family, "f32")
+    else:
+        cfg = DeltaNetConfig(n_v_heads=2)
+        path = write_delta_net_model(tmp_path / "m.gguf", cfg, delta_net_model_weights(cfg, 5))
     one, _ = _run(path, ["CPU"])
     req = PlacementRequest(devices=["CPU", opencl_backend().device.name], split_mode="tensor")
     with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
@@ -280,6 +288,26 @@ def test_mamba2_split_by_groups_of_heads_unevenly(tmp_path: Path, rpc_devices: l
         caches = {t.name: t for t in owner.caches}
         assert owner.state(caches["cache_s_l0"]) == SplitState.split(0, (96 * 16, 32 * 16))
         assert owner.state(caches["cache_r_l0"]) == SplitState.segmented(0, [(3 * x, 3 * y) for x, y in (ch, bc, bc)])
+    for got in runs:
+        assert np.abs(got - one).max() <= TOL["f32"]
+
+
+def test_delta_net_split_by_value_heads(tmp_path: Path, rpc_devices: list[str]) -> None:
+    """qwen35 with 2 key heads and 6 value heads over three devices: value heads 2 + 2 + 2 (each device's first
+    reads key head 0), q and k (the first parts of ``attn_qkv``) on the first device; states split alike."""
+    cfg = DeltaNetConfig(n_v_heads=6, n_head_kv=1)  # the one KV head mirrored over the three devices
+    path = write_delta_net_model(tmp_path / "m.gguf", cfg, delta_net_model_weights(cfg, 4))
+    one, _ = _run(path, ["CPU"])
+    req = PlacementRequest(devices=["CPU", *rpc_devices], split_mode="tensor")
+    with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
+        runs = _two_sequences(m)
+        owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
+        assert owner is not None
+        keys, v = (32, 0, 0), (32, 32, 32)  # 16-wide heads
+        assert owner.state(m.weights["blk.0.attn_qkv.weight"]) == SplitState.segmented(1, [keys, keys, v])
+        assert owner.state(m.weights["blk.0.ssm_beta.weight"]) == SplitState.split(1, (2, 2, 2))
+        caches = {t.name: t for t in owner.caches}
+        assert owner.state(caches["cache_s_l0"]) == SplitState.split(0, (512, 512, 512))
     for got in runs:
         assert np.abs(got - one).max() <= TOL["f32"]
 
