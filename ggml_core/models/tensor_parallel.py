@@ -57,6 +57,7 @@ from ggml_core.sched import (
     delta_net_split_states,
     llama_split_states,
     mamba2_split_states,
+    shortconv_split_states,
 )
 
 __all__ = [
@@ -78,7 +79,15 @@ __all__ = [
 #: the recurrent and hybrid families ``-sm tensor`` runs: their attention and FFN layers split as the others', their
 #: Mamba-2 mixers by groups of heads (:data:`MAMBA2_FAMILIES`), their other recurrent mixers (gated delta net, short
 #: convolution) computed whole on the first device, their states kept there
-RECURRENT_FAMILIES: Final = ("mamba2", "granitehybrid", "nemotron_h", "lfm2", "qwen35", "qwen35moe", "qwen3next")
+RECURRENT_FAMILIES: Final = (
+    "mamba2",
+    "granitehybrid",
+    "nemotron_h",
+    "lfm2",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+)
 #: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
 #: and each expert by width), each checked against the one-device logits (tests/sched/test_split_tensor_families.py)
 FAMILIES: Final = (
@@ -195,7 +204,11 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         for name in _DOWN:
             if f.has_tensor(key := f"blk.{il}.{name}.weight"):
                 granule = math.lcm(granule, f.tensor_info(key).type.block_size)
-    mixer = _mamba2_states(f, hp, proportions) or _delta_net_states(f, hp, proportions)
+    mixer = (
+        _mamba2_states(f, hp, proportions)
+        or _delta_net_states(f, hp, proportions)
+        or _shortconv_states(f, hp, proportions)
+    )
     if hp.n_head_kv == 0:  # no attention layer
         return lambda t: mixer(t) if mixer is not None else None
     if hp.head_dim_k != hp.head_dim_v:
@@ -237,6 +250,20 @@ def _delta_net_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) ->
     return delta_net_split_states(
         proportions, n_k=n_k, n_v=n_v, size=size, d_conv=hp.ssm_d_conv, interleaved=interleaved
     )
+
+
+def _shortconv_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """LFM2's short convolutions' states (:func:`ggml_core.sched.shortconv_split_states`: by channel, in whole blocks
+    of ``out_proj``), or None for another family or fewer blocks than devices (then they stay on the first device)."""
+    if hp.arch != "lfm2":
+        return None
+    granule = 1
+    for il in range(hp.n_layer):
+        if f.has_tensor(key := f"blk.{il}.shortconv.out_proj.weight"):
+            granule = math.lcm(granule, f.tensor_info(key).type.block_size)
+    if hp.n_embd % granule or hp.n_embd // granule < len(proportions):
+        return None
+    return shortconv_split_states(proportions, n_embd=hp.n_embd, l_cache=hp.shortconv_l_cache, granule=granule)
 
 
 def _mamba2_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:

@@ -21,6 +21,7 @@ from ggml_core.sched._split_state import (
     llama_split_states,
     mamba2_split_states,
     shard_sizes,
+    shortconv_split_states,
 )
 from ggml_core.sched.render import render_dot, render_svg, render_text
 
@@ -49,5 +50,6 @@ __all__ = [
     "render_svg",
     "render_text",
     "shard_sizes",
+    "shortconv_split_states",
     "tensor_copy",
 ]

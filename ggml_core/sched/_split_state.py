@@ -28,6 +28,7 @@ __all__ = [
     "llama_split_states",
     "mamba2_split_states",
     "shard_sizes",
+    "shortconv_split_states",
 ]
 
 
@@ -351,3 +352,28 @@ def delta_net_split_states(
         ("s", ""): SplitState.split(0, [x * size for x in v]),
     }
     return _mixer_states(states, _DELTA_NET_TENSOR)
+
+
+_SHORTCONV_TENSOR = re.compile(r"^blk\.\d+\.(shortconv\.\w+?)(?:\.(weight|bias))?$")
+
+
+def shortconv_split_states(
+    proportions: Sequence[float], *, n_embd: int, l_cache: int, granule: int = 1
+) -> Callable[[Tensor], SplitState | None]:
+    """The split state of each tensor of LFM2's short convolution over devices in ``proportions``: its channels
+    divided in units of ``granule`` (a quantization block of ``out_proj``, so its columns split at block boundaries).
+
+    ``shortconv.in_proj`` by rows in three parts (``B``, ``C``, ``x``: by channel), ``shortconv.conv`` by channel,
+    ``shortconv.out_proj`` by input columns (its products partial), the window state ``cache_r_l<i>`` (``l_cache - 1``
+    values per channel) alike. Other tensors answer None.
+    """
+    if n_embd % granule:
+        raise SplitError(None, f"{n_embd} channels are not a multiple of the block size {granule}")
+    ch = [u * granule for u in shard_sizes(n_embd // granule, proportions, f"channel blocks of {granule}")]
+    states = {
+        ("shortconv.in_proj", "weight"): SplitState.segmented(1, [ch, ch, ch]),
+        ("shortconv.conv", "weight"): SplitState.split(1, ch),
+        ("shortconv.out_proj", "weight"): SplitState.split(0, ch),
+        ("r", ""): SplitState.split(0, [x * (l_cache - 1) for x in ch]),
+    }
+    return _mixer_states(states, _SHORTCONV_TENSOR)

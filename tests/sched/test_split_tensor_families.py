@@ -27,7 +27,7 @@ from tiny_models import TinyConfig, random_weights, write_model
 from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
-from ggml_core.models.tensor_parallel import DELTA_NET_FAMILIES, FAMILIES, MAMBA2_FAMILIES
+from ggml_core.models.tensor_parallel import DELTA_NET_FAMILIES, FAMILIES
 from ggml_core.sched import SplitError, SplitKind, SplitState
 from ggml_core.testing.recurrent_models import (
     GraniteConfig,
@@ -124,16 +124,20 @@ def _check_split(m: Model, devices: list[str]) -> None:
     dense_lead = [
         il for il in range(hp.n_layer) if hp.is_moe and m.weights.get(f"blk.{il}.ffn_down.weight") is not None
     ]
-    # Mamba-2 mixers split by groups of heads, Qwen3.5's delta nets by value heads, their states too; the other
-    # recurrent mixers stay whole
-    split_mixers = MAMBA2_FAMILIES | DELTA_NET_FAMILIES
-    mamba = [il for il in range(hp.n_layer) if hp.is_recurrent(il) and hp.arch in split_mixers]
-    fused = "ssm_in.weight" if hp.arch in MAMBA2_FAMILIES else "attn_qkv.weight"
+    # Mamba-2 mixers split by groups of heads, delta nets by value heads, short convolutions by channel, their
+    # states too
+    mamba = [il for il in range(hp.n_layer) if hp.is_recurrent(il)]
+    mixer = ("ssm_in.weight", "ssm_conv1d.weight", "ssm_out.weight")
+    if hp.arch in DELTA_NET_FAMILIES:
+        mixer = ("attn_qkv.weight", "ssm_conv1d.weight", "ssm_out.weight")
+    elif hp.arch == "lfm2":
+        mixer = ("shortconv.in_proj.weight", "shortconv.conv.weight", "shortconv.out_proj.weight")
     names = [f"blk.{il}.{n}" for il in attn_layers[-1:] for n in attn]
     names += [f"blk.{il}.{n}" for il in ffn_layers[-1:] for n in ffn]
-    names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in (fused, "ssm_conv1d.weight", "ssm_out.weight")]
+    names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in mixer]
     for il in mamba:
-        assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= {t.name for t in owner.caches}
+        states = {t.name for t in (m.kv.r[il], m.kv.s[il]) if t is not None}  # LFM2 keeps only its window (r)
+        assert states <= {t.name for t in owner.caches}
     for name in names:
         t = m.weights[name]
         assert owner.state(t).kind is SplitKind.SPLIT, name
@@ -242,16 +246,12 @@ def test_one_kv_head_mirrored_with_uneven_query_heads(tmp_path: Path, rpc_device
     assert np.abs(got - one).max() <= TOL["f32"]
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen35"])
-def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_path: Path, family: str) -> None:
-    """A mixer that cannot split is mirrored (computed on the first device), its states are caches there: lfm2's
-    short convolution, a qwen35 delta net with one run of value heads (2 key heads, 2 value heads) for two devices;
-    a second sequence after ``reset`` gives the first one's logits."""
-    if family == "lfm2":
-        path = _model(tmp_path, family, "f32")
-    else:
-        cfg = DeltaNetConfig(n_v_heads=2)
-        path = write_delta_net_model(tmp_path / "m.gguf", cfg, delta_net_model_weights(cfg, 5))
+def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_path: Path) -> None:
+    """A mixer that cannot split is mirrored (computed on the first device), its states are caches there: a qwen35
+    delta net with one run of value heads (2 key heads, 2 value heads) for two devices; a second sequence after
+    ``reset`` gives the first one's logits."""
+    cfg = DeltaNetConfig(n_v_heads=2)
+    path = write_delta_net_model(tmp_path / "m.gguf", cfg, delta_net_model_weights(cfg, 5))
     one, _ = _run(path, ["CPU"])
     req = PlacementRequest(devices=["CPU", opencl_backend().device.name], split_mode="tensor")
     with Model.load(path, ModelParams(placement=req, kv_type="f32", n_ctx=64, progress=False)) as m:
@@ -259,13 +259,10 @@ def test_recurrent_states_stay_on_the_first_device_and_clear_with_the_cache(tmp_
         owner = m.executor.tensor_parallel.owner  # type: ignore[union-attr]
         assert owner is not None
         il = next(il for il in range(m.hp.n_layer) if m.hp.is_recurrent(il))
-        states = {t.name for t in (m.kv.r[il], m.kv.s[il]) if t is not None}  # LFM2 keeps only its window (r)
-        assert f"cache_r_l{il}" in states
-        assert states <= {t.name for t in owner.mirrored_caches}
+        assert {f"cache_r_l{il}", f"cache_s_l{il}"} <= {t.name for t in owner.mirrored_caches}
         for t in owner.mirrored_caches:
             assert t.buffer is not None and t.buffer.buffer_type.device.name == "CPU"  # type: ignore[union-attr]
-        mixer = "shortconv.out_proj.weight" if family == "lfm2" else "ssm_out.weight"
-        assert owner.state(m.weights[f"blk.{il}.{mixer}"]).kind is SplitKind.MIRRORED
+        assert owner.state(m.weights[f"blk.{il}.ssm_out.weight"]).kind is SplitKind.MIRRORED
     for got in runs:
         assert np.abs(got - one).max() <= TOL["f32"]
 
