@@ -592,10 +592,19 @@ class GraphSplitter(RecurrentRules):
         roots = [t for t in self.graph.nodes if t.id not in read or t.flags & TensorFlag.OUTPUT]
         size = (self.n + 2) * (len(self.graph.nodes) + len(self.graph.leafs)) + 64
         out = Graph(max(size, self.graph.size))
-        # roots in the original order, each device's part of a split root (a cache write) in device order: a write
-        # stays before every reader the original graph ordered after it (readers of a cache are not its children)
-        for r in roots:
+        # every node in the original order (each device's part of a split node, a cache write, in device order): a
+        # write stays after every reader the original graph ordered before it and before every reader it ordered
+        # after it (readers of a cache or a recurrent state are not its children)
+        is_root = {r.id for r in roots}
+        for r in self.graph.nodes:
             st = self.states[r.id]
+            if r.id not in is_root:
+                if st.kind is SplitKind.MIRRORED:
+                    out.build_forward_expand(self.mirrored[r.id])
+                else:  # its parts (a partial one's, not its sum, which is made where read)
+                    for p in self.shards[r.id]:
+                        out.build_forward_expand(p)
+                continue
             if st.kind is SplitKind.SPLIT:
                 if r.flags & TensorFlag.OUTPUT:
                     raise SplitError(r, f"is an output but {st.describe()} (gathering is not supported)")
