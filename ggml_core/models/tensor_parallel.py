@@ -57,6 +57,7 @@ from ggml_core.sched import (
     delta_net_split_states,
     llama_split_states,
     mamba2_split_states,
+    rwkv7_split_states,
     shortconv_split_states,
 )
 
@@ -87,6 +88,7 @@ RECURRENT_FAMILIES: Final = (
     "qwen35",
     "qwen35moe",
     "qwen3next",
+    "rwkv7",
 )
 #: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
 #: and each expert by width), each checked against the one-device logits (tests/sched/test_split_tensor_families.py)
@@ -208,6 +210,7 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         _mamba2_states(f, hp, proportions)
         or _delta_net_states(f, hp, proportions)
         or _shortconv_states(f, hp, proportions)
+        or _rwkv7_states(f, hp, proportions)
     )
     if hp.n_head_kv == 0:  # no attention layer
         return lambda t: mixer(t) if mixer is not None else None
@@ -264,6 +267,24 @@ def _shortconv_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) ->
     if hp.n_embd % granule or hp.n_embd // granule < len(proportions):
         return None
     return shortconv_split_states(proportions, n_embd=hp.n_embd, l_cache=hp.shortconv_l_cache, granule=granule)
+
+
+def _rwkv7_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """RWKV-7's states (:func:`ggml_core.sched.rwkv7_split_states`: by WKV head, the channel mix by width in blocks
+    of ``channel_mix_value``), or None for another family or fewer heads than devices (then it stays whole on the
+    first device)."""
+    if hp.arch != "rwkv7" or hp.n_embd // hp.wkv_head_size < len(proportions):
+        return None
+    granule = 1
+    for il in range(hp.n_layer):
+        for name in ("time_mix_output", "channel_mix_value"):
+            if f.has_tensor(key := f"blk.{il}.{name}.weight"):
+                granule = math.lcm(granule, f.tensor_info(key).type.block_size)
+    if hp.wkv_head_size % granule or hp.n_ff % granule:
+        return None
+    return rwkv7_split_states(
+        proportions, n_embd=hp.n_embd, head_size=hp.wkv_head_size, n_ff=hp.n_ff, ff_granule=granule
+    )
 
 
 def _mamba2_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:

@@ -20,6 +20,7 @@ from ggml_core.sched._split_state import (
     delta_net_split_states,
     llama_split_states,
     mamba2_split_states,
+    rwkv7_split_states,
     shard_sizes,
     shortconv_split_states,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "render_dot",
     "render_svg",
     "render_text",
+    "rwkv7_split_states",
     "shard_sizes",
     "shortconv_split_states",
     "tensor_copy",

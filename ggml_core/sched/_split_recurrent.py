@@ -247,6 +247,20 @@ class RecurrentRules:
         self.scans[t.id] = ([sh[v.id][d].nelements for d in range(self.n)], heads)
         self._named(t, SplitState.split(0, [p.ne[0] for p in parts]), parts)
 
+    def rwkv_wkv7(self, t: Tensor) -> None:
+        """r, w, k, v, a, b split by head (axis 1) and the state alike: each device runs its heads."""
+        srcs = t.src[:7]
+        st = [self._split_of(t, u) for u in srcs]
+        heads = st[0].sizes
+        if [u.axis for u in st[:6]] != [1] * 6 or any(u != st[0] for u in st[:6]) or st[6].axis != 0:
+            raise SplitError(t, f"RWKV_WKV7 needs its operands split by head: {self._describe_srcs(t)}")
+        sh = [self.shards[u.id] for u in srcs if u is not None]
+        parts = [
+            ops.rwkv_wkv7(sh[0][d], sh[1][d], sh[2][d], sh[3][d], sh[4][d], sh[5][d], sh[6][d]) for d in range(self.n)
+        ]
+        self.scans[t.id] = ([sh[3][d].nelements for d in range(self.n)], heads)
+        self._named(t, SplitState.split(0, [p.ne[0] for p in parts]), parts)
+
 
 #: op → the name of its rule in :class:`RecurrentRules`
 RULES = {
@@ -256,4 +270,5 @@ RULES = {
     GGMLOp.SSM_CONV: "ssm_conv",
     GGMLOp.SSM_SCAN: "ssm_scan",
     GGMLOp.GATED_DELTA_NET: "gated_delta_net",
+    GGMLOp.RWKV_WKV7: "rwkv_wkv7",
 }

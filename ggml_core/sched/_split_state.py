@@ -27,6 +27,7 @@ __all__ = [
     "delta_net_split_states",
     "llama_split_states",
     "mamba2_split_states",
+    "rwkv7_split_states",
     "shard_sizes",
     "shortconv_split_states",
 ]
@@ -377,3 +378,36 @@ def shortconv_split_states(
         ("r", ""): SplitState.split(0, [x * (l_cache - 1) for x in ch]),
     }
     return _mixer_states(states, _SHORTCONV_TENSOR)
+
+
+_RWKV_TENSOR = re.compile(r"^blk\.\d+\.((?:time|channel)_mix_\w+?)(?:\.(weight|bias))?$")
+
+
+def rwkv7_split_states(
+    proportions: Sequence[float], *, n_embd: int, head_size: int, n_ff: int, ff_granule: int = 1
+) -> Callable[[Tensor], SplitState | None]:
+    """The split state of each tensor of RWKV-7's time and channel mixes over devices in ``proportions``: the
+    heads of ``head_size`` channels divided, the channel mix's width in units of ``ff_granule``.
+
+    ``time_mix_receptance``/``key``/``value`` and the second matrices of the decay, learning-rate, value-residual and
+    gate LoRAs (``time_mix_{w,a,v,g}2``) by rows (the LoRAs' first matrices mirrored), ``time_mix_output`` by input
+    columns (partial); ``channel_mix_key`` by rows and ``channel_mix_value`` by columns (partial); the WKV state
+    ``cache_s_l<i>`` (``head_size²`` per head) alike. The token-shift state ``cache_r_l<i>`` and the per-channel
+    vectors are mirrored (sliced where read).
+    """
+    heads = shard_sizes(n_embd // head_size, proportions, "WKV heads")
+    ch = [h * head_size for h in heads]
+    if n_ff % ff_granule:
+        raise SplitError(None, f"channel-mix width {n_ff} is not a multiple of its block size {ff_granule}")
+    ff = [u * ff_granule for u in shard_sizes(n_ff // ff_granule, proportions, f"channel-mix blocks of {ff_granule}")]
+    rows = SplitState.split(1, ch)
+    states = {(f"time_mix_{n}", "weight"): rows for n in ("receptance", "key", "value", "w2", "a2", "v2", "g2")}
+    states |= {
+        ("time_mix_output", "weight"): SplitState.split(0, ch),
+        ("channel_mix_key", "weight"): SplitState.split(1, ff),
+        ("channel_mix_value", "weight"): SplitState.split(0, ff),
+        ("s", ""): SplitState.split(0, [x * head_size for x in ch]),
+    }
+    mixer = _mixer_states(states, _RWKV_TENSOR)
+    # the token shift (``cache_r_l<i>``) holds whole inputs: mirrored
+    return lambda t: None if t.name.startswith("cache_r_l") else mixer(t)

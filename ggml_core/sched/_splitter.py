@@ -5,7 +5,8 @@ operand is split on axis 0; of two operands split on axis 0 alike, partial; of t
 (attention heads, KV heads broadcast over their query-head group, or one mirrored KV head broadcast over every
 head), split there. MUL_MAT_ID (experts) as MUL_MAT: experts split by output rows give results split on axis 0,
 experts split by input columns with an input split alike give partial sums. Element-wise ops, GLU, ROPE (heads
-axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM (not along axis 0), SCALE, SQR, UNARY
+axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM/L2_NORM and SUM_ROWS (not along
+axis 0), SCALE, SQR, UNARY
 and CONT keep the state; so does ADD_ID on rows split on axis 0 (its bias sliced alike); a mirrored operand of full
 extent on the split axis is sliced by a view. RESHAPE, CONT to a new shape, PERMUTE and TRANSPOSE move the axis;
 a VIEW of rows split on axis 0 by units (heads) takes the same part of every unit (a query and its gate, one
@@ -47,6 +48,8 @@ StateOf = Callable[[Tensor], "SplitState | None"]
 _ELEMENTWISE = {GGMLOp.ADD: (0, 1), GGMLOp.SUB: (0, 1), GGMLOp.MUL: (0, 1), GGMLOp.DIV: (0, 1), GGMLOp.GLU: (0, 1)}
 _VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS, GGMLOp.CPY}
 _SAME_STATE = {
+    GGMLOp.L2_NORM,
+    GGMLOp.SUM_ROWS,
     GGMLOp.SCALE,
     GGMLOp.SQR,
     GGMLOp.UNARY,
@@ -468,8 +471,9 @@ class GraphSplitter(RecurrentRules):
 
     def _check_same_state(self, t: Tensor, ax: int) -> None:
         op = t.op
-        if op in (GGMLOp.RMS_NORM, GGMLOp.NORM) and ax == 0:
-            raise SplitError(t, f"{op.name} normalises whole rows, which are split (axis 0)")
+        if op in (GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.L2_NORM, GGMLOp.SUM_ROWS) and ax == 0:
+            what = "sums" if op == GGMLOp.SUM_ROWS else "normalises"
+            raise SplitError(t, f"{op.name} {what} whole rows, which are split (axis 0)")
         if op == GGMLOp.GLU and t.src[1] is None and ax == 0:
             raise SplitError(t, "a fused GLU's rows hold both halves; split along axis 0 it would mix them")
         if op == GGMLOp.ROPE and ax not in (1, 3):

@@ -22,7 +22,7 @@ import pytest
 from delta_net_models import DeltaNetConfig, delta_net_model_weights, write_delta_net_model
 from gpt_oss_models import SEED, gpt_oss_weights, write_gpt_oss
 from opencl_device import opencl_backend
-from tiny_models import TinyConfig, random_weights, write_model
+from tiny_models import TinyConfig, fuse_phi3, random_weights, write_model
 
 from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
@@ -75,6 +75,7 @@ HYBRIDS: dict[str, Callable[[Path, str], Path]] = {
     "qwen35": lambda p, w: write_delta_net_model(p, DeltaNetConfig(), delta_net_model_weights(DeltaNetConfig(), 1), w),
     "qwen35moe": lambda p, w: write_delta_net_model(p, _QWEN35MOE, delta_net_model_weights(_QWEN35MOE, 1), w),
     "qwen3next": lambda p, w: write_delta_net_model(p, _QWEN3NEXT, delta_net_model_weights(_QWEN3NEXT, 1), w),
+    "rwkv7": lambda p, w: write_rwkv7(p, RwkvConfig(), rwkv7_weights(RwkvConfig(), 1), w),
 }
 
 
@@ -132,12 +133,16 @@ def _check_split(m: Model, devices: list[str]) -> None:
         mixer = ("attn_qkv.weight", "ssm_conv1d.weight", "ssm_out.weight")
     elif hp.arch == "lfm2":
         mixer = ("shortconv.in_proj.weight", "shortconv.conv.weight", "shortconv.out_proj.weight")
+    elif hp.arch == "rwkv7":  # the time mix by head, the channel mix (its FFN) by width
+        mixer = ("time_mix_key.weight", "time_mix_output.weight")
+        ffn, ffn_layers = ["channel_mix_key.weight", "channel_mix_value.weight"], mamba
     names = [f"blk.{il}.{n}" for il in attn_layers[-1:] for n in attn]
     names += [f"blk.{il}.{n}" for il in ffn_layers[-1:] for n in ffn]
     names += [f"blk.{il}.{n}" for il in mamba[-1:] for n in mixer]
     for il in mamba:
-        states = {t.name for t in (m.kv.r[il], m.kv.s[il]) if t is not None}  # LFM2 keeps only its window (r)
-        assert states <= {t.name for t in owner.caches}
+        # LFM2 keeps only its window (r: s is None); RWKV-7's token shift (r) holds whole inputs, mirrored
+        split_states = [m.kv.s[il]] if hp.arch == "rwkv7" else [m.kv.r[il], m.kv.s[il]]
+        assert {t.name for t in split_states if t is not None} <= {t.name for t in owner.caches}
     for name in names:
         t = m.weights[name]
         assert owner.state(t).kind is SplitKind.SPLIT, name
@@ -331,10 +336,11 @@ def test_kv_heads_that_cannot_cover_the_devices_are_a_clear_error(tmp_path: Path
         _run(path, ["CPU", *rpc_devices])
 
 
-def test_rwkv7_is_refused_by_name(tmp_path: Path) -> None:
-    path = write_rwkv7(tmp_path / "m.gguf", RwkvConfig(), rwkv7_weights(RwkvConfig(), 1))
+def test_other_families_are_refused_by_name(tmp_path: Path) -> None:
+    cfg = TinyConfig(arch="phi3")
+    path = write_model(tmp_path / "m.gguf", cfg, fuse_phi3(cfg, random_weights(cfg, 1)), "f32")
     supported = ", ".join(FAMILIES)
-    with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is rwkv7 \("):
+    with pytest.raises(SplitError, match=rf"^-sm tensor supports: {supported}; this model is phi3$"):
         _run(path, ["CPU", opencl_backend().device.name])
 
 
