@@ -92,6 +92,28 @@ def _written_leafs(graph: Graph) -> set[int]:
     return out
 
 
+def _base(t: Tensor) -> Tensor:
+    while t.view_src is not None:
+        t = t.view_src
+    return t
+
+
+def _earlier_readers(nodes: Sequence[Tensor], written: set[int]) -> dict[int, list[Tensor]]:
+    """Per node writing into a cache or state (CPY, SET_ROWS): the nodes before it in ``nodes`` that compute from
+    that tensor (through views: the first node past the views)."""
+    out: dict[int, list[Tensor]] = {}
+    seen: dict[int, list[Tensor]] = {}  # written tensor id → its readers so far
+    for n in nodes:
+        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
+        if dest is not None and _base(dest).id in written:
+            out[n.id] = list(seen.get(_base(dest).id, ()))
+        if n.view_src is None:
+            for s in n.src:
+                if s is not None and s is not dest and _base(s).id in written:
+                    seen.setdefault(_base(s).id, []).append(n)
+    return out
+
+
 def _slice(t: Tensor, axis: int, start: int, size: int) -> Tensor:
     """A view of indices ``start:start+size`` of ``axis`` of ``t``."""
     if axis == 0 and t.type.block_size != 1:
@@ -596,19 +618,17 @@ class GraphSplitter(RecurrentRules):
         roots = [t for t in self.graph.nodes if t.id not in read or t.flags & TensorFlag.OUTPUT]
         size = (self.n + 2) * (len(self.graph.nodes) + len(self.graph.leafs)) + 64
         out = Graph(max(size, self.graph.size))
-        # every node in the original order (each device's part of a split node, a cache write, in device order): a
-        # write stays after every reader the original graph ordered before it and before every reader it ordered
-        # after it (readers of a cache or a recurrent state are not its children)
-        is_root = {r.id for r in roots}
-        for r in self.graph.nodes:
+        # roots in the original order, each device's part of a split root (a cache write) in device order: a write
+        # stays before every reader the original graph ordered after it (readers of a cache are not its children);
+        # the readers it ordered before a write come before it (a state read early in a layer, written at its end)
+        readers = _earlier_readers(self.graph.nodes, self.written)
+        for r in roots:
+            for reader in readers.get(r.id, ()):
+                st = self.states[reader.id]
+                parts = [self.mirrored[reader.id]] if st.kind is SplitKind.MIRRORED else self.shards[reader.id]
+                for p in parts:
+                    out.build_forward_expand(p)
             st = self.states[r.id]
-            if r.id not in is_root:
-                if st.kind is SplitKind.MIRRORED:
-                    out.build_forward_expand(self.mirrored[r.id])
-                else:  # its parts (a partial one's, not its sum, which is made where read)
-                    for p in self.shards[r.id]:
-                        out.build_forward_expand(p)
-                continue
             if st.kind is SplitKind.SPLIT:
                 if r.flags & TensorFlag.OUTPUT:
                     raise SplitError(r, f"is an output but {st.describe()} (gathering is not supported)")
