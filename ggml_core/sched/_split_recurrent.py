@@ -1,28 +1,68 @@
-"""Tensor-parallel rules of the recurrent mixers (Mamba-2 split by groups of heads) and of split axes made of parts
-(:attr:`SplitState.segments`: a fused projection's ``z | x | B | C | dt`` rows), mixed into
-:class:`~ggml_core.sched._splitter.GraphSplitter`.
+"""Tensor-parallel rules of the recurrent mixers (Mamba-2, gated delta nets, short convolutions, RWKV-7's time mix,
+split by heads, groups or channels) and of split axes made of parts (:attr:`SplitState.segments`: a fused
+projection's ``z | x | B | C | dt`` rows), mixed into :class:`~ggml_core.sched._splitter.GraphSplitter`.
 
 - VIEW of a tensor split on axis 0 in parts: a view of one part is split as that part (on the view's outermost
-  axis inside the row, in its units: heads, groups), a view of several consecutive parts keeps them as parts; a
-  VIEW that keeps a split axis ≥ 1 whole (a window's tail) is taken of each device's part.
+  axis inside the row, in its units: heads, groups), or mirrored where the first device holds that part alone; a
+  view of several consecutive parts keeps them as parts; a VIEW that keeps a split axis ≥ 1 whole (a window's
+  tail) is taken of each device's part.
 - CONCAT of two operands split alike on another axis than the one joined; REPEAT along other axes than the split
-  one; CPY of a split tensor into a tensor split
-  with the same element count per device (a recurrent state written back).
+  one; CPY of a split tensor into a tensor split with the same element count per device (a state written back).
 - SSM_CONV of a window and a kernel split alike on their channels (axis 1): split on the result's channels.
-- SSM_SCAN of states, x, dt, A split by head and B, C split by group: each device scans its heads; the views of its
-  result, the outputs and the new states, are split by head.
+- SSM_SCAN (states, x, dt, A by head, B and C by group), GATED_DELTA_NET (v, decay, beta, states by value head; q
+  and k mirrored or split alike) and RWKV_WKV7 (every operand by head): each device runs its heads; the two views
+  of the result, the outputs and the new states, are split by head.
+
+Caches and states written by the graph (:func:`written_leafs`) and, per write, the nodes before it that read what it
+overwrites (:func:`earlier_readers`), which the split graph keeps before the write.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ggml_core import ops
 from ggml_core._tensor import Tensor
 from ggml_core.ops import GGMLOp
 from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
 
-__all__ = ["RecurrentRules"]
+__all__ = ["RULES", "RecurrentRules", "earlier_readers", "written_leafs"]
+
+
+def written_leafs(nodes: Sequence[Tensor]) -> set[int]:
+    """Ids of the tensors the nodes write into: SET_ROWS destinations (KV caches) and the tensors CPY copies into
+    (recurrent states, through a view or whole)."""
+    out = set()
+    for n in nodes:
+        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
+        while dest is not None and dest.view_src is not None:
+            dest = dest.view_src
+        if dest is not None:
+            out.add(dest.id)
+    return out
+
+
+def _base(t: Tensor) -> Tensor:
+    while t.view_src is not None:
+        t = t.view_src
+    return t
+
+
+def earlier_readers(nodes: Sequence[Tensor], written: set[int]) -> dict[int, list[Tensor]]:
+    """Per node writing into a cache or state (CPY, SET_ROWS): the nodes before it in ``nodes`` that compute from
+    that tensor (through views: the first node past the views)."""
+    out: dict[int, list[Tensor]] = {}
+    seen: dict[int, list[Tensor]] = {}  # written tensor id → its readers so far
+    for n in nodes:
+        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
+        if dest is not None and _base(dest).id in written:
+            out[n.id] = list(seen.get(_base(dest).id, ()))
+        if n.view_src is None:
+            for s in n.src:
+                if s is not None and s is not dest and _base(s).id in written:
+                    seen.setdefault(_base(s).id, []).append(n)
+    return out
 
 
 class RecurrentRules:

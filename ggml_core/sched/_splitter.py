@@ -37,7 +37,7 @@ from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.backend.interfaces import Device
 from ggml_core.ops import GGMLOp
 from ggml_core.sched._allreduce import all_reduce
-from ggml_core.sched._split_recurrent import RULES, RecurrentRules
+from ggml_core.sched._split_recurrent import RULES, RecurrentRules, earlier_readers, written_leafs
 from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
 
 __all__ = ["GraphSplitter", "SplitResult", "StateOf", "region"]
@@ -77,41 +77,6 @@ def region(t: Tensor, axis: int, start: int, size: int) -> tuple[int, int, int, 
         return start // blk * unit, size // blk * unit, t.ne[1] * t.ne[2] * t.ne[3], t.nb[1]
     rows = math.prod(t.ne[axis + 1 :])
     return start * t.nb[axis], size * t.nb[axis], rows, t.ne[axis] * t.nb[axis]
-
-
-def _written_leafs(graph: Graph) -> set[int]:
-    """Ids of the tensors a graph writes into: SET_ROWS destinations (KV caches) and the tensors CPY copies into
-    (recurrent states, through a view or whole)."""
-    out = set()
-    for n in graph.nodes:
-        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
-        while dest is not None and dest.view_src is not None:
-            dest = dest.view_src
-        if dest is not None:
-            out.add(dest.id)
-    return out
-
-
-def _base(t: Tensor) -> Tensor:
-    while t.view_src is not None:
-        t = t.view_src
-    return t
-
-
-def _earlier_readers(nodes: Sequence[Tensor], written: set[int]) -> dict[int, list[Tensor]]:
-    """Per node writing into a cache or state (CPY, SET_ROWS): the nodes before it in ``nodes`` that compute from
-    that tensor (through views: the first node past the views)."""
-    out: dict[int, list[Tensor]] = {}
-    seen: dict[int, list[Tensor]] = {}  # written tensor id → its readers so far
-    for n in nodes:
-        dest = n.src[2] if n.op == GGMLOp.SET_ROWS else n.src[1] if n.op == GGMLOp.CPY else None
-        if dest is not None and _base(dest).id in written:
-            out[n.id] = list(seen.get(_base(dest).id, ()))
-        if n.view_src is None:
-            for s in n.src:
-                if s is not None and s is not dest and _base(s).id in written:
-                    seen.setdefault(_base(s).id, []).append(n)
-    return out
 
 
 def _slice(t: Tensor, axis: int, start: int, size: int) -> Tensor:
@@ -608,7 +573,7 @@ class GraphSplitter(RecurrentRules):
     def run(self) -> SplitResult:
         for leaf in self.graph.leafs:
             self.leaf(leaf)
-        self.written = _written_leafs(self.graph)
+        self.written = written_leafs(self.graph.nodes)
         for node in self.graph.nodes:
             for s in node.src:
                 if s is not None and s.id not in self.states:  # a leaf reached only through a node
@@ -621,7 +586,7 @@ class GraphSplitter(RecurrentRules):
         # roots in the original order, each device's part of a split root (a cache write) in device order: a write
         # stays before every reader the original graph ordered after it (readers of a cache are not its children);
         # the readers it ordered before a write come before it (a state read early in a layer, written at its end)
-        readers = _earlier_readers(self.graph.nodes, self.written)
+        readers = earlier_readers(self.graph.nodes, self.written)
         for r in roots:
             for reader in readers.get(r.id, ()):
                 st = self.states[reader.id]
