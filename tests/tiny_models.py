@@ -480,3 +480,13 @@ def _moe(cfg: TinyConfig, st: dict[str, tuple[np.ndarray, str]], b: str, h: np.n
             shared = shared * (1.0 / (1.0 + np.exp(-gate)))[:, None]
         out += shared
     return out
+
+
+def fuse_phi3(cfg: TinyConfig, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Phi 3's file layout from separate weights: attn_qkv = rows q | k | v, ffn_up = rows gate | up."""
+    out = dict(w)
+    for il in range(cfg.n_layer):
+        b = f"blk.{il}."
+        out[b + "attn_qkv.weight"] = np.concatenate([out.pop(b + f"attn_{x}.weight") for x in "qkv"])
+        out[b + "ffn_up.weight"] = np.concatenate([out.pop(b + "ffn_gate.weight"), out.pop(b + "ffn_up.weight")])
+    return out

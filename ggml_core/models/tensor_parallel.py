@@ -1,9 +1,11 @@
 """``--split-mode tensor``: one model's weights split over several devices through the meta device
 (:class:`ggml_core.sched.MetaDevice`), each device computing its share of every layer.
 
-The families of :data:`FAMILIES` (attention and FFN or mixture-of-experts blocks; :func:`check_supported` names the
-family of any other model, such as the recurrent and hybrid ones). The weights take the states of
-:func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` (and their biases) and
+The families of :data:`FAMILIES` (attention and FFN or mixture-of-experts blocks, and the hybrids of
+:data:`RECURRENT_FAMILIES`, whose Mamba-2 mixers split by groups of heads and whose other recurrent mixers stay
+whole on the first device;
+:func:`check_supported` names the family of any other model, such as the purely recurrent ones). The weights take
+the states of :func:`ggml_core.sched.llama_split_states`: ``attn_q``/``attn_k``/``attn_v`` (and their biases) and
 ``ffn_gate``/``ffn_up`` split by output rows, ``attn_output`` and ``ffn_down`` by input columns (their products are
 partial sums, all-reduced once after the attention and once after the FFN), attention sinks by head; each expert of
 a mixture of experts split as a dense FFN (``ffn_{gate,up}_exps`` by rows, ``ffn_down_exps`` by columns, the
@@ -31,8 +33,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Final, TextIO
 
+import numpy as np
+
 from ggml_core._context import Context
 from ggml_core._errors import AllocationError
+from ggml_core._tensor import Tensor
 from ggml_core.backend.interfaces import Backend, Buffer, Device
 from ggml_core.models.gguf_file import GGUFFile
 from ggml_core.models.graph import BuiltGraph
@@ -42,10 +47,26 @@ from ggml_core.models.params import PlacementRequest
 from ggml_core.models.plan.placement import INPUT_SLOT, Placement
 from ggml_core.models.progress import Progress
 from ggml_core.models.weights import ModelWeights, UploadStat, WeightSpec, slot_nbytes
-from ggml_core.sched import MetaDevice, SplitError, SplitKind, StateOf, TensorParallelGraph, llama_split_states
+from ggml_core.sched import (
+    MetaDevice,
+    SplitError,
+    SplitKind,
+    SplitState,
+    StateOf,
+    TensorParallelGraph,
+    delta_net_split_states,
+    llama_split_states,
+    mamba2_split_states,
+    rwkv7_split_states,
+    shortconv_split_states,
+)
 
 __all__ = [
+    "DELTA_NET_FAMILIES",
     "FAMILIES",
+    "GATED_Q",
+    "MAMBA2_FAMILIES",
+    "RECURRENT_FAMILIES",
     "SUPPORTED",
     "TensorParallel",
     "account",
@@ -56,10 +77,40 @@ __all__ = [
     "split_states",
 ]
 
+#: the recurrent and hybrid families ``-sm tensor`` runs: their attention and FFN layers split as the others', their
+#: Mamba-2 mixers by groups of heads (:data:`MAMBA2_FAMILIES`), their other recurrent mixers (gated delta net, short
+#: convolution) computed whole on the first device, their states kept there
+RECURRENT_FAMILIES: Final = (
+    "mamba2",
+    "granitehybrid",
+    "nemotron_h",
+    "lfm2",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+    "rwkv7",
+)
 #: the families ``-sm tensor`` runs: their graphs use only ops with tensor-parallel rules (attention by heads, FFNs
 #: and each expert by width), each checked against the one-device logits (tests/sched/test_split_tensor_families.py)
-FAMILIES: Final = ("llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "dots1", "gemma2", "gemma3", "gpt-oss")
+FAMILIES: Final = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "qwen2moe",
+    "qwen3moe",
+    "dots1",
+    "gemma2",
+    "gemma3",
+    "gpt-oss",
+    *RECURRENT_FAMILIES,
+)
 SUPPORTED: Final = ", ".join(FAMILIES)
+#: the families whose Mamba-2 mixers split by groups of heads (where they have at least as many groups as devices)
+MAMBA2_FAMILIES: Final = frozenset(("mamba2", "granitehybrid", "nemotron_h"))
+#: the families whose gated delta nets split by value heads (qwen3next's: by key heads with their value heads)
+DELTA_NET_FAMILIES: Final = frozenset(("qwen35", "qwen35moe", "qwen3next"))
+#: the families whose ``attn_q`` gives each head's query then its gate
+GATED_Q: Final = frozenset(("qwen35", "qwen35moe", "qwen3next"))
 
 
 def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
@@ -72,7 +123,7 @@ def check_supported(hp: HParams, flags: dict[str, bool]) -> None:
         kind += " (recurrent layers)"
     elif hp.has_swa:
         kind += " (sliding-window layers)"
-    if hp.arch not in FAMILIES or hp.has_recurrent:
+    if hp.arch not in FAMILIES:
         raise SplitError(None, f"-sm tensor supports: {SUPPORTED}; this model is {kind}")
     for flag, given in flags.items():
         if given:
@@ -155,11 +206,19 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         for name in _DOWN:
             if f.has_tensor(key := f"blk.{il}.{name}.weight"):
                 granule = math.lcm(granule, f.tensor_info(key).type.block_size)
+    mixer = (
+        _mamba2_states(f, hp, proportions)
+        or _delta_net_states(f, hp, proportions)
+        or _shortconv_states(f, hp, proportions)
+        or _rwkv7_states(f, hp, proportions)
+    )
+    if hp.n_head_kv == 0:  # no attention layer
+        return lambda t: mixer(t) if mixer is not None else None
     if hp.head_dim_k != hp.head_dim_v:
         raise SplitError(None, f"-sm tensor needs equal K and V head widths, got {hp.head_dim_k} and {hp.head_dim_v}")
     # one KV head: every device computes it and reads the one cache (on the first device); the query heads split
     mirror_kv = hp.n_head_kv == 1 < len(proportions)
-    return llama_split_states(
+    layers = llama_split_states(
         proportions,
         n_head=hp.n_head,
         n_head_kv=hp.n_head_kv,
@@ -167,6 +226,84 @@ def split_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> Stat
         n_ff=hp.n_ff,
         ff_granule=granule,
         mirror_kv=mirror_kv,
+        gated_q=hp.arch in GATED_Q,
+    )
+    if mixer is None:
+        return layers
+    return lambda t: layers(t) if (got := mixer(t)) is None else got
+
+
+def _delta_net_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """The gated delta nets' states (:func:`ggml_core.sched.delta_net_split_states`: by value heads in runs of the
+    key heads, qwen3next's by key heads), or None where they stay whole on the first device: another mixer, fewer
+    units than devices, or an ``ssm_out`` whose quantization blocks would cut a device's columns."""
+    if hp.arch not in DELTA_NET_FAMILIES:
+        return None
+    n_k, n_v, size = hp.ssm_n_group, hp.ssm_dt_rank, hp.ssm_d_state
+    interleaved = hp.arch == "qwen3next"
+    if n_v % n_k:
+        return None
+    # the unit a device takes: a key head with its value heads, or a run of n_k value heads
+    units, unit_width = (n_k, n_v // n_k * size) if interleaved else (n_v // n_k, n_k * size)
+    if units < len(proportions):
+        return None
+    for il in range(hp.n_layer):
+        if f.has_tensor(key := f"blk.{il}.ssm_out.weight") and unit_width % f.tensor_info(key).type.block_size:
+            return None
+    return delta_net_split_states(
+        proportions, n_k=n_k, n_v=n_v, size=size, d_conv=hp.ssm_d_conv, interleaved=interleaved
+    )
+
+
+def _shortconv_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """LFM2's short convolutions' states (:func:`ggml_core.sched.shortconv_split_states`: by channel, in whole blocks
+    of ``out_proj``), or None for another family or fewer blocks than devices (then they stay on the first device)."""
+    if hp.arch != "lfm2":
+        return None
+    granule = 1
+    for il in range(hp.n_layer):
+        if f.has_tensor(key := f"blk.{il}.shortconv.out_proj.weight"):
+            granule = math.lcm(granule, f.tensor_info(key).type.block_size)
+    if hp.n_embd % granule or hp.n_embd // granule < len(proportions):
+        return None
+    return shortconv_split_states(proportions, n_embd=hp.n_embd, l_cache=hp.shortconv_l_cache, granule=granule)
+
+
+def _rwkv7_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """RWKV-7's states (:func:`ggml_core.sched.rwkv7_split_states`: by WKV head, the channel mix by width in blocks
+    of ``channel_mix_value``), or None for another family or fewer heads than devices (then it stays whole on the
+    first device)."""
+    if hp.arch != "rwkv7" or hp.n_embd // hp.wkv_head_size < len(proportions):
+        return None
+    granule = 1
+    for il in range(hp.n_layer):
+        for name in ("time_mix_output", "channel_mix_value"):
+            if f.has_tensor(key := f"blk.{il}.{name}.weight"):
+                granule = math.lcm(granule, f.tensor_info(key).type.block_size)
+    if hp.wkv_head_size % granule or hp.n_ff % granule:
+        return None
+    return rwkv7_split_states(
+        proportions, n_embd=hp.n_embd, head_size=hp.wkv_head_size, n_ff=hp.n_ff, ff_granule=granule
+    )
+
+
+def _mamba2_states(f: GGUFFile, hp: HParams, proportions: Sequence[float]) -> StateOf | None:
+    """The Mamba-2 mixers' states (:func:`ggml_core.sched.mamba2_split_states`: by groups of heads), or None where
+    they stay whole on the first device: another mixer, fewer groups than devices, or an ``ssm_out`` whose quantization
+    blocks would cut a device's columns."""
+    if hp.arch not in MAMBA2_FAMILIES or hp.ssm_n_group < len(proportions):
+        return None
+    group_width = hp.ssm_d_inner // hp.ssm_n_group
+    for il in range(hp.n_layer):
+        if f.has_tensor(key := f"blk.{il}.ssm_out.weight") and group_width % f.tensor_info(key).type.block_size:
+            return None
+    return mamba2_split_states(
+        proportions,
+        d_inner=hp.ssm_d_inner,
+        d_state=hp.ssm_d_state,
+        n_group=hp.ssm_n_group,
+        n_head=hp.ssm_dt_rank,
+        d_conv=hp.ssm_d_conv,
     )
 
 
@@ -198,9 +335,11 @@ def account(
             items += [(d, s.slot, nbytes * n // info.ne[st.axis], False) for d, n in zip(devs, st.sizes, strict=True)]
             placement.weights.pop(s.name, None)
     placement.account(items, kv_layer, compute, devs)
-    kv = state_of(ctx.new_tensor("f32", (hp.n_embd_k_gqa, 1), "cache_k_l0"))
-    # the KV heads' widths per device; a mirrored cache (one KV head) is the first device's
-    widths = kv.sizes if kv is not None else (hp.n_embd_k_gqa, *(0 for _ in devs[1:]))
+    # the KV heads' widths per device (a model without attention: its scan states'); a mirrored cache (one KV head,
+    # a recurrent state kept whole) is the first device's
+    name, full = ("cache_k_l0", hp.n_embd_k_gqa) if hp.n_embd_k_gqa else ("cache_s_l0", max(1, hp.n_embd_s))
+    kv = state_of(ctx.new_tensor("f32", (full, 1), name))
+    widths = kv.sizes if kv is not None else (full, *(0 for _ in devs[1:]))
     by_name = dict(zip((d.name for d in devs), widths, strict=True))
     for share in placement.shares:
         if share.name not in by_name:
@@ -209,7 +348,7 @@ def account(
         width = by_name[share.name]
         share.kv_layers = list(range(hp.n_layer)) if width else []
         share.layers = list(range(hp.n_layer))  # a part of every layer
-        share.kv_bytes = kv_layer * hp.n_layer * width // hp.n_embd_k_gqa
+        share.kv_bytes = kv_layer * hp.n_layer * width // full
 
 
 def fit_check(placement: Placement) -> None:
@@ -226,6 +365,19 @@ def fit_check(placement: Placement) -> None:
                 f"{s.kv_bytes / mib:.1f} MiB + compute {s.compute_bytes / mib:.1f} MiB; give it a smaller "
                 "--tensor-split share, use a smaller --ctx-size, or add a device",
             )
+
+
+def _device_order(t: Tensor, st: SplitState, data: np.ndarray) -> memoryview:
+    """A weight's bytes with the indices of its split axis in the order the devices hold them (a fused projection's
+    parts: each device's rows of every part together), so that each shard is one region."""
+    if not st.segments:
+        return data.data
+    per_index = t.nb[st.axis] if st.axis else t.type.type_size
+    if st.axis == 0 and t.type.block_size != 1:
+        raise SplitError(t, "a quantized tensor cannot be reordered within its rows")
+    outer = math.prod(t.ne[st.axis + 1 :])
+    arr = np.asarray(data, np.uint8).reshape(outer, t.ne[st.axis], per_index)
+    return np.ascontiguousarray(arr[:, st.device_order(), :]).data
 
 
 class TensorParallel:
@@ -306,7 +458,7 @@ class TensorParallel:
         with Progress(total, self.meta.name, enabled=progress, stream=stream or sys.stderr) as bar:
             for s in split:
                 t = weights[s.name]
-                owner.set_weight_bytes(t, memoryview(f.tensor_bytes(s.source).data))
+                owner.set_weight_bytes(t, _device_order(t, owner.states[t.id], f.tensor_bytes(s.source)))
                 bar.advance(t.nbytes)
         weights.uploads.append(UploadStat(self.meta.name, total, time.perf_counter() - start))
 

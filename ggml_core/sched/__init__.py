@@ -13,7 +13,17 @@ from ggml_core.sched._placement import PlacementError
 from ggml_core.sched._plan import InputCopy, SchedPlan, SplitPlan
 from ggml_core.sched._scheduler import DEFAULT_SCHED_GRAPH_SIZE, MAX_BACKENDS, MAX_COPIES, Scheduler
 from ggml_core.sched._split import MAX_SPLIT_INPUTS
-from ggml_core.sched._split_state import SplitError, SplitKind, SplitState, llama_split_states, shard_sizes
+from ggml_core.sched._split_state import (
+    SplitError,
+    SplitKind,
+    SplitState,
+    delta_net_split_states,
+    llama_split_states,
+    mamba2_split_states,
+    rwkv7_split_states,
+    shard_sizes,
+    shortconv_split_states,
+)
 from ggml_core.sched.render import render_dot, render_svg, render_text
 
 __all__ = [
@@ -34,10 +44,14 @@ __all__ = [
     "StateOf",
     "TensorParallelGraph",
     "all_reduce",
+    "delta_net_split_states",
     "llama_split_states",
+    "mamba2_split_states",
     "render_dot",
     "render_svg",
     "render_text",
+    "rwkv7_split_states",
     "shard_sizes",
+    "shortconv_split_states",
     "tensor_copy",
 ]

@@ -5,21 +5,28 @@ operand is split on axis 0; of two operands split on axis 0 alike, partial; of t
 (attention heads, KV heads broadcast over their query-head group, or one mirrored KV head broadcast over every
 head), split there. MUL_MAT_ID (experts) as MUL_MAT: experts split by output rows give results split on axis 0,
 experts split by input columns with an input split alike give partial sums. Element-wise ops, GLU, ROPE (heads
-axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM (not along axis 0), SCALE, UNARY
+axis), SOFT_MAX (heads, no ALiBi; attention sinks sliced by head), RMS_NORM/NORM/L2_NORM and SUM_ROWS (not along
+axis 0), SCALE, SQR, UNARY
 and CONT keep the state; so does ADD_ID on rows split on axis 0 (its bias sliced alike); a mirrored operand of full
-extent on the split axis is sliced by a view. RESHAPE, CONT to a new shape, PERMUTE and TRANSPOSE move the axis.
+extent on the split axis is sliced by a view. RESHAPE, CONT to a new shape, PERMUTE and TRANSPOSE move the axis;
+a VIEW of rows split on axis 0 by units (heads) takes the same part of every unit (a query and its gate, one
+after the other in each head's rows, are two such views).
 
 Partial sums stay partial through linear steps: views, reshapes, permutes, CONT and SCALE of each part, ADD of two
 partials, MUL by a mirrored tensor, and ADD or ADD_ID of a mirrored tensor (added to the first device's part only).
-Any other node reading a partial tensor gets the all-reduce first (:func:`all_reduce`), once per tensor. Anything
-else reading a split tensor raises :class:`SplitError` naming the node, its op and its operands' states.
+Any other node reading a partial tensor gets the all-reduce first (:func:`all_reduce`), once per tensor; a node
+reading a partial tensor already reduced reads the sum (a view of the residual in a layer whose mixer is mirrored).
+Anything else reading a split tensor raises :class:`SplitError` naming the node, its op and its operands' states.
+
+Leafs the graph writes into are caches (cleared, apart from the weights): SET_ROWS destinations (KV caches) and CPY
+destinations (recurrent states, mirrored: on the first device, beside the mixer that reads and writes them).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,6 +37,7 @@ from ggml_core._tensor import Tensor, TensorFlag
 from ggml_core.backend.interfaces import Device
 from ggml_core.ops import GGMLOp
 from ggml_core.sched._allreduce import all_reduce
+from ggml_core.sched._split_recurrent import RULES, RecurrentRules, earlier_readers, written_leafs
 from ggml_core.sched._split_state import SplitError, SplitKind, SplitState
 
 __all__ = ["GraphSplitter", "SplitResult", "StateOf", "region"]
@@ -38,8 +46,19 @@ __all__ = ["GraphSplitter", "SplitResult", "StateOf", "region"]
 StateOf = Callable[[Tensor], "SplitState | None"]
 
 _ELEMENTWISE = {GGMLOp.ADD: (0, 1), GGMLOp.SUB: (0, 1), GGMLOp.MUL: (0, 1), GGMLOp.DIV: (0, 1), GGMLOp.GLU: (0, 1)}
-_VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS}
-_SAME_STATE = {GGMLOp.SCALE, GGMLOp.UNARY, GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.ROPE, GGMLOp.SOFT_MAX, GGMLOp.CONT}
+_VIEW_RULES = {GGMLOp.RESHAPE, GGMLOp.PERMUTE, GGMLOp.TRANSPOSE, GGMLOp.VIEW, GGMLOp.SET_ROWS, GGMLOp.CPY}
+_SAME_STATE = {
+    GGMLOp.L2_NORM,
+    GGMLOp.SUM_ROWS,
+    GGMLOp.SCALE,
+    GGMLOp.SQR,
+    GGMLOp.UNARY,
+    GGMLOp.RMS_NORM,
+    GGMLOp.NORM,
+    GGMLOp.ROPE,
+    GGMLOp.SOFT_MAX,
+    GGMLOp.CONT,
+}
 #: op → the operand indexed along its axis 0 by the split axis of the op's result (SOFT_MAX's sinks: one per head)
 _PER_INDEX = {GGMLOp.SOFT_MAX: 2}
 #: ops a partial sum passes through part by part (one source)
@@ -95,7 +114,7 @@ class SplitResult:
     contexts: list[Context] = field(repr=False)
 
 
-class GraphSplitter:
+class GraphSplitter(RecurrentRules):
     """One pass over a graph's nodes in order, building the per-device graph (the module's rules).
 
     ``reuse``: (states, shards) of an earlier split over the same weights, whose split leafs keep their shards.
@@ -124,6 +143,7 @@ class GraphSplitter:
         self.mirrored_weights: list[Tensor] = []
         self.n_all_reduces = 0
         self.written: set[int] = set()
+        self.scans = {}
 
     # ---- operands ---------------------------------------------------------------------------------------------
 
@@ -218,6 +238,15 @@ class GraphSplitter:
         }.get(t.op)
         if t.op == GGMLOp.CONT and t.src[0] is not None and t.ne != t.src[0].ne:
             rule = self._reshape
+        if t.op in RULES:
+            rule = getattr(self, RULES[t.op])
+        src = t.src[0]
+        if (
+            t.op == GGMLOp.VIEW
+            and src is not None
+            and (src.id in self.scans or self.states[src.id].axis != 0 or self.states[src.id].segments)
+        ):
+            rule = self.recurrent_view
         if rule is None and (t.op in _ELEMENTWISE or t.op in _SAME_STATE):
             rule = self._same_state
         if rule is None:
@@ -256,9 +285,9 @@ class GraphSplitter:
         if sa.kind is SplitKind.SPLIT and sa.axis == 1 and sb.kind is not SplitKind.SPLIT:
             mb = self.m(b, t)
             parts = [ops.mul_mat(self.shards[a.id][d], mb) for d in range(n)]
-            st = SplitState.split(0, sa.sizes)
+            st = replace(sa, axis=0)
         elif sa.kind is SplitKind.SPLIT and sb.kind is SplitKind.SPLIT and sa.axis == sb.axis == 0:
-            if sa.sizes != sb.sizes:
+            if sa.parts != sb.parts:
                 raise SplitError(t, f"contracts operands split differently: {self._describe_srcs(t)}")
             parts = [ops.mul_mat(self.shards[a.id][d], self.shards[b.id][d]) for d in range(n)]
             st = SplitState.partial()
@@ -332,6 +361,8 @@ class GraphSplitter:
         if t.flags & TensorFlag.OUTPUT:
             return False
         src = t.src
+        if any(s is not None and s.id in self.reduced for s in src):  # read the sum made already: no second one
+            return False
         partial = [s is not None and self.states[s.id].kind is SplitKind.PARTIAL for s in src]
         op = t.op
         a = src[0]
@@ -416,7 +447,7 @@ class GraphSplitter:
                     srcs.append(self.shards[s.id][d])
                 elif s.ne[ax] == 1:
                     srcs.append(self.m(s, t))
-                elif s.ne[ax] == t.ne[ax]:
+                elif s.ne[ax] == t.ne[ax] and not st.segments:
                     srcs.append(_slice(self.m(s, t), ax, start, size))
                 else:
                     raise SplitError(t, f"operand {s.name!r} does not line up with split axis {ax}")
@@ -427,8 +458,9 @@ class GraphSplitter:
 
     def _check_same_state(self, t: Tensor, ax: int) -> None:
         op = t.op
-        if op in (GGMLOp.RMS_NORM, GGMLOp.NORM) and ax == 0:
-            raise SplitError(t, f"{op.name} normalises whole rows, which are split (axis 0)")
+        if op in (GGMLOp.RMS_NORM, GGMLOp.NORM, GGMLOp.L2_NORM, GGMLOp.SUM_ROWS) and ax == 0:
+            what = "sums" if op == GGMLOp.SUM_ROWS else "normalises"
+            raise SplitError(t, f"{op.name} {what} whole rows, which are split (axis 0)")
         if op == GGMLOp.GLU and t.src[1] is None and ax == 0:
             raise SplitError(t, "a fused GLU's rows hold both halves; split along axis 0 it would mix them")
         if op == GGMLOp.ROPE and ax not in (1, 3):
@@ -453,8 +485,9 @@ class GraphSplitter:
             inner_out = math.prod(t.ne[:b])
             if math.prod(t.ne[b + 1 :]) != outer or t.ne[b] <= 1:
                 continue
-            if all(s * inner % inner_out == 0 for s in st.sizes):
-                sizes = [s * inner // inner_out for s in st.sizes]
+            new = st.scaled(b, inner, inner_out)  # every part of the axis (one, or a fused projection's) whole
+            if new is not None:
+                sizes = new.sizes
                 break
         else:
             raise SplitError(
@@ -470,7 +503,7 @@ class GraphSplitter:
             parts.append(ops.reshape_4d(sh, *ne) if t.op == GGMLOp.RESHAPE else ops.cont_4d(sh, *ne))
         for p in parts:
             p.set_name(t.name)
-        self._set_split(t, SplitState.split(b, sizes), parts)
+        self._set_split(t, new, parts)
 
     def _permute(self, t: Tensor) -> None:
         src = t.src[0]
@@ -480,7 +513,7 @@ class GraphSplitter:
         parts = [ops.transpose(s) if t.op == GGMLOp.TRANSPOSE else ops.permute(s, *axes) for s in self.shards[src.id]]
         for p in parts:
             p.set_name(t.name)
-        self._set_split(t, SplitState.split(axes[st.axis], st.sizes), parts)
+        self._set_split(t, replace(st, axis=axes[st.axis]), parts)
 
     def _set_rows(self, t: Tensor) -> None:
         """Rows written into a cache split along axis 0 (KV heads): each device writes its part of each row."""
@@ -508,14 +541,19 @@ class GraphSplitter:
             return t.ne[0] // bs * t.nb[0] if i == 0 else t.ne[i] * t.nb[i]
 
         b = next((i for i in range(4) if extent(i) == row and t.ne[i] > 1), None)
+        within = t.view_offs % row  # where in its unit the view starts (a gate after the query of each head)
         ok = (
             st.axis == 0
             and src.is_contiguous
             and b is not None
-            and t.view_offs % row == 0
+            and within < t.nb[b]
             # every other axis stays inside one unit or walks whole rows (cells), in either order: a cache's
             # [head_dim, cells, heads] view as well as [head_dim, heads, cells]
-            and all(t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and extent(i) <= t.nb[b]) for i in range(4) if i != b)
+            and all(
+                t.ne[i] == 1 or t.nb[i] % row == 0 or (i < b and within + extent(i) <= t.nb[b])
+                for i in range(4)
+                if i != b
+            )
             # a quantized cache splits at block boundaries: each share whole blocks, whole units of the view
             and all(s % bs == 0 and s // bs * ts % t.nb[b] == 0 for s in st.sizes)
         )
@@ -530,7 +568,7 @@ class GraphSplitter:
             ne = list(t.ne)
             ne[b] = size
             nb = [t.nb[i] // row * sh.nb[1] if i != b and t.nb[i] % row == 0 else t.nb[i] for i in range(4)]
-            off = t.view_offs // row * sh.nb[1]
+            off = t.view_offs // row * sh.nb[1] + within
             parts.append(ops.view_4d(sh, ne[0], ne[1], ne[2], ne[3], nb[1], nb[2], nb[3], off).set_name(t.name))
         self._set_split(t, SplitState.split(b, sizes), parts)
 
@@ -539,7 +577,7 @@ class GraphSplitter:
     def run(self) -> SplitResult:
         for leaf in self.graph.leafs:
             self.leaf(leaf)
-        self.written = {n.src[2].id for n in self.graph.nodes if n.op == GGMLOp.SET_ROWS and n.src[2] is not None}
+        self.written = written_leafs(self.graph.nodes)
         for node in self.graph.nodes:
             for s in node.src:
                 if s is not None and s.id not in self.states:  # a leaf reached only through a node
@@ -550,8 +588,15 @@ class GraphSplitter:
         size = (self.n + 2) * (len(self.graph.nodes) + len(self.graph.leafs)) + 64
         out = Graph(max(size, self.graph.size))
         # roots in the original order, each device's part of a split root (a cache write) in device order: a write
-        # stays before every reader the original graph ordered after it (readers of a cache are not its children)
+        # stays before every reader the original graph ordered after it (readers of a cache are not its children);
+        # the readers it ordered before a write come before it (a state read early in a layer, written at its end)
+        readers = earlier_readers(self.graph.nodes, self.written)
         for r in roots:
+            for reader in readers.get(r.id, ()):
+                st = self.states[reader.id]
+                parts = [self.mirrored[reader.id]] if st.kind is SplitKind.MIRRORED else self.shards[reader.id]
+                for p in parts:
+                    out.build_forward_expand(p)
             st = self.states[r.id]
             if st.kind is SplitKind.SPLIT:
                 if r.flags & TensorFlag.OUTPUT:

@@ -16,7 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from llama_cpp_logits import TOKENS, assert_within, cpu_params, llama_cpp_prompt_and_steps, prompt_and_steps
-from tiny_models import TinyConfig, llama_cpp_built, random_weights, write_model  # noqa: F401 (fixture "built")
+from tiny_models import (  # noqa: F401 (fixture "built")
+    TinyConfig,
+    fuse_phi3,
+    llama_cpp_built,
+    random_weights,
+    write_model,
+)
 
 from ggml_core.models import Model
 from ggml_core.testing import llama_cpp
@@ -87,16 +93,6 @@ def test_q8_0_activation_ties_round_half_to_even_as_llama_cpp(tmp_path: Path, bu
     with Model.load(path, cpu_params()) as m:
         got = m.process_prompt(tokens, all_logits=True)
     assert np.abs(got - want).max() <= 1e-4, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
-
-
-def fuse_phi3(cfg: TinyConfig, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Phi 3's file layout from separate weights: attn_qkv = rows q | k | v, ffn_up = rows gate | up."""
-    out = dict(w)
-    for il in range(cfg.n_layer):
-        b = f"blk.{il}."
-        out[b + "attn_qkv.weight"] = np.concatenate([out.pop(b + f"attn_{x}.weight") for x in "qkv"])
-        out[b + "ffn_up.weight"] = np.concatenate([out.pop(b + "ffn_gate.weight"), out.pop(b + "ffn_up.weight")])
-    return out
 
 
 def test_phi3_fused_projections_match_llama_cpp_and_the_definition(tmp_path: Path, built: None) -> None:

@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from opencl_device import opencl_backend
-from tiny_models import TinyConfig, random_weights, reference_logits, write_model
+from tiny_models import TinyConfig, fuse_phi3, random_weights, reference_logits, write_model
 
 from ggml_core import AllocationError, get_registry
 from ggml_core.backend import reset_registry
 from ggml_core.models import Model, ModelParams, PlacementRequest
 from ggml_core.models.tensor_parallel import SUPPORTED
 from ggml_core.sched import SplitError, SplitKind, SplitState
-from ggml_core.testing.recurrent_models import MambaConfig, mamba2_weights, write_mamba2
 
 TOKENS = [1, 5, 9, 3, 7, 2, 11, 4, 8, 60, 33]
 CFG = TinyConfig(n_layer=3)
@@ -185,10 +184,9 @@ def test_one_kv_head_over_two_devices_is_mirrored(tmp_path: Path) -> None:
 
 
 def test_other_families_are_refused_by_name(tmp_path: Path) -> None:
-    path = write_mamba2(tmp_path / "m.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 2))
-    with pytest.raises(
-        SplitError, match=rf"^-sm tensor supports: {SUPPORTED}; this model is mamba2 \(recurrent layers\)$"
-    ):
+    cfg = TinyConfig(arch="phi3")
+    path = write_model(tmp_path / "m.gguf", cfg, fuse_phi3(cfg, random_weights(cfg, 2)), "f32")
+    with pytest.raises(SplitError, match=rf"^-sm tensor supports: {SUPPORTED}; this model is phi3$"):
         Model.load(path, ModelParams(placement=_tensor(["CPU", "CPU"]), n_ctx=64, progress=False))
 
 
@@ -267,10 +265,11 @@ def test_cli_run_and_plan(tmp_path: Path) -> None:
     tp = planned["tensor_parallel"]
     assert tp["n_all_reduces"] == 2 * CFG.n_layer and tp["split_tensors"]["cache_v_l2"] == "split(axis 0: 16+16)"
     assert set(tp["shard_bytes"]) == {"CPU", second} and all(v > 0 for v in tp["shard_bytes"].values())
-    bad = write_mamba2(tmp_path / "mamba2.gguf", MambaConfig(), mamba2_weights(MambaConfig(), 1))
+    phi3 = TinyConfig(arch="phi3")
+    bad = write_model(tmp_path / "phi3.gguf", phi3, fuse_phi3(phi3, random_weights(phi3, 1)), "f32")
     r = _cli("run", str(bad), "-sm", "tensor", "--device", f"CPU,{second}", "--tokens", "1,2")
     assert r.returncode != 0
-    assert f"-sm tensor supports: {SUPPORTED}; this model is mamba2 (recurrent layers)" in r.stderr
+    assert f"-sm tensor supports: {SUPPORTED}; this model is phi3" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -143,7 +143,7 @@ def time_mix(g: GraphBuilder, il: int, cur: Tensor, x_prev: Tensor) -> Tensor:
     wkv = ops.rwkv_wkv7(r, w, k, v, ops.neg(kk), ops.mul(kk, a), state)
     store_state(g, ops.view_1d(wkv, e * s, e * n_t * 4), state)
 
-    out = ops.norm(ops.reshape_3d(ops.view_1d(wkv, e * n_t, 0), s, n_h, n_t), _HEAD_NORM_EPS)
+    out = ops.norm(ops.view_3d(wkv, s, n_h, n_t, s * 4, e * 4, 0), _HEAD_NORM_EPS)  # the outputs, per head
     out = ops.reshape_2d(out, e, n_t)
     out = ops.add(ops.mul(out, g.layer(il, "time_mix_ln.weight")), g.layer(il, "time_mix_ln.bias"))
     r_k = ops.reshape_2d(g.layer(il, "time_mix_r_k.weight"), s, n_h)
