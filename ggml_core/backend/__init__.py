@@ -16,7 +16,7 @@ from ggml_core.backend.interfaces import (
     Event,
     buffer_of,
 )
-from ggml_core.backend.kit import EMPTY_OPS, KernelTable, PluginHooks
+from ggml_core.backend.kit import EMPTY_OPS, KernelTable, LazyReg, PluginHooks
 from ggml_core.backend.registry import PluginInfo, Registry, get_registry, reset_registry
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Event",
     "HostBuffer",
     "KernelTable",
+    "LazyReg",
     "PluginHooks",
     "PluginInfo",
     "Registry",

@@ -7,6 +7,7 @@ would otherwise be written again in every plugin live here:
   supports=predicate)``; the device asks ``KERNELS.supports(node, *context)`` in ``supports_op`` and the backend
   takes ``KERNELS.get(node)`` when it binds a graph. What a kernel is (a thunk maker, a list of launches) is the
   plugin's own business: the table is generic in it.
+- :class:`LazyReg`: a registry that finds its devices on first use and says why it has none.
 - :class:`PluginHooks`: the process-wide registry object, made on first use, and the hooks ``ggml_api_version``
   and ``ggml_register_backends`` that hand it to the core.
 """
@@ -22,7 +23,7 @@ from ggml_core.backend.hookspecs import hookimpl
 from ggml_core.backend.interfaces import API_VERSION, BackendReg
 from ggml_core.ops import GGMLOp
 
-__all__ = ["EMPTY_OPS", "KernelTable", "PluginHooks"]
+__all__ = ["EMPTY_OPS", "KernelTable", "LazyReg", "PluginHooks"]
 
 K = TypeVar("K")
 R = TypeVar("R", bound=BackendReg)
@@ -92,6 +93,32 @@ class KernelTable(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._kernels)
+
+
+class LazyReg(BackendReg):
+    """A registry that finds its devices on first use (:meth:`enumerate_devices`) and says why it has none.
+
+    Reading :attr:`unavailable_reason` enumerates first, so ``ggml-core plugins`` shows the same reason as
+    ``ggml-core devices``; an enumeration that raises becomes the reason, never an exception.
+    """
+
+    def __init__(self, name: str, *, description: str = "", priority: int = 0) -> None:
+        self._reason: str | None = None
+        super().__init__(name, description=description, priority=priority)
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        """Why this registry has no devices (enumerating them first), or None."""
+        if getattr(self, "_devices", None) is None and hasattr(self, "_lock"):
+            try:
+                self.devices  # noqa: B018 - enumeration records the reason
+            except Exception as exc:  # noqa: BLE001 - a reason is shown, never raised
+                self._reason = f"device enumeration failed: {type(exc).__name__}: {exc}"
+        return self._reason
+
+    @unavailable_reason.setter
+    def unavailable_reason(self, value: str | None) -> None:
+        self._reason = value
 
 
 class PluginHooks(Generic[R]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ggml_core import Context, GGMLType, Tensor, UnsupportedOpError
-from ggml_core.backend import EMPTY_OPS, BackendReg, KernelTable, PluginHooks, Registry
+from ggml_core.backend import EMPTY_OPS, BackendReg, Device, KernelTable, LazyReg, PluginHooks, Registry
 from ggml_core.ops import GGMLOp, add, mul, reshape_2d
 
 
@@ -68,3 +68,23 @@ def test_plugin_hooks_register_one_registry_made_on_first_use() -> None:
     reg.register_plugin(hooks, "toy")
     assert [r.name for r in reg.regs if r.name == "Toy"] == ["Toy"]
     assert hooks.reg() is made[0] and len(made) == 1
+
+
+def test_a_lazy_registry_enumerates_when_asked_why_it_has_no_devices() -> None:
+    calls: list[str] = []
+
+    class NoDriver(LazyReg):
+        def enumerate_devices(self) -> list[Device]:
+            calls.append("enumerated")
+            self.unavailable_reason = "libtoy.so.1 is not installed"
+            return []
+
+    class Broken(LazyReg):
+        def enumerate_devices(self) -> list[Device]:
+            raise OSError("the driver hung up")
+
+    reg = NoDriver("Toy", description="toy")
+    assert calls == []  # nothing is probed when the registry is made
+    assert reg.unavailable_reason == "libtoy.so.1 is not installed" and calls == ["enumerated"]
+    assert reg.devices == [] and calls == ["enumerated"]  # once
+    assert Broken("Broken").unavailable_reason == "device enumeration failed: OSError: the driver hung up"

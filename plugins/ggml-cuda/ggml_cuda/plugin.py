@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ggml_core import BackendReg, Device
-from ggml_core.backend import PluginHooks
+from ggml_core import Device
+from ggml_core.backend import LazyReg, PluginHooks
 
 if TYPE_CHECKING:  # the driver layer, nvcc lookup and devices load when the devices are enumerated
     from ggml_cuda._driver import Driver
@@ -27,7 +27,7 @@ __all__ = ["HOOKS", "CUDAReg", "cuda_reg", "ggml_api_version", "ggml_register_ba
 DriverLoader = Callable[[], "tuple[Driver | None, str | None]"]
 
 
-class CUDAReg(BackendReg):
+class CUDAReg(LazyReg):
     """The ``CUDA`` backend registry: one device per GPU the driver reports.
 
     :param loader: returns (driver, None) or (None, reason); the default (None) imports pycuda
@@ -46,23 +46,6 @@ class CUDAReg(BackendReg):
         self._nvcc = nvcc
         self._compiler = compiler
         self.driver: Driver | None = None
-
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Why there are no CUDA devices (None when there are some); looks for the devices on first use.
-
-        Reading it enumerates the devices, so ``ggml-core plugins`` shows the reason as ``ggml-core devices`` does.
-        """
-        if self._devices is None:
-            try:
-                self.devices  # noqa: B018 - enumerate (once) to learn the reason
-            except Exception as exc:  # noqa: BLE001 - the reason of a failed enumeration is the answer
-                return f"device enumeration failed: {type(exc).__name__}: {exc}"
-        return self._reason
-
-    @unavailable_reason.setter
-    def unavailable_reason(self, value: str | None) -> None:
-        self._reason = value
 
     def enumerate_devices(self) -> list[Device]:
         """CUDA0, CUDA1, ...; none (with :attr:`unavailable_reason` set) when something is missing."""

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ggml_core import BackendReg, Device
-from ggml_core.backend import PluginHooks
+from ggml_core import Device
+from ggml_core.backend import LazyReg, PluginHooks
 from ggml_opencl._device import OpenCLDevice
 from ggml_opencl._opencl import Discovery, cl, discover, import_cl
 from ggml_opencl._programs import ProgramCache
@@ -23,7 +23,7 @@ from ggml_opencl._programs import ProgramCache
 __all__ = ["HOOKS", "OpenCLReg", "ggml_api_version", "ggml_register_backends", "opencl_reg"]
 
 
-class OpenCLReg(BackendReg):
+class OpenCLReg(LazyReg):
     """The ``OpenCL`` registry: every OpenCL device on every platform, as selected by ``GGML_OPENCL_DEVICES``.
 
     When there are no devices (pyopencl missing, no ICD or platform, every device failing to build the
@@ -31,25 +31,10 @@ class OpenCLReg(BackendReg):
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._reason: str | None = None
         self._environ = environ
         #: devices found but not exposed (filtered out or failing to build), with the reason
         self.skipped: dict[str, str] = {}
         super().__init__("OpenCL", description="OpenCL devices through pyopencl", priority=10)
-
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Why this registry has no devices (enumerating them first), or None."""
-        if getattr(self, "_devices", None) is None and hasattr(self, "_lock"):
-            try:
-                self.devices  # noqa: B018 - enumeration records the reason
-            except Exception as exc:  # noqa: BLE001 - a reason is shown, never raised
-                self._reason = f"device enumeration failed: {type(exc).__name__}: {exc}"
-        return self._reason
-
-    @unavailable_reason.setter
-    def unavailable_reason(self, value: str | None) -> None:
-        self._reason = value
 
     def enumerate_devices(self) -> list[Device]:
         """Discover platforms and devices, build the kernels on each, name the survivors OpenCL0, OpenCL1…"""

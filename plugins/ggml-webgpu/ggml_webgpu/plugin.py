@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ggml_core import BackendReg, Device
-from ggml_core.backend import PluginHooks
+from ggml_core import Device
+from ggml_core.backend import LazyReg, PluginHooks
 from ggml_webgpu._adapters import discover, import_wgpu
 from ggml_webgpu._device import WebGPUDevice
 
 __all__ = ["HOOKS", "WebGPUReg", "ggml_api_version", "ggml_register_backends", "webgpu_reg"]
 
 
-class WebGPUReg(BackendReg):
+class WebGPUReg(LazyReg):
     """The ``WebGPU`` registry: every wgpu adapter, as selected by ``GGML_WEBGPU_ADAPTERS``.
 
     ``GGML_WEBGPU_MAX_BINDING`` lowers the storage binding window (bytes), to exercise the windowed paths.
@@ -29,25 +29,10 @@ class WebGPUReg(BackendReg):
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._reason: str | None = None
         self._environ = environ
         #: adapters found but not exposed, with the reason
         self.skipped: dict[str, str] = {}
         super().__init__("WebGPU", description="WebGPU adapters (Vulkan, Metal, D3D12) through wgpu-py", priority=5)
-
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Why this registry has no devices (enumerating them first), or None."""
-        if getattr(self, "_devices", None) is None and hasattr(self, "_lock"):
-            try:
-                self.devices  # noqa: B018 - enumeration records the reason
-            except Exception as exc:  # noqa: BLE001 - a reason is shown, never raised
-                self._reason = f"device enumeration failed: {type(exc).__name__}: {exc}"
-        return self._reason
-
-    @unavailable_reason.setter
-    def unavailable_reason(self, value: str | None) -> None:
-        self._reason = value
 
     def enumerate_devices(self) -> list[Device]:
         """Discover the adapters and name them WebGPU0, WebGPU1… (each is opened on first use, not here)."""
