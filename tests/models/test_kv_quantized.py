@@ -168,9 +168,11 @@ def test_opencl_holds_the_caches_it_can_write(model: Path, type_k: str, type_v: 
     assert np.abs(got - want).max() <= 1e-3, f"max |Δlogit| = {np.abs(got - want).max():.3g}"
 
 
-def test_split_mode_tensor_refuses_a_quantized_cache(model: Path) -> None:
+def test_split_mode_tensor_refuses_a_quantized_v_cache(model: Path) -> None:
+    """-sm tensor reads V by rows without flash attention; a quantized K is split at block boundaries
+    (tests/sched/test_split_tensor.py), a quantized V is refused before anything is planned."""
     ocl = _opencl_or_skip()
     req = PlacementRequest(devices=["CPU", ocl], split_mode="tensor")
-    p = ModelParams(placement=req, n_ctx=64, type_k="q8_0", type_v="f16", progress=False)
-    with pytest.raises(ValueError, match="--split-mode tensor keeps f16 or f32 caches, got -ctk q8_0 -ctv f16"):
+    p = ModelParams(placement=req, n_ctx=64, type_k="q8_0", type_v="q8_0", flash_attn=True, progress=False)
+    with pytest.raises(ValueError, match="V cache is f16 or f32, got -ctv q8_0; quantize K only"):
         Model.load(model, p)
