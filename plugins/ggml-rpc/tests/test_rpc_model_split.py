@@ -215,3 +215,47 @@ def test_a_prompt_over_two_servers_costs_one_round_trip_per_server(
         got = c.counts - counts
         assert c.round_trips - trips == got["GET_TENSOR"] == prompts, (c.endpoint, got)
         assert got["GRAPH_RECOMPUTE"] == prompts and got["GRAPH_COMPUTE"] == 0, (c.endpoint, got)
+
+
+class _CountingSocket:
+    """A socket that counts its ``sendall`` calls (each a write to the kernel)."""
+
+    def __init__(self, sock: object) -> None:
+        self._sock = sock
+        self.writes = 0
+
+    def sendall(self, data: bytes) -> None:
+        self.writes += 1
+        self._sock.sendall(data)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
+def test_a_splits_inputs_and_graph_launch_leave_in_one_write(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """Small tensor writes wait for the connection's next command: per decoded token each server gets two writes,
+    its split's inputs with the graph launch, and the read of its output — and the logits are the CPU's."""
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+
+    _, local_steps, _ = split_logits(model_path, ["CPU"], None)
+    names, conns = _two_servers(make_server, rpc_registry)
+    params = ModelParams(
+        placement=PlacementRequest(devices=names, tensor_split=[1, 1]), kv_type="f32", n_ctx=64, progress=False
+    )
+    with Model.load(model_path, params) as m:
+        first = m.decode([TOKENS[0]])
+        socks = []
+        for c in conns:
+            c._sock = _CountingSocket(c._sock)
+            socks.append(c._sock)
+        before = [c.counts.copy() for c in conns]
+        steps = np.concatenate([first, *(m.decode([t]) for t in TOKENS[1:])])
+        writes = [s.writes for s in socks]
+        step_counts = [c.counts - k for c, k in zip(conns, before, strict=True)]
+    assert rel(steps, local_steps) < 1e-5
+    n = len(TOKENS) - 1
+    for c, w, got in zip(conns, writes, step_counts, strict=True):
+        assert got["SET_TENSOR"] >= 4 * n and got["GRAPH_RECOMPUTE"] == n and got["GET_TENSOR"] == n, got
+        assert w == 2 * n, (c.endpoint, w, got)
