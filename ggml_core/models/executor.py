@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 from ggml_core._errors import DeviceNotFoundError
 from ggml_core._tensor import Tensor
 from ggml_core.alloc import alloc_ctx_tensors
-from ggml_core.backend.interfaces import Backend, Buffer, Device, DeviceType
+from ggml_core.backend.interfaces import Backend, Buffer, BufferUsage, Device, DeviceType, buffer_of
 from ggml_core.models.graph import BuiltGraph
+from ggml_core.ops import GGMLOp
 
 if TYPE_CHECKING:
     from ggml_core.models.tensor_parallel import TensorParallel
 
-__all__ = ["Executor", "attention_nodes", "scheduler_available"]
+__all__ = ["Executor", "attention_nodes", "pin_norms", "scheduler_available"]
 
 
 def _scheduler_class() -> Any | None:
@@ -48,6 +49,43 @@ def pin_attention(sched: Any, bg: BuiltGraph, cpu: Backend) -> None:
     the layer (``set_tensor_backend`` on every attention node; the views between follow their sources)."""
     for t in attention_nodes(bg):
         sched.set_tensor_backend(t, cpu)
+
+
+def scaled_norms(bg: BuiltGraph) -> list[tuple[Tensor, Tensor]]:
+    """The norms of ``bg`` that a weight scales (``mul(rms_norm(x), w)``, ``mul(norm(x), w)``) and that weight,
+    cached."""
+    got = bg.state.get("scaled_norms")
+    if got is None:
+        norms = (GGMLOp.RMS_NORM, GGMLOp.NORM)
+        got = bg.state["scaled_norms"] = [
+            (t.src[0], t.src[1])
+            for t in bg.graph.nodes
+            if t.op == GGMLOp.MUL
+            and t.src[0] is not None
+            and t.src[0].op in norms
+            and t.src[1] is not None
+            and t.src[1].op == GGMLOp.NONE
+        ]
+    assert isinstance(got, list)
+    return got
+
+
+def pin_norms(sched: Any, bg: BuiltGraph, backends: list[Backend]) -> None:
+    """llama.cpp's pin of each layer's ``norm``: a norm runs on the device of the weight that scales it.
+
+    The norm has no weight of its own, so the scheduler would run it where its input was computed — at a layer
+    boundary, on the previous layer's device — and then two tensors would cross the boundary (the residual and the
+    norm) where one does (the residual). Weights in host memory are left to the scheduler's rules (a device may
+    take their ops for large batches)."""
+    for norm, weight in scaled_norms(bg):
+        buf = buffer_of(weight)
+        if buf is None or buf.usage != BufferUsage.WEIGHTS or buf.is_host:
+            continue
+        for b in backends:
+            if b.supports_buft(buf.buffer_type):
+                if b.supports_op(norm):
+                    sched.set_tensor_backend(norm, b)
+                break
 
 
 def scheduler_available() -> bool:
@@ -196,7 +234,10 @@ class Executor:
         self.cpu_backend.graph_compute(bg.graph)
 
     def _pin(self, bg: BuiltGraph) -> None:
-        if not self.kv_offload and self.sched is not None and len(self.backends) > 1:
+        if self.sched is None or len(self.backends) < 2:
+            return
+        pin_norms(self.sched, bg, self.backends)
+        if not self.kv_offload:
             pin_attention(self.sched, bg, self.cpu_backend)
 
     def release(self, bg: BuiltGraph) -> None:

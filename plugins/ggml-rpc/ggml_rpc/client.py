@@ -45,6 +45,7 @@ from ggml_rpc.protocol import (
     RPCAuthError,
     RPCError,
     RPCVersionError,
+    frame_bytes,
     recv_exact,
     recv_into_exact,
     send_frame,
@@ -70,6 +71,10 @@ DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 MIN_RATE: Final = float(1 << 20)
 #: answers left unread at most by :meth:`Connection.request_later` (well within any socket buffer pair)
 MAX_DUE_BYTES: Final = 64 << 10
+#: SET_TENSOR frames up to this size wait for the connection's next command and go in its write (a split's inputs
+#: and its graph launch in one system call); at most :data:`MAX_HELD_BYTES` of them at a time
+MAX_HELD_FRAME: Final = 16 << 10
+MAX_HELD_BYTES: Final = 64 << 10
 
 _U64: Final = struct.Struct("<Q")
 #: bytes of a request's frame header (command, payload size)
@@ -184,6 +189,8 @@ class Connection:
         #: connections whose servers were asked to send data to this one's (peer copies) since its last answer: a
         #: missing answer here is blamed on one of them when it has not answered those commands either
         self._peer_sources: list[Connection] = []
+        #: small SET_TENSOR frames not sent yet: they go in the write of this connection's next command
+        self._held = bytearray()
         self._sock: socket.socket | None = None
         self._connect()
 
@@ -339,6 +346,7 @@ class Connection:
     def close(self) -> None:
         """Close the socket (the server then frees this connection's buffers)."""
         self._reads_due, self._after_reads, self._feeds, self._pending_spans, self._due_bytes = [], [], [], [], 0
+        self._held = bytearray()
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -385,13 +393,26 @@ class Connection:
             self._settle(own=False)
         with self.lock:
             sock = self._live(cmd)
-            try:
-                send_frame(sock, cmd, parts, time.monotonic() + self.timeout + _size(parts) / MIN_RATE)
-            except (OSError, EOFError) as exc:
-                raise self._fail(cmd, exc) from exc
+            size = _size(parts)
+            if cmd == Cmd.SET_TENSOR and size <= MAX_HELD_FRAME and len(self._held) + size <= MAX_HELD_BYTES:
+                self._held += frame_bytes(cmd, parts)
+            else:
+                try:
+                    send_frame(sock, cmd, parts, self._send_deadline(size), self._take_held())
+                except (OSError, EOFError) as exc:
+                    raise self._fail(cmd, exc) from exc
             self._unanswered.append(cmd.name)
             self.counts[cmd.name] += 1
-            self.bytes_sent += _FRAME_HEAD + _size(parts)
+            self.bytes_sent += _FRAME_HEAD + size
+
+    def _take_held(self) -> bytearray:
+        """The held frames (:meth:`send`), to go before the command now sent; none are held afterwards."""
+        held, self._held = self._held, bytearray()
+        return held
+
+    def _send_deadline(self, size: int) -> float:
+        """When a command of ``size`` bytes, after the held frames, must have been sent."""
+        return time.monotonic() + self.timeout + (size + len(self._held)) / MIN_RATE
 
     def request(
         self,
@@ -467,7 +488,9 @@ class Connection:
             self.counts[cmd.name] += 1
             try:
                 size = _size(parts)
-                send_frame(sock, cmd, parts, time.monotonic() + limit + size / MIN_RATE)
+                send_frame(
+                    sock, cmd, parts, time.monotonic() + limit + (size + len(self._held)) / MIN_RATE, self._take_held()
+                )
                 self.round_trips += 1
                 self.bytes_sent += _FRAME_HEAD + size
                 deadline = time.monotonic() + limit
@@ -508,7 +531,7 @@ class Connection:
             self.counts[cmd.name] += 1
             size = _size(parts)
             try:
-                send_frame(sock, cmd, parts, time.monotonic() + self.timeout + size / MIN_RATE)
+                send_frame(sock, cmd, parts, self._send_deadline(size), self._take_held())
             except (OSError, EOFError) as exc:
                 raise self._fail(cmd, exc) from exc
             self.bytes_sent += _FRAME_HEAD + size

@@ -59,6 +59,7 @@ __all__ = [
     "RPCNoCPUError",
     "RPCVersionError",
     "RpcTensor",
+    "frame_bytes",
     "recv_exact",
     "recv_into_exact",
     "send_all",
@@ -356,19 +357,29 @@ def send_frame(
     cmd: int,
     parts: Sequence[bytes | bytearray | memoryview] = (),
     deadline: float | None = None,
+    held: bytes | bytearray = b"",
 ) -> None:
     """Send one request: ``cmd``, the total size of ``parts``, then the parts (small frames in one write).
 
+    ``held``: whole frames (:func:`frame_bytes`) not sent yet, which go first, in the same write for a small frame.
     With ``deadline`` the whole frame must be sent by then (``TimeoutError`` otherwise).
     """
     size = sum(memoryview(p).nbytes for p in parts)
     head = _REQUEST_HEADER.pack(cmd, size)
     if size <= 1 << 16:
-        send_all(sock, b"".join([head, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)]), deadline)
+        send_all(sock, b"".join([held, head, *(bytes(p) if isinstance(p, memoryview) else p for p in parts)]), deadline)
         return
+    if held:
+        send_all(sock, held, deadline)
     send_all(sock, head, deadline)
     for p in parts:
         send_all(sock, p, deadline)
+
+
+def frame_bytes(cmd: int, parts: Sequence[bytes | bytearray | memoryview] = ()) -> bytes:
+    """The bytes :func:`send_frame` sends for ``cmd`` and ``parts`` (a frame to send later, with others)."""
+    size = sum(memoryview(p).nbytes for p in parts)
+    return b"".join([_REQUEST_HEADER.pack(cmd, size), *(bytes(p) if isinstance(p, memoryview) else p for p in parts)])
 
 
 def _remaining(sock: socket.socket, deadline: float | None) -> None:

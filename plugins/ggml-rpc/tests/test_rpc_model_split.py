@@ -160,12 +160,13 @@ def test_round_trips_per_decoded_token_are_counted(
         assert c.bytes_sent > sent and c.bytes_received - received >= steps * 4 * 128  # an activation row at least
 
 
-def test_outputs_copied_between_servers_are_read_in_one_round_trip(
+def test_one_tensor_crosses_the_boundary_between_servers_per_decoded_token(
     model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
 ) -> None:
-    """Layers over two servers only: the split boundary carries two tensors from the first server to the second
-    (the residual and the next layer's norm). Their reads are sent back to back and answered together: one round
-    trip per decoded token for the first server, one (the logits) for the second; the logits are the CPU's."""
+    """Layers over two servers only: the split boundary carries one tensor from the first server to the second,
+    the residual (each layer's norm runs on the device of the weight that scales it, as llama.cpp pins it, so the
+    next layer's norm does not cross as well): one round trip and one 128-float row per decoded token for the
+    first server, one (the logits) for the second; the logits are the CPU's."""
     from ggml_core.models import Model, ModelParams, PlacementRequest
 
     _, local_steps, _ = split_logits(model_path, ["CPU"], None)
@@ -176,12 +177,85 @@ def test_outputs_copied_between_servers_are_read_in_one_round_trip(
     with Model.load(model_path, params) as m:
         assert {s.name for s in m.placement.shares if s.layers} == set(names)
         first = m.decode([TOKENS[0]])  # plans and sends each server's graph
-        before = [(c.round_trips, c.counts.copy()) for c in conns]
+        before = [(c.round_trips, c.bytes_received, c.counts.copy()) for c in conns]
         steps = np.concatenate([first, *(m.decode([t]) for t in TOKENS[1:])])
     assert rel(steps, local_steps) < 1e-5
     n = len(TOKENS) - 1
-    (trips0, counts0), (trips1, counts1) = (
-        (c.round_trips - t, c.counts - k) for c, (t, k) in zip(conns, before, strict=True)
+    (trips0, got0, counts0), (trips1, _, counts1) = (
+        (c.round_trips - t, c.bytes_received - r, c.counts - k) for c, (t, r, k) in zip(conns, before, strict=True)
     )
-    assert counts0["GET_TENSOR"] == 2 * n and trips0 == n, counts0
+    assert counts0["GET_TENSOR"] == n and trips0 == n and got0 == n * (8 + 128 * 4), (counts0, got0)
     assert counts1["GET_TENSOR"] == n and trips1 == n, counts1
+
+
+def test_a_prompt_over_two_servers_costs_one_round_trip_per_server(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """A 64-token prompt after a reset, layers over two servers that copy nothing to each other: the boundary's
+    one tensor (32 KiB of residual) from the first server, the logits from the second — one round trip each, as
+    llama.cpp's client; the stored graphs are re-run (GRAPH_RECOMPUTE), and the logits are the CPU's."""
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+
+    ids = [1 + (i * 7) % 200 for i in range(64)]
+    cpu = ModelParams(placement=PlacementRequest(devices=["CPU"]), kv_type="f32", n_ctx=128, progress=False)
+    with Model.load(model_path, cpu) as m:
+        local = m.process_prompt(ids)
+    names, conns = _two_servers(make_server, rpc_registry)
+    params = ModelParams(
+        placement=PlacementRequest(devices=names, tensor_split=[1, 1]), kv_type="f32", n_ctx=128, progress=False
+    )
+    prompts = 3
+    with Model.load(model_path, params) as m:
+        m.process_prompt(ids)  # plans and sends each server's graph
+        before = [(c.round_trips, c.counts.copy()) for c in conns]
+        for _ in range(prompts):
+            m.reset()
+            assert rel(m.process_prompt(ids), local) < 1e-5
+    for c, (trips, counts) in zip(conns, before, strict=True):
+        got = c.counts - counts
+        assert c.round_trips - trips == got["GET_TENSOR"] == prompts, (c.endpoint, got)
+        assert got["GRAPH_RECOMPUTE"] == prompts and got["GRAPH_COMPUTE"] == 0, (c.endpoint, got)
+
+
+class _CountingSocket:
+    """A socket that counts its ``sendall`` calls (each a write to the kernel)."""
+
+    def __init__(self, sock: object) -> None:
+        self._sock = sock
+        self.writes = 0
+
+    def sendall(self, data: bytes) -> None:
+        self.writes += 1
+        self._sock.sendall(data)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
+def test_a_splits_inputs_and_graph_launch_leave_in_one_write(
+    model_path: Path, make_server: Callable[..., RPCServer], rpc_registry: Callable[..., list[str]]
+) -> None:
+    """Small tensor writes wait for the connection's next command: per decoded token each server gets two writes,
+    its split's inputs with the graph launch, and the read of its output — and the logits are the CPU's."""
+    from ggml_core.models import Model, ModelParams, PlacementRequest
+
+    _, local_steps, _ = split_logits(model_path, ["CPU"], None)
+    names, conns = _two_servers(make_server, rpc_registry)
+    params = ModelParams(
+        placement=PlacementRequest(devices=names, tensor_split=[1, 1]), kv_type="f32", n_ctx=64, progress=False
+    )
+    with Model.load(model_path, params) as m:
+        first = m.decode([TOKENS[0]])
+        socks = []
+        for c in conns:
+            c._sock = _CountingSocket(c._sock)
+            socks.append(c._sock)
+        before = [c.counts.copy() for c in conns]
+        steps = np.concatenate([first, *(m.decode([t]) for t in TOKENS[1:])])
+        writes = [s.writes for s in socks]
+        step_counts = [c.counts - k for c, k in zip(conns, before, strict=True)]
+    assert rel(steps, local_steps) < 1e-5
+    n = len(TOKENS) - 1
+    for c, w, got in zip(conns, writes, step_counts, strict=True):
+        assert got["SET_TENSOR"] >= 4 * n and got["GRAPH_RECOMPUTE"] == n and got["GET_TENSOR"] == n, got
+        assert w == 2 * n, (c.endpoint, w, got)
