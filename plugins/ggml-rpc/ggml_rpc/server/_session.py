@@ -13,7 +13,7 @@ connection's own buffer (no other connection can name it); data for other device
 of ``staging_chunk`` bytes, each chunk copied under the device lock. A slow client slows only itself.
 
 Server-to-server copies (:mod:`._peer`): EXT_PEER_SEND sends a tensor's bytes to another ggml-core server over a
-connection this session opens (once per peer address, as a client of that server); EXT_PEER_PUT, on a connection
+connection the serving Session opens (once per peer address, as a client of that server); EXT_PEER_PUT, on a connection
 from such a peer, leaves them in the mailbox of the connection its key names; EXT_PEER_RECV takes them from this
 connection's mailbox (waiting at most the message deadline) and writes them into a tensor.
 """
