@@ -22,7 +22,7 @@ from ggml_core.ops import GGMLOp
 if TYPE_CHECKING:
     from ggml_core.models.tensor_parallel import TensorParallel
 
-__all__ = ["Executor", "attention_nodes", "pin_norms", "scheduler_available"]
+__all__ = ["Executor", "attention_nodes", "norm_pins", "scheduler_available"]
 
 
 def _scheduler_class() -> Any | None:
@@ -51,41 +51,30 @@ def pin_attention(sched: Any, bg: BuiltGraph, cpu: Backend) -> None:
         sched.set_tensor_backend(t, cpu)
 
 
-def scaled_norms(bg: BuiltGraph) -> list[tuple[Tensor, Tensor]]:
-    """The norms of ``bg`` that a weight scales (``mul(rms_norm(x), w)``, ``mul(norm(x), w)``) and that weight,
-    cached."""
-    got = bg.state.get("scaled_norms")
-    if got is None:
-        norms = (GGMLOp.RMS_NORM, GGMLOp.NORM)
-        got = bg.state["scaled_norms"] = [
-            (t.src[0], t.src[1])
-            for t in bg.graph.nodes
-            if t.op == GGMLOp.MUL
-            and t.src[0] is not None
-            and t.src[0].op in norms
-            and t.src[1] is not None
-            and t.src[1].op == GGMLOp.NONE
-        ]
-    assert isinstance(got, list)
-    return got
-
-
-def pin_norms(sched: Any, bg: BuiltGraph, backends: list[Backend]) -> None:
-    """llama.cpp's pin of each layer's ``norm``: a norm runs on the device of the weight that scales it.
+def norm_pins(bg: BuiltGraph, backends: list[Backend]) -> list[tuple[Tensor, Backend]]:
+    """llama.cpp's pin of each layer's ``norm``: each norm of ``bg`` that a weight scales (``mul(rms_norm(x), w)``,
+    ``mul(norm(x), w)``) with the backend of that weight's device, when it runs the norm; chosen once per graph.
 
     The norm has no weight of its own, so the scheduler would run it where its input was computed — at a layer
     boundary, on the previous layer's device — and then two tensors would cross the boundary (the residual and the
     norm) where one does (the residual). Weights in host memory are left to the scheduler's rules (a device may
     take their ops for large batches)."""
-    for norm, weight in scaled_norms(bg):
-        buf = buffer_of(weight)
-        if buf is None or buf.usage != BufferUsage.WEIGHTS or buf.is_host:
-            continue
-        for b in backends:
-            if b.supports_buft(buf.buffer_type):
-                if b.supports_op(norm):
-                    sched.set_tensor_backend(norm, b)
-                break
+    got = bg.state.get("norm_pins")
+    if got is None:
+        pins: list[tuple[Tensor, Backend]] = []
+        for t in bg.graph.nodes:
+            norm, weight = t.src[0], t.src[1]
+            if t.op != GGMLOp.MUL or norm is None or norm.op not in (GGMLOp.RMS_NORM, GGMLOp.NORM):
+                continue
+            buf = buffer_of(weight) if weight is not None and weight.op == GGMLOp.NONE else None
+            if buf is None or buf.usage != BufferUsage.WEIGHTS or buf.is_host:
+                continue
+            b = next((b for b in backends if b.supports_buft(buf.buffer_type)), None)
+            if b is not None and b.supports_op(norm):
+                pins.append((norm, b))
+        got = bg.state["norm_pins"] = pins
+    assert isinstance(got, list)
+    return got
 
 
 def scheduler_available() -> bool:
@@ -236,7 +225,8 @@ class Executor:
     def _pin(self, bg: BuiltGraph) -> None:
         if self.sched is None or len(self.backends) < 2:
             return
-        pin_norms(self.sched, bg, self.backends)
+        for norm, backend in norm_pins(bg, self.backends):
+            self.sched.set_tensor_backend(norm, backend)
         if not self.kv_offload:
             pin_attention(self.sched, bg, self.cpu_backend)
 
